@@ -1,0 +1,6 @@
+// cli.h: the bpbench command line.
+#pragma once
+
+namespace bpbench {
+int cli_main(int argc, char** argv);
+}

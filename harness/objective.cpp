@@ -1,0 +1,70 @@
+// objective.cpp: target log-probs, the streamed no-grad reference pass, and the objective registry.
+#include "harness/objective.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "harness/model.h"
+#include "harness/ops.h"
+
+namespace bpbench {
+
+std::unique_ptr<Objective> make_sft_objective();
+std::unique_ptr<Objective> make_dpo_objective();
+std::unique_ptr<Objective> make_grpo_objective();
+
+TargetLogps target_logps(const torch::Tensor& logits, const torch::Tensor& targets) {
+  auto mask = targets.ne(kIgnoreIndex);                                                    // (N, c)
+  auto logp_all = torch::log_softmax(logits.to(compute_dtype(logits.scalar_type())), -1);  // (N, c, V)
+  auto logps = logp_all.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);        // (N, c)
+  return {logps.masked_fill(~mask, 0.0), mask};
+}
+
+torch::Tensor reference_target_logps(Model& model, const Batch& batch, int64_t rows_per_chunk) {
+  torch::NoGradGuard no_grad;
+  const int64_t T = batch.seq_len(), c = std::max<int64_t>(1, rows_per_chunk);
+  auto x = model.embed(batch.input_ids);  // (N, T, d)
+  for (int64_t i = 0; i < model.config.layers; ++i) {
+    auto kv = model.project_kv(i, model.attn_norm(i, x), 0);
+    auto y = torch::empty_like(x);
+    for (int64_t s = 0; s < T; s += c) {
+      const int64_t e = std::min(T, s + c);
+      auto x_rows = x.narrow(1, s, e - s);
+      auto q = model.project_q(i, model.attn_norm(i, x_rows), s);
+      KV visible{kv.k.narrow(2, 0, e), kv.v.narrow(2, 0, e)};
+      y.narrow(1, s, e - s).copy_(model.mlp_block(i, model.attention_block(i, x_rows, q, visible)));
+    }
+    x = y;
+  }
+  auto out = torch::zeros({batch.sequences(), T}, x.options().dtype(torch::kDouble));
+  for (int64_t s = 0; s < T; s += c) {
+    const int64_t e = std::min(T, s + c);
+    auto logits = model.head_logits(x.narrow(1, s, e - s));
+    out.narrow(1, s, e - s).copy_(target_logps(logits, batch.targets.narrow(1, s, e - s)).logps);
+  }
+  return out;
+}
+
+const std::vector<std::string>& objective_names() {
+  static const std::vector<std::string> names = {"sft", "dpo", "grpo"};
+  return names;
+}
+
+std::string objective_description(const std::string& name) {
+  if (name == "sft") return "next-token cross-entropy, mean over non-ignored shifted targets of the batch";
+  if (name == "dpo")
+    return "sigmoid DPO on chosen/rejected pairs vs a no-grad reference (non-linear outer f)";
+  if (name == "grpo") return "clipped-ratio policy loss with k3 KL, per-completion token mean, group mean";
+  return "";
+}
+
+std::unique_ptr<Objective> make_objective(const std::string& name) {
+  if (name == "sft") return make_sft_objective();
+  if (name == "dpo") return make_dpo_objective();
+  if (name == "grpo") return make_grpo_objective();
+  throw std::invalid_argument(
+      fmt::format("unknown objective '{}' (valid: {})", name, fmt::join(objective_names(), ", ")));
+}
+
+}  // namespace bpbench

@@ -1,0 +1,79 @@
+// layerwise.cpp: checkpointed forward, embedding backward, streamed LM head.
+#include "impls/layerwise.h"
+
+#include <fmt/format.h>
+
+#include "harness/ops.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+
+using profiles::Category;
+using profiles::MemoryScope;
+using profiles::PhaseScope;
+
+std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids) {
+  PhaseScope phase("forward");
+  MemoryScope scope(Category::checkpoints);
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> xs;
+  xs.push_back(model.embed(ids));
+  for (int64_t i = 0; i < model.config.layers; ++i) xs.push_back(model.layer(i, xs.back()));
+  return xs;
+}
+
+void embedding_backward(const Model& model, const torch::Tensor& ids, const torch::Tensor& dx) {
+  if (!model.embed_weight.requires_grad()) return;
+  PhaseScope phase("embedding backward");
+  MemoryScope scope(Category::activations);
+  model.embed(ids).backward(dx);
+}
+
+torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x, const Batch& batch,
+                                     const Objective& objective, int64_t rows) {
+  PhaseScope phase("head sums");
+  MemoryScope scope(Category::logits);
+  torch::NoGradGuard no_grad;
+  const int64_t T = x.size(1);
+  torch::Tensor sums;
+  for (int64_t s = 0; s < T; s += rows) {
+    const int64_t c = std::min(rows, T - s);
+    auto part = objective.token_sums(model.head_logits(x.narrow(1, s, c)), batch, s);  // (N)
+    sums = sums.defined() ? sums + part : part;
+  }
+  return sums;
+}
+
+HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, const Batch& batch,
+                                  const Objective& objective, int64_t rows, torch::Tensor sums) {
+  const int64_t T = x.size(1);
+  if (!sums.defined() && !objective.outer_is_linear())
+    sums = streamed_sequence_sums(model, x, batch, objective, rows);  // DPO: S first, then f'(S)
+
+  PhaseScope phase("head");
+  MemoryScope scope(Category::logits);
+  // f'(S): the weight each sequence's token sums carry. For a linear f it is the same at any S, so S = 0 will
+  // do.
+  const auto sum_dtype = compute_dtype(model.dtype());
+  auto s_var = (sums.defined() ? sums.detach().clone()
+                               : torch::zeros({batch.sequences()}, x.options().dtype(sum_dtype)))
+                   .requires_grad_(true);
+  auto outer_grad = torch::autograd::grad({objective.outer(s_var, batch)}, {s_var})[0];  // (N)
+
+  auto dx = torch::empty_like(x);
+  torch::Tensor accumulated = torch::zeros({batch.sequences()}, outer_grad.options());
+  for (int64_t s = 0, j = 0; s < T; s += rows, ++j) {
+    PhaseScope chunk(fmt::format("head chunk {}", j));
+    const int64_t c = std::min(rows, T - s);
+    auto x_rows = x.narrow(1, s, c).detach().requires_grad_(true);          // (N, c, d)
+    auto part = objective.token_sums(model.head_logits(x_rows), batch, s);  // (N), via logits (N, c, V)
+    torch::autograd::backward({part}, {outer_grad});
+    dx.narrow(1, s, c).copy_(x_rows.grad());
+    accumulated += part.detach();
+  }
+  torch::NoGradGuard no_grad;
+  auto loss = objective.outer(sums.defined() ? sums : accumulated, batch);
+  return {loss.detach(), dx};
+}
+
+}  // namespace bpbench

@@ -1,0 +1,36 @@
+// layerwise.h: pieces shared by the layerwise strategies (checkpoint, mst, streambp): the no-grad forward
+// that keeps each layer's input, the embedding backward, and the LM head run in chunks.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "impls/strategy.h"
+
+namespace bpbench {
+
+// No-grad forward storing every layer input: returns L + 1 tensors (N, T, d): the inputs of layers 0..L-1 and
+// the last layer's output. Allocated under the "checkpoints" memory category.
+std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids);
+
+// Re-runs the embedding with grad and backpropagates dx (N, T, d) into the embedding weight (when trainable).
+void embedding_backward(const Model& model, const torch::Tensor& ids, const torch::Tensor& dx);
+
+// The LM head and loss, streamed over chunks of `rows` rows of x (N, T, d), the last layer's output:
+// for each chunk, logits (N, c, V) and their gradient exist only while that chunk runs. Gradients land in
+// W_lm / final norm .grad; the returned dx (N, T, d) is the gradient of the loss with respect to x.
+// When f is not linear, or `sums` is given, f'(S) comes from S computed first (by a no-grad pass unless
+// given).
+struct HeadResult {
+  torch::Tensor loss;  // 0-dim
+  torch::Tensor dx;    // (N, T, d)
+};
+HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, const Batch& batch,
+                                  const Objective& objective, int64_t rows, torch::Tensor sums = {});
+
+// S (N) under no grad, over chunks of `rows` rows: the first pass of a non-linear objective, MsT's forward.
+torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x, const Batch& batch,
+                                     const Objective& objective, int64_t rows);
+
+}  // namespace bpbench

@@ -1,0 +1,45 @@
+// registry.cpp: the one list of strategies. Adding a strategy is one file plus one line here.
+#include <fmt/format.h>
+
+#include <functional>
+#include <stdexcept>
+#include <utility>
+
+#include "impls/strategy.h"
+
+namespace bpbench {
+
+std::unique_ptr<Strategy> make_plain_strategy();
+std::unique_ptr<Strategy> make_checkpoint_strategy();
+std::unique_ptr<Strategy> make_checkpoint_chunked_head_strategy();
+std::unique_ptr<Strategy> make_mst_strategy();
+std::unique_ptr<Strategy> make_streambp_strategy();
+
+namespace {
+using Factory = std::unique_ptr<Strategy> (*)();
+const std::vector<std::pair<std::string, Factory>>& registry() {
+  static const std::vector<std::pair<std::string, Factory>> entries = {
+      {"plain", make_plain_strategy},
+      {"checkpoint", make_checkpoint_strategy},
+      {"checkpoint-chunked-head", make_checkpoint_chunked_head_strategy},
+      {"mst", make_mst_strategy},
+      {"streambp", make_streambp_strategy},
+  };
+  return entries;
+}
+}  // namespace
+
+std::vector<std::string> strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name) {
+  for (const auto& [n, factory] : registry())
+    if (n == name) return factory();
+  throw std::invalid_argument(
+      fmt::format("unknown impl '{}' (valid: {})", name, fmt::join(strategy_names(), ", ")));
+}
+
+}  // namespace bpbench

@@ -1,0 +1,57 @@
+// strategy.h: the interface every backward strategy implements, and the registry that finds them by name.
+//
+// A strategy runs one forward + backward of a model over a batch under an objective and leaves the exact
+// gradient of every trainable parameter in its .grad (accumulated into what is there: the runner zeroes or
+// pre-allocates them). It never writes results and never measures: the runner does, around it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/batch.h"
+#include "harness/model.h"
+#include "harness/objective.h"
+
+namespace bpbench {
+
+struct Partitioning {
+  int64_t rows = 0;         // `partition`: rows per chunk of a transformer layer (c)
+  int64_t logits_rows = 0;  // `logits_partition`: rows per chunk of the LM head
+};
+
+struct StepInputs {
+  Model& model;
+  const Batch& batch;
+  const Objective& objective;
+  Partitioning partition;
+};
+
+// What a strategy may want to know to refuse a cell before it runs.
+struct CellTraits {
+  std::string objective;
+  int64_t world_size = 1;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  // A reason when the strategy cannot run this cell (the runner records status "skipped" with it).
+  virtual std::optional<std::string> unsupported(const CellTraits&) const { return std::nullopt; }
+  // Whether `partition` / `logits_partition` change what it does (the runner fills sensible values
+  // otherwise).
+  virtual bool uses_partition() const { return false; }
+  virtual bool uses_logits_partition() const { return false; }
+  // Forward and backward; returns the loss (0-dim, detached).
+  virtual torch::Tensor forward_backward(const StepInputs& in) const = 0;
+};
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name);  // throws listing the valid names
+std::vector<std::string> strategy_names();
+
+}  // namespace bpbench

@@ -1,0 +1,129 @@
+// test_exactness.cpp: every strategy equals plain backpropagation in float64 (loss and every parameter's
+// gradient, relative error < 1e-10) over odd shapes: T prime, partitions {1, 7, T-1, T, T+5}, logits
+// partitions {1, 3, T}, GQA ratios 1, 2 and 4, tied and untied heads, batch 2 with right padding, DPO/GRPO
+// prompts longer than a chunk, GRPO with G = 3. Also plain's gradients against central finite differences.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tests/test_support.h"
+
+namespace bpbench::testing {
+namespace {
+
+constexpr int64_t kT = 13;  // prime
+constexpr double kTol = 1e-10;
+
+struct Case {
+  std::string impl, objective;
+  int64_t kv_heads;
+  bool tied;
+  int64_t partition, logits_partition;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string impl = c.impl;
+  for (auto& ch : impl)
+    if (ch == '-') ch = '_';
+  return fmt::format("{}_{}_gqa{}_{}_p{}_lp{}", impl, c.objective, 4 / c.kv_heads, c.tied ? "tied" : "untied",
+                     c.partition, c.logits_partition);
+}
+
+BatchSpec spec_for(const std::string& objective, int64_t vocab) {
+  BatchSpec s;
+  s.examples = 2;
+  s.seq_len = kT;
+  s.padding = true;
+  s.prompt_len = objective == "sft" ? -1 : 8;  // longer than partitions 1 and 7
+  s.group = 3;
+  s.beta = 0.1;
+  s.seed = 3;
+  s.vocab = vocab;
+  return s;
+}
+
+class Exactness : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Exactness, MatchesPlainInFloat64) {
+  const Case& c = GetParam();
+  Model model = tiny_model({c.kv_heads, c.tied});
+  auto objective = make_objective(c.objective);
+  Batch batch = objective->make_batch(spec_for(c.objective, model.config.vocab), model, 5);
+  auto ref = run_step("plain", model, batch, *objective, {kT, kT});
+  auto got = run_step(c.impl, model, batch, *objective, {c.partition, c.logits_partition});
+  expect_same_gradients(ref, got, kTol, case_name({c, 0}));
+}
+
+std::vector<Case> streaming_matrix(const std::string& impl, const std::vector<std::string>& objectives) {
+  std::vector<Case> cases;
+  for (const auto& obj : objectives)
+    for (int64_t kv : {4, 2, 1})
+      for (bool tied : {false, true})
+        for (int64_t p : {int64_t{1}, int64_t{7}, kT - 1, kT, kT + 5})
+          for (int64_t lp : {int64_t{1}, int64_t{3}, kT}) cases.push_back({impl, obj, kv, tied, p, lp});
+  return cases;
+}
+
+std::vector<Case> layerwise_matrix(const std::string& impl) {
+  std::vector<Case> cases;
+  for (const auto& obj : {"sft", "dpo", "grpo"})
+    for (int64_t kv : {4, 2, 1})
+      for (bool tied : {false, true}) cases.push_back({impl, obj, kv, tied, 5, 3});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, Exactness, ::testing::ValuesIn(layerwise_matrix("checkpoint")),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(CheckpointChunkedHead, Exactness,
+                         ::testing::ValuesIn(streaming_matrix("checkpoint-chunked-head", {"sft", "dpo"})),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(StreamBP, Exactness,
+                         ::testing::ValuesIn(streaming_matrix("streambp", {"sft", "dpo", "grpo"})),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(MsT, Exactness, ::testing::ValuesIn(streaming_matrix("mst", {"sft", "grpo"})),
+                         case_name);
+
+// Attention bias (Qwen2.5) and no q/k norm (Llama) take other code paths in the pieces.
+TEST(Exactness, StreamBPWithAttentionBiasAndNoQkNorm) {
+  Model model = tiny_model({2, false, /*attention_bias=*/true, /*qk_norm=*/false});
+  auto objective = make_objective("sft");
+  Batch batch = objective->make_batch(spec_for("sft", model.config.vocab), model, 5);
+  auto ref = run_step("plain", model, batch, *objective, {kT, kT});
+  for (const std::string impl : {"checkpoint", "mst", "streambp"})
+    expect_same_gradients(ref, run_step(impl, model, batch, *objective, {4, 3}), kTol, impl);
+}
+
+// Central differences on a sample of entries of EVERY parameter tensor: plain BP itself is right.
+TEST(Exactness, PlainMatchesFiniteDifferences) {
+  Model model = tiny_model({2, false});
+  auto objective = make_objective("sft");
+  Batch batch = objective->make_batch(spec_for("sft", model.config.vocab), model, 5);
+  auto grads = run_step("plain", model, batch, *objective, {kT, kT});
+  auto loss_now = [&] {
+    torch::NoGradGuard no_grad;
+    auto x = model.embed(batch.input_ids);
+    for (int64_t i = 0; i < model.config.layers; ++i) x = model.layer(i, x);
+    return objective->loss(model.head_logits(x), batch).item<double>();
+  };
+  const double h = 1e-5;
+  torch::manual_seed(11);
+  auto params = model.trainable_parameters();
+  for (size_t p = 0; p < params.size(); ++p) {
+    auto flat = params[p].tensor.detach().view({-1});
+    for (int k = 0; k < 3; ++k) {
+      const int64_t idx = torch::randint(flat.numel(), {1}).item<int64_t>();
+      const double orig = flat[idx].item<double>();
+      flat[idx].fill_(orig + h);
+      const double up = loss_now();
+      flat[idx].fill_(orig - h);
+      const double down = loss_now();
+      flat[idx].fill_(orig);
+      const double numeric = (up - down) / (2 * h);
+      const double analytic = grads.grads[p].view({-1})[idx].item<double>();
+      EXPECT_NEAR(analytic, numeric, 1e-7 + 1e-6 * std::abs(numeric)) << params[p].name << "[" << idx << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bpbench::testing
