@@ -1,0 +1,404 @@
+// memory.cpp: the tracking CPU allocator behind MemoryRecorder, and the MemoryScope / PhaseScope RAII
+// helpers.
+//
+// The allocator wraps whatever c10 CPU allocator was current when it was installed; a table keyed by data
+// pointer remembers each allocation's size and category, so the free is charged back to the right counter no
+// matter which thread (or which later scope) releases the tensor.
+#include "profiles/memory.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "profiles/nvtx.h"
+
+namespace bpbench::profiles {
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::params:
+      return "params";
+    case Category::grads:
+      return "grads";
+    case Category::checkpoints:
+      return "checkpoints";
+    case Category::activations:
+      return "activations";
+    case Category::kv:
+      return "kv";
+    case Category::logits:
+      return "logits";
+    case Category::comm:
+      return "comm";
+    case Category::other:
+      return "other";
+  }
+  return "other";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Process-global on purpose: intra-op worker threads allocate on behalf of the scope the main thread opened.
+std::atomic<Category> g_category{Category::other};
+
+// All recorder state. Heap-allocated and never freed, so tensors released during static destruction (or by
+// threads still running at exit) can still charge their frees to valid counters.
+struct State {
+  std::atomic<int64_t> live{0};
+  std::array<std::atomic<int64_t>, kCategoryCount> by_category{};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> count{0};
+  std::atomic<int64_t> budget{-1};  // < 0: no budget
+
+  // Only taken when a new peak is reached (rare after warm-up) or on reset, so the hot path stays lock-free.
+  std::mutex peak_mu;
+  int64_t snapshot_peak = 0;
+  CategoryBytes peak_snapshot{};
+
+  // While a timeline records, counter updates and point appends happen together under tl_mu so that points
+  // are in event order and each one is an exact state of the counters.
+  std::atomic<bool> timeline_active{false};
+  std::mutex tl_mu;
+  Clock::time_point tl_start;
+  double min_interval_ms = 0;
+  uint64_t generation = 0;  // bumped on start/stop so stale PhaseScopes never touch a newer timeline
+  Timeline timeline;
+  int64_t tl_peak = 0;
+  bool tail_replaceable = false;
+  double window_start_ms = 0;
+
+  CategoryBytes load_categories() const {
+    CategoryBytes out{};
+    for (int i = 0; i < kCategoryCount; ++i) out[i] = by_category[i].load(std::memory_order_relaxed);
+    return out;
+  }
+
+  double now_ms_locked() const {
+    return std::chrono::duration<double, std::milli>(Clock::now() - tl_start).count();
+  }
+
+  [[noreturn]] static void throw_budget(int64_t bytes, int64_t live, int64_t limit, Category c) {
+    C10_THROW_ERROR(
+        OutOfMemoryError,
+        fmt::format("bpbench CPU budget exceeded: tried to allocate {} bytes ({}) with {} live of a "
+                    "{}-byte budget",
+                    bytes, category_name(c), live, limit));
+  }
+
+  // Charges `bytes` to the counters, refusing (without any change) if that would exceed the budget. A CAS
+  // loop rather than fetch_add so concurrent allocations cannot jointly overshoot the budget. Returns the new
+  // live.
+  int64_t reserve(int64_t bytes, Category c) {
+    int64_t now;
+    const int64_t limit = budget.load(std::memory_order_relaxed);
+    if (limit >= 0 && bytes > 0) {
+      int64_t cur = live.load(std::memory_order_relaxed);
+      do {
+        if (cur + bytes > limit) throw_budget(bytes, cur, limit, c);
+      } while (!live.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+      now = cur + bytes;
+    } else {
+      now = live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    }
+    by_category[static_cast<int>(c)].fetch_add(bytes, std::memory_order_relaxed);
+    return now;
+  }
+
+  void unreserve(int64_t bytes, Category c) {
+    by_category[static_cast<int>(c)].fetch_sub(bytes, std::memory_order_relaxed);
+    live.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  // Called after the underlying allocation succeeded, so a failed allocation never raises the peak or the
+  // count.
+  void commit(int64_t now_live) {
+    count.fetch_add(1, std::memory_order_relaxed);
+    int64_t p = peak.load(std::memory_order_relaxed);
+    while (now_live > p) {
+      if (peak.compare_exchange_weak(p, now_live, std::memory_order_relaxed)) {
+        std::lock_guard<std::mutex> lk(peak_mu);
+        // Under concurrency a lower peak's snapshot may arrive late; never let it overwrite a higher one.
+        if (now_live >= snapshot_peak) {
+          snapshot_peak = now_live;
+          peak_snapshot = load_categories();
+        }
+        break;
+      }
+    }
+  }
+
+  // Coalescing: a point replaces the tail while it falls within min_interval_ms of the first event of the
+  // current window, so about one point per interval survives, each the last state of its window. A point that
+  // sets a new running maximum is pinned (never replaced) so the timeline's max is the true peak; the newest
+  // event is always the tail, so the final state is always present.
+  void append_point_locked() {
+    TimelinePoint p;
+    p.t_ms = now_ms_locked();
+    p.by_category = load_categories();
+    for (int64_t b : p.by_category) p.live += b;  // derived, not read, so points are self-consistent
+    const bool is_peak = p.live > tl_peak;
+    if (is_peak) tl_peak = p.live;
+    auto& pts = timeline.points;
+    if (tail_replaceable && !pts.empty() && p.t_ms - window_start_ms < min_interval_ms) {
+      pts.back() = p;
+    } else {
+      window_start_ms = p.t_ms;
+      pts.push_back(p);
+    }
+    tail_replaceable = !is_peak;
+  }
+
+  void on_free(int64_t bytes, Category c) {
+    if (timeline_active.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lk(tl_mu);
+      unreserve(bytes, c);
+      if (timeline_active.load(std::memory_order_relaxed)) append_point_locked();
+      return;
+    }
+    unreserve(bytes, c);
+  }
+};
+
+State& state() {
+  static State* s = new State();
+  return *s;
+}
+
+// What the allocator remembers about each live allocation, keyed by its data pointer. The key must be the
+// data pointer itself (DataPtr context == data): c10's raw_allocate path (used e.g. by bfloat16 matmuls)
+// asserts it.
+struct TrackedAllocation {
+  c10::DataPtr inner;  // owns the real allocation; destroying it frees through the original allocator
+  int64_t bytes;
+  Category category;
+};
+
+// Sharded by pointer so concurrent intra-op threads rarely contend on one lock.
+struct AllocationTable {
+  static constexpr size_t kShards = 64;
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<void*, TrackedAllocation> live;
+  };
+  std::array<Shard, kShards> shards;
+  Shard& shard_of(void* p) { return shards[(reinterpret_cast<uintptr_t>(p) >> 6) % kShards]; }
+};
+
+AllocationTable& allocation_table() {
+  static AllocationTable* t =
+      new AllocationTable();  // never freed: frees can happen during static destruction
+  return *t;
+}
+
+void delete_tracked(void* ptr) {
+  if (ptr == nullptr) return;  // zero-byte allocations hold no memory and are not in the table
+  auto& shard = allocation_table().shard_of(ptr);
+  std::unique_lock<std::mutex> lk(shard.mu);
+  auto node = shard.live.extract(ptr);
+  lk.unlock();
+  if (node.empty()) return;
+  const int64_t bytes = node.mapped().bytes;
+  const Category c = node.mapped().category;
+  node.mapped().inner.clear();  // the real free
+  // Decrement after the memory is really gone so live bytes never under-report.
+  state().on_free(bytes, c);
+}
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(size_t n) const override {
+    State& s = state();
+    const Category c = g_category.load(std::memory_order_relaxed);
+    const auto bytes = static_cast<int64_t>(n);
+    std::unique_lock<std::mutex> lk;
+    if (s.timeline_active.load(std::memory_order_acquire)) lk = std::unique_lock<std::mutex>(s.tl_mu);
+    const int64_t now_live = s.reserve(bytes, c);  // throws OutOfMemoryError on a budget overrun
+    void* data = nullptr;
+    c10::Device device = c10::Device(c10::DeviceType::CPU);
+    try {
+      c10::DataPtr inner = base_->allocate(n);
+      data = inner.get();
+      device = inner.device();
+      if (data != nullptr) {  // n == 0 allocates nothing: counted, but there is nothing to track
+        auto& shard = allocation_table().shard_of(data);
+        std::lock_guard<std::mutex> table_lock(shard.mu);
+        shard.live.emplace(data, TrackedAllocation{std::move(inner), bytes, c});
+      }
+    } catch (...) {
+      s.unreserve(bytes, c);
+      throw;
+    }
+    s.commit(now_live);
+    if (lk.owns_lock() && s.timeline_active.load(std::memory_order_relaxed)) s.append_point_locked();
+    return c10::DataPtr(data, data, &delete_tracked, device);
+  }
+
+  // Context == data pointer, so raw_allocate / raw_deallocate work through the same table.
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_tracked; }
+
+ private:
+  c10::Allocator* base_;
+};
+
+// Per thread: RAII phases nest within the thread that opens them. index < 0: not recorded (no timeline then).
+struct PhaseEntry {
+  int64_t index;
+  uint64_t generation;
+};
+std::vector<PhaseEntry>& phase_stack() {
+  thread_local std::vector<PhaseEntry> stack;
+  return stack;
+}
+
+}  // namespace
+
+MemoryRecorder& MemoryRecorder::instance() {
+  static MemoryRecorder* recorder = [] {
+    state();
+    // Leaked: c10 keeps the raw pointer for the rest of the process. Priority 100 beats the default (0) and
+    // any ordinary registration, and wrapping the current allocator keeps its behaviour (alignment,
+    // profiling).
+    auto* alloc = new TrackingAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(alloc, /*priority=*/100);
+    return new MemoryRecorder();
+  }();
+  return *recorder;
+}
+
+int64_t MemoryRecorder::live_bytes() const {
+  return state().live.load(std::memory_order_relaxed);
+}
+int64_t MemoryRecorder::peak_bytes() const {
+  return state().peak.load(std::memory_order_relaxed);
+}
+CategoryBytes MemoryRecorder::live_by_category() const {
+  return state().load_categories();
+}
+
+CategoryBytes MemoryRecorder::peak_by_category() const {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.peak_mu);
+  return s.peak_snapshot;
+}
+
+int64_t MemoryRecorder::allocation_count() const {
+  return state().count.load(std::memory_order_relaxed);
+}
+
+void MemoryRecorder::reset_peak() {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.peak_mu);
+  const int64_t live = s.live.load(std::memory_order_relaxed);
+  s.peak.store(live, std::memory_order_relaxed);
+  s.snapshot_peak = live;
+  s.peak_snapshot = s.load_categories();
+  s.count.store(0, std::memory_order_relaxed);
+}
+
+void MemoryRecorder::set_budget(std::optional<int64_t> bytes) {
+  state().budget.store(bytes ? std::max<int64_t>(*bytes, 0) : -1, std::memory_order_relaxed);
+}
+
+std::optional<int64_t> MemoryRecorder::budget() const {
+  const int64_t b = state().budget.load(std::memory_order_relaxed);
+  if (b < 0) return std::nullopt;
+  return b;
+}
+
+void MemoryRecorder::start_timeline(double min_interval_ms) {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.tl_mu);
+  ++s.generation;
+  s.timeline = Timeline{};
+  s.min_interval_ms = min_interval_ms;
+  s.tl_start = Clock::now();
+  s.tl_peak = s.live.load(std::memory_order_relaxed);
+  // A baseline at t=0 so the first event has something to be read against; pinned like a peak point.
+  s.tail_replaceable = false;
+  s.append_point_locked();
+  s.tail_replaceable = false;
+  s.timeline_active.store(true, std::memory_order_release);
+}
+
+Timeline MemoryRecorder::stop_timeline() {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.tl_mu);
+  if (!s.timeline_active.load(std::memory_order_relaxed)) return {};
+  s.timeline_active.store(false, std::memory_order_release);
+  // Phases still open end now, so every returned mark is a closed interval.
+  const double now = s.now_ms_locked();
+  for (auto& m : s.timeline.phases) {
+    if (m.end_ms < 0) m.end_ms = now;
+  }
+  ++s.generation;
+  Timeline out = std::move(s.timeline);
+  s.timeline = Timeline{};
+  return out;
+}
+
+bool MemoryRecorder::timeline_active() const {
+  return state().timeline_active.load(std::memory_order_acquire);
+}
+
+MemoryScope::MemoryScope(Category c) {
+  MemoryRecorder::instance();  // a scope is pointless unless the tracking allocator is installed
+  previous_ = g_category.exchange(c, std::memory_order_relaxed);
+  nvtx_push(category_name(c));
+}
+
+MemoryScope::~MemoryScope() {
+  nvtx_pop();
+  g_category.store(previous_, std::memory_order_relaxed);
+}
+
+PhaseScope::PhaseScope(std::string name) {
+  MemoryRecorder::instance();
+  nvtx_push(name.c_str());
+  State& s = state();
+  PhaseEntry entry{-1, 0};
+  auto& stack = phase_stack();
+  if (s.timeline_active.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lk(s.tl_mu);
+    if (s.timeline_active.load(std::memory_order_relaxed)) {
+      // Depth counts only enclosing phases recorded in this timeline, so 0 is the outermost mark it holds.
+      int depth = 0;
+      for (const auto& e : stack) {
+        if (e.index >= 0 && e.generation == s.generation) ++depth;
+      }
+      entry = {static_cast<int64_t>(s.timeline.phases.size()), s.generation};
+      // end_ms < 0 marks the phase as still open until its scope ends (or the timeline stops).
+      s.timeline.phases.push_back(PhaseMark{std::move(name), s.now_ms_locked(), -1.0, depth});
+    }
+  }
+  stack.push_back(entry);
+}
+
+PhaseScope::~PhaseScope() {
+  auto& stack = phase_stack();
+  if (!stack.empty()) {
+    const PhaseEntry entry = stack.back();
+    stack.pop_back();
+    State& s = state();
+    if (entry.index >= 0) {
+      std::lock_guard<std::mutex> lk(s.tl_mu);
+      if (s.timeline_active.load(std::memory_order_relaxed) && entry.generation == s.generation) {
+        s.timeline.phases[static_cast<size_t>(entry.index)].end_ms = s.now_ms_locked();
+      }
+    }
+  }
+  nvtx_pop();
+}
+
+}  // namespace bpbench::profiles
