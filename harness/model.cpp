@@ -231,6 +231,21 @@ torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
   return mlp_block(i, attention_block(i, x, q, kv));
 }
 
+torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const {
+  torch::NoGradGuard no_grad;
+  const int64_t T = x.size(1);
+  auto kv = project_kv(i, attn_norm(i, x), 0);  // (N, Hkv, T, hd)
+  auto y = torch::empty_like(x);
+  for (int64_t s = 0; s < T; s += rows) {
+    const int64_t c = std::min(rows, T - s), e = s + c;
+    auto x_rows = x.narrow(1, s, c);
+    auto q = project_q(i, attn_norm(i, x_rows), s);
+    KV visible{kv.k.narrow(2, 0, e), kv.v.narrow(2, 0, e)};
+    y.narrow(1, s, c).copy_(mlp_block(i, attention_block(i, x_rows, q, visible)));
+  }
+  return y;
+}
+
 torch::Tensor Model::final_norm(const torch::Tensor& x) const {
   return rms_norm(x, final_norm_weight, config.rms_eps);
 }

@@ -90,6 +90,8 @@ class Model {
                                 const KV& kv) const;
   torch::Tensor mlp_block(int64_t i, const torch::Tensor& x) const;
   torch::Tensor layer(int64_t i, const torch::Tensor& x) const;  // all rows: (N, T, d) -> (N, T, d)
+  // The same layer under no grad with queries in chunks of `rows` (K, V once for all rows): no T x T scores.
+  torch::Tensor layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const;
   torch::Tensor final_norm(const torch::Tensor& x) const;
   torch::Tensor lm_head(const torch::Tensor& h) const;       // (N, c, d) -> (N, c, V) in the model dtype
   torch::Tensor head_logits(const torch::Tensor& x) const {  // final_norm then lm_head

@@ -25,18 +25,7 @@ torch::Tensor reference_target_logps(Model& model, const Batch& batch, int64_t r
   torch::NoGradGuard no_grad;
   const int64_t T = batch.seq_len(), c = std::max<int64_t>(1, rows_per_chunk);
   auto x = model.embed(batch.input_ids);  // (N, T, d)
-  for (int64_t i = 0; i < model.config.layers; ++i) {
-    auto kv = model.project_kv(i, model.attn_norm(i, x), 0);
-    auto y = torch::empty_like(x);
-    for (int64_t s = 0; s < T; s += c) {
-      const int64_t e = std::min(T, s + c);
-      auto x_rows = x.narrow(1, s, e - s);
-      auto q = model.project_q(i, model.attn_norm(i, x_rows), s);
-      KV visible{kv.k.narrow(2, 0, e), kv.v.narrow(2, 0, e)};
-      y.narrow(1, s, e - s).copy_(model.mlp_block(i, model.attention_block(i, x_rows, q, visible)));
-    }
-    x = y;
-  }
+  for (int64_t i = 0; i < model.config.layers; ++i) x = model.layer_in_chunks(i, x, c);
   auto out = torch::zeros({batch.sequences(), T}, x.options().dtype(torch::kDouble));
   for (int64_t s = 0; s < T; s += c) {
     const int64_t e = std::min(T, s + c);

@@ -31,7 +31,7 @@ class Checkpoint final : public Strategy {
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     const Model& m = in.model;
-    auto xs = checkpointed_forward(m, in.batch.input_ids);  // L + 1 tensors (N, T, d)
+    auto xs = checkpointed_forward(m, in.batch.input_ids, in.batch.seq_len());  // L + 1 tensors (N, T, d)
 
     torch::Tensor loss, dy;
     if (chunked_head_) {

@@ -12,13 +12,13 @@ using profiles::Category;
 using profiles::MemoryScope;
 using profiles::PhaseScope;
 
-std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids) {
+std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids, int64_t rows) {
   PhaseScope phase("forward");
   MemoryScope scope(Category::checkpoints);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> xs;
   xs.push_back(model.embed(ids));
-  for (int64_t i = 0; i < model.config.layers; ++i) xs.push_back(model.layer(i, xs.back()));
+  for (int64_t i = 0; i < model.config.layers; ++i) xs.push_back(model.layer_in_chunks(i, xs.back(), rows));
   return xs;
 }
 

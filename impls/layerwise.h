@@ -11,8 +11,9 @@
 namespace bpbench {
 
 // No-grad forward storing every layer input: returns L + 1 tensors (N, T, d): the inputs of layers 0..L-1 and
-// the last layer's output. Allocated under the "checkpoints" memory category.
-std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids);
+// the last layer's output. Allocated under the "checkpoints" memory category. Attention runs over query
+// chunks of `rows` rows (pass T for whole-sequence attention, as Hugging Face's eager forward does).
+std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids, int64_t rows);
 
 // Re-runs the embedding with grad and backpropagates dx (N, T, d) into the embedding weight (when trainable).
 void embedding_backward(const Model& model, const torch::Tensor& ids, const torch::Tensor& dx);

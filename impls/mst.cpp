@@ -44,7 +44,7 @@ class MiniSequence final : public Strategy {
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     const Model& m = in.model;
-    auto xs = checkpointed_forward(m, in.batch.input_ids);
+    auto xs = checkpointed_forward(m, in.batch.input_ids, in.batch.seq_len());
     auto sums = streamed_sequence_sums(m, xs.back(), in.batch, in.objective, in.partition.logits_rows);
     auto head = streamed_head_backward(m, xs.back(), in.batch, in.objective, in.partition.logits_rows, sums);
     xs.pop_back();

@@ -42,7 +42,7 @@ class StreamBP final : public Strategy {
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     const Model& m = in.model;
-    auto xs = checkpointed_forward(m, in.batch.input_ids);
+    auto xs = checkpointed_forward(m, in.batch.input_ids, in.partition.rows);
     auto head = streamed_head_backward(m, xs.back(), in.batch, in.objective, in.partition.logits_rows);
     xs.pop_back();
     auto dy = head.dx;
