@@ -1,0 +1,44 @@
+// chrome_trace.cpp: Timeline -> Chrome trace JSON / plain JSON.
+#include "profiles/chrome_trace.h"
+
+namespace bpbench::profiles {
+
+namespace {
+nlohmann::json categories_json(const CategoryBytes& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < kCategoryCount; ++c) j[category_name(static_cast<Category>(c))] = bytes[c];
+  return j;
+}
+}  // namespace
+
+nlohmann::json chrome_trace(const Timeline& timeline, const std::string& process_name) {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", process_name}}}});
+  for (const auto& p : timeline.points)
+    events.push_back({{"name", "live bytes"},
+                      {"ph", "C"},
+                      {"pid", 1},
+                      {"ts", p.t_ms * 1000.0},
+                      {"args", categories_json(p.by_category)}});
+  for (const auto& ph : timeline.phases)
+    events.push_back({{"name", ph.name},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", ph.begin_ms * 1000.0},
+                      {"dur", (ph.end_ms - ph.begin_ms) * 1000.0},
+                      {"args", {{"depth", ph.depth}}}});
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+nlohmann::json timeline_to_json(const Timeline& timeline) {
+  nlohmann::json points = nlohmann::json::array(), phases = nlohmann::json::array();
+  for (const auto& p : timeline.points)
+    points.push_back({{"t_ms", p.t_ms}, {"live", p.live}, {"by_category", categories_json(p.by_category)}});
+  for (const auto& ph : timeline.phases)
+    phases.push_back(
+        {{"name", ph.name}, {"begin_ms", ph.begin_ms}, {"end_ms", ph.end_ms}, {"depth", ph.depth}});
+  return {{"points", points}, {"phases", phases}};
+}
+
+}  // namespace bpbench::profiles

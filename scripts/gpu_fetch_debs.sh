@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run HERE (a Debian 12 machine with network): downloads the Debian -dev packages the bpbench build needs that a
+# GPU machine without network lacks (fmt, nlohmann-json, GoogleTest, Google Benchmark) into .deps/debs/, which
+# is git-ignored and travels to the GPU machine with the device tool's `carry: [".deps"]`.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mkdir -p "$root/.deps/debs"
+cd "$root/.deps/debs"
+[ "$(id -u)" -eq 0 ] && apt-get update -qq
+apt-get download libfmt-dev libfmt9 nlohmann-json3-dev libgtest-dev libgmock-dev googletest \
+  libbenchmark-dev libbenchmark1debian 2>&1 | grep -v '^Get:' || true
+ls -1 "$root/.deps/debs"
