@@ -1,0 +1,444 @@
+// compare.cpp: matches the cells of two results files by axes and judges every change (see compare.h).
+#include "reports/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "harness/scenario.h"
+#include "reports/report.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+
+namespace {
+
+const char* kCompareHelp =
+    R"HELP(usage: bpbench compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT] [--gate-time]
+
+Matches the cells of two results files by their axes and prints a markdown table: per cell the status, the
+peak memory of both sides and its change, the median BP time of both and a verdict (better / same / worse /
+missing / new). Exits with the number of regressions, so CI can gate on it.
+
+Regressions:
+  - a cell measured in BASE that is now oom or error (or skipped): "became oom"
+  - memory.peak_bytes above BASE * (1 + PCT/100) (--mem-tol, default 0: CPU peaks are deterministic), or a
+    peak that is no longer measured; for max-length searches, a max_seq_len below BASE * (1 - PCT/100)
+  - a cell that is only in BASE ("missing": a measurement vanished); cells only in NEW are "new", not
+    regressions
+  - with --gate-time only: a slower BP time
+Time is compared only where both sides have at least 3 measured runs (time.count): NEW's median outside
+BASE's [min, max] widened by --time-tol percent (default 5) on each side is "slower" or "faster", else
+"same (noise)". Without --gate-time time is reported, never gated, and does not change the verdict.
+
+Axis keys that only one file has are ignored when matching (a newer bpbench may add grid keys); cells with
+the same axes match in order.
+
+options:
+  --mem-tol PCT     allowed peak-memory increase in percent (default 0)
+  --time-tol PCT    widening of BASE's time range in percent (default 5)
+  --gate-time       count "slower" as a regression
+  -h, --help        this text
+
+Exit status: 0 no regression; 1..125 the number of regressions (capped at 125); 126 bad input: a missing
+or malformed file, a file that is not a bpbench results.json, or a bad option (one line
+`bpbench: error: ...` on stderr).
+)HELP";
+
+const json& field(const json& j, const char* key) {
+  static const json null_value;
+  if (!j.is_object()) return null_value;
+  auto it = j.find(key);
+  return it == j.end() ? null_value : *it;
+}
+
+std::optional<double> number(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (!v.is_number()) return std::nullopt;
+  return v.get<double>();
+}
+
+std::optional<int64_t> integer(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float() && std::isfinite(v.get<double>())) return std::llround(v.get<double>());
+  return std::nullopt;
+}
+
+std::string text(const json& j, const char* key) {
+  const json& v = field(j, key);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+// One side's view of a cell: only what the comparison reads.
+struct Side {
+  std::string status, reason;
+  std::optional<int64_t> peak, max_len;
+  std::optional<double> median, min, max;
+  int64_t count = 0;
+};
+
+Side read_side(const json& c) {
+  Side s;
+  s.status = text(c, "status");
+  s.reason = text(c, "reason");
+  s.peak = integer(field(c, "memory"), "peak_bytes");
+  s.max_len = integer(c, "max_seq_len");
+  const json& t = field(c, "time");
+  s.median = number(t, "median_s");
+  s.min = number(t, "min_s");
+  s.max = number(t, "max_s");
+  if (!s.min) s.min = s.median;
+  if (!s.max) s.max = s.median;
+  s.count = integer(t, "count").value_or(field(t, "runs_s").is_array() ? field(t, "runs_s").size() : 0);
+  return s;
+}
+
+std::set<std::string> key_union(const json& cells) {
+  std::set<std::string> keys;
+  for (const auto& c : cells)
+    for (const auto& [k, v] : field(c, "axes").items()) keys.insert(k);
+  return keys;
+}
+
+std::string delta_text(int64_t base, int64_t now) {
+  const int64_t d = now - base;
+  if (d == 0) return "0";
+  const std::string amount = std::llabs(d) < (1 << 20) ? fmt::format("{:+d} B", d)
+                                                       : (d > 0 ? "+" : "-") + format_bytes(std::llabs(d));
+  if (base == 0) return amount;
+  return fmt::format("{} ({:+.2f}%)", amount, 100.0 * static_cast<double>(d) / static_cast<double>(base));
+}
+
+std::string status_text(const CompareRow& r) {
+  const std::string b = r.base_status.empty() ? "–" : r.base_status;
+  const std::string n = r.new_status.empty() ? "–" : r.new_status;
+  return b == n ? b : b + " → " + n;
+}
+
+std::string opt_bytes(const std::optional<int64_t>& b) {
+  return b ? format_bytes(*b) : "";
+}
+std::string opt_time(const std::optional<double>& t) {
+  return t ? format_time(*t) : "";
+}
+
+std::string short_reason(const std::string& r) {
+  std::string s = r.size() > 80 ? r.substr(0, 77) + "..." : r;
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r' || ch == '|') ch = ' ';
+  return s;
+}
+
+// Judges one matched pair; fills the row's memory/time/verdict/notes.
+void judge(CompareRow& row, const Side& b, const Side& n, const CompareOptions& opt) {
+  bool better = false;
+  auto regress = [&](const std::string& note) {
+    row.regression = true;
+    row.notes.push_back(note);
+  };
+  if (b.status != n.status) {
+    if (n.status == "oom" || n.status == "error") {
+      regress("became " + n.status + (n.reason.empty() ? "" : ": " + short_reason(n.reason)));
+    } else if (b.status == "ok") {
+      regress("no longer measured: " + n.status + (n.reason.empty() ? "" : ": " + short_reason(n.reason)));
+    } else if (n.status == "ok") {
+      better = true;
+      row.notes.push_back("now ok (was " + b.status + ")");
+    } else {
+      row.notes.push_back(fmt::format("{} → {}", b.status, n.status));
+    }
+  }
+  if (b.status == "ok" && n.status == "ok") {
+    const double mem_tol = opt.mem_tol_pct / 100.0;
+    // A max-length search's peak is that of its longest fitting probe: it grows with the maximum, so only the
+    // maximum is judged there.
+    if (b.peak && !b.max_len) {
+      if (!n.peak) {
+        row.memory = "worse";
+        regress("peak no longer measured");
+      } else {
+        const double base = static_cast<double>(*b.peak), now = static_cast<double>(*n.peak);
+        if (now > base * (1 + mem_tol)) {
+          row.memory = "worse";
+          regress("peak " + delta_text(*b.peak, *n.peak));
+        } else if (now < base * (1 - mem_tol)) {
+          row.memory = "better";
+          better = true;
+          row.notes.push_back("peak " + delta_text(*b.peak, *n.peak));
+        } else {
+          row.memory = "same";
+        }
+      }
+    }
+    if (b.max_len) {
+      std::string verdict = "same";
+      if (!n.max_len) {
+        verdict = "worse";
+        regress("max_seq_len no longer measured");
+      } else if (static_cast<double>(*n.max_len) < static_cast<double>(*b.max_len) * (1 - mem_tol)) {
+        verdict = "worse";
+        regress(fmt::format("max_seq_len {} → {}", *b.max_len, *n.max_len));
+      } else if (static_cast<double>(*n.max_len) > static_cast<double>(*b.max_len) * (1 + mem_tol)) {
+        verdict = "better";
+        better = true;
+        row.notes.push_back(fmt::format("max_seq_len {} → {}", *b.max_len, *n.max_len));
+      }
+      // The memory column shows the worse of the peak and the max-length verdicts.
+      if (row.memory.empty() || verdict == "worse" || (verdict == "better" && row.memory == "same"))
+        row.memory = verdict;
+    }
+    if (b.median && n.median) {
+      if (b.count >= opt.min_time_count && n.count >= opt.min_time_count) {
+        const double tol = opt.time_tol_pct / 100.0;
+        const double lo = *b.min * (1 - tol), hi = *b.max * (1 + tol);
+        if (*n.median > hi) {
+          row.time = "slower";
+          const std::string note =
+              fmt::format("time {:+.1f}% (median {} s → {} s)", 100 * (*n.median / *b.median - 1),
+                          format_time(*b.median), format_time(*n.median));
+          if (opt.gate_time)
+            regress(note);
+          else
+            row.notes.push_back(note + ", not gated");
+        } else if (*n.median < lo) {
+          row.time = "faster";
+          if (opt.gate_time) better = true;
+        } else {
+          row.time = "same (noise)";
+        }
+      } else {
+        row.time = fmt::format("n/a (runs < {})", opt.min_time_count);
+      }
+    }
+  }
+  row.verdict = row.regression ? Verdict::worse : better ? Verdict::better : Verdict::same;
+}
+
+}  // namespace
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::better:
+      return "better";
+    case Verdict::same:
+      return "same";
+    case Verdict::worse:
+      return "worse";
+    case Verdict::missing:
+      return "missing";
+    case Verdict::added:
+      return "new";
+  }
+  return "?";
+}
+
+int CompareReport::count(Verdict v) const {
+  return static_cast<int>(
+      std::count_if(rows.begin(), rows.end(), [&](const CompareRow& r) { return r.verdict == v; }));
+}
+
+int CompareReport::exit_code() const {
+  return std::min(regressions, kCompareMaxRegressions);
+}
+
+std::string CompareReport::markdown() const {
+  bool any_max_len = false;
+  for (const auto& r : rows) any_max_len = any_max_len || r.base_max_len || r.new_max_len;
+  std::vector<std::string> header = {"cell", "status", "peak base", "peak new", "Δ peak"};
+  if (any_max_len) header.insert(header.end(), {"max len base", "max len new"});
+  header.insert(header.end(), {"time base (s)", "time new (s)", "time", "verdict", "notes"});
+  std::string s = "|";
+  for (const auto& h : header) s += " " + h + " |";
+  s += "\n|";
+  // Numbers right-aligned, words left-aligned: the first two and the last three columns are words.
+  for (size_t i = 0; i < header.size(); ++i) s += i < 2 || i + 3 >= header.size() ? "---|" : "--:|";
+  s += "\n";
+  for (const auto& r : rows) {
+    std::vector<std::string> v = {r.label, status_text(r), opt_bytes(r.base_peak), opt_bytes(r.new_peak),
+                                  r.base_peak && r.new_peak ? delta_text(*r.base_peak, *r.new_peak) : ""};
+    if (any_max_len) {
+      v.push_back(r.base_max_len ? std::to_string(*r.base_max_len) : "");
+      v.push_back(r.new_max_len ? std::to_string(*r.new_max_len) : "");
+    }
+    v.push_back(opt_time(r.base_time));
+    v.push_back(opt_time(r.new_time));
+    v.push_back(r.time);
+    v.push_back(r.regression ? fmt::format("**{}**", verdict_name(r.verdict)) : verdict_name(r.verdict));
+    v.push_back(fmt::format("{}", fmt::join(r.notes, "; ")));
+    s += "|";
+    for (auto& cell : v) {
+      for (char& ch : cell)
+        if (ch == '|' || ch == '\n') ch = ' ';
+      s += " " + cell + " |";
+    }
+    s += "\n";
+  }
+  s += fmt::format(
+      "\n{} cells: {} better, {} same, {} worse, {} missing, {} new. {} regression{} (memory tolerance {}%, "
+      "time "
+      "tolerance {}%, time {}).\n",
+      rows.size(), count(Verdict::better), count(Verdict::same), count(Verdict::worse),
+      count(Verdict::missing), count(Verdict::added), regressions, regressions == 1 ? "" : "s",
+      options.mem_tol_pct, options.time_tol_pct, options.gate_time ? "gated" : "reported, not gated");
+  return s;
+}
+
+CompareReport compare_results(const json& base, const json& now, const CompareOptions& options) {
+  check_results(base, "BASE");
+  check_results(now, "NEW");
+  CompareReport report;
+  report.options = options;
+  const json& base_cells = base.at("cells");
+  const json& new_cells = now.at("cells");
+
+  // Match on the keys both files know.
+  const auto kb = key_union(base_cells), kn = key_union(new_cells);
+  std::vector<json> all_axes;
+  for (const auto& c : base_cells) all_axes.push_back(c.at("axes"));
+  for (const auto& c : new_cells) all_axes.push_back(c.at("axes"));
+  std::vector<std::string> match_keys, label_keys;
+  for (const auto& k : ordered_axis_keys(all_axes))
+    if (kb.count(k) && kn.count(k)) match_keys.push_back(k);
+  for (const auto& k : varying_axis_keys(all_axes))
+    if (std::find(match_keys.begin(), match_keys.end(), k) != match_keys.end()) label_keys.push_back(k);
+  if (label_keys.empty())
+    for (const char* k : {"model", "impl", "seq_len"})
+      if (kb.count(k) && kn.count(k)) label_keys.push_back(k);
+
+  // Keys: the matched axes, plus "#n" for the n-th repeat of the same axes within a file.
+  auto keyed = [&](const json& cells) {
+    std::vector<std::string> keys;
+    std::map<std::string, int> seen;
+    for (const auto& c : cells) {
+      const std::string k = axes_label(c.at("axes"), match_keys);
+      const int n = ++seen[k];
+      keys.push_back(n == 1 ? k : fmt::format("{} #{}", k, n));
+    }
+    return keys;
+  };
+  const auto base_keys = keyed(base_cells), new_keys = keyed(new_cells);
+  std::map<std::string, size_t> new_index;
+  for (size_t i = 0; i < new_keys.size(); ++i) new_index.emplace(new_keys[i], i);
+  auto label_of = [&](const json& cell, const std::string& key) {
+    std::string l = axes_label(cell.at("axes"), label_keys);
+    const auto hash = key.rfind(" #");
+    if (hash != std::string::npos && key.find('=', hash) == std::string::npos) l += key.substr(hash);
+    return l.empty() ? std::string("(cell)") : l;
+  };
+
+  std::set<size_t> matched;
+  for (size_t i = 0; i < base_cells.size(); ++i) {
+    CompareRow row;
+    row.label = label_of(base_cells[i], base_keys[i]);
+    const Side b = read_side(base_cells[i]);
+    row.base_status = b.status;
+    row.base_peak = b.peak;
+    row.base_max_len = b.max_len;
+    row.base_time = b.median;
+    auto it = new_index.find(base_keys[i]);
+    if (it == new_index.end()) {
+      row.verdict = Verdict::missing;
+      row.regression = true;
+      row.notes.push_back("only in BASE: the measurement vanished");
+    } else {
+      matched.insert(it->second);
+      const Side n = read_side(new_cells[it->second]);
+      row.new_status = n.status;
+      row.new_peak = n.peak;
+      row.new_max_len = n.max_len;
+      row.new_time = n.median;
+      judge(row, b, n, options);
+    }
+    report.regressions += row.regression ? 1 : 0;
+    report.rows.push_back(std::move(row));
+  }
+  for (size_t i = 0; i < new_cells.size(); ++i) {
+    if (matched.count(i)) continue;
+    CompareRow row;
+    row.label = label_of(new_cells[i], new_keys[i]);
+    const Side n = read_side(new_cells[i]);
+    row.new_status = n.status;
+    row.new_peak = n.peak;
+    row.new_max_len = n.max_len;
+    row.new_time = n.median;
+    row.verdict = Verdict::added;
+    row.notes.push_back("only in NEW");
+    report.rows.push_back(std::move(row));
+  }
+  return report;
+}
+
+int compare_main(const std::vector<std::string>& args) {
+  return compare_main(args, std::cout, std::cerr);
+}
+
+int compare_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const std::string options = "--mem-tol PCT, --time-tol PCT, --gate-time, --help";
+  try {
+    CompareOptions opt;
+    std::vector<std::string> files;
+    auto percent = [&](const std::string& name, const std::string& v) {
+      std::string s = v;
+      if (!s.empty() && s.back() == '%') s.pop_back();
+      size_t used = 0;
+      double d = -1;
+      try {
+        d = std::stod(s, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (s.empty() || used != s.size() || !std::isfinite(d) || d < 0)
+        input_error(fmt::format("compare: {} '{}' is not a percentage", name, v),
+                    "numbers >= 0, e.g. 5 or 0.5");
+      return d;
+    };
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      auto value = [&](const std::string& name) -> std::string {
+        if (a.size() > name.size() && a.compare(0, name.size() + 1, name + "=") == 0)
+          return a.substr(name.size() + 1);
+        if (i + 1 >= args.size()) input_error(fmt::format("compare: {} needs a value", name), options);
+        return args[++i];
+      };
+      auto is = [&](const std::string& name) { return a == name || a.rfind(name + "=", 0) == 0; };
+      if (a == "-h" || a == "--help") {
+        out << kCompareHelp;
+        return 0;
+      } else if (is("--mem-tol")) {
+        opt.mem_tol_pct = percent("--mem-tol", value("--mem-tol"));
+      } else if (is("--time-tol")) {
+        opt.time_tol_pct = percent("--time-tol", value("--time-tol"));
+      } else if (a == "--gate-time") {
+        opt.gate_time = true;
+      } else if (a.size() > 1 && a[0] == '-') {
+        input_error(fmt::format("compare: unknown option '{}'", a), options);
+      } else {
+        files.push_back(a);
+      }
+    }
+    if (files.size() != 2)
+      input_error(fmt::format("compare: expected BASE.json and NEW.json, got {} file{}", files.size(),
+                              files.size() == 1 ? "" : "s"),
+                  "bpbench compare BASE.json NEW.json [options]");
+    const json base = load_results(files[0]);
+    const json now = load_results(files[1]);
+    const CompareReport report = compare_results(base, now, opt);
+    out << fmt::format("# bpbench compare\n\nBASE: `{}`  \nNEW: `{}`\n\n", files[0], files[1]);
+    out << report.markdown();
+    return report.exit_code();
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (char& ch : msg)
+      if (ch == '\n' || ch == '\r') ch = ' ';
+    err << "bpbench: error: " << msg << "\n";
+    return kCompareInputError;
+  }
+}
+
+}  // namespace bpbench

@@ -1,0 +1,73 @@
+// compare.h: `bpbench compare BASE.json NEW.json`: a regression gate between two results files.
+//
+// Cells are matched by their axes (keys that only one file knows are ignored, so a newer bpbench that adds a
+// grid key still matches; repeated axes match in order). Per matched cell:
+//   status  a cell that was measured in BASE and is now oom, error or skipped is a regression; the reverse is
+//           "better".
+//   memory  memory.peak_bytes: NEW > BASE * (1 + mem_tol%) is worse (a regression), NEW < BASE * (1 -
+//   mem_tol%)
+//           better; a peak that is no longer measured is a regression. Max-length searches are judged on
+//           max_seq_len instead (their peak grows with it): smaller beyond the tolerance is a regression,
+//           larger is better.
+//   time    only where both sides have time.count >= 3: NEW's median outside BASE's [min, max] widened by
+//           time_tol% is "slower" / "faster", else "same (noise)". Reported, not gated, unless gate_time.
+// A cell only in BASE is "missing" (a regression: a measurement vanished); only in NEW it is "new" (not one).
+//
+// Exit status of compare_main: the number of regressions, capped at 125 (0: no regression); 126 for bad input
+// (missing file, malformed JSON, wrong schema, bad option), with one line `bpbench: error: ...` on stderr.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bpbench {
+
+inline constexpr int kCompareMaxRegressions = 125;  // exit statuses 0..125 count regressions
+inline constexpr int kCompareInputError = 126;
+
+struct CompareOptions {
+  double mem_tol_pct = 0;      // CPU peaks are deterministic: any increase is a regression by default
+  double time_tol_pct = 5;     // widens BASE's [min, max] time range on both sides
+  bool gate_time = false;      // true: "slower" counts as a regression
+  int64_t min_time_count = 3;  // measured runs each side needs before time is compared
+};
+
+enum class Verdict { better, same, worse, missing, added };
+const char* verdict_name(Verdict v);  // "better", "same", "worse", "missing", "new"
+
+struct CompareRow {
+  std::string label;                           // the axes that tell this cell from the others
+  std::string base_status, new_status;         // "" where the cell is absent on that side
+  std::optional<int64_t> base_peak, new_peak;  // memory.peak_bytes
+  std::optional<int64_t> base_max_len, new_max_len;
+  std::optional<double> base_time, new_time;  // time.median_s
+  std::string memory;                         // "better" | "same" | "worse" | "" (not compared)
+  std::string time;  // "faster" | "slower" | "same (noise)" | "n/a (runs < 3)" | "" (not timed)
+  Verdict verdict = Verdict::same;
+  bool regression = false;
+  std::vector<std::string> notes;  // what changed: "became oom", "peak +1 B (+0.00%)", ...
+};
+
+struct CompareReport {
+  CompareOptions options;
+  std::vector<CompareRow> rows;  // BASE's order, then cells only in NEW
+  int regressions = 0;
+  int count(Verdict v) const;
+  int exit_code() const;         // min(regressions, 125)
+  std::string markdown() const;  // the table plus a summary line
+};
+
+// Pure: compares two parsed results documents. Throws InputError when either is not a bpbench results file.
+CompareReport compare_results(const nlohmann::json& base, const nlohmann::json& now,
+                              const CompareOptions& options);
+
+// `bpbench compare` (args: what follows "compare"): prints the markdown to `out`, returns the exit status
+// above.
+int compare_main(const std::vector<std::string>& args);
+int compare_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace bpbench

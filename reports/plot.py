@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""plot.py: draws the figures of a bpbench report from the plot_data.json that `bpbench report` writes.
+
+usage: plot.py PLOT_DATA.json OUT_DIR
+
+Writes, for each section present in the data (see reports/README.md for its format):
+  OUT_DIR/peak_vs_seq_len.png   peak BP memory vs sequence length, one line per strategy (paper Figure 3)
+  OUT_DIR/partition_sweep.png   BP time (left axis) and peak memory (right axis) vs partition size (Figure 5)
+  OUT_DIR/timeline.png          live memory over time stacked by category, with phase marks (Figures 1 and 8)
+and prints the name of each file written. All the selection happens in C++; this script only draws.
+
+Exit status: 0 done; 2 bad arguments or data; 3 matplotlib is not installed for this python.
+"""
+import json
+import math
+import os
+import sys
+
+GIB, MIB = 2.0**30, 2.0**20
+# Stack order and colours of the memory categories (harness/profiles/memory.h), longest-lived at the bottom.
+CATEGORY_COLOURS = {
+    "params": "#4c72b0", "grads": "#55a868", "checkpoints": "#c44e52", "kv": "#8172b2",
+    "activations": "#ccb974", "logits": "#dd8452", "comm": "#64b5cd", "other": "#8c8c8c",
+}
+
+
+def byte_unit(max_bytes):
+    """(divisor, label) so that the largest value reads comfortably: GiB from 1 GiB up, else MiB."""
+    return (GIB, "GiB") if max_bytes >= GIB else (MIB, "MiB")
+
+
+def grid_shape(n):
+    cols = min(n, 2)
+    return math.ceil(n / cols), cols
+
+
+def log2_ticks(ax, values):
+    """A base-2 log x axis: a tick at every measured value when there are few, else at the powers of two."""
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(values))
+    if len(ticks) > 8:
+        lo, hi = math.floor(math.log2(ticks[0])), math.ceil(math.log2(ticks[-1]))
+        ticks = [2**k for k in range(lo, hi + 1)]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(v) for v in ticks], rotation=45 if len(ticks) > 6 else 0)
+    ax.minorticks_off()
+
+
+def plot_peak(data, out_dir, plt):
+    panels = data["panels"]
+    budget = data.get("budget_bytes")
+    # One colour per strategy across all panels, so a single legend serves the figure. A label may carry a
+    # note after the impl ("streambp (ps=256)"): the legend shows the first such note.
+    def impl(label):
+        return label.split(" (")[0]
+    impls, legend = [], {}
+    for panel in panels:
+        for s in panel["series"]:
+            if impl(s["label"]) not in impls:
+                impls.append(impl(s["label"]))
+            if legend.get(impl(s["label"]), impl(s["label"])) == impl(s["label"]):
+                legend[impl(s["label"])] = s["label"]
+    colour = {name: "C%d" % (i % 10) for i, name in enumerate(impls)}
+    # Strategies with equal peaks overlap exactly: distinct markers, larger ones first, keep each visible.
+    style = {name: dict(marker="os^Dv<>ph*"[i % 10], markersize=max(10 - 1.2 * i, 5),
+                        linestyle=["-", "--", "-.", ":"][i % 4]) for i, name in enumerate(impls)}
+    rows, cols = grid_shape(len(panels))
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.4 * rows + 0.8), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        peaks = [p for s in panel["series"] for p in s["peak_bytes"]]
+        div, unit = byte_unit(max(peaks + ([budget] if budget else []) + [1]))
+        top = max(peaks + [budget or 0]) / div
+        oom_y = (budget / div) if budget else (top * 1.05 if top > 0 else 1)
+        xs = []
+        for s in panel["series"]:
+            pts = sorted(zip(s["seq_len"], s["peak_bytes"]))
+            xs += [x for x, _ in pts] + s["oom_seq_len"]
+            if pts:
+                ax.plot([x for x, _ in pts], [y / div for _, y in pts], color=colour[impl(s["label"])],
+                        **style[impl(s["label"])])
+            if s["oom_seq_len"]:
+                ax.plot(s["oom_seq_len"], [oom_y] * len(s["oom_seq_len"]), "x",
+                        color=colour[impl(s["label"])], markersize=10, markeredgewidth=2)
+        if budget:
+            ax.axhline(budget / div, color="black", linestyle="--", linewidth=1)
+        if xs:
+            log2_ticks(ax, xs)
+        ax.set_ylim(bottom=0, top=max(top * 1.08, 1e-9))
+        ax.set_title(panel["title"], fontsize=10)
+        ax.set_xlabel("sequence length (tokens)")
+        ax.set_ylabel("peak BP memory (%s)" % unit)
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], color=colour[name], label=legend[name], **style[name]) for name in impls]
+    if budget:
+        handles.append(plt.Line2D([], [], color="black", linestyle="--",
+                                  label="memory budget (%.2f GiB)" % (budget / GIB)))
+    if any(s["oom_seq_len"] for p in panels for s in p["series"]):
+        handles.append(plt.Line2D([], [], color="grey", marker="x", linestyle="", markersize=10,
+                                  markeredgewidth=2, label="out of memory (drawn at the budget)"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=9, frameon=False)
+    fig.suptitle("Peak BP memory vs sequence length")
+    fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(handles) / 4) / rows, 1, 1))
+    return save(fig, out_dir, "peak_vs_seq_len.png", plt, layout=False)
+
+
+def plot_partition(data, out_dir, plt):
+    panels = data["panels"]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 4.8 * len(panels)), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        twin = ax.twinx()
+        peaks = [p for s in panel["series"] for p in s["peak_bytes"] if p is not None]
+        div, unit = byte_unit(max(peaks + [1]))
+        xs, handles = [], []
+        for i, s in enumerate(panel["series"]):
+            colour = "C%d" % (i % 10)
+            xs += s["partition"]
+            timed = [(x, t) for x, t in zip(s["partition"], s["time_s"]) if t is not None]
+            if timed:
+                handles += ax.plot(*zip(*timed), "o-", color=colour, label=s["label"] + " time")
+            sized = [(x, p / div) for x, p in zip(s["partition"], s["peak_bytes"]) if p is not None]
+            if sized:
+                handles += twin.plot(*zip(*sized), "s--", color=colour, label=s["label"] + " peak")
+        log2_ticks(ax, xs)
+        ax.set_ylim(bottom=0)
+        twin.set_ylim(bottom=0)
+        ax.set_xlabel(panel.get("xlabel", "partition size (tokens)"))
+        ax.set_ylabel("BP time (s), solid")
+        twin.set_ylabel("peak BP memory (%s), dashed" % unit)
+        ax.set_title(panel["title"], fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.17), ncol=min(len(handles), 4), frameon=False)
+    fig.suptitle("BP time and peak memory vs partition size")
+    return save(fig, out_dir, "partition_sweep.png", plt)
+
+
+def plot_timeline(data, out_dir, plt):
+    t = data["t_ms"]
+    cats = [c for c in data["categories"] if any(data["by_category"][c])]  # drop categories never used
+    live = data.get("live") or [sum(v) for v in zip(*(data["by_category"][c] for c in cats))]
+    seconds = bool(t) and t[-1] > 5000
+    scale, tunit = (1e-3, "s") if seconds else (1.0, "ms")
+    x = [v * scale for v in t]
+    div, unit = byte_unit(max(live + [1]))
+    fig, ax = plt.subplots(figsize=(12, 5.5))
+    ax.stackplot(x, *[[b / div for b in data["by_category"][c]] for c in cats], labels=cats, step="post",
+                 colors=[CATEGORY_COLOURS.get(c, "C%d" % i) for i, c in enumerate(cats)], alpha=0.9)
+    peak_i = max(range(len(live)), key=lambda i: live[i]) if live else None
+    if peak_i is not None:
+        ax.axhline(live[peak_i] / div, color="black", linestyle=":", linewidth=1)
+        ax.annotate("peak %.2f %s" % (live[peak_i] / div, unit), (x[peak_i], live[peak_i] / div),
+                    textcoords="offset points", xytext=(4, 4), fontsize=9)
+    # Phases: outermost as alternating bands, labelled where wide enough; nested ones as ticks at the bottom.
+    span = (x[-1] - x[0]) if len(x) > 1 else 1.0
+    top = (live[peak_i] / div if peak_i is not None else 1) * 1.15
+    outer = [p for p in data.get("phases", []) if p["depth"] == 0]
+    for i, p in enumerate(outer):
+        b, e = p["begin_ms"] * scale, p["end_ms"] * scale
+        if i % 2 == 0:
+            ax.axvspan(b, e, color="grey", alpha=0.08, linewidth=0)
+        ax.axvline(b, color="grey", linewidth=0.5, alpha=0.6)
+        if span > 0 and (e - b) / span >= 0.035:
+            ax.text((b + e) / 2, top * 0.985, p["name"], ha="center", va="top", fontsize=8,
+                    rotation=90 if (e - b) / span < 0.12 else 0)
+    inner = [p for p in data.get("phases", []) if p["depth"] == 1]
+    for p in inner:
+        ax.plot([p["begin_ms"] * scale] * 2, [0, top * 0.02], color="black", linewidth=0.5)
+    ax.set_ylim(0, top)
+    if len(x) > 1:
+        ax.set_xlim(x[0], x[-1])
+    ax.set_xlabel("time since the step started (%s)" % tunit
+                  + ("; ticks at the bottom: nested phases (chunks)" if inner else ""))
+    ax.set_ylabel("live memory (%s)" % unit)
+    ax.set_title(data.get("title", "Memory timeline"), fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
+              title="category")
+    return save(fig, out_dir, "timeline.png", plt)
+
+
+def save(fig, out_dir, name, plt, layout=True):
+    if layout:
+        fig.tight_layout()
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(path)
+    return path
+
+
+def main(argv):
+    if len(argv) != 3:
+        print("usage: plot.py PLOT_DATA.json OUT_DIR", file=sys.stderr)
+        return 2
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed for %s (Debian: apt-get install python3-matplotlib)"
+              % sys.executable)
+        return 3
+    try:
+        with open(argv[1]) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        print("cannot read %s: %s" % (argv[1], e))
+        return 2
+    if (data.get("peak_vs_seq_len") or {}).get("panels"):
+        plot_peak(data["peak_vs_seq_len"], argv[2], plt)
+    if (data.get("partition_sweep") or {}).get("panels"):
+        plot_partition(data["partition_sweep"], argv[2], plt)
+    if data.get("timeline") and data["timeline"].get("t_ms"):
+        plot_timeline(data["timeline"], argv[2], plt)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,202 @@
+// test_cli.cpp: the built bpbench binary as a user meets it: listings, help, a tiny run, and the rule that
+// every bad input gets exit status 2 and exactly one stderr line naming the problem.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "harness/model_config.h"
+#include "harness/objective.h"
+#include "impls/strategy.h"
+
+namespace bpbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n + (!s.empty() && s.back() != '\n');
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::temp_directory_path() / "bpbench-cli-XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // `args` are shell words (the test controls them); stdout and stderr are captured separately.
+  Outcome bpbench(const std::string& args) {
+    const auto out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = "cd '" + dir_.string() + "' && '" BPBENCH_BINARY "' " + args + " >'" +
+                            out.string() + "' 2>'" + err.string() + "' </dev/null";
+    const int raw = std::system(cmd.c_str());
+    Outcome o;
+    o.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+    o.out = slurp(out);
+    o.err = slurp(err);
+    return o;
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return name;
+  }
+
+  // Bad input: status 2, one stderr line with "error" and `needle`, nothing on stdout.
+  void expect_bad_input(const std::string& args, const std::string& needle) {
+    SCOPED_TRACE(args);
+    const Outcome o = bpbench(args);
+    EXPECT_EQ(o.status, 2) << o.err;
+    EXPECT_EQ(count_lines(o.err), 1u) << o.err;
+    EXPECT_EQ(o.err.rfind("bpbench: error: ", 0), 0u) << o.err;
+    EXPECT_NE(o.err.find(needle), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("(valid: "), std::string::npos) << o.err;
+    EXPECT_TRUE(o.out.empty()) << o.out;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Cli, ListModelsShowsEveryPresetWithItsParameterCount) {
+  const Outcome o = bpbench("list models");
+  ASSERT_EQ(o.status, 0) << o.err;
+  for (const auto& m : model_presets()) {
+    bool found = false;
+    std::istringstream lines(o.out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.find(" " + m.name + " ") != std::string::npos &&
+          line.find(" " + std::to_string(m.parameter_count()) + " ") != std::string::npos)
+        found = true;
+    EXPECT_TRUE(found) << m.name << " with " << m.parameter_count() << " parameters not in:\n" << o.out;
+  }
+  bool qwen8b = false;
+  std::istringstream lines(o.out);
+  for (std::string line; std::getline(lines, line);)
+    qwen8b |= line.find("qwen3-8b") != std::string::npos && line.find("8190735360") != std::string::npos;
+  EXPECT_TRUE(qwen8b) << o.out;
+}
+
+TEST_F(Cli, ListImplsAndObjectives) {
+  const Outcome impls = bpbench("list impls");
+  ASSERT_EQ(impls.status, 0) << impls.err;
+  for (const auto& name : strategy_names())
+    EXPECT_NE(impls.out.find("  " + name + " "), std::string::npos) << name;
+  const Outcome objectives = bpbench("list objectives");
+  ASSERT_EQ(objectives.status, 0) << objectives.err;
+  for (const auto& name : objective_names())
+    EXPECT_NE(objectives.out.find("  " + name + " "), std::string::npos);
+  const Outcome all = bpbench("list");
+  ASSERT_EQ(all.status, 0);
+  EXPECT_NE(all.out.find("qwen3-8b"), std::string::npos);
+  EXPECT_NE(all.out.find("streambp"), std::string::npos);
+  EXPECT_NE(all.out.find("grpo"), std::string::npos);
+}
+
+TEST_F(Cli, HelpForEveryCommandExitsZero) {
+  for (const char* args :
+       {"--help", "-h", "help", "run --help", "help run", "list --help", "help list", "--version"}) {
+    const Outcome o = bpbench(args);
+    EXPECT_EQ(o.status, 0) << args << ": " << o.err;
+    EXPECT_FALSE(o.out.empty()) << args;
+    EXPECT_TRUE(o.err.empty()) << args << ": " << o.err;
+  }
+  EXPECT_NE(bpbench("run --help").out.find("usage: bpbench run SCENARIO.json"), std::string::npos);
+  EXPECT_NE(bpbench("list --help").out.find("usage: bpbench list"), std::string::npos);
+  EXPECT_EQ(bpbench("--help").out.find("run-cell"), std::string::npos) << "run-cell is internal";
+}
+
+TEST_F(Cli, BadInputIsOneLineAndExitStatus2) {
+  expect_bad_input(
+      "run " + write("m.json", R"({"grid": {"model": "gpt5", "impl": "plain", "seq_len": 16}})") + " --out o",
+      "gpt5");
+  expect_bad_input(
+      "run " +
+          write("i.json", R"({"grid": {"model": "tiny", "impl": ["plain", "magicbp"], "seq_len": 16}})") +
+          " --out o",
+      "magicbp");
+  expect_bad_input(
+      "run " +
+          write("o.json",
+                R"({"grid": {"model": "tiny", "impl": "plain", "objective": "ppo", "seq_len": 16}})") +
+          " --out o",
+      "ppo");
+  expect_bad_input(
+      "run " + write("s.json", R"({"grid": {"model": "tiny", "impl": "plain", "seq_len": 0}})") + " --out o",
+      "seq_len");
+  expect_bad_input(
+      "run " +
+          write("p.json", R"({"grid": {"model": "tiny", "impl": "plain", "seq_len": 8, "partition": 0}})") +
+          " --out o",
+      "partition");
+  expect_bad_input(
+      "run " +
+          write("d.json", R"({"grid": {"model": "tiny", "impl": "plain", "seq_len": 8, "dtype": "int8"}})") +
+          " --out o",
+      "int8");
+  expect_bad_input(
+      "run " + write("k.json", R"({"grid": {"model": "tiny", "impl": "plain", "seq_len": 8, "colour": 1}})") +
+          " --out o",
+      "colour");
+  expect_bad_input(
+      "run " + write("bad.json", "{\"grid\": {\"model\": \"tiny\",\n  \"impl\": }\n") + " --out o",
+      "malformed JSON");
+  expect_bad_input("run no-such-scenario.json --out o", "no-such-scenario.json");
+  expect_bad_input("frobnicate", "frobnicate");
+  expect_bad_input("", "missing command");
+  expect_bad_input("list widgets", "widgets");
+  expect_bad_input("run --bogus", "--bogus");
+  expect_bad_input("run", "SCENARIO.json");
+  expect_bad_input("run " +
+                       write("ok.json", R"({"grid": {"model": "tiny", "impl": "plain", "seq_len": 8}})") +
+                       " --threads zero",
+                   "zero");
+  EXPECT_FALSE(fs::exists(dir_ / "o")) << "bad input must be rejected before anything is written";
+}
+
+TEST_F(Cli, RunWritesResultsProgressAndTable) {
+  write("t.json",
+        R"({"name": "cli-tiny", "grid": {"model": "tiny", "impl": ["plain", "streambp"], "seq_len": 16,
+    "partition": 4}, "measure": {"time": {"warmup": 0, "repeat": 1}}})");
+  const Outcome o = bpbench("run t.json --out res --threads 1");
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("[1/2] model=tiny impl=plain objective=sft seq_len=16 ... ok "), std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("[2/2] model=tiny impl=streambp"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("ETA"), std::string::npos) << o.err;
+  EXPECT_NE(o.out.find("| model | impl "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("grad rel L2"), std::string::npos) << o.out;
+  const auto results = nlohmann::json::parse(slurp(dir_ / "res" / "results.json"));
+  EXPECT_EQ(results.at("schema"), "bpbench.results/1");
+  ASSERT_EQ(results.at("cells").size(), 2u);
+  EXPECT_EQ(results.at("meta").at("argv")[1], "run");
+  EXPECT_EQ(results.at("meta").at("threads"), 1);
+  for (const auto& c : results.at("cells")) EXPECT_EQ(c.at("status"), "ok") << c.dump();
+}
+
+}  // namespace
+}  // namespace bpbench

@@ -1,0 +1,261 @@
+// test_compare.cpp: `bpbench compare` as a CI gate: the committed fixture against edited copies of itself,
+// one change at a time, checking the verdicts and that the exit status is the number of regressions.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "reports/compare.h"
+#include "reports/report.h"
+
+namespace bpbench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+long lines(const std::string& s) {
+  return std::count(s.begin(), s.end(), '\n');
+}
+
+const fs::path kFixture = fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" / "results_small.json";
+
+json fixture() {
+  return load_results(kFixture);
+}
+
+// The index of the first cell whose axes have these values (and a seq_len axis unless `seq_len` < 0).
+size_t find_cell(const json& doc, const std::string& impl, int64_t seq_len,
+                 const std::string& objective = "sft", const std::string& dtype = "float32",
+                 int64_t partition = 256) {
+  const json& cells = doc.at("cells");
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const json& a = cells[i].at("axes");
+    const bool len_ok = seq_len < 0 ? !a.contains("seq_len") : a.value("seq_len", int64_t{-1}) == seq_len;
+    if (a.at("impl") == impl && len_ok && a.at("objective") == objective && a.at("dtype") == dtype &&
+        a.at("partition") == partition)
+      return i;
+  }
+  ADD_FAILURE() << "no cell " << impl << " " << seq_len;
+  return 0;
+}
+
+const CompareRow& only_worse(const CompareReport& r) {
+  static const CompareRow none;
+  for (const auto& row : r.rows)
+    if (row.regression) return row;
+  ADD_FAILURE() << "no regression in\n" << r.markdown();
+  return none;
+}
+
+TEST(Compare, FixtureAgainstItselfIsAllSame) {
+  const json base = fixture();
+  const CompareReport r = compare_results(base, base, {});
+  EXPECT_EQ(r.exit_code(), 0) << r.markdown();
+  EXPECT_EQ(r.regressions, 0);
+  ASSERT_EQ(r.rows.size(), base.at("cells").size());
+  EXPECT_EQ(r.count(Verdict::same), static_cast<int>(r.rows.size()));
+  for (const auto& row : r.rows) {
+    EXPECT_EQ(row.verdict, Verdict::same) << row.label;
+    if (row.base_peak) {
+      EXPECT_EQ(row.memory, "same") << row.label;
+    }
+  }
+  // Cells are labelled by the axes that vary, so every label is distinct.
+  std::set<std::string> labels;
+  for (const auto& row : r.rows) labels.insert(row.label);
+  EXPECT_EQ(labels.size(), r.rows.size());
+}
+
+TEST(Compare, OneBytePeakIncreaseIsARegressionAtZeroToleranceOnly) {
+  const json base = fixture();
+  json now = base;
+  const size_t i = find_cell(now, "streambp", 1024);
+  now["cells"][i]["memory"]["peak_bytes"] = now["cells"][i]["memory"]["peak_bytes"].get<int64_t>() + 1;
+
+  const CompareReport strict = compare_results(base, now, {});
+  EXPECT_EQ(strict.exit_code(), 1) << strict.markdown();
+  const CompareRow& row = only_worse(strict);
+  EXPECT_EQ(row.memory, "worse");
+  EXPECT_EQ(row.verdict, Verdict::worse);
+  EXPECT_EQ(*row.new_peak - *row.base_peak, 1);
+  EXPECT_NE(strict.markdown().find("+1 B"), std::string::npos) << strict.markdown();
+
+  CompareOptions tolerant;
+  tolerant.mem_tol_pct = 1;
+  EXPECT_EQ(compare_results(base, now, tolerant).exit_code(), 0);
+
+  // A smaller peak is better, never a regression.
+  now["cells"][i]["memory"]["peak_bytes"] = now["cells"][i]["memory"]["peak_bytes"].get<int64_t>() - 1000;
+  const CompareReport smaller = compare_results(base, now, {});
+  EXPECT_EQ(smaller.exit_code(), 0);
+  EXPECT_EQ(smaller.count(Verdict::better), 1);
+}
+
+TEST(Compare, CellThatBecameOomOrErrorCounts) {
+  const json base = fixture();
+  json now = base;
+  const size_t i = find_cell(now, "checkpoint", 2048);
+  now["cells"][i]["status"] = "oom";
+  now["cells"][i]["memory"] = nullptr;
+  now["cells"][i]["time"] = nullptr;
+  CompareReport r = compare_results(base, now, {});
+  EXPECT_EQ(r.exit_code(), 1) << r.markdown();
+  EXPECT_NE(only_worse(r).notes.at(0).find("became oom"), std::string::npos);
+
+  now["cells"][i]["status"] = "error";
+  now["cells"][i]["reason"] = "boom";
+  r = compare_results(base, now, {});
+  EXPECT_EQ(r.exit_code(), 1) << r.markdown();
+
+  // The reverse (oom -> ok) is an improvement.
+  r = compare_results(now, base, {});
+  EXPECT_EQ(r.exit_code(), 0) << r.markdown();
+  EXPECT_EQ(r.count(Verdict::better), 1);
+}
+
+TEST(Compare, TwoChangesGiveExitTwo) {
+  const json base = fixture();
+  json now = base;
+  const size_t a = find_cell(now, "plain", 512), b = find_cell(now, "mst", 1024);
+  now["cells"][a]["memory"]["peak_bytes"] = now["cells"][a]["memory"]["peak_bytes"].get<int64_t>() + 1;
+  now["cells"][b]["status"] = "oom";
+  now["cells"][b]["memory"] = nullptr;
+  const CompareReport r = compare_results(base, now, {});
+  EXPECT_EQ(r.exit_code(), 2) << r.markdown();
+  EXPECT_EQ(r.count(Verdict::worse), 2);
+}
+
+TEST(Compare, MissingCellIsARegressionAndANewCellIsNot) {
+  const json base = fixture();
+  json now = base;
+  const size_t i = find_cell(now, "mst", 512);
+  now["cells"].erase(i);
+  CompareReport r = compare_results(base, now, {});
+  EXPECT_EQ(r.exit_code(), 1) << r.markdown();
+  EXPECT_EQ(r.count(Verdict::missing), 1);
+  EXPECT_NE(only_worse(r).label.find("impl=mst"), std::string::npos) << only_worse(r).label;
+
+  r = compare_results(now, base, {});  // the same cell, only in NEW
+  EXPECT_EQ(r.exit_code(), 0) << r.markdown();
+  EXPECT_EQ(r.count(Verdict::added), 1);
+}
+
+TEST(Compare, TimeIsReportedNotGatedUnlessAsked) {
+  const json base = fixture();
+  json now = base;
+  const size_t i = find_cell(now, "streambp", 2048);
+  ASSERT_GE(now["cells"][i]["time"]["count"].get<int64_t>(), 3);
+  json& t = now["cells"][i]["time"];
+  for (const char* k : {"median_s", "min_s", "max_s"}) t[k] = t[k].get<double>() * 2;
+  for (auto& run : t["runs_s"]) run = run.get<double>() * 2;
+
+  const CompareReport reported = compare_results(base, now, {});
+  EXPECT_EQ(reported.exit_code(), 0) << reported.markdown();
+  const CompareRow& row = reported.rows.at(i);
+  EXPECT_EQ(row.time, "slower");
+  EXPECT_EQ(row.verdict, Verdict::same);
+
+  CompareOptions gated;
+  gated.gate_time = true;
+  const CompareReport g = compare_results(base, now, gated);
+  EXPECT_EQ(g.exit_code(), 1) << g.markdown();
+  EXPECT_EQ(g.rows.at(i).verdict, Verdict::worse);
+
+  // Within BASE's [min, max] range widened by 5%: noise, even when gated.
+  json close = base;
+  close["cells"][i]["time"]["median_s"] = base["cells"][i]["time"]["max_s"].get<double>() * 1.04;
+  const CompareReport noise = compare_results(base, close, gated);
+  EXPECT_EQ(noise.exit_code(), 0) << noise.markdown();
+  EXPECT_EQ(noise.rows.at(i).time, "same (noise)");
+
+  // Too few runs on one side: not compared at all.
+  now["cells"][i]["time"]["count"] = 2;
+  now["cells"][i]["time"]["runs_s"] = json::array({1.0, 2.0});
+  const CompareReport few = compare_results(base, now, gated);
+  EXPECT_EQ(few.exit_code(), 0) << few.markdown();
+  EXPECT_EQ(few.rows.at(i).time.rfind("n/a", 0), 0u) << few.rows.at(i).time;
+}
+
+TEST(Compare, ShorterMaxSeqLenIsARegression) {
+  const json base = fixture();
+  json now = base;
+  const size_t i = find_cell(now, "streambp", -1);
+  now["cells"][i]["max_seq_len"] = now["cells"][i]["max_seq_len"].get<int64_t>() - 128;
+  now["cells"][i]["memory"]["peak_bytes"] = now["cells"][i]["memory"]["peak_bytes"].get<int64_t>() - 4096;
+  const CompareReport r = compare_results(base, now, {});
+  EXPECT_EQ(r.exit_code(), 1) << r.markdown();
+  EXPECT_NE(r.markdown().find("max len base"), std::string::npos);
+  EXPECT_EQ(compare_results(now, base, {}).exit_code(), 0);  // longer: better
+}
+
+TEST(Compare, ExitStatusIsCappedAt125) {
+  json base = fixture();
+  const json one = base["cells"][0];
+  base["cells"] = json::array();
+  for (int k = 0; k < 130; ++k) base["cells"].push_back(one);  // repeated axes match in order
+  json now = base;
+  for (auto& c : now["cells"]) c["memory"]["peak_bytes"] = c["memory"]["peak_bytes"].get<int64_t>() + 1;
+  const CompareReport r = compare_results(base, now, {});
+  EXPECT_EQ(r.regressions, 130);
+  EXPECT_EQ(r.exit_code(), 125);
+}
+
+class CompareCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("bpbench-compare-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+  int run(const std::vector<std::string>& args) {
+    out_.str("");
+    err_.str("");
+    return compare_main(args, out_, err_);
+  }
+  fs::path dir_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(CompareCli, PrintsTableAndExitsWithRegressions) {
+  json now = fixture();
+  now["cells"][0]["memory"]["peak_bytes"] = now["cells"][0]["memory"]["peak_bytes"].get<int64_t>() + 1;
+  const std::string n = write("new.json", now.dump());
+  EXPECT_EQ(run({kFixture.string(), n}), 1) << err_.str();
+  EXPECT_NE(out_.str().find("| cell | status | peak base"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("1 regression"), std::string::npos) << out_.str();
+  EXPECT_EQ(run({kFixture.string(), n, "--mem-tol", "1"}), 0) << err_.str();
+  EXPECT_EQ(run({kFixture.string(), n, "--mem-tol=0.5%"}), 0) << err_.str();
+  EXPECT_EQ(run({"--help"}), 0);
+  EXPECT_NE(out_.str().find("126"), std::string::npos);
+}
+
+TEST_F(CompareCli, BadInputExits126WithOneLine) {
+  const std::string bad = write("bad.json", "{\"schema\": ");
+  const std::string wrong = write("wrong.json", "{\"schema\": \"something/9\", \"cells\": []}");
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{kFixture.string(), (dir_ / "absent.json").string()},
+                                             {kFixture.string(), bad},
+                                             {wrong, kFixture.string()},
+                                             {kFixture.string()},
+                                             {kFixture.string(), kFixture.string(), "--mem-tol", "x"},
+                                             {kFixture.string(), kFixture.string(), "--frob"}}) {
+    EXPECT_EQ(run(args), 126) << args.back();
+    EXPECT_EQ(err_.str().rfind("bpbench: error: ", 0), 0u) << err_.str();
+    EXPECT_EQ(lines(err_.str()), 1) << err_.str();
+  }
+}
+
+}  // namespace
+}  // namespace bpbench

@@ -1,0 +1,216 @@
+// test_report.cpp: `bpbench report` on the committed fixture: the paper's tables in report.md (with oom and
+// skipped cells shown as such), the three PNGs when matplotlib is there, and clean failures otherwise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "reports/report.h"
+
+namespace bpbench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+long lines(const std::string& s) {
+  return std::count(s.begin(), s.end(), '\n');
+}
+
+const fs::path kFixture = fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" / "results_small.json";
+
+bool have_matplotlib() {
+  static const bool yes = std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+  return yes;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The markdown between "## title" and the next "## " heading.
+std::string section(const std::string& md, const std::string& title) {
+  const auto b = md.find("## " + title);
+  if (b == std::string::npos) return "";
+  const auto e = md.find("\n## ", b + 3);
+  return md.substr(b, e == std::string::npos ? std::string::npos : e - b);
+}
+
+// The table line that starts with "| first |" in `text`.
+std::string row(const std::string& text, const std::string& first) {
+  const auto b = text.find("\n| " + first + " |");
+  if (b == std::string::npos) return "";
+  return text.substr(b + 1, text.find('\n', b + 1) - b - 1);
+}
+
+class Report : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("bpbench-report-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  int run(const std::vector<std::string>& args) {
+    out_.str("");
+    err_.str("");
+    return report_main(args, out_, err_);
+  }
+  fs::path dir_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(Report, RendersThePaperTablesFromTheFixture) {
+  const fs::path out = dir_ / "report";
+  ASSERT_EQ(run({kFixture.string(), "--out", out.string()}), 0) << err_.str();
+  const std::string md = slurp(out / "report.md");
+  ASSERT_FALSE(md.empty());
+  EXPECT_TRUE(fs::exists(out / "plot_data.json"));
+
+  // Table 3: rows model/objective, columns strategies, thousands of tokens; from the max-length cells.
+  const std::string t3 = section(md, "Maximum sequence length (Table 3)");
+  EXPECT_NE(t3.find("| model | objective | plain | checkpoint | streambp |"), std::string::npos) << t3;
+  EXPECT_EQ(row(t3, "small"), "| small | sft | 1.4k | 2.3k | 22.3k |") << t3;
+  EXPECT_NE(t3.find("22272: ok"), std::string::npos) << t3;  // the probes of the search
+
+  // Table 1: rows strategies, columns lengths, median seconds; plain ran out of memory at 2048.
+  const std::string t1 = section(md, "BP time (Table 1)");
+  EXPECT_NE(t1.find("| impl | T=512 | T=1024 | T=2048 |"), std::string::npos) << t1;
+  EXPECT_EQ(row(t1, "plain"), "| plain | 6.10 | 12.8 | oom |") << t1;
+  EXPECT_NE(t1.find("| mst | skipped: mst decomposes"), std::string::npos) << t1;  // DPO table
+  EXPECT_NE(row(t1, "streambp ps=128").find("37.5"), std::string::npos) << t1;     // the partition sweep rows
+
+  // Peak: "peak (+above base)" in GiB / MiB.
+  const std::string peak = section(md, "Peak BP memory vs sequence length (Figure 3)");
+  EXPECT_EQ(row(peak, "plain").rfind("| plain | 412.6 MiB (+263.6 MiB) | 710.2 MiB", 0), 0u) << peak;
+  EXPECT_NE(row(peak, "plain").find("| oom |"), std::string::npos) << peak;
+  EXPECT_NE(peak.find("est. "), std::string::npos) << peak;
+  EXPECT_NE(peak.find("by category"), std::string::npos) << peak;
+
+  // Figure 5 as a table, and Table 7 with Er_abs / Er_rel per group in scientific notation.
+  const std::string sweep = section(md, "BP time and peak memory vs partition size (Figure 5)");
+  EXPECT_NE(sweep.find("| partition | T=2048 |"), std::string::npos) << sweep;
+  const std::string t7 = section(md, "Gradient error (Table 7)");
+  EXPECT_NE(t7.find("| group | plain fp32 Er_abs | plain fp32 Er_rel |"), std::string::npos) << t7;
+  EXPECT_NE(t7.find("plain bf16 Er_abs"), std::string::npos) << t7;
+  for (const char* g : {"embed", "attention", "mlp", "norms", "lm_head", "all", "loss"})
+    EXPECT_FALSE(row(t7, g).empty()) << g << "\n" << t7;
+  EXPECT_NE(row(t7, "all").find("e-"), std::string::npos) << t7;
+
+  // The timeline of the one cell that has it; the cells that did not run, with their reasons.
+  const std::string tl = section(md, "Memory timeline (Figures 1 and 8)");
+  EXPECT_NE(tl.find("impl=streambp"), std::string::npos) << tl;
+  EXPECT_NE(tl.find("| layer 0 backward |"), std::string::npos) << tl;
+  EXPECT_NE(section(md, "Cells that did not run").find("skipped: mst decomposes"), std::string::npos);
+
+  if (!have_matplotlib()) GTEST_SKIP() << "/usr/bin/python3 cannot import matplotlib: PNGs not checked";
+  EXPECT_EQ(err_.str(), "");
+  for (const char* png : {"peak_vs_seq_len.png", "partition_sweep.png", "timeline.png"}) {
+    EXPECT_TRUE(fs::is_regular_file(out / png)) << png;
+    if (fs::is_regular_file(out / png)) {
+      EXPECT_GT(fs::file_size(out / png), 10000u) << png;
+    }
+    EXPECT_NE(md.find(std::string("](") + png + ")"), std::string::npos) << png;
+  }
+  EXPECT_NE(out_.str().find("3 plots"), std::string::npos) << out_.str();
+}
+
+TEST_F(Report, WithoutPythonWritesTheMarkdownAndWarnsOnce) {
+  const fs::path out = dir_ / "r";
+  ASSERT_EQ(run({kFixture.string(), "--out", out.string(), "--python", "/nonexistent/python3"}), 0);
+  const std::string md = slurp(out / "report.md");
+  EXPECT_NE(md.find("## BP time (Table 1)"), std::string::npos);
+  EXPECT_EQ(md.find(".png)"), std::string::npos) << "no figure may be linked when none was drawn";
+  EXPECT_EQ(err_.str().rfind("bpbench: warning: ", 0), 0u) << err_.str();
+  EXPECT_EQ(lines(err_.str()), 1) << err_.str();
+
+  // The same markdown without touching the disk.
+  const std::string direct = render_report_markdown(load_results(kFixture), kFixture.parent_path());
+  EXPECT_NE(direct.find("## Gradient error (Table 7)"), std::string::npos);
+  EXPECT_EQ(direct.find(".png)"), std::string::npos);
+}
+
+TEST_F(Report, BadInputReturns2WithOneLine) {
+  std::ofstream(dir_ / "bad.json") << "{\"cells\": [";
+  std::ofstream(dir_ / "other.json") << "{\"hello\": 1}";
+  for (const auto& args : std::vector<std::vector<std::string>>{{(dir_ / "absent.json").string()},
+                                                                {(dir_ / "bad.json").string()},
+                                                                {(dir_ / "other.json").string()},
+                                                                {},
+                                                                {kFixture.string(), "--timeline-cell", "999"},
+                                                                {kFixture.string(), "--timeline-cell", "0"},
+                                                                {kFixture.string(), "--bogus"}}) {
+    EXPECT_EQ(run(args), 2) << (args.empty() ? "(none)" : args.back());
+    EXPECT_EQ(err_.str().rfind("bpbench: error: ", 0), 0u) << err_.str();
+    EXPECT_EQ(lines(err_.str()), 1) << err_.str();
+  }
+  EXPECT_EQ(run({"--help"}), 0);
+  EXPECT_NE(out_.str().find("--timeline-cell"), std::string::npos);
+}
+
+TEST_F(Report, TimelineFromASeparateFileAndAbsentFields) {
+  // A minimal results file: one cell whose timeline lives in timelines/0.json, one with hardly any fields,
+  // and a max-length cell whose smallest probe did not fit.
+  json doc = load_results(kFixture);
+  json tl_cell;
+  for (const auto& c : doc["cells"])
+    if (c["memory"].is_object() && c["memory"].contains("timeline")) tl_cell = c;
+  ASSERT_TRUE(tl_cell.is_object());
+  fs::create_directories(dir_ / "run" / "timelines");
+  std::ofstream(dir_ / "run" / "timelines" / "0.json") << tl_cell["memory"]["timeline"].dump();
+  tl_cell["memory"].erase("timeline");
+  tl_cell["memory"]["timeline_file"] = "timelines/0.json";
+  json bare = {{"axes", {{"model", "small"}, {"impl", "plain"}, {"seq_len", 64}}}, {"status", "ok"}};
+  json search = {{"axes", {{"model", "small"}, {"objective", "sft"}, {"impl", "plain"}}},
+                 {"status", "oom"},
+                 {"reason", "even 512 is too long"},
+                 {"probes", json::array({{{"seq_len", 512}, {"status", "oom"}, {"peak_bytes", nullptr}}})}};
+  doc["cells"] = json::array({bare, tl_cell, search});
+  doc.erase("meta");
+  std::ofstream(dir_ / "run" / "results.json") << doc.dump();
+
+  // The directory may stand for its results.json; --out defaults to DIR/report.
+  ASSERT_EQ(run({(dir_ / "run").string(), "--timeline-cell", "1", "--python", "/nonexistent"}), 0)
+      << err_.str();
+  const std::string md = slurp(dir_ / "run" / "report" / "report.md");
+  const std::string tl = section(md, "Memory timeline (Figures 1 and 8)");
+  EXPECT_NE(tl.find("Cell #1"), std::string::npos) << tl;
+  EXPECT_NE(tl.find("| head |"), std::string::npos) << tl;
+  EXPECT_EQ(row(section(md, "Maximum sequence length (Table 3)"), "small"), "| small | sft | oom |") << md;
+  EXPECT_NE(row(section(md, "BP time (Table 1)"), "plain").find("–"), std::string::npos) << md;
+
+  // A timeline file that cannot be read: the default choice warns, an explicit one is an error.
+  fs::remove(dir_ / "run" / "timelines" / "0.json");
+  EXPECT_EQ(run({(dir_ / "run").string(), "--python", "/nonexistent"}), 0);
+  EXPECT_NE(err_.str().find("timelines/0.json"), std::string::npos) << err_.str();
+  EXPECT_EQ(run({(dir_ / "run").string(), "--timeline-cell", "1"}), 2);
+}
+
+TEST(ReportFormat, BytesAndTimes) {
+  EXPECT_EQ(format_bytes(int64_t{1} << 30), "1.00 GiB");
+  EXPECT_EQ(format_bytes(int64_t{3} << 30), "3.00 GiB");
+  EXPECT_EQ(format_bytes(int64_t{412} << 20), "412.0 MiB");
+  EXPECT_EQ(format_bytes(int64_t{3} << 20), "3.00 MiB");
+  EXPECT_EQ(format_bytes(int64_t{1} << 19), "0.500 MiB");
+  EXPECT_EQ(format_bytes(100), "<0.001 MiB");
+  EXPECT_EQ(format_bytes(0), "0.000 MiB");
+  EXPECT_EQ(format_time(123.4), "123");
+  EXPECT_EQ(format_time(12.34), "12.3");
+  EXPECT_EQ(format_time(1.234), "1.23");
+  EXPECT_EQ(format_time(0.001234), "0.00123");
+  EXPECT_EQ(axis_value_text(json(64.0)), "64");
+  EXPECT_EQ(axis_value_text(json(0.1)), "0.1");
+}
+
+}  // namespace
+}  // namespace bpbench
