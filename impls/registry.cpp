@@ -14,6 +14,8 @@ std::unique_ptr<Strategy> make_checkpoint_strategy();
 std::unique_ptr<Strategy> make_checkpoint_chunked_head_strategy();
 std::unique_ptr<Strategy> make_mst_strategy();
 std::unique_ptr<Strategy> make_streambp_strategy();
+std::unique_ptr<Strategy> make_streambp_dist_strategy();    // impls/streambp_dist.cpp
+std::unique_ptr<Strategy> make_checkpoint_dist_strategy();  // impls/checkpoint_dist.cpp
 
 namespace {
 using Factory = std::unique_ptr<Strategy> (*)();
@@ -24,6 +26,8 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
       {"checkpoint-chunked-head", make_checkpoint_chunked_head_strategy},
       {"mst", make_mst_strategy},
       {"streambp", make_streambp_strategy},
+      {"streambp-dist", make_streambp_dist_strategy},
+      {"checkpoint-dist", make_checkpoint_dist_strategy},
   };
   return entries;
 }

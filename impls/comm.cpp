@@ -1,0 +1,454 @@
+// comm.cpp: c10d process group creation (TCPStore/FileStore rendezvous; Gloo, or NCCL in a CUDA build) and
+// the counted, bounded, loudly failing collectives of the Communicator (see comm.h for the conventions).
+//
+// LibTorch differences live here only: 1.13's engines derive from c10d::ProcessGroup, 2.x's from
+// c10d::Backend; both offer the same allreduce / allgather / broadcast / barrier calls. Gloo has no
+// reduce_scatter in 1.13: it runs as an in-place all_reduce of the full buffer followed by copying out the
+// local shard.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO  // Debian's libtorch_cpu exports ProcessGroupGloo; its header is guarded by this macro
+#endif
+#include "impls/comm.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "harness/compat.h"
+
+#ifdef BPBENCH_WITH_CUDA
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace bpbench::dist {
+namespace {
+
+#if BPBENCH_TORCH_AT_LEAST(2, 0)
+using Engine = c10d::Backend;
+#else
+using Engine = c10d::ProcessGroup;
+#endif
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The first line of an engine's message, trimmed (c10 errors append backtraces; Gloo prefixes a source file).
+std::string first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+std::string error_text(const std::exception& e) {
+  if (auto* c10 = dynamic_cast<const c10::Error*>(&e)) return first_line(c10->what_without_backtrace());
+  return first_line(e.what());
+}
+
+std::string hint_for(const std::string& message, std::chrono::milliseconds timeout) {
+  auto has = [&](const char* s) { return message.find(s) != std::string::npos; };
+  if (has("closed by peer") || has("Connection reset") || has("Broken pipe") || has("Connection refused"))
+    return "; a peer rank exited or crashed";
+  if (has("imed out") || has("imeout"))
+    return fmt::format("; a peer rank did not respond within the timeout of {} s (BPBENCH_DIST_TIMEOUT_S)",
+                       timeout.count() / 1000.0);
+  return "";
+}
+
+std::string format_bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / double(1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", bytes / double(1 << 10));
+  return fmt::format("{} B", bytes);
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+int env_int(const char* name, std::optional<int> fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    if (fallback) return *fallback;
+    throw CommError(
+        fmt::format("distributed run: environment variable {} is not set (torchrun-style "
+                    "launch needs RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
+                    name));
+  }
+  try {
+    size_t used = 0;
+    const int value = std::stoi(v, &used);
+    if (used != std::strlen(v)) throw std::invalid_argument(v);
+    return value;
+  } catch (const std::exception&) {
+    throw CommError(fmt::format("distributed run: environment variable {}='{}' is not an integer", name, v));
+  }
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::atomic<Communicator*> g_current{nullptr};
+
+}  // namespace
+
+// ---- stats ------------------------------------------------------------------------------------------------
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::broadcast:
+      return "broadcast";
+    case Collective::barrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+int64_t CommStats::total_calls() const {
+  int64_t n = 0;
+  for (const auto& s : by_kind) n += s.calls;
+  return n;
+}
+
+int64_t CommStats::total_bytes() const {
+  int64_t n = 0;
+  for (const auto& s : by_kind) n += s.bytes;
+  return n;
+}
+
+CommStats CommStats::since(const CommStats& before) const {
+  CommStats d = *this;
+  for (int k = 0; k < kCollectiveCount; ++k) {
+    auto& a = d.by_kind[k];
+    const auto& b = before.by_kind[k];
+    a.calls -= b.calls;
+    a.bytes -= b.bytes;
+    a.wire_bytes -= b.wire_bytes;
+    a.physical_calls -= b.physical_calls;
+    a.physical_bytes -= b.physical_bytes;
+    a.seconds -= b.seconds;
+  }
+  return d;
+}
+
+nlohmann::json CommStats::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (int k = 0; k < kCollectiveCount; ++k) {
+    const auto& s = by_kind[k];
+    j[collective_name(static_cast<Collective>(k))] = {{"calls", s.calls},
+                                                      {"bytes", s.bytes},
+                                                      {"wire_bytes", s.wire_bytes},
+                                                      {"physical", s.physical},
+                                                      {"physical_calls", s.physical_calls},
+                                                      {"physical_bytes", s.physical_bytes},
+                                                      {"seconds", s.seconds}};
+  }
+  return j;
+}
+
+// ---- configuration ----------------------------------------------------------------------------------------
+
+std::chrono::milliseconds default_timeout() {
+  const char* v = std::getenv("BPBENCH_DIST_TIMEOUT_S");
+  if (!v || !*v) return std::chrono::milliseconds(60000);
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(s > 0))
+    throw CommError(fmt::format("BPBENCH_DIST_TIMEOUT_S='{}' is not a positive number of seconds", v));
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+}
+
+bool CommConfig::env_present() {
+  return std::getenv("RANK") && std::getenv("WORLD_SIZE");
+}
+
+CommConfig CommConfig::from_env() {
+  CommConfig c;
+  c.rank = env_int("RANK", std::nullopt);
+  c.world_size = env_int("WORLD_SIZE", std::nullopt);
+  c.local_rank = env_int("LOCAL_RANK", c.rank);
+  c.master_addr = env_or("MASTER_ADDR", "127.0.0.1");
+  c.master_port = env_int("MASTER_PORT", 29500);
+  c.store_file = env_or("BPBENCH_DIST_STORE_FILE", "");
+  c.backend = env_or("BPBENCH_DIST_BACKEND", "auto");
+  c.timeout = default_timeout();
+  return c;
+}
+
+// ---- communicator -----------------------------------------------------------------------------------------
+
+struct Communicator::Impl {
+  CommConfig config;
+  std::string backend;
+  c10::intrusive_ptr<c10d::Store> store;  // declared before pg: destroyed after it
+  c10::intrusive_ptr<Engine> pg;
+  CommStats stats;
+
+  std::string who() const {
+    return fmt::format("rank {} of {} ({})", config.rank, config.world_size, backend);
+  }
+
+  // Runs one collective: counts it, bounds it, turns any failure into one CommError line.
+  template <class Body>
+  void run(Collective kind, const std::string& what, int64_t bytes, Body&& body) {
+    const auto t0 = Clock::now();
+    try {
+      body();
+    } catch (const std::exception& e) {
+      const std::string msg = error_text(e);
+      throw CommError(fmt::format("{}: {} '{}' of {} failed after {:.1f} s: {}{}", who(),
+                                  collective_name(kind), what, format_bytes(bytes), seconds_since(t0), msg,
+                                  hint_for(msg, config.timeout)));
+    }
+    stats[kind].seconds += seconds_since(t0);
+  }
+
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(config.timeout); }
+
+  void count(Collective kind, int64_t bytes, double wire_factor, const char* physical,
+             int64_t physical_bytes) {
+    auto& s = stats[kind];
+    s.calls += 1;
+    s.bytes += bytes;
+    s.wire_bytes += static_cast<int64_t>(wire_factor * static_cast<double>(bytes));
+    s.physical = physical;
+    s.physical_calls += 1;
+    s.physical_bytes += physical_bytes;
+  }
+
+  double ring_fraction() const {  // (R-1)/R
+    return static_cast<double>(config.world_size - 1) / config.world_size;
+  }
+};
+
+std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
+  if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size)
+    throw CommError(
+        fmt::format("distributed run: RANK={} is not in [0, WORLD_SIZE={})", config.rank, config.world_size));
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  const bool cuda = config.device == "cuda";
+  impl->backend = config.backend == "auto" ? (cuda ? "nccl" : "gloo") : config.backend;
+  if (impl->backend != "gloo" && impl->backend != "nccl")
+    throw CommError(
+        fmt::format("distributed run: unknown backend '{}' (valid: auto, gloo, nccl)", config.backend));
+#ifndef BPBENCH_WITH_CUDA
+  if (impl->backend == "nccl")
+    throw CommError(
+        "distributed run: backend nccl needs a CUDA build of bpbench (BPBENCH_WITH_CUDA); use gloo");
+#endif
+  const std::string where = config.store_file.empty()
+                                ? fmt::format("TCPStore {}:{}", config.master_addr, config.master_port)
+                                : fmt::format("FileStore {}", config.store_file);
+  const auto t0 = Clock::now();
+  try {
+    if (config.store_file.empty()) {
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<uint16_t>(config.master_port);
+      o.isServer = config.rank == 0;
+      o.numWorkers = static_cast<size_t>(config.world_size);
+      o.waitWorkers = true;
+      o.timeout = config.timeout;
+      impl->store = c10::make_intrusive<c10d::TCPStore>(config.master_addr, o);
+    } else {
+      impl->store = c10::make_intrusive<c10d::FileStore>(config.store_file, config.world_size);
+    }
+    impl->store->setTimeout(config.timeout);
+
+    if (impl->backend == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create(config.timeout);
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (is_loopback(config.master_addr))
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      impl->pg =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, config.rank, config.world_size, opts);
+    } else {
+#ifdef BPBENCH_WITH_CUDA
+      // One GPU per local rank; NCCL's own watchdog enforces the timeout on the device side.
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(config.local_rank % c10::cuda::device_count()));
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = config.timeout;
+      impl->pg =
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, config.rank, config.world_size, opts);
+#endif
+    }
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string msg = error_text(e);
+    throw CommError(
+        fmt::format("rank {} of {} ({}): rendezvous through {} failed after {:.1f} s (timeout {} s, "
+                    "BPBENCH_DIST_TIMEOUT_S): "
+                    "{}; every one of the {} ranks must start and reach the same MASTER_ADDR:MASTER_PORT",
+                    config.rank, config.world_size, impl->backend, where, seconds_since(t0),
+                    config.timeout.count() / 1000.0, msg, config.world_size));
+  }
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const {
+  return impl_->config.rank;
+}
+int Communicator::world_size() const {
+  return impl_->config.world_size;
+}
+const std::string& Communicator::backend() const {
+  return impl_->backend;
+}
+std::chrono::milliseconds Communicator::timeout() const {
+  return impl_->config.timeout;
+}
+const CommStats& Communicator::stats() const {
+  return impl_->stats;
+}
+void Communicator::reset_stats() {
+  impl_->stats = CommStats{};
+}
+
+torch::Tensor Communicator::reduce_scatter(torch::Tensor input, ReduceOp op, const std::string& what) {
+  Impl& s = *impl_;
+  const int64_t R = world_size(), n = input.numel(), m = n / R;
+  TORCH_CHECK(input.dim() == 1 && input.is_contiguous() && n % R == 0,
+              "reduce_scatter needs a contiguous 1-d input whose size is a multiple of the world size, got ",
+              input.sizes());
+  const int64_t bytes = n * static_cast<int64_t>(input.element_size());
+  torch::Tensor shard;
+  s.run(Collective::reduce_scatter, what, bytes, [&] {
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    o.timeout = s.config.timeout;
+    if (s.backend == "gloo") {
+      // No reduce_scatter in Gloo: reduce everything in place, keep our shard.
+      std::vector<at::Tensor> tensors{input};
+      s.wait(s.pg->allreduce(tensors, o));
+      shard = input.narrow(0, rank() * m, m).clone();
+    } else {
+      c10d::ReduceScatterOptions ro;
+      ro.reduceOp = c10d::ReduceOp::SUM;
+      ro.timeout = s.config.timeout;
+      shard = torch::empty({m}, input.options());
+      s.wait(s.pg->_reduce_scatter_base(shard, input, ro));
+    }
+  });
+  if (op == ReduceOp::avg) shard.div_(static_cast<double>(R));
+  const bool gloo = s.backend == "gloo";
+  s.count(Collective::reduce_scatter, bytes, gloo ? 2 * s.ring_fraction() : s.ring_fraction(),
+          gloo ? "all_reduce" : "reduce_scatter", bytes);
+  return shard;
+}
+
+torch::Tensor Communicator::all_gather(const torch::Tensor& shard, const std::string& what) {
+  Impl& s = *impl_;
+  const int64_t R = world_size(), m = shard.numel();
+  TORCH_CHECK(shard.dim() == 1 && shard.is_contiguous(), "all_gather needs a contiguous 1-d shard, got ",
+              shard.sizes());
+  auto out = torch::empty({R * m}, shard.options());
+  const int64_t bytes = R * m * static_cast<int64_t>(shard.element_size());
+  s.run(Collective::all_gather, what, bytes, [&] {
+    c10d::AllgatherOptions o;
+    o.timeout = s.config.timeout;
+    if (s.backend == "gloo") {
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      for (int64_t r = 0; r < R; ++r) outputs[0].push_back(out.narrow(0, r * m, m));
+      std::vector<at::Tensor> inputs{shard};
+      s.wait(s.pg->allgather(outputs, inputs, o));
+    } else {
+      auto in = shard;
+      s.wait(s.pg->_allgather_base(out, in, o));
+    }
+  });
+  s.count(Collective::all_gather, bytes, s.ring_fraction(), "all_gather", bytes);
+  return out;
+}
+
+void Communicator::all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what) {
+  Impl& s = *impl_;
+  TORCH_CHECK(tensor.is_contiguous(), "all_reduce needs a contiguous tensor");
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  s.run(Collective::all_reduce, what, bytes, [&] {
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    o.timeout = s.config.timeout;
+    std::vector<at::Tensor> tensors{tensor};
+    s.wait(s.pg->allreduce(tensors, o));
+  });
+  if (op == ReduceOp::avg) tensor.div_(static_cast<double>(world_size()));
+  s.count(Collective::all_reduce, bytes, 2 * s.ring_fraction(), "all_reduce", bytes);
+}
+
+void Communicator::broadcast(torch::Tensor& tensor, int root, const std::string& what) {
+  Impl& s = *impl_;
+  TORCH_CHECK(tensor.is_contiguous(), "broadcast needs a contiguous tensor");
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  s.run(Collective::broadcast, what, bytes, [&] {
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.timeout = s.config.timeout;
+    std::vector<at::Tensor> tensors{tensor};
+    s.wait(s.pg->broadcast(tensors, o));
+  });
+  s.count(Collective::broadcast, bytes, rank() == root && world_size() > 1 ? 1.0 : 0.0, "broadcast", bytes);
+}
+
+void Communicator::barrier(const std::string& what) {
+  Impl& s = *impl_;
+  s.run(Collective::barrier, what, 0, [&] {
+    c10d::BarrierOptions o;
+    o.timeout = s.config.timeout;
+    s.wait(s.pg->barrier(o));
+  });
+  s.count(Collective::barrier, 0, 0.0, "barrier", 0);
+}
+
+// ---- the process-wide group -------------------------------------------------------------------------------
+
+Communicator* current_communicator() {
+  return g_current.load();
+}
+
+void set_current_communicator(Communicator* comm) {
+  g_current.store(comm);
+}
+
+Communicator& communicator_or_init_from_env(const std::string& device) {
+  static std::mutex mutex;
+  static std::unique_ptr<Communicator> owned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (Communicator* c = current_communicator()) return *c;
+  if (!CommConfig::env_present())
+    throw CommError(
+        "distributed strategy without a process group: set world_size in the scenario, or launch with "
+        "torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+  CommConfig config = CommConfig::from_env();
+  config.device = device;
+  owned = Communicator::create(config);
+  set_current_communicator(owned.get());
+  return *owned;
+}
+
+}  // namespace bpbench::dist

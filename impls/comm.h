@@ -1,0 +1,131 @@
+// comm.h: the process group of the distributed strategies, and a Communicator that counts every collective.
+//
+// The engine is c10d from LibTorch: Gloo on CPU, NCCL on GPU (only in a CUDA build). Rendezvous goes through
+// c10d's TCPStore (or a FileStore), configured the torchrun way (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT), so torchrun, mpirun wrappers, a batch scheduler or `bpbench run` (world_size > 1) can start
+// it.
+//
+// Every collective is counted per kind: logical calls and bytes (what the algorithm asked for), and the
+// physical op that carried it (Gloo in LibTorch 1.13 has no reduce_scatter: it runs as an all_reduce whose
+// local shard is kept; that is one logical reduce_scatter call and one physical all_reduce call). Byte
+// conventions, per call, n = elements of the FULL (unsharded) buffer, s = element size:
+//   reduce_scatter  n*s (the input)      all_gather  n*s (the output)    all_reduce, broadcast  n*s
+//   barrier         0
+// wire_bytes estimates what this rank sends with ring algorithms over R ranks: reduce_scatter and all_gather
+// (R-1)/R n s, all_reduce 2 (R-1)/R n s, broadcast n s at the root.
+//
+// Failures are bounded and loud: the store and the process group time out (default 60 s; env
+// BPBENCH_DIST_TIMEOUT_S), and any failure is rethrown as one CommError line naming the rank, the collective
+// and its context ("rank 1 of 2 (gloo): reduce_scatter 'layer 3 gradients' of 1.2 MB failed ...").
+#pragma once
+
+#include <torch/torch.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace bpbench::dist {
+
+enum class Collective : uint8_t { reduce_scatter, all_gather, all_reduce, broadcast, barrier };
+inline constexpr int kCollectiveCount = 5;
+const char* collective_name(Collective c);
+
+// avg: the sum divided by the world size.
+enum class ReduceOp : uint8_t { sum, avg };
+
+struct CollectiveStats {
+  int64_t calls = 0;           // logical calls
+  int64_t bytes = 0;           // logical bytes (conventions above)
+  int64_t wire_bytes = 0;      // estimated bytes this rank sent (ring algorithms)
+  std::string physical;        // the engine op that carried it ("all_reduce" for Gloo's reduce_scatter)
+  int64_t physical_calls = 0;  // engine calls
+  int64_t physical_bytes = 0;  // bytes of the engine op's buffer
+  double seconds = 0;          // wall time inside the collective, waiting included
+};
+
+struct CommStats {
+  std::array<CollectiveStats, kCollectiveCount> by_kind{};
+
+  const CollectiveStats& operator[](Collective c) const { return by_kind[static_cast<int>(c)]; }
+  CollectiveStats& operator[](Collective c) { return by_kind[static_cast<int>(c)]; }
+  int64_t total_calls() const;
+  int64_t total_bytes() const;
+  CommStats since(const CommStats& before) const;  // this minus `before` (physical names kept)
+  nlohmann::json to_json() const;                  // {"reduce_scatter": {"calls":..,"bytes":..,...}, ...}
+};
+
+// A failed rendezvous or collective: one line, naming the rank and the operation.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CommConfig {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string store_file;                    // non-empty: rendezvous through a c10d FileStore at this path
+  std::string backend = "auto";              // auto (nccl on cuda, else gloo) | gloo | nccl
+  std::string device = "cpu";                // where the tensors handed to collectives live: cpu | cuda
+  std::chrono::milliseconds timeout{60000};  // store and process group
+
+  // From RANK, WORLD_SIZE, LOCAL_RANK (default RANK), MASTER_ADDR (default 127.0.0.1), MASTER_PORT
+  // (default 29500), BPBENCH_DIST_TIMEOUT_S (default 60), BPBENCH_DIST_BACKEND (default auto),
+  // BPBENCH_DIST_STORE_FILE (default: TCPStore). Throws CommError naming a missing or malformed variable.
+  static CommConfig from_env();
+  static bool env_present();  // RANK and WORLD_SIZE are both set
+};
+
+// The default timeout: BPBENCH_DIST_TIMEOUT_S when set, else 60 s.
+std::chrono::milliseconds default_timeout();
+
+class Communicator {
+ public:
+  // Joins the group: blocks until every rank has arrived or the timeout passes (then throws CommError).
+  static std::unique_ptr<Communicator> create(const CommConfig& config);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  const std::string& backend() const;  // "gloo" | "nccl"
+  std::chrono::milliseconds timeout() const;
+
+  // `input` (n) contiguous, n a multiple of world_size. Returns this rank's shard (n / R): elements
+  // [rank n/R, (rank+1) n/R) of the elementwise reduction over ranks. `input` is clobbered (Gloo reduces it
+  // in place). `what` names the buffer in errors.
+  torch::Tensor reduce_scatter(torch::Tensor input, ReduceOp op, const std::string& what);
+  // `shard` (m) contiguous -> (R m): rank r's shard at [r m, (r+1) m).
+  torch::Tensor all_gather(const torch::Tensor& shard, const std::string& what);
+  void all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what);  // in place, contiguous
+  void broadcast(torch::Tensor& tensor, int root, const std::string& what);      // in place, contiguous
+  void barrier(const std::string& what);
+
+  const CommStats& stats() const;
+  void reset_stats();
+
+ private:
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The process group the distributed strategies use: set by whoever created it (a test, the runner). Null when
+// none.
+Communicator* current_communicator();
+void set_current_communicator(Communicator* comm);
+
+// current_communicator(), or when there is none and the torchrun environment is present, a process-wide one
+// created from it (and made current) for tensors on `device` (cpu | cuda). Throws CommError when there is
+// neither.
+Communicator& communicator_or_init_from_env(const std::string& device = "cpu");
+
+}  // namespace bpbench::dist
