@@ -22,6 +22,9 @@
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace bpbench {
 
@@ -114,6 +117,10 @@ int64_t element_bytes(torch::ScalarType t) {
       throw std::invalid_argument(fmt::format(
           "estimate: unsupported dtype {} (valid: float32, bfloat16, float64)", c10::toString(t)));
   }
+}
+
+const char* dtype_name(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kDouble ? "float64" : "float32";
 }
 
 int64_t clamp_rows(int64_t rows, int64_t T) {
@@ -456,7 +463,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
 std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
   std::ostringstream o;
   o << fmt::format("{} on {} ({}), T={}, N={}, partition={}, logits_partition={}, objective {}{}\n", in.impl,
-                   in.config.name, c10::toString(in.dtype), in.seq_len, in.sequences,
+                   in.config.name, dtype_name(in.dtype), in.seq_len, in.sequences,
                    clamp_rows(in.partition, in.seq_len), clamp_rows(in.logits_partition, in.seq_len),
                    in.objective, in.lora_rank > 0 ? fmt::format(", LoRA r={}", in.lora_rank) : "");
   o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}\n", e.base, mib(e.base), e.params,

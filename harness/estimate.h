@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 

@@ -1,0 +1,348 @@
+// test_estimate.cpp: the analytic peak (harness/estimate.h) against the tracking allocator's measurement.
+//
+// Each measurement is what the runner does for a cell: build the model (params) and batch, pre-allocate every
+// trainable parameter's .grad (zeros), reset the peak, run one forward_backward. base = live at step start;
+// peak = the recorder's peak. The estimate must match both the total peak and the peak above base.
+//
+// EstimateSmall/PeakWithinTenPercent is issue 5's acceptance: every strategy on `small`, float32 SFT, batch
+// 1, partition 256, logits_partition 256, T in 512..8192, within 10% (total and above base; each cell records
+// both errors as properties). Runtime: a T = 8192 cell of whole-sequence attention takes about a minute on 2
+// cores (several when they are shared), so by default T = 8192 runs for checkpoint and streambp only;
+// checkpoint-chunked-head and mst reach the same T x T attention-backward phase as checkpoint (it sets their
+// peak from T ~ 1150, so their T <= 4096 cells check it) and run at T = 8192 with BPBENCH_ESTIMATE_LONG=1,
+// as does plain at T = 8192 (~9 GB); else they are reported as skipped.
+//
+// Estimate.MatchesTiny / MatchesSmallVocab: fast grids over dtype, objective, batch, LoRA and partitions with
+// a tighter bound (2%), so that every phase's formula (head, MLP and attention backward) is exercised.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness/estimate.h"
+#include "harness/model.h"
+#include "harness/objective.h"
+#include "impls/strategy.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+namespace {
+
+using profiles::Category;
+using profiles::MemoryRecorder;
+using profiles::MemoryScope;
+
+struct CellSpec {
+  ModelConfig config;
+  std::string impl, objective = "sft";
+  torch::ScalarType dtype = torch::kFloat;
+  int64_t seq_len = 0, examples = 1, group = 2, partition = 0, logits_partition = 0, lora_rank = 0;
+};
+
+struct Measured {
+  int64_t base = 0;  // live at step start, less what was live before the cell was built
+  int64_t peak = 0;  // peak during the step, same origin
+  int64_t sequences = 0;
+  int64_t above_base() const { return peak - base; }
+};
+
+// What the runner measures for one cell (harness/runner.cpp, measure_cell), in this process.
+Measured measure_cell(const CellSpec& c) {
+  auto& rec = MemoryRecorder::instance();
+  const int64_t before = rec.live_bytes();
+  Measured out;
+  {
+    Model model = [&] {
+      MemoryScope scope(Category::params);
+      Model m = Model::random(c.config, torch::TensorOptions().dtype(c.dtype), 0);
+      if (c.lora_rank > 0) m.add_lora(c.lora_rank, 2.0 * c.lora_rank, 0);
+      return m;
+    }();
+    auto objective = make_objective(c.objective);
+    BatchSpec spec;
+    spec.examples = c.examples;
+    spec.seq_len = c.seq_len;
+    spec.group = c.group;
+    spec.vocab = c.config.vocab;
+    Batch batch;
+    {
+      MemoryScope scope(Category::other);
+      batch = objective->make_batch(spec, model, c.logits_partition);
+    }
+    {
+      MemoryScope scope(Category::grads);
+      torch::NoGradGuard no_grad;
+      for (const auto& p : model.trainable_parameters())
+        p.tensor.mutable_grad() = torch::zeros_like(p.tensor);
+    }
+    auto strategy = make_strategy(c.impl);
+    rec.reset_peak();
+    out.base = rec.live_bytes() - before;
+    strategy->forward_backward(
+        StepInputs{model, batch, *objective, Partitioning{c.partition, c.logits_partition}});
+    out.peak = rec.peak_bytes() - before;
+    out.sequences = batch.sequences();
+  }
+  return out;
+}
+
+EstimateInput estimate_input(const CellSpec& c, int64_t sequences) {
+  EstimateInput in;
+  in.config = c.config;
+  in.seq_len = c.seq_len;
+  in.sequences = sequences;
+  in.partition = c.partition;
+  in.logits_partition = c.logits_partition;
+  in.dtype = c.dtype;
+  in.impl = c.impl;
+  in.objective = c.objective;
+  in.lora_rank = c.lora_rank;
+  return in;
+}
+
+double relative_error(int64_t estimate, int64_t measured) {
+  return static_cast<double>(estimate - measured) / static_cast<double>(measured);
+}
+
+std::string describe(const CellSpec& c) {
+  return fmt::format("{} {} T={} {} {} B={} p={} lp={} lora={}", c.impl, c.config.name, c.seq_len,
+                     c10::toString(c.dtype), c.objective, c.examples, c.partition, c.logits_partition,
+                     c.lora_rank);
+}
+
+// Measures the cell and checks the estimate's base exactly, its total and above-base peaks within
+// `tolerance`.
+void check_cell(const CellSpec& c, double tolerance) {
+  SCOPED_TRACE(describe(c));
+  const Measured m = measure_cell(c);
+  const MemoryEstimate e = estimate_peak(estimate_input(c, m.sequences));
+  EXPECT_EQ(e.base, m.base) << "params " << e.params << ", grads " << e.grads << ", batch " << e.batch;
+  const double total = relative_error(e.peak_bytes, m.peak),
+               above = relative_error(e.peak_above_base, m.above_base());
+  EXPECT_LE(std::abs(total), tolerance) << "total peak: estimate " << e.peak_bytes << ", measured " << m.peak;
+  EXPECT_LE(std::abs(above), tolerance) << "peak above base: estimate " << e.peak_above_base << ", measured "
+                                        << m.above_base() << " (estimated phase: " << e.dominant_phase << ")";
+}
+
+ModelConfig small_vocab() {  // `small` with a 512-token vocabulary: the layer phases dominate at small T
+  ModelConfig c = find_model_preset("small");
+  c.name = "small-v512";
+  c.vocab = 512;
+  return c;
+}
+
+// ---- the estimate itself ---------------------------------------------------------------------------------
+
+TEST(Estimate, RejectsWhatItCannotEstimate) {
+  EstimateInput in;
+  in.config = find_model_preset("tiny");
+  in.seq_len = 64;
+  in.impl = "no-such-impl";
+  EXPECT_THROW(estimate_peak(in), std::invalid_argument);
+  in.impl = "streambp-dist";
+  EXPECT_THROW(estimate_peak(in), std::invalid_argument);
+  in.impl = "streambp";
+  in.objective = "ppo";
+  EXPECT_THROW(estimate_peak(in), std::invalid_argument);
+  in.objective = "sft";
+  in.dtype = torch::kHalf;
+  EXPECT_THROW(estimate_peak(in), std::invalid_argument);
+  in.dtype = torch::kFloat;
+  in.seq_len = 0;
+  EXPECT_THROW(estimate_peak(in), std::invalid_argument);
+  in.seq_len = 64;
+  EXPECT_NO_THROW(estimate_peak(in));
+  EXPECT_EQ(sequences_for("sft", 3, 8), 3);
+  EXPECT_EQ(sequences_for("dpo", 3, 8), 6);
+  EXPECT_EQ(sequences_for("grpo", 3, 8), 24);
+  EXPECT_THROW(sequences_for("ppo", 1, 1), std::invalid_argument);
+}
+
+TEST(Estimate, BaseIsTheModelsOwnTensors) {
+  for (const int64_t rank : {0, 4}) {
+    for (const bool tied : {false, true}) {
+      for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble}) {
+        ModelConfig config = find_model_preset("tiny");
+        config.tie_embeddings = tied;
+        config.attention_bias = true;
+        Model m = Model::random(config, torch::TensorOptions().dtype(dtype), 0);
+        if (rank > 0) m.add_lora(rank, 8.0, 0);
+        int64_t params = 0, grads = 0;
+        for (const auto& p : m.named_parameters()) params += p.tensor.nbytes();
+        for (const auto& p : m.trainable_parameters()) grads += p.tensor.nbytes();
+        EstimateInput in;
+        in.config = config;
+        in.seq_len = 32;
+        in.sequences = 2;
+        in.dtype = dtype;
+        in.impl = "plain";
+        in.lora_rank = rank;
+        const MemoryEstimate e = estimate_peak(in);
+        EXPECT_EQ(e.params, params) << "rank " << rank << " tied " << tied << " " << c10::toString(dtype);
+        EXPECT_EQ(e.grads, grads) << "rank " << rank << " tied " << tied << " " << c10::toString(dtype);
+        EXPECT_EQ(e.base, e.params + e.grads + e.batch);
+        EXPECT_EQ(e.peak_bytes, e.base + e.peak_above_base);
+      }
+    }
+  }
+}
+
+TEST(Estimate, PhasesAndOrderingOnSmall) {
+  EstimateInput in;
+  in.config = find_model_preset("small");
+  in.seq_len = 8192;
+  in.partition = 256;
+  in.logits_partition = 256;
+  auto est = [&](const std::string& impl) {
+    in.impl = impl;
+    return estimate_peak(in);
+  };
+  const auto plain = est("plain"), ckpt = est("checkpoint"), chunked = est("checkpoint-chunked-head"),
+             mst = est("mst"), sbp = est("streambp");
+  // The paper's ordering at long T: StreamBP far below every checkpointing variant, plain above them all.
+  EXPECT_LT(sbp.peak_bytes, mst.peak_bytes);
+  EXPECT_LE(mst.peak_bytes, chunked.peak_bytes);
+  EXPECT_LE(chunked.peak_bytes, ckpt.peak_bytes);
+  EXPECT_LT(ckpt.peak_bytes, plain.peak_bytes);
+  EXPECT_EQ(ckpt.dominant_phase, "layer attention backward");  // T x T scores, not the logits, at 8192
+  EXPECT_EQ(sbp.dominant_phase, "layer attention backward");
+  in.seq_len = 1024;
+  EXPECT_EQ(est("checkpoint").dominant_phase, "head");  // full (T, V) logits at 1024
+  EXPECT_EQ(est("streambp").dominant_phase, "head chunk");
+  for (const auto& e : {plain, ckpt, chunked, mst, sbp}) {
+    EXPECT_FALSE(e.phases.empty());
+    int64_t top = 0;
+    for (const auto& p : e.phases) {
+      int64_t sum = 0;
+      for (const auto& t : p.terms) sum += t.bytes;
+      EXPECT_EQ(sum, p.bytes) << p.name;
+      top = std::max(top, p.bytes);
+    }
+    EXPECT_EQ(top, e.peak_above_base);
+    EXPECT_GT(e.checkpoints, 0);
+    EXPECT_GT(e.layer_working_set, 0);
+    EXPECT_GT(e.head_working_set, 0);
+  }
+}
+
+TEST(Estimate, CommandPrintsEveryImpl) {
+  std::ostringstream out;
+  EXPECT_EQ(
+      estimate_command(
+          {"--model", "small", "--seq-len", "4096", "--partition", "256", "--logits-partition", "256"}, out),
+      0);
+  for (const auto& impl : estimated_impls()) EXPECT_NE(out.str().find(impl), std::string::npos) << out.str();
+  std::ostringstream verbose;
+  estimate_command({"--model", "tiny", "--seq-len", "64", "--impl", "streambp", "--dtype", "bfloat16",
+                    "--objective", "grpo", "--batch", "2", "--group", "4", "--lora-rank", "4", "--verbose"},
+                   verbose);
+  EXPECT_NE(verbose.str().find("N=8"), std::string::npos) << verbose.str();
+  EXPECT_NE(verbose.str().find("layer attention backward"), std::string::npos) << verbose.str();
+  std::ostringstream sink;
+  EXPECT_THROW(estimate_command({"--model", "small"}, sink), std::invalid_argument);
+  EXPECT_THROW(estimate_command({"--model", "small", "--seq-len", "x"}, sink), std::invalid_argument);
+  EXPECT_THROW(estimate_command({"--model", "small", "--seq-len", "64", "--impl", "nope"}, sink),
+               std::invalid_argument);
+  EXPECT_THROW(estimate_command({"--model", "small", "--seq-len", "64", "--dtype", "fp8"}, sink),
+               std::invalid_argument);
+  EXPECT_THROW(estimate_command({"--model", "nope", "--seq-len", "64"}, sink), std::invalid_argument);
+}
+
+// ---- against the tracking allocator: fast grids
+// ------------------------------------------------------------
+
+// Every strategy x dtype x objective x LoRA on `tiny` (N = 2 or 4, three query chunks, six head chunks).
+TEST(Estimate, MatchesTiny) {
+  for (const auto& impl : estimated_impls())
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble})
+      for (const std::string objective : {"sft", "dpo", "grpo"})
+        for (const int64_t rank : {0, 4}) {
+          if (impl == "mst" && objective == "dpo") continue;  // mst does not run DPO
+          CellSpec c;
+          c.config = find_model_preset("tiny");
+          c.impl = impl;
+          c.dtype = dtype;
+          c.objective = objective;
+          c.examples = 2;
+          c.seq_len = 96;
+          c.partition = 32;
+          c.logits_partition = 16;
+          c.lora_rank = rank;
+          check_cell(c, 0.02);
+        }
+}
+
+// `small` with a 512-token vocabulary, where the layer phases (MLP and attention backward) set the peak, at
+// batch 1 and 2 and with a partition that leaves a short last chunk.
+TEST(Estimate, MatchesSmallVocab) {
+  for (const auto& impl : estimated_impls())
+    for (const int64_t examples : {1, 2})
+      for (const auto& [T, p] : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 256}}) {
+        CellSpec c;
+        c.config = small_vocab();
+        c.impl = impl;
+        c.examples = examples;
+        c.seq_len = T;
+        c.partition = p;
+        c.logits_partition = 128;
+        check_cell(c, 0.02);
+      }
+}
+
+// ---- issue 5's acceptance
+// ----------------------------------------------------------------------------------
+
+class EstimateSmall : public ::testing::TestWithParam<std::tuple<std::string, int64_t>> {};
+
+TEST_P(EstimateSmall, PeakWithinTenPercent) {
+  const auto& [impl, T] = GetParam();
+  const char* long_env = std::getenv("BPBENCH_ESTIMATE_LONG");
+  const bool run_long = long_env && std::string(long_env) == "1";
+  if (impl == "plain" && T > 4096 && !run_long)
+    GTEST_SKIP()
+        << "plain at T = 8192 needs ~9 GB and a minute or more: set BPBENCH_ESTIMATE_LONG=1 to run it";
+  if (T > 4096 && (impl == "checkpoint-chunked-head" || impl == "mst") && !run_long)
+    GTEST_SKIP() << "a minute or more on 2 cores, and the same phase as checkpoint at T = 8192: set "
+                    "BPBENCH_ESTIMATE_LONG=1 to run it";
+  CellSpec c;
+  c.config = find_model_preset("small");
+  c.impl = impl;
+  c.seq_len = T;
+  c.partition = 256;
+  c.logits_partition = 256;
+  const Measured m = measure_cell(c);
+  const MemoryEstimate e = estimate_peak(estimate_input(c, m.sequences));
+  const double total = relative_error(e.peak_bytes, m.peak),
+               above = relative_error(e.peak_above_base, m.above_base());
+  RecordProperty("measured_peak_bytes", std::to_string(m.peak));
+  RecordProperty("estimated_peak_bytes", std::to_string(e.peak_bytes));
+  RecordProperty("total_error_pct", fmt::format("{:+.4f}", 100 * total));
+  RecordProperty("measured_above_base_bytes", std::to_string(m.above_base()));
+  RecordProperty("estimated_above_base_bytes", std::to_string(e.peak_above_base));
+  RecordProperty("above_base_error_pct", fmt::format("{:+.4f}", 100 * above));
+  RecordProperty("dominant_phase", e.dominant_phase);
+  EXPECT_LE(std::abs(total), 0.10) << "total: estimate " << e.peak_bytes << ", measured " << m.peak;
+  EXPECT_LE(std::abs(above), 0.10) << "above base: estimate " << e.peak_above_base << ", measured "
+                                   << m.above_base() << " (" << e.dominant_phase << ")";
+  EXPECT_EQ(e.base, m.base);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, EstimateSmall,
+                         ::testing::Combine(::testing::Values("plain", "checkpoint",
+                                                              "checkpoint-chunked-head", "mst", "streambp"),
+                                            ::testing::Values(512, 1024, 2048, 4096, 8192)),
+                         [](const ::testing::TestParamInfo<EstimateSmall::ParamType>& info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name + "_T" + std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace bpbench
