@@ -19,13 +19,19 @@ MaxLenResult search_max_seq_len(const MaxLenSearch& search, const std::function<
     return p.status == "ok";
   };
 
+  const double growth = std::max(1.01, search.growth);
+  // The next length up from `t` (at least one step of g) and down from it (at least one step, at least g).
+  auto up = [&](int64_t t) {
+    return std::min(upper, std::max(t + g, (static_cast<int64_t>(t * growth) + g - 1) / g * g));
+  };
+  auto down = [&](int64_t t) { return std::max(g, std::min(t - g, static_cast<int64_t>(t / growth) / g * g)); };
   int64_t fit = 0, fail = 0;  // largest T known to fit, smallest known not to (0: none yet)
   int64_t T = std::clamp((std::max(search.start, g) + g / 2) / g * g, g, upper);
-  // Grow (or shrink, when the estimate overshoots) by doubling until the answer is bracketed.
+  // Grow (or shrink, when the estimate overshoots) by `growth` until the answer is bracketed.
   if (run(T)) {
     fit = T;
     while (fit < upper) {
-      T = std::min(upper, fit * 2);
+      T = up(fit);
       if (!run(T)) {
         fail = T;
         break;
@@ -42,7 +48,7 @@ MaxLenResult search_max_seq_len(const MaxLenSearch& search, const std::function<
     if (!r.error.empty()) return r;
     fail = T;
     while (fail > g) {
-      T = std::max(g, fail / 2 / g * g);
+      T = down(fail);
       if (run(T)) {
         fit = T;
         break;

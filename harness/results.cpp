@@ -68,7 +68,10 @@ json CellResult::to_json() const {
     j["memory"] = {{"base_bytes", memory->base_bytes},
                    {"peak_bytes", memory->peak_bytes},
                    {"peak_above_base_bytes", memory->peak_bytes - memory->base_bytes},
-                   {"peak_by_category", memory->peak_by_category}};
+                   {"peak_by_category", memory->peak_by_category},
+                   {"estimate_bytes", memory->estimate_bytes ? json(*memory->estimate_bytes) : json(nullptr)}};
+    if (!memory->timeline_file.empty()) j["memory"]["timeline_file"] = memory->timeline_file;
+    if (!memory->trace_file.empty()) j["memory"]["trace_file"] = memory->trace_file;
   } else {
     j["memory"] = nullptr;
   }
@@ -93,6 +96,25 @@ json CellResult::to_json() const {
   } else {
     j["grad_error"] = nullptr;
   }
+  if (!data.is_null()) j["data"] = data;
+  if (max_len) {
+    j["max_seq_len"] = max_len->max_seq_len;
+    j["hit_upper"] = max_len->hit_upper;
+    j["search"] = {{"budget_bytes", max_len->budget_bytes},
+                   {"granularity", max_len->granularity},
+                   {"upper", max_len->upper},
+                   {"error", max_len->error}};
+    json probes = json::array();
+    for (const auto& p : max_len->probes)
+      probes.push_back(
+          {{"seq_len", p.seq_len}, {"status", p.status}, {"peak_bytes", p.peak_bytes}, {"reason", p.reason}});
+    j["probes"] = probes;
+  }
+  if (!comm.is_null()) j["comm"] = comm;
+  if (world_size > 1) {
+    j["world_size"] = world_size;
+    j["ranks"] = ranks;
+  }
   return j;
 }
 
@@ -113,6 +135,10 @@ CellResult CellResult::from_json(const json& j) {
     mem.peak_bytes = m.at("peak_bytes").get<int64_t>();
     if (m.contains("peak_by_category"))
       mem.peak_by_category = m.at("peak_by_category").get<std::map<std::string, int64_t>>();
+    if (m.contains("estimate_bytes") && m.at("estimate_bytes").is_number_integer())
+      mem.estimate_bytes = m.at("estimate_bytes").get<int64_t>();
+    mem.timeline_file = m.value("timeline_file", std::string());
+    mem.trace_file = m.value("trace_file", std::string());
     r.memory = mem;
   }
   if (j.contains("time") && j.at("time").is_object()) {
@@ -145,6 +171,24 @@ CellResult CellResult::from_json(const json& j) {
     }
     r.grad_error = ge;
   }
+  if (j.contains("data")) r.data = j.at("data");
+  if (j.contains("max_seq_len") && j.contains("search")) {
+    const json& s = j.at("search");
+    MaxLenRecord m;
+    m.budget_bytes = s.at("budget_bytes").get<int64_t>();
+    m.granularity = s.at("granularity").get<int64_t>();
+    m.upper = s.at("upper").get<int64_t>();
+    m.error = s.value("error", std::string());
+    m.max_seq_len = j.at("max_seq_len").get<int64_t>();
+    m.hit_upper = j.value("hit_upper", false);
+    for (const auto& p : j.value("probes", json::array()))
+      m.probes.push_back({p.at("seq_len").get<int64_t>(), p.at("status").get<std::string>(),
+                          p.value("peak_bytes", int64_t{0}), p.value("reason", std::string())});
+    r.max_len = m;
+  }
+  if (j.contains("comm")) r.comm = j.at("comm");
+  r.world_size = j.value("world_size", int64_t{1});
+  if (j.contains("ranks")) r.ranks = j.at("ranks");
   return r;
 }
 
@@ -292,6 +336,9 @@ std::string outcome_summary(const CellResult& r) {
     return why.empty() ? r.status : fmt::format("{} ({})", r.status, why);
   }
   std::string s = "ok";
+  if (r.max_len)
+    return fmt::format("ok max_seq_len {}{} ({} probes)", r.max_len->hit_upper ? ">= " : "",
+                       r.max_len->max_seq_len, r.max_len->probes.size());
   if (r.memory) s += fmt::format(" {} MiB peak", format_mib(r.memory->peak_bytes));
   if (r.time) s += fmt::format("{} {:.3g} s", r.memory ? "," : "", r.time->median_s);
   return s;
@@ -311,7 +358,10 @@ std::string render_table(const std::vector<CellResult>& cells) {
       part = fmt::format("{}/{}", r.uses_partition ? std::to_string(c.partition) : "-",
                          r.uses_logits_partition ? std::to_string(c.logits_partition) : "-");
     const auto rel = r.grad_rel_l2();
-    rows.push_back({c.model, c.impl, c.objective, std::to_string(c.seq_len), part, r.status,
+    const std::string length = r.max_len ? fmt::format("max {}{}", r.max_len->hit_upper ? ">=" : "",
+                                                         r.max_len->max_seq_len)
+                                         : std::to_string(c.seq_len);
+    rows.push_back({c.model, c.impl, c.objective, length, part, r.status,
                     r.memory ? format_mib(r.memory->peak_bytes) : "-",
                     r.memory ? format_mib(r.memory->peak_bytes - r.memory->base_bytes) : "-",
                     r.time ? fmt::format("{:.3f}", r.time->median_s) : "-",

@@ -7,8 +7,15 @@
 //             "scenario_name", "scenario": {the scenario object as written}},
 //    "cells": [{"axes": {every grid key}, "threads", "status": "ok"|"oom"|"skipped"|"error", "reason",
 //               "loss", "wall_s", "uses_partition", "uses_logits_partition",
-//               "memory": {"base_bytes", "peak_bytes", "peak_above_base_bytes", "peak_by_category": {...}} |
-//               null, "time": {"median_s", "min_s", "max_s", "count", "warmup", "runs_s": [...]} | null,
+//               "memory": {"base_bytes", "peak_bytes", "peak_above_base_bytes", "peak_by_category": {...},
+//                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
+//                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json)} |
+//               null,
+//               "data": {"file", "sha256", "sequences"} (with a data file),
+//               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error"},
+//               "probes": [{"seq_len", "status", "peak_bytes", "reason"}] (with measure.max_seq_len),
+//               "world_size", "ranks": [{"rank", "peak_bytes", "base_bytes", "time_s", "comm": {...}}]
+//               (with world_size > 1), "time": {"median_s", "min_s", "max_s", "count", "warmup", "runs_s": [...]} | null,
 //               "grad_error": {"reference": "float64", "reference_loss", "loss_abs_error",
 //                              "groups": {"embed"|"attention"|"mlp"|"norms"|"lm_head"|"lora"|"all":
 //                                         {"er_abs", "er_rel", "max_abs", "rel_l2", "count"}}}
@@ -25,6 +32,7 @@
 #include <vector>
 
 #include "harness/grad_error.h"
+#include "harness/maxlen.h"
 #include "harness/scenario.h"
 
 namespace bpbench {
@@ -36,6 +44,17 @@ struct MemoryResult {
   int64_t base_bytes = 0;  // live when the measured step starts: parameters, grads, batch
   int64_t peak_bytes = 0;
   std::map<std::string, int64_t> peak_by_category;  // the breakdown at the moment of the peak
+  std::optional<int64_t> estimate_bytes;            // harness/estimate.h, where the impl has one
+  std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
+};
+
+// A max-sequence-length search's outcome (harness/maxlen.h), with the search's settings.
+struct MaxLenRecord {
+  int64_t budget_bytes = 0, granularity = 0, upper = 0;
+  int64_t max_seq_len = 0;  // 0: not even `granularity` tokens fit
+  bool hit_upper = false;
+  std::vector<Probe> probes;
+  std::string error;  // a probe failed for a reason other than memory
 };
 
 struct TimeResult {
@@ -62,6 +81,11 @@ struct CellResult {
   std::optional<MemoryResult> memory;
   std::optional<TimeResult> time;
   std::optional<GradErrorResult> grad_error;
+  nlohmann::json data;                  // {"file", "sha256", "sequences"} or null: synthetic tokens
+  std::optional<MaxLenRecord> max_len;  // a max-sequence-length search cell
+  int64_t world_size = 1;
+  nlohmann::json comm;   // a distributed strategy's collectives in the measured step (comm.h), else null
+  nlohmann::json ranks;  // world_size > 1: one record per rank (peak, base, time, comm), else null
 
   nlohmann::json to_json() const;
   static CellResult from_json(const nlohmann::json& j);  // throws on a malformed record

@@ -24,9 +24,15 @@
 #include <thread>
 
 #include "harness/compat.h"
+#include "harness/data_file.h"
+#include "harness/dist_launch.h"
+#include "harness/estimate.h"
 #include "harness/grad_error.h"
+#include "harness/hf_model.h"
 #include "harness/objective.h"
+#include "impls/dist_common.h"
 #include "impls/strategy.h"
+#include "profiles/chrome_trace.h"
 #include "profiles/memory.h"
 
 extern char** environ;
@@ -93,11 +99,16 @@ TimeResult time_stats(std::vector<double> runs, int64_t warmup) {
   return t;
 }
 
-void zero_grads(const std::vector<NamedParameter>& params) {
+// Before each run: a single-process strategy accumulates into zeroed, pre-allocated gradients (as a training
+// loop that zeroes rather than frees them: they are base). A distributed one owns its gradient buckets and
+// starts from none.
+void prepare_grads(const std::vector<NamedParameter>& params, bool distributed) {
   torch::NoGradGuard no_grad;
   for (const auto& p : params) {
     auto& g = p.tensor.mutable_grad();
-    if (g.defined()) {
+    if (distributed) {
+      g.reset();
+    } else if (g.defined()) {
       g.zero_();
     } else {  // a strategy dropped it: put it back so it counts as base, not as part of the step's peak
       MemoryScope scope(Category::grads);
@@ -126,12 +137,60 @@ GradErrorResult reference_error(const CellJob& job, const Model& model, const Ba
   return ge;
 }
 
+// Stops a timeline on every exit path, so an OOM inside the step cannot leave one recording.
+class TimelineGuard {
+ public:
+  explicit TimelineGuard(bool on) : on_(on) {
+    if (on_) MemoryRecorder::instance().start_timeline();
+  }
+  ~TimelineGuard() {
+    if (on_) MemoryRecorder::instance().stop_timeline();
+  }
+  profiles::Timeline stop() {
+    on_ = false;
+    return MemoryRecorder::instance().stop_timeline();
+  }
+  TimelineGuard(const TimelineGuard&) = delete;
+  TimelineGuard& operator=(const TimelineGuard&) = delete;
+
+ private:
+  bool on_;
+};
+
+// DIR/NAME.json (plain timeline, read by `bpbench report`) and DIR/NAME.trace.json (Perfetto).
+void write_timeline(const CellJob& job, const profiles::Timeline& timeline, MemoryResult& mem) {
+  if (job.timeline_dir.empty() || job.timeline_name.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = job.timeline_dir;
+  fs::create_directories((dir / job.timeline_name).parent_path());
+  const std::string label = job.cell.label({"model", "impl", "objective", "seq_len", "partition"});
+  write_json_atomically(dir / (job.timeline_name + ".json"),
+                        json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
+  write_json_atomically(dir / (job.timeline_name + ".trace.json"), profiles::chrome_trace(timeline, label));
+  mem.timeline_file = job.timeline_name + ".json";
+  mem.trace_file = job.timeline_name + ".trace.json";
+}
+
+// Token ids from the scenario's data file for `rows` sequences of the cell's length; records what was read.
+torch::Tensor data_tokens(const CellJob& job, int64_t rows, int64_t vocab, CellResult& r) {
+  TokenData d = load_token_data(job.settings.data_path, job.cell.seq_len, vocab);
+  if (d.sequences < rows)
+    throw InputError(fmt::format("data: '{}' has {} sequences; the cell needs {} (batch x world_size)",
+                                 d.file_name, d.sequences, rows));
+  r.data = {{"file", d.file_name}, {"sha256", d.sha256}, {"sequences", rows}};
+  return d.tokens.narrow(0, 0, rows).clone();
+}
+
 // Steps 2-6 of a cell; fills `r`. Everything it builds is freed when it returns or throws.
 void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   const Cell& c = job.cell;
   const MeasureSpec& m = job.settings.measure;
   const torch::Device device(job.settings.device == "cuda" ? torch::kCUDA : torch::kCPU);
   auto& rec = MemoryRecorder::instance();
+  const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(&strategy);
+  dist::Communicator* comm =
+      dist_strategy ? &dist::communicator_or_init_from_env(job.settings.device) : nullptr;
+  const int world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
 
   Model model = [&] {
     MemoryScope scope(Category::params);
@@ -141,10 +200,11 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     return built;
   }();
 
-  // The batch is built before measurement: DPO and GRPO run a no-grad reference pass here.
+  // The batch is built before measurement: DPO and GRPO run a no-grad reference pass here. A distributed
+  // cell builds the global batch (batch examples per rank) and keeps its rank's rows.
   auto objective = make_objective(c.objective);
   BatchSpec spec;
-  spec.examples = c.batch;
+  spec.examples = c.batch * world;
   spec.seq_len = c.seq_len;
   spec.prompt_len = c.prompt_len;
   spec.group = c.group;
@@ -156,16 +216,14 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   Batch batch;
   {
     MemoryScope scope(Category::other);
+    if (!job.settings.data_path.empty())
+      spec.data_tokens = data_tokens(job, spec.examples, model.config.vocab, r);
     batch = objective->make_batch(spec, model, c.logits_partition);
+    if (world > 1) batch = dist::rank_batch(batch, rank, world);
   }
 
-  // Gradients exist before the step, as in a training loop that zeroes rather than frees them: they are base.
   const auto params = model.trainable_parameters();
-  {
-    MemoryScope scope(Category::grads);
-    torch::NoGradGuard no_grad;
-    for (const auto& p : params) p.tensor.mutable_grad() = torch::zeros_like(p.tensor);
-  }
+  prepare_grads(params, dist_strategy != nullptr);
 
   const bool timed = m.time.enabled;
   const int64_t warmup = timed ? m.time.warmup : 0, repeat = timed ? m.time.repeat : 1;
@@ -174,7 +232,8 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   MemoryResult mem;
   double loss = std::numeric_limits<double>::quiet_NaN();
   for (int64_t run = 0; run < warmup + repeat; ++run) {
-    zero_grads(params);
+    prepare_grads(params, dist_strategy != nullptr);
+    if (comm) comm->barrier("before step");  // every rank starts its clock together
     const bool first_measured = run == warmup;
     torch::Tensor loss_t;
     double dt = 0;
@@ -182,6 +241,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       rec.reset_peak();
       mem.base_bytes = rec.live_bytes();
       BudgetGuard budget(m.budget_bytes);
+      TimelineGuard timeline(m.timeline);
       try {
         sync_device(device);
         const auto t0 = Clock::now();
@@ -192,11 +252,13 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         // Where the step stood when it ran out: its base and the highest point it reached within the budget.
         mem.peak_bytes = rec.peak_bytes();
         mem.peak_by_category = category_map(rec.peak_by_category());
+        if (m.timeline) write_timeline(job, timeline.stop(), mem);
         if (m.memory) r.memory = mem;
         throw;
       }
       mem.peak_bytes = rec.peak_bytes();
       mem.peak_by_category = category_map(rec.peak_by_category());
+      if (m.timeline) write_timeline(job, timeline.stop(), mem);
     } else {
       sync_device(device);
       const auto t0 = Clock::now();
@@ -208,9 +270,23 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     if (run >= warmup) seconds.push_back(dt);
   }
   r.loss = loss;
-  if (m.memory) r.memory = mem;
+  if (m.memory) {
+    mem.estimate_bytes = world == 1 ? estimate_cell_peak(c) : std::nullopt;
+    r.memory = mem;
+  }
   if (timed) r.time = time_stats(seconds, warmup);
-  if (!m.grad_error_reference.empty()) r.grad_error = reference_error(job, model, batch, *objective, loss);
+  if (dist_strategy) r.comm = dist_strategy->last_step_comm().to_json();
+  if (m.grad_error_reference.empty()) return;
+  if (dist_strategy) {  // collective: every rank takes part; rank 0 compares with plain BP on the global batch
+    dist_strategy->restore_parameters(model);
+    dist_strategy->load_full_gradients(model);
+    if (rank != 0) return;
+    if (world > 1) {
+      MemoryScope scope(Category::other);
+      batch = objective->make_batch(spec, model, c.logits_partition);
+    }
+  }
+  r.grad_error = reference_error(job, model, batch, *objective, loss);
 }
 
 std::string read_file(const std::string& path) {
@@ -243,15 +319,88 @@ std::string resolve_exe(const std::string& exe) {
   return ec ? exe : p.string();
 }
 
+bool is_distributed(const Strategy& strategy) {
+  return dynamic_cast<const dist::DistStrategy*>(&strategy) != nullptr;
+}
+
+// Why a cell is not run: the strategy refuses it, or a single-process strategy in a multi-rank scenario.
+std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& job) {
+  if (auto why = strategy.unsupported(CellTraits{job.cell.objective, job.settings.world_size})) return why;
+  if (!is_distributed(strategy) && job.settings.world_size > 1)
+    return fmt::format("runs in one process; world_size {} is for the -dist strategies", job.settings.world_size);
+  return std::nullopt;
+}
+
+// Checks the scenario's data file against every cell before anything runs: readable, ids within each
+// model's vocabulary, enough sequences for the largest batch. One line naming the problem otherwise.
+void check_data_file(const Scenario& scenario, const std::vector<Cell>& cells) {
+  const std::string& path = scenario.settings.data_path;
+  if (path.empty()) return;
+  const std::string valid = "a JSON list of token-id lists with ids below the model's vocabulary";
+  std::map<std::string, int64_t> rows_needed;  // model -> sequences its largest cell needs
+  for (const auto& c : cells)
+    rows_needed[c.model] = std::max(rows_needed[c.model], c.batch * scenario.settings.world_size);
+  for (const auto& [model, rows] : rows_needed) {
+    TokenData d;
+    try {
+      d = load_token_data(path, 2, model_config_of(model).vocab);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      input_error(fmt::format("data: {}", one_line(e.what())), valid);
+    }
+    if (d.sequences < rows)
+      input_error(fmt::format("data: '{}' has {} sequences; model {} needs {} (batch x world_size)", path,
+                              d.sequences, model, rows),
+                  "a batch no larger than the file's sequences");
+  }
+}
+
 }  // namespace
 
 // ---- public
 // -------------------------------------------------------------------------------------------------
 
+namespace {
+bool is_preset(const std::string& name) {
+  for (const auto& p : model_presets())
+    if (p.name == name) return true;
+  return false;
+}
+}  // namespace
+
 Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed) {
+  if (!is_preset(name) && is_hf_model_dir(name)) return load_hf_model(name, options);
   ModelConfig config = find_model_preset(name);
   config.validate();
   return Model::random(config, options, seed);
+}
+
+ModelConfig model_config_of(const std::string& name) {
+  if (!is_preset(name) && is_hf_model_dir(name)) return read_hf_config(name);
+  ModelConfig config = find_model_preset(name);
+  config.validate();
+  return config;
+}
+
+std::optional<int64_t> estimate_cell_peak(const Cell& c) {
+  const auto& known = estimated_impls();
+  if (c.seq_len < 1 || std::find(known.begin(), known.end(), c.impl) == known.end()) return std::nullopt;
+  try {
+    EstimateInput in;
+    in.config = model_config_of(c.model);
+    in.seq_len = c.seq_len;
+    in.sequences = sequences_for(c.objective, c.batch, c.group);
+    in.partition = c.partition;
+    in.logits_partition = c.logits_partition;
+    in.dtype = parse_dtype(c.dtype);
+    in.impl = c.impl;
+    in.objective = c.objective;
+    in.lora_rank = c.lora_rank;
+    return estimate_peak(in).peak_bytes;
+  } catch (const std::exception&) {  // a model that cannot be read: no estimate, and the cell says why
+    return std::nullopt;
+  }
 }
 
 torch::ScalarType parse_dtype(const std::string& name) {
@@ -274,7 +423,12 @@ json CellJob::to_json() const {
           {"device", settings.device},
           {"seed", settings.seed},
           {"threads", settings.threads},
-          {"measure", settings.measure.to_json()}};
+          {"measure", settings.measure.to_json()},
+          {"data", settings.data_path},
+          {"world_size", settings.world_size},
+          {"timeline_dir", timeline_dir},
+          {"timeline_name", timeline_name},
+          {"result_file", result_file}};
 }
 
 CellJob CellJob::from_json(const json& j) {
@@ -293,6 +447,19 @@ CellJob CellJob::from_json(const json& j) {
     input_error("run-cell: bad threads", "integers >= 1");
   job.settings.threads = j.at("threads").get<int64_t>();
   job.settings.measure = MeasureSpec::from_json(j.at("measure"));
+  auto text = [&](const char* key) {  // optional string keys
+    if (j.contains(key) && !j.at(key).is_string()) input_error(fmt::format("run-cell: bad {}", key), "a string");
+    return j.value(key, std::string());
+  };
+  job.settings.data_path = text("data");
+  job.timeline_dir = text("timeline_dir");
+  job.timeline_name = text("timeline_name");
+  job.result_file = text("result_file");
+  if (j.contains("world_size")) {
+    if (!j.at("world_size").is_number_integer() || j.at("world_size").get<int64_t>() < 1)
+      input_error("run-cell: bad world_size", "integers >= 1");
+    job.settings.world_size = j.at("world_size").get<int64_t>();
+  }
   return job;
 }
 
@@ -306,7 +473,8 @@ CellResult run_cell(const CellJob& job) {
     auto strategy = make_strategy(job.cell.impl);
     r.uses_partition = strategy->uses_partition();
     r.uses_logits_partition = strategy->uses_logits_partition();
-    if (auto why = strategy->unsupported(CellTraits{job.cell.objective, 1})) {
+    r.world_size = is_distributed(*strategy) ? job.settings.world_size : 1;
+    if (auto why = skip_reason(*strategy, job)) {
       r.status = "skipped";
       r.reason = *why;
     } else {
@@ -414,6 +582,178 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
   return failed;
 }
 
+CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
+  CellResult merged;
+  merged.cell = job.cell;
+  merged.threads = job.settings.threads;
+  merged.world_size = job.settings.world_size;
+  merged.status = "error";
+  const auto t0 = Clock::now();
+  const int world = static_cast<int>(job.settings.world_size);
+  std::string job_path;
+  std::vector<std::string> rank_files;
+  auto cleanup = [&] {
+    if (!job_path.empty()) std::remove(job_path.c_str());
+    for (const auto& f : rank_files) std::remove(f.c_str());
+  };
+  try {
+    int fd;
+    std::tie(job_path, fd) = make_temp("bpbench-dist-job");
+    close(fd);
+    CellJob rank_job = job;
+    rank_job.result_file = job_path + ".result";  // each rank appends ".<rank>"
+    for (int r = 0; r < world; ++r) rank_files.push_back(fmt::format("{}.{}", rank_job.result_file, r));
+    std::ofstream(job_path) << rank_job.to_json().dump() << "\n";
+
+    LaunchOptions launch;
+    launch.world_size = world;
+    launch.exe = resolve_exe(exe);
+    launch.args = {"run-cell", job_path};
+    const LaunchResult lr = launch_local_ranks(launch);
+
+    std::vector<CellResult> ranks;
+    for (int r = 0; r < world; ++r) {
+      const std::string text = read_file(rank_files[r]);
+      if (text.empty()) continue;
+      try {
+        ranks.push_back(CellResult::from_json(json::parse(text)));
+      } catch (const std::exception&) {
+      }
+    }
+    cleanup();
+    if (ranks.size() != static_cast<size_t>(world)) {
+      merged.reason = lr.exit_code != 0 ? lr.error
+                                        : fmt::format("{} of {} ranks wrote no result", world - ranks.size(), world);
+      merged.wall_s = seconds_since(t0);
+      return merged;
+    }
+    // Rank 0's record (loss, gradient error against plain BP on the global batch), every rank's measurements,
+    // and the worst status: a rank out of memory makes the cell oom even when the others only saw it fail.
+    merged = ranks[0];
+    merged.world_size = world;
+    merged.ranks = json::array();
+    for (const auto& r : ranks) {
+      if (r.status == "oom" || (r.status == "error" && merged.status != "oom")) {
+        merged.status = r.status;
+        merged.reason = r.reason;
+      }
+      merged.ranks.push_back({{"status", r.status},
+                              {"peak_bytes", r.memory ? json(r.memory->peak_bytes) : json(nullptr)},
+                              {"base_bytes", r.memory ? json(r.memory->base_bytes) : json(nullptr)},
+                              {"time_median_s", r.time ? json(r.time->median_s) : json(nullptr)},
+                              {"comm", r.comm}});
+      // The cell's peak is the highest rank's: what a per-device budget must hold.
+      if (r.memory && merged.memory && r.memory->peak_bytes > merged.memory->peak_bytes) {
+        merged.memory->peak_bytes = r.memory->peak_bytes;
+        merged.memory->base_bytes = r.memory->base_bytes;
+        merged.memory->peak_by_category = r.memory->peak_by_category;
+      }
+    }
+    for (size_t r = 0; r < merged.ranks.size(); ++r) merged.ranks[r]["rank"] = r;
+    if (merged.status != "ok") {
+      merged.loss.reset();
+      merged.time.reset();
+      merged.grad_error.reset();
+    }
+  } catch (const std::exception& e) {
+    cleanup();
+    merged.reason = one_line(e.what());
+  }
+  merged.wall_s = seconds_since(t0);
+  return merged;
+}
+
+CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
+                                   const std::function<void(const Probe&)>& on_probe) {
+  const MeasureSpec::MaxSeqLen spec = job.settings.measure.max_seq_len.value();
+  CellResult r;
+  r.cell = job.cell;
+  r.threads = job.settings.threads;
+  const auto t0 = Clock::now();
+  try {
+    auto strategy = make_strategy(job.cell.impl);
+    r.uses_partition = strategy->uses_partition();
+    r.uses_logits_partition = strategy->uses_logits_partition();
+    if (auto why = skip_reason(*strategy, job)) {
+      r.status = "skipped";
+      r.reason = *why;
+      r.wall_s = seconds_since(t0);
+      return r;
+    }
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.reason = one_line(e.what());
+    return r;
+  }
+
+  // A probe: the cell at length T (null partitions follow T), one measured step, memory only, in a child.
+  auto at_length = [&](int64_t T) {
+    CellJob p = job;
+    p.cell.seq_len = T;
+    if (job.cell.partition == 0) p.cell.partition = T;
+    if (job.cell.logits_partition == 0) p.cell.logits_partition = T;
+    p.settings.measure.max_seq_len.reset();
+    p.settings.measure.memory = true;
+    p.settings.measure.time.enabled = false;
+    p.settings.measure.grad_error_reference.clear();
+    p.settings.measure.timeline = false;
+    p.settings.measure.budget_bytes = spec.budget_bytes;  // none on a GPU: its own memory is the limit
+    p.timeline_dir.clear();
+    return p;
+  };
+  MaxLenSearch search;
+  search.budget_bytes = spec.budget_bytes.value_or(0);
+  search.granularity = spec.granularity;
+  search.upper = spec.upper;
+  // Start at the largest length the analytic estimate puts within the budget, and grow or shrink by a
+  // quarter from there: the estimate is within a few percent for the strategies it knows.
+  if (spec.budget_bytes) {
+    auto fits = [&](int64_t T) {
+      auto e = estimate_cell_peak(at_length(T).cell);
+      return e && *e <= *spec.budget_bytes;
+    };
+    if (estimate_cell_peak(at_length(spec.granularity).cell)) {
+      int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (fits(mid * spec.granularity))
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      search.start = std::max<int64_t>(1, lo) * spec.granularity;
+      search.growth = 1.25;
+    }
+  }
+  auto probe = [&](int64_t T) {
+    const CellResult pr = job.settings.world_size > 1 ? run_cell_distributed(at_length(T), exe)
+                                                      : run_cell_isolated(at_length(T), exe);
+    Probe p;
+    p.seq_len = T;
+    p.status = pr.status == "skipped" ? "error" : pr.status;
+    p.peak_bytes = pr.memory ? pr.memory->peak_bytes : 0;
+    p.reason = pr.reason;
+    return p;
+  };
+  const MaxLenResult found = search_max_seq_len(search, probe, on_probe);
+  MaxLenRecord rec;
+  rec.budget_bytes = search.budget_bytes;
+  rec.granularity = spec.granularity;
+  rec.upper = spec.upper;
+  rec.max_seq_len = found.max_seq_len;
+  rec.hit_upper = found.hit_upper;
+  rec.probes = found.probes;
+  rec.error = found.error;
+  r.max_len = rec;
+  if (!found.error.empty()) {
+    r.status = "error";
+    r.reason = found.error;
+  }
+  r.world_size = job.settings.world_size;
+  r.wall_s = seconds_since(t0);
+  return r;
+}
+
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   MemoryRecorder::instance();  // installed before the first tensor, so every tensor of every cell is seen
   const int64_t threads =
@@ -421,6 +761,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   if (threads < 1) input_error(fmt::format("threads: {} is out of range", threads), "integers >= 1");
   const bool isolate = options.isolate.value_or(scenario.isolate);
   const auto cells = scenario.expand();
+  check_data_file(scenario, cells);
   ResultsWriter writer(options.out_dir, collect_meta(scenario, options.argv, threads, isolate), cells.size());
 
   std::vector<std::string> label_keys = {"model", "impl", "objective", "seq_len"};
@@ -430,13 +771,31 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   RunSummary summary;
   summary.results_path = writer.path().string();
   const auto start = Clock::now();
+  const bool search = scenario.settings.measure.max_seq_len.has_value();
+  if (search) label_keys.erase(std::find(label_keys.begin(), label_keys.end(), "seq_len"));
   for (size_t i = 0; i < cells.size(); ++i) {
-    CellJob job{cells[i], scenario.settings};
+    CellJob job;
+    job.cell = cells[i];
+    job.settings = scenario.settings;
     job.settings.threads = threads;
+    job.timeline_dir = writer.path().parent_path().string();
+    job.timeline_name = fmt::format("timelines/cell-{:03d}", i);
     if (options.progress)
       *options.progress << fmt::format("[{}/{}] {} ... ", i + 1, cells.size(), cells[i].label(label_keys))
                         << std::flush;
-    CellResult r = isolate ? run_cell_isolated(job, options.self_exe) : run_cell(job);
+    auto on_probe = [&](const Probe& p) {
+      if (!options.progress) return;
+      *options.progress << fmt::format("\n    probe T={}: {}{} | elapsed {}", p.seq_len, p.status,
+                                       p.peak_bytes ? fmt::format(" {} MiB peak", format_mib(p.peak_bytes)) : "",
+                                       format_seconds(seconds_since(start)))
+                        << std::flush;
+    };
+    const bool distributed = job.settings.world_size > 1 && is_distributed(*make_strategy(job.cell.impl));
+    CellResult r = search        ? search_cell_max_seq_len(job, options.self_exe, on_probe)
+                   : distributed ? run_cell_distributed(job, options.self_exe)
+                   : isolate     ? run_cell_isolated(job, options.self_exe)
+                                 : run_cell(job);
+    if (search && options.progress) *options.progress << "\n    ";
     writer.add(r);
     if (r.status == "error") ++summary.errors;
     if (options.progress) {
@@ -479,8 +838,22 @@ int run_cell_main(const std::string& job_path) {
     input_error(fmt::format("run-cell: malformed job JSON: {}", e.what()),
                 "a job file written by bpbench run");
   }
-  const CellResult r = run_cell(CellJob::from_json(j));
-  std::cout << r.to_json().dump(-1, ' ', false, json::error_handler_t::replace) << "\n" << std::flush;
+  const CellJob job = CellJob::from_json(j);
+  const CellResult r = run_cell(job);
+  const std::string line = r.to_json().dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  if (job.result_file.empty()) {
+    std::cout << line << std::flush;
+  } else {  // a rank of a distributed cell: the launcher reads RESULT_FILE.<rank>
+    const char* rank = std::getenv("RANK");
+    std::ofstream(fmt::format("{}.{}", job.result_file, rank ? rank : "0")) << line;
+  }
+  // Rank 0 holds the rendezvous store: nobody leaves while another rank may still need it.
+  if (auto* comm = dist::current_communicator()) {
+    try {
+      comm->barrier("end of cell");
+    } catch (const std::exception&) {
+    }
+  }
   return 0;
 }
 

@@ -12,12 +12,14 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/maxlen.h"
 #include "harness/model.h"
 #include "harness/results.h"
 #include "harness/scenario.h"
@@ -28,13 +30,22 @@ namespace bpbench {
 struct CellJob {
   Cell cell;
   RunSettings settings;  // threads resolved (>= 1)
+  // With measure.timeline: the timeline goes to DIR/NAME.json and its Chrome trace to DIR/NAME.trace.json
+  // (NAME relative to DIR, which holds results.json). Empty: the timeline is not written.
+  std::string timeline_dir, timeline_name;
+  // A rank of a distributed cell writes its result here (the launcher collects every rank's); empty: stdout.
+  std::string result_file;
 
   nlohmann::json to_json() const;
   static CellJob from_json(const nlohmann::json& j);  // throws InputError
 };
 
-// The one place a model is built by name (a later issue adds Hugging Face directories here).
+// The one place a model is built by name: a preset (random weights from `seed`) or a Hugging Face model
+// directory (its weights; `seed` unused).
 Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed);
+ModelConfig model_config_of(const std::string& name);  // without building the model
+// The analytic peak (harness/estimate.h) of a cell; nullopt for an impl without an estimate.
+std::optional<int64_t> estimate_cell_peak(const Cell& cell);
 torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError
 int64_t default_threads();                               // every core
 
@@ -42,6 +53,13 @@ int64_t default_threads();                               // every core
 CellResult run_cell(const CellJob& job);
 // Runs the cell in a child: `exe run-cell JOBFILE`, one JSON result on its stdout.
 CellResult run_cell_isolated(const CellJob& job, const std::string& exe);
+// Runs a distributed cell as settings.world_size local ranks (`exe run-cell JOBFILE` each, with the torchrun
+// environment); returns rank 0's result with every rank's peak, time and communication under "ranks".
+CellResult run_cell_distributed(const CellJob& job, const std::string& exe);
+// The largest seq_len of the cell that fits measure.max_seq_len's budget, every probe a child process.
+// `on_probe` sees each probe as it finishes (progress lines).
+CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
+                                   const std::function<void(const Probe&)>& on_probe = {});
 
 struct RunOptions {
   std::string out_dir;                      // results.json goes here

@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "harness/compat.h"
+#include "harness/hf_model.h"
 #include "harness/model_config.h"
 #include "harness/objective.h"
 #include "impls/strategy.h"
@@ -102,27 +103,35 @@ struct AxisDef {
   std::function<std::vector<std::string>()> choices;  // string axes: every valid name
   double min = 0;                                     // numeric axes: the smallest valid value
   bool exclusive_min = false;
-  bool null_is_seq_len = false;  // partition axes: null (or absent) means one chunk of seq_len rows
+  // Integer axes that accept null (stored as 0): what null means, for "(valid: ...)". Partition axes: one
+  // chunk of seq_len rows; seq_len: found by a max-sequence-length search.
+  const char* null_means = nullptr;
+  // String axes: a value outside choices() that is still valid (a model directory); throws InputError for one
+  // that looks meant but is broken, returns false for one that is simply unknown.
+  std::function<bool(const std::string& value, const std::string& where)> also_accepts = nullptr;
+  const char* also_valid = nullptr;  // what also_accepts accepts, for "(valid: ...)"
 
   std::string valid() const {
-    if (std::holds_alternative<std::string Cell::*>(member)) return join(choices());
+    if (std::holds_alternative<std::string Cell::*>(member))
+      return also_valid ? join(choices()) + ", or " + also_valid : join(choices());
     if (std::holds_alternative<bool Cell::*>(member)) return "true, false";
     const char* what = std::holds_alternative<int64_t Cell::*>(member) ? "integers" : "numbers";
     std::string s = fmt::format("{} {} {}", what, exclusive_min ? ">" : ">=", min);
-    return null_is_seq_len ? s + ", or null for seq_len" : s;
+    return null_means ? fmt::format("{}, or null for {}", s, null_means) : s;
   }
 
   // The value checked and normalised (1e3 -> 1000); throws InputError naming `where`.
   json check(const json& v, const std::string& where) const {
-    if (v.is_null() && null_is_seq_len) return v;
+    if (v.is_null() && null_means) return v;
     return std::visit(
         [&](auto m) -> json {
           using T = std::remove_reference_t<decltype(std::declval<Cell>().*m)>;
           if constexpr (std::is_same_v<T, std::string>) {
             std::string s = read_string(v, where, valid());
             auto names = choices();
-            if (std::find(names.begin(), names.end(), s) == names.end())
-              input_error(fmt::format("{}: unknown {} '{}'", where, key, s), join(names));
+            if (std::find(names.begin(), names.end(), s) == names.end() &&
+                !(also_accepts && also_accepts(s, where)))
+              input_error(fmt::format("{}: unknown {} '{}'", where, key, s), valid());
             return s;
           } else if constexpr (std::is_same_v<T, int64_t>) {
             return read_int(v, where, static_cast<int64_t>(min) + (exclusive_min ? 1 : 0), valid());
@@ -144,6 +153,7 @@ struct AxisDef {
   }
 
   json read(const Cell& cell) const {
+    if (null_means && cell.*std::get<int64_t Cell::*>(member) == 0) return nullptr;
     return std::visit([&](auto m) { return json(cell.*m); }, member);
   }
 };
@@ -154,19 +164,46 @@ std::vector<std::string> model_choices() {
   return names;
 }
 
+// A model value that is not a preset may be a Hugging Face model directory. Anything that names an existing
+// path, or looks like one, is checked here (config.json readable and of a supported architecture), so a broken
+// directory is reported when the scenario is read, not cells later; the weights are checked when loaded.
+bool accepts_model_dir(const std::string& value, const std::string& where) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool exists = fs::exists(value, ec);
+  if (!exists && value.find('/') == std::string::npos) return false;  // just an unknown preset name
+  const std::string valid = "a preset name, or a directory with config.json and model.safetensors (" +
+                            hf_architecture_names() + ")";
+  if (!exists) input_error(fmt::format("{}: model directory '{}' does not exist", where, value), valid);
+  if (!fs::is_directory(value, ec))
+    input_error(fmt::format("{}: model '{}' is a file, not a model directory", where, value), valid);
+  if (!is_hf_model_dir(value))
+    input_error(fmt::format("{}: model directory '{}' has no config.json", where, value), valid);
+  try {
+    read_hf_config(value);
+  } catch (const std::exception& e) {
+    input_error(fmt::format("{}: {}", where, e.what()), valid);
+  }
+  return true;
+}
+
 // The row order is the expansion order (the last row varies fastest) and the order of axes in the results.
 const std::vector<AxisDef>& axis_table() {
   static const std::vector<AxisDef> table = [] {
     std::vector<AxisDef> t;
     auto add = [&](AxisDef d) { t.push_back(std::move(d)); };
-    add({"model", &Cell::model, true, nullptr, model_choices});
+    AxisDef model{"model", &Cell::model, true, nullptr, model_choices};
+    model.also_accepts = accepts_model_dir;
+    model.also_valid = "a Hugging Face model directory";
+    add(model);
     add({"objective", &Cell::objective, false, "sft", [] { return objective_names(); }});
     add({"dtype", &Cell::dtype, false, "float32", [] { return dtype_names(); }});
     add({"batch", &Cell::batch, false, 1, {}, 1});
-    add({"seq_len", &Cell::seq_len, true, nullptr, {}, 2});
+    // Required unless measure.max_seq_len searches for it (checked in parse_scenario, which sees both).
+    add({"seq_len", &Cell::seq_len, false, nullptr, {}, 2, false, "a max_seq_len search"});
     add({"impl", &Cell::impl, true, nullptr, strategy_names});
-    add({"partition", &Cell::partition, false, nullptr, {}, 1, false, true});
-    add({"logits_partition", &Cell::logits_partition, false, nullptr, {}, 1, false, true});
+    add({"partition", &Cell::partition, false, nullptr, {}, 1, false, "seq_len"});
+    add({"logits_partition", &Cell::logits_partition, false, nullptr, {}, 1, false, "seq_len"});
     add({"lora_rank", &Cell::lora_rank, false, 0, {}, 0});
     add({"lora_alpha", &Cell::lora_alpha, false, 64.0, {}, 0, true});
     add({"group", &Cell::group, false, 8, {}, 1});
@@ -261,6 +298,30 @@ std::string parse_grad_error(const json& v) {
   return ref;
 }
 
+std::optional<MeasureSpec::MaxSeqLen> parse_max_seq_len(const json& v) {
+  const std::string valid = "{\"budget_bytes\": N, \"granularity\": 256, \"upper\": N}, or false";
+  if (v.is_boolean() && !v.get<bool>()) return std::nullopt;
+  if (!v.is_object())
+    input_error(fmt::format("measure.max_seq_len: expected an object, got {} {}", type_word(v), show(v)), valid);
+  MeasureSpec::MaxSeqLen m;
+  for (const auto& [key, value] : v.items()) {
+    if (key == "budget_bytes" && value.is_null())
+      m.budget_bytes.reset();
+    else if (key == "budget_bytes")
+      m.budget_bytes = read_int(value, "measure.max_seq_len.budget_bytes", 1, "integers >= 1, or null for the GPU's memory");
+    else if (key == "granularity")
+      m.granularity = read_int(value, "measure.max_seq_len.granularity", 2, "integers >= 2");
+    else if (key == "upper")
+      m.upper = read_int(value, "measure.max_seq_len.upper", 2, "integers >= 2");
+    else
+      input_error(fmt::format("unknown measure.max_seq_len key '{}'", key), "budget_bytes, granularity, upper");
+  }
+  if (m.upper < m.granularity)
+    input_error(fmt::format("measure.max_seq_len: upper {} is below granularity {}", m.upper, m.granularity),
+                "upper >= granularity");
+  return m;
+}
+
 const std::vector<KeyDef>& measure_table() {
   static const std::vector<KeyDef> table = {
       {"memory", [](MeasureSpec& m, const json& v) { m.memory = read_bool(v, "measure.memory"); }},
@@ -274,6 +335,7 @@ const std::vector<KeyDef>& measure_table() {
       {"time", [](MeasureSpec& m, const json& v) { m.time = parse_time(v); }},
       {"grad_error", [](MeasureSpec& m, const json& v) { m.grad_error_reference = parse_grad_error(v); }},
       {"timeline", [](MeasureSpec& m, const json& v) { m.timeline = read_bool(v, "measure.timeline"); }},
+      {"max_seq_len", [](MeasureSpec& m, const json& v) { m.max_seq_len = parse_max_seq_len(v); }},
   };
   return table;
 }
@@ -314,6 +376,21 @@ const std::vector<TopDef>& top_table() {
          s.settings.threads = read_int(v, "threads", 1, "integers >= 1 (absent: all cores)");
        }},
       {"isolate", [](Scenario& s, const json& v) { s.isolate = read_bool(v, "isolate"); }},
+      {"data",
+       [](Scenario& s, const json& v) {
+         const std::string valid = "a path to a JSON file of token-id lists, e.g. [[1, 2, 3], [4, 5]]";
+         s.settings.data_path = read_string(v, "data", valid);
+         std::error_code ec;
+         if (!std::filesystem::is_regular_file(s.settings.data_path, ec))
+           input_error(fmt::format("data: cannot open '{}': {}", s.settings.data_path,
+                                   std::filesystem::exists(s.settings.data_path, ec) ? "not a regular file"
+                                                                                     : "no such file"),
+                       valid);
+       }},
+      {"world_size",
+       [](Scenario& s, const json& v) {
+         s.settings.world_size = read_int(v, "world_size", 1, "integers >= 1 (ranks on this machine)");
+       }},
       {"grid", [](Scenario& s, const json& v) { s.grid = parse_grid(v); }},
       {"measure", [](Scenario& s, const json& v) { s.settings.measure = MeasureSpec::from_json(v); }},
   };
@@ -346,6 +423,10 @@ json MeasureSpec::to_json() const {
   j["time"] = time.enabled ? json{{"warmup", time.warmup}, {"repeat", time.repeat}} : json(false);
   j["grad_error"] = grad_error_reference.empty() ? json(false) : json{{"reference", grad_error_reference}};
   j["timeline"] = timeline;
+  if (max_seq_len)
+    j["max_seq_len"] = {{"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
+                        {"granularity", max_seq_len->granularity},
+                        {"upper", max_seq_len->upper}};
   return j;
 }
 
@@ -439,6 +520,31 @@ Scenario parse_scenario(const json& j) {
   Scenario s;
   for (const auto& d : top_table())
     if (j.contains(d.key)) d.parse(s, j.at(d.key));
+  // seq_len and measure.max_seq_len exclude each other: a search finds the length the grid would fix.
+  const GridAxis& seq = *std::find_if(s.grid.begin(), s.grid.end(), [](const GridAxis& a) { return a.key == "seq_len"; });
+  const bool has_null = std::any_of(seq.values.begin(), seq.values.end(), [](const json& v) { return v.is_null(); });
+  if (s.settings.measure.max_seq_len) {
+    if (seq.given && !(seq.values.size() == 1 && has_null))
+      input_error("grid.seq_len: a measure.max_seq_len search finds seq_len; remove it from the grid",
+                  "no seq_len with max_seq_len");
+  } else if (!seq.given) {
+    input_error("grid: missing key 'seq_len'", "integers >= 2, or measure.max_seq_len to search for it");
+  } else if (has_null) {
+    input_error("grid.seq_len: null is only valid with measure.max_seq_len", "integers >= 2");
+  }
+  if (s.settings.measure.max_seq_len && !s.settings.measure.max_seq_len->budget_bytes &&
+      s.settings.device == "cpu")
+    input_error("measure.max_seq_len: budget_bytes is required on the CPU (a GPU defaults to its memory)",
+                "{\"budget_bytes\": N, ...}");
+  if (!s.settings.data_path.empty()) {
+    for (const auto& a : s.grid)
+      if (a.key == "objective")
+        for (const auto& v : a.values)
+          if (v != "sft")
+            input_error(fmt::format("data: a data file feeds SFT cells only; the grid has objective '{}'",
+                                    v.get<std::string>()),
+                        "objective sft with data, or no data key");
+  }
   s.source = j;
   return s;
 }

@@ -45,7 +45,15 @@ struct MeasureSpec {
   std::optional<int64_t> budget_bytes;  // live-byte limit during the measured run: overruns become status oom
   TimeSpec time;
   std::string grad_error_reference = "float64";  // empty: no gradient error
-  bool timeline = false;                         // reserved: accepted, nothing recorded yet
+  bool timeline = false;  // record the measured step's memory timeline (results + a Chrome trace file)
+  // A max-sequence-length search instead of fixed lengths: the grid has no seq_len, and each cell finds the
+  // largest T (a multiple of granularity, at most upper) whose forward + backward fits budget_bytes.
+  struct MaxSeqLen {
+    std::optional<int64_t> budget_bytes;  // absent: the device's memory (GPU); required on the CPU
+    int64_t granularity = 256;
+    int64_t upper = 1 << 20;
+  };
+  std::optional<MaxSeqLen> max_seq_len;
 
   nlohmann::json to_json() const;
   static MeasureSpec from_json(const nlohmann::json& j);  // the parser's rules; throws InputError
@@ -54,7 +62,7 @@ struct MeasureSpec {
 // One grid point: a value for every grid key. partition / logits_partition are resolved (absent -> seq_len).
 struct Cell {
   std::string model, impl, objective = "sft", dtype = "float32";
-  int64_t seq_len = 0;  // T
+  int64_t seq_len = 0;  // T; 0 (null in JSON): found by a max-sequence-length search
   int64_t batch = 1;    // B: SFT sequences, DPO pairs, GRPO prompts
   int64_t partition = 0, logits_partition = 0;
   int64_t lora_rank = 0;  // 0: full fine-tuning
@@ -75,6 +83,11 @@ struct RunSettings {
   uint64_t seed = 0;
   int64_t threads = 0;  // intra-op threads; 0: all cores
   MeasureSpec measure;
+  // "data": a JSON file of token-id sequences used instead of synthetic tokens (SFT only; harness/data_file.h).
+  // Stored as given; relative paths are relative to the working directory, as for every path on the command line.
+  std::string data_path;
+  // "world_size": data-parallel ranks, each a local process (impls/dist_common.h); 1: a single process.
+  int64_t world_size = 1;
 };
 
 struct GridAxis {
