@@ -24,7 +24,9 @@ MaxLenResult search_max_seq_len(const MaxLenSearch& search, const std::function<
   auto up = [&](int64_t t) {
     return std::min(upper, std::max(t + g, (static_cast<int64_t>(t * growth) + g - 1) / g * g));
   };
-  auto down = [&](int64_t t) { return std::max(g, std::min(t - g, static_cast<int64_t>(t / growth) / g * g)); };
+  auto down = [&](int64_t t) {
+    return std::max(g, std::min(t - g, static_cast<int64_t>(t / growth) / g * g));
+  };
   int64_t fit = 0, fail = 0;  // largest T known to fit, smallest known not to (0: none yet)
   int64_t T = std::clamp((std::max(search.start, g) + g / 2) / g * g, g, upper);
   // Grow (or shrink, when the estimate overshoots) by `growth` until the answer is bracketed.

@@ -25,7 +25,8 @@ struct MaxLenSearch {
   int64_t granularity = 256;  // T values probed are multiples of this
   int64_t upper = 1 << 20;    // never probe above this
   int64_t start = 0;          // first probe (rounded to granularity); 0: granularity
-  double growth = 2.0;        // factor between probes until the answer is bracketed (> 1; smaller from a good start)
+  double growth =
+      2.0;  // factor between probes until the answer is bracketed (> 1; smaller from a good start)
 };
 
 struct MaxLenResult {

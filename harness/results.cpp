@@ -65,11 +65,12 @@ json CellResult::to_json() const {
   j["uses_partition"] = uses_partition;
   j["uses_logits_partition"] = uses_logits_partition;
   if (memory) {
-    j["memory"] = {{"base_bytes", memory->base_bytes},
-                   {"peak_bytes", memory->peak_bytes},
-                   {"peak_above_base_bytes", memory->peak_bytes - memory->base_bytes},
-                   {"peak_by_category", memory->peak_by_category},
-                   {"estimate_bytes", memory->estimate_bytes ? json(*memory->estimate_bytes) : json(nullptr)}};
+    j["memory"] = {
+        {"base_bytes", memory->base_bytes},
+        {"peak_bytes", memory->peak_bytes},
+        {"peak_above_base_bytes", memory->peak_bytes - memory->base_bytes},
+        {"peak_by_category", memory->peak_by_category},
+        {"estimate_bytes", memory->estimate_bytes ? json(*memory->estimate_bytes) : json(nullptr)}};
     if (!memory->timeline_file.empty()) j["memory"]["timeline_file"] = memory->timeline_file;
     if (!memory->trace_file.empty()) j["memory"]["trace_file"] = memory->trace_file;
   } else {
@@ -358,9 +359,9 @@ std::string render_table(const std::vector<CellResult>& cells) {
       part = fmt::format("{}/{}", r.uses_partition ? std::to_string(c.partition) : "-",
                          r.uses_logits_partition ? std::to_string(c.logits_partition) : "-");
     const auto rel = r.grad_rel_l2();
-    const std::string length = r.max_len ? fmt::format("max {}{}", r.max_len->hit_upper ? ">=" : "",
-                                                         r.max_len->max_seq_len)
-                                         : std::to_string(c.seq_len);
+    const std::string length =
+        r.max_len ? fmt::format("max {}{}", r.max_len->hit_upper ? ">=" : "", r.max_len->max_seq_len)
+                  : std::to_string(c.seq_len);
     rows.push_back({c.model, c.impl, c.objective, length, part, r.status,
                     r.memory ? format_mib(r.memory->peak_bytes) : "-",
                     r.memory ? format_mib(r.memory->peak_bytes - r.memory->base_bytes) : "-",

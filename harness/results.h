@@ -15,8 +15,8 @@
 //               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error"},
 //               "probes": [{"seq_len", "status", "peak_bytes", "reason"}] (with measure.max_seq_len),
 //               "world_size", "ranks": [{"rank", "peak_bytes", "base_bytes", "time_s", "comm": {...}}]
-//               (with world_size > 1), "time": {"median_s", "min_s", "max_s", "count", "warmup", "runs_s": [...]} | null,
-//               "grad_error": {"reference": "float64", "reference_loss", "loss_abs_error",
+//               (with world_size > 1), "time": {"median_s", "min_s", "max_s", "count", "warmup", "runs_s":
+//               [...]} | null, "grad_error": {"reference": "float64", "reference_loss", "loss_abs_error",
 //                              "groups": {"embed"|"attention"|"mlp"|"norms"|"lm_head"|"lora"|"all":
 //                                         {"er_abs", "er_rel", "max_abs", "rel_l2", "count"}}}
 //                             | {"reference", "error": "why it could not be computed"} | null}]}

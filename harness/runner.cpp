@@ -277,7 +277,8 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   if (timed) r.time = time_stats(seconds, warmup);
   if (dist_strategy) r.comm = dist_strategy->last_step_comm().to_json();
   if (m.grad_error_reference.empty()) return;
-  if (dist_strategy) {  // collective: every rank takes part; rank 0 compares with plain BP on the global batch
+  if (dist_strategy) {  // collective: every rank takes part; rank 0 compares with plain BP on the global
+                        // batch
     dist_strategy->restore_parameters(model);
     dist_strategy->load_full_gradients(model);
     if (rank != 0) return;
@@ -327,7 +328,8 @@ bool is_distributed(const Strategy& strategy) {
 std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& job) {
   if (auto why = strategy.unsupported(CellTraits{job.cell.objective, job.settings.world_size})) return why;
   if (!is_distributed(strategy) && job.settings.world_size > 1)
-    return fmt::format("runs in one process; world_size {} is for the -dist strategies", job.settings.world_size);
+    return fmt::format("runs in one process; world_size {} is for the -dist strategies",
+                       job.settings.world_size);
   return std::nullopt;
 }
 
@@ -448,7 +450,8 @@ CellJob CellJob::from_json(const json& j) {
   job.settings.threads = j.at("threads").get<int64_t>();
   job.settings.measure = MeasureSpec::from_json(j.at("measure"));
   auto text = [&](const char* key) {  // optional string keys
-    if (j.contains(key) && !j.at(key).is_string()) input_error(fmt::format("run-cell: bad {}", key), "a string");
+    if (j.contains(key) && !j.at(key).is_string())
+      input_error(fmt::format("run-cell: bad {}", key), "a string");
     return j.value(key, std::string());
   };
   job.settings.data_path = text("data");
@@ -622,8 +625,9 @@ CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
     }
     cleanup();
     if (ranks.size() != static_cast<size_t>(world)) {
-      merged.reason = lr.exit_code != 0 ? lr.error
-                                        : fmt::format("{} of {} ranks wrote no result", world - ranks.size(), world);
+      merged.reason = lr.exit_code != 0
+                          ? lr.error
+                          : fmt::format("{} of {} ranks wrote no result", world - ranks.size(), world);
       merged.wall_s = seconds_since(t0);
       return merged;
     }
@@ -785,9 +789,10 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
                         << std::flush;
     auto on_probe = [&](const Probe& p) {
       if (!options.progress) return;
-      *options.progress << fmt::format("\n    probe T={}: {}{} | elapsed {}", p.seq_len, p.status,
-                                       p.peak_bytes ? fmt::format(" {} MiB peak", format_mib(p.peak_bytes)) : "",
-                                       format_seconds(seconds_since(start)))
+      *options.progress << fmt::format(
+                               "\n    probe T={}: {}{} | elapsed {}", p.seq_len, p.status,
+                               p.peak_bytes ? fmt::format(" {} MiB peak", format_mib(p.peak_bytes)) : "",
+                               format_seconds(seconds_since(start)))
                         << std::flush;
     };
     const bool distributed = job.settings.world_size > 1 && is_distributed(*make_strategy(job.cell.impl));

@@ -165,8 +165,9 @@ std::vector<std::string> model_choices() {
 }
 
 // A model value that is not a preset may be a Hugging Face model directory. Anything that names an existing
-// path, or looks like one, is checked here (config.json readable and of a supported architecture), so a broken
-// directory is reported when the scenario is read, not cells later; the weights are checked when loaded.
+// path, or looks like one, is checked here (config.json readable and of a supported architecture), so a
+// broken directory is reported when the scenario is read, not cells later; the weights are checked when
+// loaded.
 bool accepts_model_dir(const std::string& value, const std::string& where) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -302,19 +303,22 @@ std::optional<MeasureSpec::MaxSeqLen> parse_max_seq_len(const json& v) {
   const std::string valid = "{\"budget_bytes\": N, \"granularity\": 256, \"upper\": N}, or false";
   if (v.is_boolean() && !v.get<bool>()) return std::nullopt;
   if (!v.is_object())
-    input_error(fmt::format("measure.max_seq_len: expected an object, got {} {}", type_word(v), show(v)), valid);
+    input_error(fmt::format("measure.max_seq_len: expected an object, got {} {}", type_word(v), show(v)),
+                valid);
   MeasureSpec::MaxSeqLen m;
   for (const auto& [key, value] : v.items()) {
     if (key == "budget_bytes" && value.is_null())
       m.budget_bytes.reset();
     else if (key == "budget_bytes")
-      m.budget_bytes = read_int(value, "measure.max_seq_len.budget_bytes", 1, "integers >= 1, or null for the GPU's memory");
+      m.budget_bytes = read_int(value, "measure.max_seq_len.budget_bytes", 1,
+                                "integers >= 1, or null for the GPU's memory");
     else if (key == "granularity")
       m.granularity = read_int(value, "measure.max_seq_len.granularity", 2, "integers >= 2");
     else if (key == "upper")
       m.upper = read_int(value, "measure.max_seq_len.upper", 2, "integers >= 2");
     else
-      input_error(fmt::format("unknown measure.max_seq_len key '{}'", key), "budget_bytes, granularity, upper");
+      input_error(fmt::format("unknown measure.max_seq_len key '{}'", key),
+                  "budget_bytes, granularity, upper");
   }
   if (m.upper < m.granularity)
     input_error(fmt::format("measure.max_seq_len: upper {} is below granularity {}", m.upper, m.granularity),
@@ -424,9 +428,10 @@ json MeasureSpec::to_json() const {
   j["grad_error"] = grad_error_reference.empty() ? json(false) : json{{"reference", grad_error_reference}};
   j["timeline"] = timeline;
   if (max_seq_len)
-    j["max_seq_len"] = {{"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
-                        {"granularity", max_seq_len->granularity},
-                        {"upper", max_seq_len->upper}};
+    j["max_seq_len"] = {
+        {"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
+        {"granularity", max_seq_len->granularity},
+        {"upper", max_seq_len->upper}};
   return j;
 }
 
@@ -521,8 +526,10 @@ Scenario parse_scenario(const json& j) {
   for (const auto& d : top_table())
     if (j.contains(d.key)) d.parse(s, j.at(d.key));
   // seq_len and measure.max_seq_len exclude each other: a search finds the length the grid would fix.
-  const GridAxis& seq = *std::find_if(s.grid.begin(), s.grid.end(), [](const GridAxis& a) { return a.key == "seq_len"; });
-  const bool has_null = std::any_of(seq.values.begin(), seq.values.end(), [](const json& v) { return v.is_null(); });
+  const GridAxis& seq =
+      *std::find_if(s.grid.begin(), s.grid.end(), [](const GridAxis& a) { return a.key == "seq_len"; });
+  const bool has_null =
+      std::any_of(seq.values.begin(), seq.values.end(), [](const json& v) { return v.is_null(); });
   if (s.settings.measure.max_seq_len) {
     if (seq.given && !(seq.values.size() == 1 && has_null))
       input_error("grid.seq_len: a measure.max_seq_len search finds seq_len; remove it from the grid",

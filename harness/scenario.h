@@ -83,8 +83,9 @@ struct RunSettings {
   uint64_t seed = 0;
   int64_t threads = 0;  // intra-op threads; 0: all cores
   MeasureSpec measure;
-  // "data": a JSON file of token-id sequences used instead of synthetic tokens (SFT only; harness/data_file.h).
-  // Stored as given; relative paths are relative to the working directory, as for every path on the command line.
+  // "data": a JSON file of token-id sequences used instead of synthetic tokens (SFT only;
+  // harness/data_file.h). Stored as given; relative paths are relative to the working directory, as for every
+  // path on the command line.
   std::string data_path;
   // "world_size": data-parallel ranks, each a local process (impls/dist_common.h); 1: a single process.
   int64_t world_size = 1;
