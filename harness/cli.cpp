@@ -69,13 +69,21 @@ options:
 
 Scenario file (see scenarios/quickstart.json):
   {"name": "...", "description": "...", "device": "cpu"|"cuda", "seed": 0, "threads": N, "isolate": false,
+   "data": "tokens.json", "world_size": 1,
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
-               "grad_error": {"reference": "float64"} | false, "timeline": false}}
-grid keys (required: model, impl, seq_len):
-  model, objective [sft], dtype [float32], batch [1], seq_len, impl, partition [seq_len],
-  logits_partition [seq_len], lora_rank [0], lora_alpha [64], group [8], prompt_len [-1 = T/8],
-  padding [false], beta [0.1], epsilon [0.2]
+               "grad_error": {"reference": "float64"} | false, "timeline": false,
+               "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N}}}
+grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
+  model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
+  impl, partition [seq_len], logits_partition [seq_len], lora_rank [0], lora_alpha [64], group [8],
+  prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
+data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
+  sequences); results record the file's name and SHA-256.
+world_size: ranks for streambp-dist / checkpoint-dist, started as local processes; other impls are skipped.
+timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).
+max_seq_len: per cell, the largest multiple of granularity that completes a step within budget_bytes (every
+  probe a child process; on a GPU the budget defaults to its memory).
 
 Console: a progress line per cell on stderr, a table on stdout. Out-of-memory (a measure.budget_bytes overrun
 included) is recorded as status "oom"; an unsupported combination as "skipped".

@@ -11,6 +11,7 @@
 
 #include "harness/scenario.h"
 #include "reports/report.h"
+#include "reports/results_json.h"
 
 namespace bpbench {
 
@@ -50,30 +51,7 @@ or malformed file, a file that is not a bpbench results.json, or a bad option (o
 `bpbench: error: ...` on stderr).
 )HELP";
 
-const json& field(const json& j, const char* key) {
-  static const json null_value;
-  if (!j.is_object()) return null_value;
-  auto it = j.find(key);
-  return it == j.end() ? null_value : *it;
-}
-
-std::optional<double> number(const json& j, const char* key) {
-  const json& v = field(j, key);
-  if (!v.is_number()) return std::nullopt;
-  return v.get<double>();
-}
-
-std::optional<int64_t> integer(const json& j, const char* key) {
-  const json& v = field(j, key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && std::isfinite(v.get<double>())) return std::llround(v.get<double>());
-  return std::nullopt;
-}
-
-std::string text(const json& j, const char* key) {
-  const json& v = field(j, key);
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
+using namespace results_json;  // field, number, integer, text, flag
 
 // One side's view of a cell: only what the comparison reads.
 struct Side {

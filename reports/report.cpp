@@ -20,6 +20,7 @@
 
 #include "harness/results.h"
 #include "harness/scenario.h"
+#include "reports/results_json.h"
 
 namespace bpbench {
 
@@ -61,37 +62,7 @@ Exit status: 0 report written (with or without figures); 2 bad arguments or unre
 `bpbench: error: ...` on stderr); 1 anything else.
 )HELP";
 
-// ---- small JSON readers -----------------------------------------------------------------------------------
-
-const json& field(const json& j, const char* key) {
-  static const json null_value;
-  if (!j.is_object()) return null_value;
-  auto it = j.find(key);
-  return it == j.end() ? null_value : *it;
-}
-
-std::optional<double> number(const json& j, const char* key) {
-  const json& v = field(j, key);
-  if (!v.is_number()) return std::nullopt;
-  return v.get<double>();
-}
-
-std::optional<int64_t> integer(const json& j, const char* key) {
-  const json& v = field(j, key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && std::isfinite(v.get<double>())) return std::llround(v.get<double>());
-  return std::nullopt;
-}
-
-std::string text(const json& j, const char* key) {
-  const json& v = field(j, key);
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
-
-bool flag(const json& j, const char* key) {
-  const json& v = field(j, key);
-  return v.is_boolean() && v.get<bool>();
-}
+using namespace results_json;  // field, number, integer, text, flag
 
 // ---- markdown ---------------------------------------------------------------------------------------------
 
@@ -159,6 +130,7 @@ struct CellView {
   std::optional<int64_t> max_seq_len;
   json probes;              // array or null
   json grad_error;          // object or null
+  json ranks;               // a distributed cell: one record per rank (peak, time, comm), else null
   bool max_length = false;  // a max-length search: "max_seq_len"/"probes", or no seq_len axis
   bool hit_upper = false;   // the search stopped at its upper limit: the maximum is at least max_seq_len
 
@@ -196,6 +168,7 @@ CellView view_cell(const json& c, size_t index) {
   v.hit_upper = flag(c, "hit_upper");
   v.probes = field(c, "probes").is_array() ? field(c, "probes") : json();
   v.grad_error = field(c, "grad_error").is_object() ? field(c, "grad_error") : json();
+  v.ranks = field(c, "ranks").is_array() ? field(c, "ranks") : json();
   v.max_length = v.max_seq_len.has_value() || v.probes.is_array() || !v.seq_len.has_value();
   return v;
 }
@@ -986,6 +959,38 @@ std::string section_timeline(const Analysis& a, const TimelineChoice& t, bool pl
   return s;
 }
 
+// Issue 7's results: per rank, peak and BP time, and each collective's calls and logical bytes.
+std::string section_distributed(const Analysis& a) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : a.cells) {
+    if (!c.ranks.is_array()) continue;
+    for (const auto& r : c.ranks) {
+      const json& comm = field(r, "comm");
+      auto collective = [&](const char* kind) {
+        const json& k = field(comm, kind);
+        const int64_t calls = integer(k, "calls").value_or(0);
+        return calls ? fmt::format("{} / {}", calls, format_bytes(integer(k, "bytes").value_or(0)))
+                     : std::string(kDash);
+      };
+      const auto peak = integer(r, "peak_bytes");
+      const auto t = number(r, "time_median_s");
+      rows.push_back({fmt::format("#{} {} T={}", c.index, text(c.axes, "impl"), integer(c.axes, "seq_len").value_or(0)),
+                      std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
+                      peak ? format_bytes(*peak) : std::string(kDash),
+                      t ? format_time(*t) : std::string(kDash), collective("reduce_scatter"),
+                      collective("all_gather"), collective("all_reduce")});
+    }
+  }
+  if (rows.empty()) return "";
+  return "\n## Distributed cells, per rank\n\nPeak live bytes of each rank, its BP time, and its collectives "
+         "in the "
+         "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
+         "the "
+         "embedding.\n\n" +
+         md_table({"cell", "rank", "status", "peak", "BP time (s)", "reduce_scatter", "all_gather", "all_reduce"},
+                  rows, 3);
+}
+
 std::string section_not_run(const Analysis& a) {
   std::vector<std::string> lines;
   const auto keys = a.heading_keys({}, {"impl", "seq_len"});
@@ -1008,7 +1013,7 @@ std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn&
                    const std::string& source) {
   return section_summary(a, source) + section_max_length(a) + section_peak(a, drawn.peak) + section_time(a) +
          section_partition(a, drawn.partition) + section_grad_error(a) +
-         section_timeline(a, t, drawn.timeline) + section_not_run(a);
+         section_timeline(a, t, drawn.timeline) + section_distributed(a) + section_not_run(a);
 }
 
 // ---- plot data --------------------------------------------------------------------------------------------

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The main job: builds bpbench, runs scenarios/quickstart.json on CPU with the built-in `small` model, and writes
-# out/quickstart/results.json plus a report with plots (out/quickstart/report/report.md).
+# The main job: builds bpbench, runs scenarios/quickstart.json on CPU with the built-in `small` model (every
+# single-process strategy, with memory timelines) and scenarios/quickstart_dist.json (streambp-dist and
+# checkpoint-dist on 2 local ranks), and writes a report with plots for each:
+#   out/quickstart/report/report.md, out/quickstart/dist/report/report.md
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/build.sh"
 out="${1:-$root/out/quickstart}"
-"$root/build/bpbench" run "$root/scenarios/quickstart.json" --out "$out"
-"$root/build/bpbench" report "$out/results.json" --out "$out/report"
-echo "report: $out/report/report.md"
+bpbench="$root/build/bpbench"
+"$bpbench" run "$root/scenarios/quickstart.json" --out "$out"
+"$bpbench" run "$root/scenarios/quickstart_dist.json" --out "$out/dist"
+# The timeline plotted is StreamBP's at T = 1024: cell 14 (lengths vary slowest, then the five impls).
+"$bpbench" report "$out/results.json" --out "$out/report" --timeline-cell 14
+"$bpbench" report "$out/dist/results.json" --out "$out/dist/report"
+echo "reports: $out/report/report.md, $out/dist/report/report.md"

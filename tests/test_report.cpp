@@ -140,6 +140,29 @@ TEST_F(Report, WithoutPythonWritesTheMarkdownAndWarnsOnce) {
   EXPECT_EQ(direct.find(".png)"), std::string::npos);
 }
 
+TEST_F(Report, DistributedCellsGetAPerRankTable) {
+  json results = load_results(kFixture);
+  json cell = results["cells"][0];
+  cell["axes"]["impl"] = "streambp-dist";
+  cell["world_size"] = 2;
+  cell["ranks"] = json::array();
+  for (int r = 0; r < 2; ++r)
+    cell["ranks"].push_back({{"rank", r},
+                             {"status", "ok"},
+                             {"peak_bytes", (100 + r) << 20},
+                             {"time_median_s", 1.5},
+                             {"comm", {{"reduce_scatter", {{"calls", 6}, {"bytes", 3 << 20}}}}}});
+  results["cells"].push_back(cell);
+  const std::string md = render_report_markdown(results, kFixture.parent_path());
+  const size_t at = md.find("## Distributed cells, per rank");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_NE(md.find("| 1 | ok | 101.0 MiB |", at), std::string::npos) << md.substr(at);
+  EXPECT_NE(md.find("6 / 3.00 MiB", at), std::string::npos) << md.substr(at);
+  // Without ranks, no such section.
+  EXPECT_EQ(render_report_markdown(load_results(kFixture), kFixture.parent_path()).find("Distributed cells"),
+            std::string::npos);
+}
+
 TEST_F(Report, BadInputReturns2WithOneLine) {
   std::ofstream(dir_ / "bad.json") << "{\"cells\": [";
   std::ofstream(dir_ / "other.json") << "{\"hello\": 1}";
