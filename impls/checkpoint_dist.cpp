@@ -26,13 +26,9 @@ using profiles::PhaseScope;
 
 class CheckpointDist final : public dist::DistStrategy {
  public:
-  using DistStrategy::DistStrategy;
-
-  std::string name() const override { return "checkpoint-dist"; }
-  std::string description() const override {
-    return fmt::format("layerwise checkpointing (full-logits head), data parallel, ZeRO-2 ({})",
-                       options_.label());
-  }
+  explicit CheckpointDist(const dist::DistOptions& options)
+      : DistStrategy("checkpoint-dist", "layerwise checkpointing (full-logits head), data parallel, ZeRO-2",
+                     options) {}
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
@@ -80,10 +76,6 @@ class CheckpointDist final : public dist::DistStrategy {
 
 std::unique_ptr<dist::DistStrategy> make_checkpoint_dist(const dist::DistOptions& options) {
   return std::make_unique<CheckpointDist>(options);
-}
-
-std::unique_ptr<Strategy> make_checkpoint_dist_strategy() {
-  return make_checkpoint_dist(dist::default_dist_options());
 }
 
 }  // namespace bpbench

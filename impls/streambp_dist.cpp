@@ -37,13 +37,10 @@ using profiles::PhaseScope;
 
 class StreamBPDist final : public dist::DistStrategy {
  public:
-  using DistStrategy::DistStrategy;
-
-  std::string name() const override { return "streambp-dist"; }
-  std::string description() const override {
-    return fmt::format("StreamBP, data parallel over c10d ranks: ZeRO-2 reduce_scatter once per layer ({})",
-                       options_.label());
-  }
+  explicit StreamBPDist(const dist::DistOptions& options)
+      : DistStrategy("streambp-dist",
+                     "StreamBP, data parallel over c10d ranks: ZeRO-2 reduce_scatter once per layer",
+                     options) {}
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
 
@@ -86,10 +83,6 @@ class StreamBPDist final : public dist::DistStrategy {
 
 std::unique_ptr<dist::DistStrategy> make_streambp_dist(const dist::DistOptions& options) {
   return std::make_unique<StreamBPDist>(options);
-}
-
-std::unique_ptr<Strategy> make_streambp_dist_strategy() {
-  return make_streambp_dist(dist::default_dist_options());
 }
 
 }  // namespace bpbench
