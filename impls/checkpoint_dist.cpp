@@ -36,8 +36,7 @@ class CheckpointDist final : public dist::DistStrategy {
     auto xs = step.checkpointed_forward(in.batch.seq_len());  // L + 1 tensors (N, T, d)
 
     torch::Tensor loss, dy;
-    step.open(step.head());
-    if (step.tied()) step.open(step.embedding());
+    step.open_head();
     {
       PhaseScope phase("head");
       MemoryScope scope(Category::logits);

@@ -339,6 +339,11 @@ void DistStep::open(int group) {
   }
 }
 
+void DistStep::open_head() {
+  open(head());
+  if (tied()) open(embedding());
+}
+
 void DistStep::reduce(int group) {
   Group& g = groups_.at(group);
   if (g.params.empty()) return;

@@ -125,6 +125,9 @@ class DistStep {
     reduce(group);
     close(group);
   }
+  // Before the head's backward: open(head()), and with tied embeddings open(embedding()) too. The lm_head IS
+  // embed_tokens there, so its bucket stays open until the embedding backward has added its part.
+  void open_head();
 
   // shard_params only (no-ops otherwise): all-gather layer i's parameters into full tensors / free them
   // again.

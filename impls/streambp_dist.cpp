@@ -49,10 +49,8 @@ class StreamBPDist final : public dist::DistStrategy {
     const Model& m = in.model;
     auto xs = step.checkpointed_forward(in.partition.rows);  // L + 1 tensors (N, T, d)
 
-    // Head: lm_head and final norm grads, reduced once. Tied: the lm_head is the embedding's gradient bucket,
-    // open until the embedding backward has added its part.
-    step.open(step.head());
-    if (step.tied()) step.open(step.embedding());
+    // Head: lm_head and final norm grads, reduced once (tied: the lm_head's join the embedding's bucket).
+    step.open_head();
     auto head = streamed_head_backward(m, xs.back(), step.batch(), in.objective, in.partition.logits_rows);
     step.reduce_and_close(step.head());
     xs.pop_back();
