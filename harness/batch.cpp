@@ -1,9 +1,20 @@
 // batch.cpp: synthetic token batches with exact targets and counts.
 #include "harness/batch.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <stdexcept>
 
 namespace bpbench {
+
+int64_t prompt_tokens(const BatchSpec& spec, const std::string& objective) {
+  const int64_t prompt = spec.prompt_len >= 0 ? spec.prompt_len : spec.seq_len / 8;
+  if (prompt >= spec.seq_len - 1)
+    throw std::invalid_argument(fmt::format("{}: prompt_len {} leaves no response tokens in seq_len {}",
+                                            objective, prompt, spec.seq_len));
+  return prompt;
+}
 
 Batch make_token_batch(const BatchSpec& spec, int64_t sequences, int64_t group_size, int64_t shared_prefix,
                        const torch::Device& device) {

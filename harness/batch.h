@@ -48,6 +48,10 @@ struct Batch {
   int64_t seq_len() const { return input_ids.size(1); }
 };
 
+// The prompt length of a DPO / GRPO batch: spec.prompt_len, or T/8 when it is -1. Throws
+// std::invalid_argument, naming `objective`, when it leaves no response token (every target in the prompt).
+int64_t prompt_tokens(const BatchSpec& spec, const std::string& objective);
+
 // Token ids and targets for `sequences` rows that share their first `shared_prefix` tokens in groups of
 // `group_size` consecutive rows (0: nothing shared). Real lengths shrink with the row index when
 // spec.padding.

@@ -4,8 +4,6 @@
 // f is not linear in S: a streaming head needs S first (no grad), then backpropagates chunks scaled by f'(S).
 // The reference sums come from the same weights under no grad (LoRA: adapters disabled), computed before the
 // measured step and kept as N numbers.
-#include <fmt/format.h>
-
 #include "harness/model.h"
 #include "harness/objective.h"
 
@@ -17,10 +15,7 @@ class DpoObjective final : public Objective {
   std::string name() const override { return "dpo"; }
 
   Batch make_batch(const BatchSpec& spec, Model& model, int64_t rows_per_chunk) const override {
-    const int64_t prompt = spec.prompt_len >= 0 ? spec.prompt_len : spec.seq_len / 8;
-    if (prompt >= spec.seq_len - 1)
-      throw std::invalid_argument(
-          fmt::format("dpo: prompt_len {} leaves no response tokens in seq_len {}", prompt, spec.seq_len));
+    const int64_t prompt = prompt_tokens(spec, name());
     Batch b = make_token_batch(spec, 2 * spec.examples, 2, prompt, model.device());
     b.examples = spec.examples;
     b.group = 2;

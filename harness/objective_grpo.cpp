@@ -7,8 +7,6 @@
 // Synthetic but realistic extras, seeded: the no-grad log-probs of the same weights plus small Gaussian noise
 // for old (std 0.1, so some ratios leave the clip range) and ref (std 0.05); advantages N(0, 1) normalised
 // per group.
-#include <fmt/format.h>
-
 #include "harness/model.h"
 #include "harness/objective.h"
 
@@ -20,10 +18,7 @@ class GrpoObjective final : public Objective {
   std::string name() const override { return "grpo"; }
 
   Batch make_batch(const BatchSpec& spec, Model& model, int64_t rows_per_chunk) const override {
-    const int64_t prompt = spec.prompt_len >= 0 ? spec.prompt_len : spec.seq_len / 8;
-    if (prompt >= spec.seq_len - 1)
-      throw std::invalid_argument(
-          fmt::format("grpo: prompt_len {} leaves no response tokens in seq_len {}", prompt, spec.seq_len));
+    const int64_t prompt = prompt_tokens(spec, name());
     if (spec.group < 1) throw std::invalid_argument("grpo: group must be >= 1");
     const int64_t G = spec.group, N = spec.examples * G;
     Batch b = make_token_batch(spec, N, G, prompt, model.device());

@@ -26,13 +26,9 @@ using profiles::PhaseScope;
 
 class CheckpointDist final : public dist::DistStrategy {
  public:
-  using DistStrategy::DistStrategy;
-
-  std::string name() const override { return "checkpoint-dist"; }
-  std::string description() const override {
-    return fmt::format("layerwise checkpointing (full-logits head), data parallel, ZeRO-2 ({})",
-                       options_.label());
-  }
+  explicit CheckpointDist(const dist::DistOptions& options)
+      : DistStrategy("checkpoint-dist", "layerwise checkpointing (full-logits head), data parallel, ZeRO-2",
+                     options) {}
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
@@ -40,8 +36,7 @@ class CheckpointDist final : public dist::DistStrategy {
     auto xs = step.checkpointed_forward(in.batch.seq_len());  // L + 1 tensors (N, T, d)
 
     torch::Tensor loss, dy;
-    step.open(step.head());
-    if (step.tied()) step.open(step.embedding());
+    step.open_head();
     {
       PhaseScope phase("head");
       MemoryScope scope(Category::logits);
@@ -80,10 +75,6 @@ class CheckpointDist final : public dist::DistStrategy {
 
 std::unique_ptr<dist::DistStrategy> make_checkpoint_dist(const dist::DistOptions& options) {
   return std::make_unique<CheckpointDist>(options);
-}
-
-std::unique_ptr<Strategy> make_checkpoint_dist_strategy() {
-  return make_checkpoint_dist(dist::default_dist_options());
 }
 
 }  // namespace bpbench

@@ -135,8 +135,16 @@ bool holds_sharded(const std::vector<LayerParams>& layers, const Model& m) {
 
 }  // namespace
 
-DistStrategy::DistStrategy(DistOptions options) : options_(options), state_(std::make_unique<State>()) {}
+DistStrategy::DistStrategy(std::string name, std::string schedule, DistOptions options)
+    : name_(std::move(name)),
+      schedule_(std::move(schedule)),
+      options_(options),
+      state_(std::make_unique<State>()) {}
 DistStrategy::~DistStrategy() = default;
+
+std::string DistStrategy::description() const {
+  return fmt::format("{} ({})", schedule_, options_.label());
+}
 
 std::optional<std::string> DistStrategy::unsupported(const CellTraits& traits) const {
   if (current_communicator() || CommConfig::env_present() || traits.world_size > 1) return std::nullopt;
@@ -331,6 +339,11 @@ void DistStep::open(int group) {
   }
 }
 
+void DistStep::open_head() {
+  open(head());
+  if (tied()) open(embedding());
+}
+
 void DistStep::reduce(int group) {
   Group& g = groups_.at(group);
   if (g.params.empty()) return;
@@ -412,3 +425,16 @@ torch::Tensor DistStep::finish(const torch::Tensor& local_loss) {
 }
 
 }  // namespace bpbench::dist
+
+namespace bpbench {
+
+// The registry's factories: the options given to set_default_dist_options, else the environment's.
+std::unique_ptr<Strategy> make_streambp_dist_strategy() {
+  return make_streambp_dist(dist::default_dist_options());
+}
+
+std::unique_ptr<Strategy> make_checkpoint_dist_strategy() {
+  return make_checkpoint_dist(dist::default_dist_options());
+}
+
+}  // namespace bpbench

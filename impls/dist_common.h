@@ -64,9 +64,10 @@ using GradientShards = std::vector<GradientShard>;  // model order: embedding, l
 // rank holds only its gradient shards (last_gradient_shards); the parameters' .grad are reset.
 class DistStrategy : public Strategy {
  public:
-  explicit DistStrategy(DistOptions options);
   ~DistStrategy() override;
 
+  std::string name() const override { return name_; }
+  std::string description() const override;  // "<schedule> (<options label>)"
   const DistOptions& options() const { return options_; }
   // A reason when there is no process group and none will be made (world_size 1, no torchrun environment).
   std::optional<std::string> unsupported(const CellTraits& traits) const override;
@@ -85,8 +86,12 @@ class DistStrategy : public Strategy {
   void restore_parameters(Model& model) const;
 
  protected:
+  // name: the registry's; schedule: what the strategy does, the description before the options label.
+  DistStrategy(std::string name, std::string schedule, DistOptions options);
+
   struct State;
   friend class DistStep;
+  std::string name_, schedule_;
   DistOptions options_;
   std::unique_ptr<State> state_;  // shards and counters of the last step (forward_backward is const)
 };
@@ -120,6 +125,9 @@ class DistStep {
     reduce(group);
     close(group);
   }
+  // Before the head's backward: open(head()), and with tied embeddings open(embedding()) too. The lm_head IS
+  // embed_tokens there, so its bucket stays open until the embedding backward has added its part.
+  void open_head();
 
   // shard_params only (no-ops otherwise): all-gather layer i's parameters into full tensors / free them
   // again.
@@ -149,7 +157,8 @@ class DistStep {
 }  // namespace bpbench::dist
 
 namespace bpbench {
-// The registry's factories (options from default_dist_options()) and explicit ones.
+// The registry's factories (dist_common.cpp: options from default_dist_options()), and the explicit ones each
+// strategy's file defines.
 std::unique_ptr<Strategy> make_streambp_dist_strategy();
 std::unique_ptr<Strategy> make_checkpoint_dist_strategy();
 std::unique_ptr<dist::DistStrategy> make_streambp_dist(const dist::DistOptions& options);

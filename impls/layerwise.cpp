@@ -1,4 +1,4 @@
-// layerwise.cpp: checkpointed forward, embedding backward, streamed LM head.
+// layerwise.cpp: checkpointed forward, embedding backward, streamed LM head, StreamBP's layer backward.
 #include "impls/layerwise.h"
 
 #include <fmt/format.h>
@@ -74,6 +74,56 @@ HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, co
   torch::NoGradGuard no_grad;
   auto loss = objective.outer(sums.defined() ? sums : accumulated, batch);
   return {loss.detach(), dx};
+}
+
+torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
+                                      torch::Tensor dy, int64_t rows,
+                                      const std::function<void(int64_t j)>& between_chunks) {
+  const int64_t T = x_in.size(1);
+  // a. K/V path, all rows, kept with its graph until step c.
+  KV kv;
+  torch::Tensor k_leaf, v_leaf, dk, dv;
+  {
+    MemoryScope scope(Category::kv);
+    kv = model.project_kv(i, model.attn_norm(i, x_in), 0);  // (N, Hkv, T, hd) each
+    k_leaf = kv.k.detach().requires_grad_(true);
+    v_leaf = kv.v.detach().requires_grad_(true);
+    // bf16: accumulate dK/dV over chunks in float32, as one big matmul would, then round once.
+    const auto acc = kv.k.scalar_type() == torch::kBFloat16 ? torch::kFloat : kv.k.scalar_type();
+    dk = torch::zeros_like(k_leaf, k_leaf.options().dtype(acc));
+    dv = torch::zeros_like(v_leaf, v_leaf.options().dtype(acc));
+  }
+  torch::Tensor dx;
+  {
+    MemoryScope scope(Category::activations);
+    dx = torch::empty_like(x_in);
+  }
+  // b. chunks: forward then backward, one chunk's activations alive at a time.
+  for (int64_t s = 0, j = 0; s < T; s += rows, ++j) {
+    const int64_t c = std::min(rows, T - s), e = s + c;
+    {
+      PhaseScope phase(fmt::format("chunk {}", j));
+      MemoryScope scope(Category::activations);
+      auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(true);   // (N, c, d)
+      auto k_vis = k_leaf.detach().narrow(2, 0, e).requires_grad_(true);  // (N, Hkv, e, hd)
+      auto v_vis = v_leaf.detach().narrow(2, 0, e).requires_grad_(true);
+      auto q = model.project_q(i, model.attn_norm(i, x_rows), s);                          // (N, Hq, c, hd)
+      auto y = model.mlp_block(i, model.attention_block(i, x_rows, q, KV{k_vis, v_vis}));  // (N, c, d)
+      y.backward(dy.narrow(1, s, c));
+      dx.narrow(1, s, c).copy_(x_rows.grad());
+      dk.narrow(2, 0, e).add_(k_vis.grad());
+      dv.narrow(2, 0, e).add_(v_vis.grad());
+    }
+    if (between_chunks && e < T) between_chunks(j);
+  }
+  dy = torch::Tensor();  // the layer above's gradient is no longer needed
+  // c. K/V path backward once; its dx contribution lands in x_in.grad.
+  {
+    MemoryScope scope(Category::kv);
+    torch::autograd::backward({kv.k, kv.v}, {dk.to(kv.k.scalar_type()), dv.to(kv.v.scalar_type())});
+  }
+  dx.add_(x_in.grad());
+  return dx;
 }
 
 }  // namespace bpbench

@@ -1,9 +1,11 @@
-// layerwise.h: pieces shared by the layerwise strategies (checkpoint, mst, streambp): the no-grad forward
-// that keeps each layer's input, the embedding backward, and the LM head run in chunks.
+// layerwise.h: pieces shared by the layerwise strategies (checkpoint, mst, streambp, streambp-dist): the
+// no-grad forward that keeps each layer's input, the embedding backward, the LM head run in chunks, and
+// StreamBP's layer backward. Shapes use the legend of model_config.h.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "impls/strategy.h"
@@ -33,5 +35,15 @@ HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, co
 // S (N) under no grad, over chunks of `rows` rows: the first pass of a non-linear objective, MsT's forward.
 torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x, const Batch& batch,
                                      const Objective& objective, int64_t rows);
+
+// StreamBP's backward of layer i (the algorithm: streambp.cpp): K/V once for all T rows, then forward and at
+// once backward per chunk of `rows` rows (phases "chunk j"), then the K/V path backward once. x_in (N, T, d)
+// is the layer's input as a leaf requiring grad, dy (N, T, d) the gradient of its output (released after the
+// last chunk). Returns dx = dL/dx_in (N, T, d); layer i's weight gradients accumulate in their .grad.
+// between_chunks(j), when given, runs after chunk j whenever another chunk follows, once chunk j's
+// activations are freed: streambp-dist's naive_comm reduces the layer's partial gradients there.
+torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
+                                      torch::Tensor dy, int64_t rows,
+                                      const std::function<void(int64_t j)>& between_chunks = {});
 
 }  // namespace bpbench

@@ -14,8 +14,8 @@ std::unique_ptr<Strategy> make_checkpoint_strategy();
 std::unique_ptr<Strategy> make_checkpoint_chunked_head_strategy();
 std::unique_ptr<Strategy> make_mst_strategy();
 std::unique_ptr<Strategy> make_streambp_strategy();
-std::unique_ptr<Strategy> make_streambp_dist_strategy();    // impls/streambp_dist.cpp
-std::unique_ptr<Strategy> make_checkpoint_dist_strategy();  // impls/checkpoint_dist.cpp
+std::unique_ptr<Strategy> make_streambp_dist_strategy();    // impls/dist_common.cpp, default options
+std::unique_ptr<Strategy> make_checkpoint_dist_strategy();  // impls/dist_common.cpp, default options
 
 namespace {
 using Factory = std::unique_ptr<Strategy> (*)();

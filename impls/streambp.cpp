@@ -2,7 +2,8 @@
 //
 // Forward as checkpointing: keep each layer input x_i (N, T, d), no grad.
 // Head: logits, loss terms and their gradients exist for one chunk of logits_partition rows at a time
-// (layerwise.cpp: streamed_head_backward). Each layer i, from the top, with dY (N, T, d):
+// (layerwise.cpp: streamed_head_backward). Each layer i, from the top, with dY (N, T, d) (layerwise.cpp:
+// streambp_layer_backward):
 //
 //   a. K/V path once, for all T rows, from x_i (a leaf requiring grad), at absolute positions 0..T-1:
 //        h = attn_norm(x_i);  K = rope(k_norm(h Wk)), V = h Wv                  K, V: (N, Hkv, T, hd)
@@ -27,8 +28,6 @@
 namespace bpbench {
 namespace {
 
-using profiles::Category;
-using profiles::MemoryScope;
 using profiles::PhaseScope;
 
 class StreamBP final : public Strategy {
@@ -50,58 +49,10 @@ class StreamBP final : public Strategy {
       PhaseScope phase(fmt::format("layer {} backward", i));
       auto x_in = xs[i].detach().requires_grad_(true);
       xs[i] = torch::Tensor();
-      dy = layer_backward(m, i, x_in, std::move(dy), in.partition.rows);
+      dy = streambp_layer_backward(m, i, x_in, std::move(dy), in.partition.rows);
     }
     embedding_backward(m, in.batch.input_ids, dy);
     return head.loss;
-  }
-
- private:
-  // Returns dL/dx_in (N, T, d) given dL/dy (N, T, d); accumulates every weight gradient of layer i.
-  static torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_in, torch::Tensor dy,
-                                      int64_t rows) {
-    const int64_t T = x_in.size(1);
-    // a. K/V path, all rows, kept with its graph until step c.
-    KV kv;
-    torch::Tensor k_leaf, v_leaf, dk, dv;
-    {
-      MemoryScope scope(Category::kv);
-      kv = m.project_kv(i, m.attn_norm(i, x_in), 0);  // (N, Hkv, T, hd) each
-      k_leaf = kv.k.detach().requires_grad_(true);
-      v_leaf = kv.v.detach().requires_grad_(true);
-      // bf16: accumulate dK/dV over chunks in float32, as one big matmul would, then round once.
-      const auto acc = kv.k.scalar_type() == torch::kBFloat16 ? torch::kFloat : kv.k.scalar_type();
-      dk = torch::zeros_like(k_leaf, k_leaf.options().dtype(acc));
-      dv = torch::zeros_like(v_leaf, v_leaf.options().dtype(acc));
-    }
-    torch::Tensor dx;
-    {
-      MemoryScope scope(Category::activations);
-      dx = torch::empty_like(x_in);
-    }
-    // b. chunks: forward then backward, one chunk's activations alive at a time.
-    for (int64_t s = 0, j = 0; s < T; s += rows, ++j) {
-      PhaseScope phase(fmt::format("chunk {}", j));
-      MemoryScope scope(Category::activations);
-      const int64_t c = std::min(rows, T - s), e = s + c;
-      auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(true);   // (N, c, d)
-      auto k_vis = k_leaf.detach().narrow(2, 0, e).requires_grad_(true);  // (N, Hkv, e, hd)
-      auto v_vis = v_leaf.detach().narrow(2, 0, e).requires_grad_(true);
-      auto q = m.project_q(i, m.attn_norm(i, x_rows), s);  // (N, Hq, c, hd)
-      auto y = m.mlp_block(i, m.attention_block(i, x_rows, q, KV{k_vis, v_vis}));
-      y.backward(dy.narrow(1, s, c));
-      dx.narrow(1, s, c).copy_(x_rows.grad());
-      dk.narrow(2, 0, e).add_(k_vis.grad());
-      dv.narrow(2, 0, e).add_(v_vis.grad());
-    }
-    dy = torch::Tensor();  // the layer above's gradient is no longer needed
-    // c. K/V path backward once; its dx contribution lands in x_in.grad.
-    {
-      MemoryScope scope(Category::kv);
-      torch::autograd::backward({kv.k, kv.v}, {dk.to(kv.k.scalar_type()), dv.to(kv.v.scalar_type())});
-    }
-    dx.add_(x_in.grad());
-    return dx;
   }
 };
 

@@ -1,7 +1,8 @@
 // streambp_dist.cpp: distributed StreamBP: data parallel over R ranks (one batch per rank), ZeRO-2 gradient
 // sharding, optional ZeRO-3-style parameter sharding, on a c10d process group (comm.h, dist_common.h).
 //
-// Per rank, the local step is streambp's (streambp.cpp), with collectives placed where a layer is complete:
+// Per rank, the local step is streambp's (streambp.cpp; a-c are layerwise.cpp's streambp_layer_backward),
+// with collectives placed where a layer is complete:
 //
 //   forward (no grad): x_0 = embed(ids); x_{i+1} = layer_i(x_i)        keep x_i (N, T, d)
 //                      [shard_params: all_gather layer i's parameters before layer_i, free them after]
@@ -32,19 +33,14 @@ namespace bpbench {
 namespace {
 
 using dist::DistStep;
-using profiles::Category;
-using profiles::MemoryScope;
 using profiles::PhaseScope;
 
 class StreamBPDist final : public dist::DistStrategy {
  public:
-  using DistStrategy::DistStrategy;
-
-  std::string name() const override { return "streambp-dist"; }
-  std::string description() const override {
-    return fmt::format("StreamBP, data parallel over c10d ranks: ZeRO-2 reduce_scatter once per layer ({})",
-                       options_.label());
-  }
+  explicit StreamBPDist(const dist::DistOptions& options)
+      : DistStrategy("streambp-dist",
+                     "StreamBP, data parallel over c10d ranks: ZeRO-2 reduce_scatter once per layer",
+                     options) {}
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
 
@@ -53,10 +49,8 @@ class StreamBPDist final : public dist::DistStrategy {
     const Model& m = in.model;
     auto xs = step.checkpointed_forward(in.partition.rows);  // L + 1 tensors (N, T, d)
 
-    // Head: lm_head and final norm grads, reduced once. Tied: the lm_head is the embedding's gradient bucket,
-    // open until the embedding backward has added its part.
-    step.open(step.head());
-    if (step.tied()) step.open(step.embedding());
+    // Head: lm_head and final norm grads, reduced once (tied: the lm_head's join the embedding's bucket).
+    step.open_head();
     auto head = streamed_head_backward(m, xs.back(), step.batch(), in.objective, in.partition.logits_rows);
     step.reduce_and_close(step.head());
     xs.pop_back();
@@ -68,7 +62,10 @@ class StreamBPDist final : public dist::DistStrategy {
       step.open(step.layer(i));
       auto x_in = xs[i].detach().requires_grad_(true);
       xs[i] = torch::Tensor();
-      dy = layer_backward(step, m, i, x_in, std::move(dy), in.partition.rows);
+      // naive_comm: what the design avoids, a reduction per chunk (the last one waits for the K/V backward).
+      std::function<void(int64_t)> between_chunks;
+      if (options_.naive_comm) between_chunks = [&](int64_t) { step.reduce(step.layer(i)); };
+      dy = streambp_layer_backward(m, i, x_in, std::move(dy), in.partition.rows, between_chunks);
       step.reduce_and_close(step.layer(i));  // after the last chunk AND the K/V backward
       step.release_layer(i);
     }
@@ -78,68 +75,12 @@ class StreamBPDist final : public dist::DistStrategy {
     step.reduce_and_close(step.embedding());
     return step.finish(head.loss);
   }
-
- private:
-  // streambp's layer backward (streambp.cpp), with naive_comm's per-chunk reduction. Returns dL/dx_in
-  // (N, T, d) given dL/dy (N, T, d); layer i's weight gradients accumulate in its open bucket.
-  torch::Tensor layer_backward(DistStep& step, const Model& m, int64_t i, const torch::Tensor& x_in,
-                               torch::Tensor dy, int64_t rows) const {
-    const int64_t T = x_in.size(1);
-    // a. K/V path, all rows, kept with its graph until step c.
-    KV kv;
-    torch::Tensor k_leaf, v_leaf, dk, dv;
-    {
-      MemoryScope scope(Category::kv);
-      kv = m.project_kv(i, m.attn_norm(i, x_in), 0);  // (N, Hkv, T, hd) each
-      k_leaf = kv.k.detach().requires_grad_(true);
-      v_leaf = kv.v.detach().requires_grad_(true);
-      const auto acc = kv.k.scalar_type() == torch::kBFloat16 ? torch::kFloat : kv.k.scalar_type();
-      dk = torch::zeros_like(k_leaf, k_leaf.options().dtype(acc));
-      dv = torch::zeros_like(v_leaf, v_leaf.options().dtype(acc));
-    }
-    torch::Tensor dx;
-    {
-      MemoryScope scope(Category::activations);
-      dx = torch::empty_like(x_in);
-    }
-    // b. chunks: forward then backward, one chunk's activations alive at a time.
-    for (int64_t s = 0, j = 0; s < T; s += rows, ++j) {
-      const int64_t c = std::min(rows, T - s), e = s + c;
-      {
-        PhaseScope phase(fmt::format("chunk {}", j));
-        MemoryScope scope(Category::activations);
-        auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(true);   // (N, c, d)
-        auto k_vis = k_leaf.detach().narrow(2, 0, e).requires_grad_(true);  // (N, Hkv, e, hd)
-        auto v_vis = v_leaf.detach().narrow(2, 0, e).requires_grad_(true);
-        auto q = m.project_q(i, m.attn_norm(i, x_rows), s);                          // (N, Hq, c, hd)
-        auto y = m.mlp_block(i, m.attention_block(i, x_rows, q, KV{k_vis, v_vis}));  // (N, c, d)
-        y.backward(dy.narrow(1, s, c));
-        dx.narrow(1, s, c).copy_(x_rows.grad());
-        dk.narrow(2, 0, e).add_(k_vis.grad());
-        dv.narrow(2, 0, e).add_(v_vis.grad());
-      }
-      // naive_comm: what the design avoids, a reduction per chunk (the last one waits for step c).
-      if (options_.naive_comm && e < T) step.reduce(step.layer(i));
-    }
-    dy = torch::Tensor();
-    // c. K/V path backward once; its dx contribution lands in x_in.grad.
-    {
-      MemoryScope scope(Category::kv);
-      torch::autograd::backward({kv.k, kv.v}, {dk.to(kv.k.scalar_type()), dv.to(kv.v.scalar_type())});
-    }
-    dx.add_(x_in.grad());
-    return dx;
-  }
 };
 
 }  // namespace
 
 std::unique_ptr<dist::DistStrategy> make_streambp_dist(const dist::DistOptions& options) {
   return std::make_unique<StreamBPDist>(options);
-}
-
-std::unique_ptr<Strategy> make_streambp_dist_strategy() {
-  return make_streambp_dist(dist::default_dist_options());
 }
 
 }  // namespace bpbench
