@@ -45,7 +45,9 @@ TEST(Lora, EveryStrategyEqualsPlainWithLora) {
         auto got = run_step(impl, m, batch, *objective, {4, 3});
         expect_same_gradients(ref, got, 1e-10, fmt::format("{} {} tied={}", impl, objective_name, tied));
         for (auto& p : m.named_parameters())
-          if (p.group != ParamGroup::lora) EXPECT_FALSE(p.tensor.grad().defined()) << impl << " " << p.name;
+          if (p.group != ParamGroup::lora) {
+            EXPECT_FALSE(p.tensor.grad().defined()) << impl << " " << p.name;
+          }
       }
     }
   }
