@@ -189,6 +189,26 @@ TEST_F(RunnerFeatures, DistributedCellMatchesPlainOnTheGlobalBatch) {
   }
 }
 
+TEST_F(RunnerFeatures, DistributedCellOutOfMemoryIsAResultNotAHang) {
+  // Both ranks run out of the budget inside the step; the cell is "oom" with the ranks' peaks, and the run goes
+  // on to the next cell.
+  const json results = run({{"threads", 1},
+                            {"world_size", 2},
+                            {"grid",
+                             {{"model", "tiny"},
+                              {"impl", "streambp-dist"},
+                              {"seq_len", {37, 64}},
+                              {"partition", 16},
+                              {"logits_partition", 8}}},
+                            {"measure", {{"time", false}, {"grad_error", false}, {"budget_bytes", 120000}}}});
+  ASSERT_EQ(results["cells"].size(), 2u);
+  for (const auto& c : results["cells"]) {
+    EXPECT_EQ(c["status"], "oom") << c["reason"];
+    ASSERT_EQ(c["ranks"].size(), 2u);
+    EXPECT_LE(c["memory"]["peak_bytes"].get<int64_t>(), 120000);
+  }
+}
+
 TEST_F(RunnerFeatures, DataFileTokensReachTheModel) {
   const int64_t T = 12;
   const json sequences = json::array({json::array({5, 9, 2, 7, 7, 3, 11, 4, 8, 1, 6, 10, 12, 13}),  // cropped
