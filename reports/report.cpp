@@ -974,11 +974,11 @@ std::string section_distributed(const Analysis& a) {
       };
       const auto peak = integer(r, "peak_bytes");
       const auto t = number(r, "time_median_s");
-      rows.push_back({fmt::format("#{} {} T={}", c.index, text(c.axes, "impl"), integer(c.axes, "seq_len").value_or(0)),
-                      std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
-                      peak ? format_bytes(*peak) : std::string(kDash),
-                      t ? format_time(*t) : std::string(kDash), collective("reduce_scatter"),
-                      collective("all_gather"), collective("all_reduce")});
+      rows.push_back(
+          {fmt::format("#{} {} T={}", c.index, text(c.axes, "impl"), integer(c.axes, "seq_len").value_or(0)),
+           std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
+           peak ? format_bytes(*peak) : std::string(kDash), t ? format_time(*t) : std::string(kDash),
+           collective("reduce_scatter"), collective("all_gather"), collective("all_reduce")});
     }
   }
   if (rows.empty()) return "";
@@ -987,8 +987,9 @@ std::string section_distributed(const Analysis& a) {
          "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
          "the "
          "embedding.\n\n" +
-         md_table({"cell", "rank", "status", "peak", "BP time (s)", "reduce_scatter", "all_gather", "all_reduce"},
-                  rows, 3);
+         md_table(
+             {"cell", "rank", "status", "peak", "BP time (s)", "reduce_scatter", "all_gather", "all_reduce"},
+             rows, 3);
 }
 
 std::string section_not_run(const Analysis& a) {

@@ -190,8 +190,8 @@ TEST_F(RunnerFeatures, DistributedCellMatchesPlainOnTheGlobalBatch) {
 }
 
 TEST_F(RunnerFeatures, DistributedCellOutOfMemoryIsAResultNotAHang) {
-  // Both ranks run out of the budget inside the step; the cell is "oom" with the ranks' peaks, and the run goes
-  // on to the next cell.
+  // Both ranks run out of the budget inside the step; the cell is "oom" with the ranks' peaks, and the run
+  // goes on to the next cell.
   const json results = run({{"threads", 1},
                             {"world_size", 2},
                             {"grid",
