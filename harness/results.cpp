@@ -101,9 +101,9 @@ json CellResult::to_json() const {
   if (max_len) {
     j["max_seq_len"] = max_len->max_seq_len;
     j["hit_upper"] = max_len->hit_upper;
-    j["search"] = {{"budget_bytes", max_len->budget_bytes},
-                   {"granularity", max_len->granularity},
-                   {"upper", max_len->upper},
+    j["search"] = {{"budget_bytes", max_len->search.budget_bytes},
+                   {"granularity", max_len->search.granularity},
+                   {"upper", max_len->search.upper},
                    {"error", max_len->error}};
     json probes = json::array();
     for (const auto& p : max_len->probes)
@@ -176,9 +176,9 @@ CellResult CellResult::from_json(const json& j) {
   if (j.contains("max_seq_len") && j.contains("search")) {
     const json& s = j.at("search");
     MaxLenRecord m;
-    m.budget_bytes = s.at("budget_bytes").get<int64_t>();
-    m.granularity = s.at("granularity").get<int64_t>();
-    m.upper = s.at("upper").get<int64_t>();
+    m.search.budget_bytes = s.at("budget_bytes").get<int64_t>();
+    m.search.granularity = s.at("granularity").get<int64_t>();
+    m.search.upper = s.at("upper").get<int64_t>();
     m.error = s.value("error", std::string());
     m.max_seq_len = j.at("max_seq_len").get<int64_t>();
     m.hit_upper = j.value("hit_upper", false);

@@ -48,13 +48,9 @@ struct MemoryResult {
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
 };
 
-// A max-sequence-length search's outcome (harness/maxlen.h), with the search's settings.
-struct MaxLenRecord {
-  int64_t budget_bytes = 0, granularity = 0, upper = 0;
-  int64_t max_seq_len = 0;  // 0: not even `granularity` tokens fit
-  bool hit_upper = false;
-  std::vector<Probe> probes;
-  std::string error;  // a probe failed for a reason other than memory
+// A max-sequence-length search's outcome with the settings it ran under (harness/maxlen.h).
+struct MaxLenRecord : MaxLenResult {
+  MaxLenSearch search;  // budget_bytes, granularity, upper (and where it started)
 };
 
 struct TimeResult {

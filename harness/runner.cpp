@@ -223,7 +223,6 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   }
 
   const auto params = model.trainable_parameters();
-  prepare_grads(params, dist_strategy != nullptr);
 
   const bool timed = m.time.enabled;
   const int64_t warmup = timed ? m.time.warmup : 0, repeat = timed ? m.time.repeat : 1;
@@ -331,6 +330,30 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
     return fmt::format("runs in one process; world_size {} is for the -dist strategies",
                        job.settings.world_size);
   return std::nullopt;
+}
+
+// A result for `job` before anything ran: its cell and threads, status `status`.
+CellResult result_for(const CellJob& job, std::string status = "ok") {
+  CellResult r;
+  r.cell = job.cell;
+  r.threads = job.settings.threads;
+  r.status = std::move(status);
+  return r;
+}
+
+// The strategy of `job`, with what the result records about it (partition use, ranks). Null when the cell
+// is not run: `r` then says "skipped" and why.
+std::unique_ptr<Strategy> strategy_for(const CellJob& job, CellResult& r) {
+  auto strategy = make_strategy(job.cell.impl);
+  r.uses_partition = strategy->uses_partition();
+  r.uses_logits_partition = strategy->uses_logits_partition();
+  r.world_size = is_distributed(*strategy) ? job.settings.world_size : 1;
+  if (auto why = skip_reason(*strategy, job)) {
+    r.status = "skipped";
+    r.reason = *why;
+    return nullptr;
+  }
+  return strategy;
 }
 
 // Checks the scenario's data file against every cell before anything runs: readable, ids within each
@@ -468,19 +491,10 @@ CellJob CellJob::from_json(const json& j) {
 
 CellResult run_cell(const CellJob& job) {
   MemoryRecorder::instance();
-  CellResult r;
-  r.cell = job.cell;
-  r.threads = job.settings.threads;
+  CellResult r = result_for(job);
   const auto t0 = Clock::now();
   try {
-    auto strategy = make_strategy(job.cell.impl);
-    r.uses_partition = strategy->uses_partition();
-    r.uses_logits_partition = strategy->uses_logits_partition();
-    r.world_size = is_distributed(*strategy) ? job.settings.world_size : 1;
-    if (auto why = skip_reason(*strategy, job)) {
-      r.status = "skipped";
-      r.reason = *why;
-    } else {
+    if (auto strategy = strategy_for(job, r)) {
       if (job.settings.threads > 0) torch::set_num_threads(static_cast<int>(job.settings.threads));
       measure_cell(job, *strategy, r);
     }
@@ -510,10 +524,7 @@ CellResult run_cell(const CellJob& job) {
 }
 
 CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
-  CellResult failed;
-  failed.cell = job.cell;
-  failed.threads = job.settings.threads;
-  failed.status = "error";
+  CellResult failed = result_for(job, "error");
   const auto t0 = Clock::now();
 
   std::string job_path, err_path;
@@ -586,11 +597,8 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
 }
 
 CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
-  CellResult merged;
-  merged.cell = job.cell;
-  merged.threads = job.settings.threads;
+  CellResult merged = result_for(job, "error");
   merged.world_size = job.settings.world_size;
-  merged.status = "error";
   const auto t0 = Clock::now();
   const int world = static_cast<int>(job.settings.world_size);
   std::string job_path;
@@ -670,17 +678,10 @@ CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
 CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
                                    const std::function<void(const Probe&)>& on_probe) {
   const MeasureSpec::MaxSeqLen spec = job.settings.measure.max_seq_len.value();
-  CellResult r;
-  r.cell = job.cell;
-  r.threads = job.settings.threads;
+  CellResult r = result_for(job);
   const auto t0 = Clock::now();
   try {
-    auto strategy = make_strategy(job.cell.impl);
-    r.uses_partition = strategy->uses_partition();
-    r.uses_logits_partition = strategy->uses_logits_partition();
-    if (auto why = skip_reason(*strategy, job)) {
-      r.status = "skipped";
-      r.reason = *why;
+    if (!strategy_for(job, r)) {
       r.wall_s = seconds_since(t0);
       return r;
     }
@@ -739,21 +740,11 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
     p.reason = pr.reason;
     return p;
   };
-  const MaxLenResult found = search_max_seq_len(search, probe, on_probe);
-  MaxLenRecord rec;
-  rec.budget_bytes = search.budget_bytes;
-  rec.granularity = spec.granularity;
-  rec.upper = spec.upper;
-  rec.max_seq_len = found.max_seq_len;
-  rec.hit_upper = found.hit_upper;
-  rec.probes = found.probes;
-  rec.error = found.error;
-  r.max_len = rec;
-  if (!found.error.empty()) {
+  r.max_len = MaxLenRecord{search_max_seq_len(search, probe, on_probe), search};
+  if (!r.max_len->error.empty()) {
     r.status = "error";
-    r.reason = found.error;
+    r.reason = r.max_len->error;
   }
-  r.world_size = job.settings.world_size;
   r.wall_s = seconds_since(t0);
   return r;
 }
