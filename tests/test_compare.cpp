@@ -12,6 +12,7 @@
 
 #include "reports/compare.h"
 #include "reports/report.h"
+#include "tests/test_files.h"
 
 namespace bpbench {
 namespace {
@@ -19,11 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-long lines(const std::string& s) {
-  return std::count(s.begin(), s.end(), '\n');
-}
-
-const fs::path kFixture = fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" / "results_small.json";
+using testing::newlines;
+const fs::path& kFixture = testing::results_fixture();
 
 json fixture() {
   return load_results(kFixture);
@@ -253,7 +251,7 @@ TEST_F(CompareCli, BadInputExits126WithOneLine) {
                                              {kFixture.string(), kFixture.string(), "--frob"}}) {
     EXPECT_EQ(run(args), 126) << args.back();
     EXPECT_EQ(err_.str().rfind("bpbench: error: ", 0), 0u) << err_.str();
-    EXPECT_EQ(lines(err_.str()), 1) << err_.str();
+    EXPECT_EQ(newlines(err_.str()), 1) << err_.str();
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "harness/hf_model.h"
 #include "harness/safetensors.h"
+#include "tests/test_files.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {
@@ -21,29 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("bpbench-{}-{}-{}", info->test_suite_name(), info->name(), ::getpid());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  // A model directory inside the temp dir; its basename becomes the ModelConfig name.
-  std::string sub(const std::string& name) const {
-    fs::create_directories(path_ / name);
-    return (path_ / name).string();
-  }
-
- private:
-  fs::path path_;
-};
 
 template <class F>
 std::string error_of(F&& f) {
@@ -58,24 +36,6 @@ std::string error_of(F&& f) {
   }
   ADD_FAILURE() << "did not throw";
   return "";
-}
-
-// config.json as transformers writes it for `c`.
-json hf_config(const ModelConfig& c, const std::string& architecture) {
-  return {{"architectures", json::array({architecture})},
-          {"hidden_act", "silu"},
-          {"vocab_size", c.vocab},
-          {"hidden_size", c.hidden},
-          {"intermediate_size", c.intermediate},
-          {"num_hidden_layers", c.layers},
-          {"num_attention_heads", c.heads},
-          {"num_key_value_heads", c.kv_heads},
-          {"head_dim", c.head_dim},
-          {"rope_theta", c.rope_theta},
-          {"rms_norm_eps", c.rms_eps},
-          {"tie_word_embeddings", c.tie_embeddings},
-          {"torch_dtype", "float32"},
-          {"rope_scaling", nullptr}};
 }
 
 void write_json(const std::string& path, const json& j) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "reports/report.h"
+#include "tests/test_files.h"
 
 namespace bpbench {
 namespace {
@@ -19,11 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-long lines(const std::string& s) {
-  return std::count(s.begin(), s.end(), '\n');
-}
-
-const fs::path kFixture = fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" / "results_small.json";
+using testing::newlines;
+const fs::path& kFixture = testing::results_fixture();
 
 bool have_matplotlib() {
   static const bool yes = std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
@@ -132,7 +130,7 @@ TEST_F(Report, WithoutPythonWritesTheMarkdownAndWarnsOnce) {
   EXPECT_NE(md.find("## BP time (Table 1)"), std::string::npos);
   EXPECT_EQ(md.find(".png)"), std::string::npos) << "no figure may be linked when none was drawn";
   EXPECT_EQ(err_.str().rfind("bpbench: warning: ", 0), 0u) << err_.str();
-  EXPECT_EQ(lines(err_.str()), 1) << err_.str();
+  EXPECT_EQ(newlines(err_.str()), 1) << err_.str();
 
   // The same markdown without touching the disk.
   const std::string direct = render_report_markdown(load_results(kFixture), kFixture.parent_path());
@@ -175,7 +173,7 @@ TEST_F(Report, BadInputReturns2WithOneLine) {
                                                                 {kFixture.string(), "--bogus"}}) {
     EXPECT_EQ(run(args), 2) << (args.empty() ? "(none)" : args.back());
     EXPECT_EQ(err_.str().rfind("bpbench: error: ", 0), 0u) << err_.str();
-    EXPECT_EQ(lines(err_.str()), 1) << err_.str();
+    EXPECT_EQ(newlines(err_.str()), 1) << err_.str();
   }
   EXPECT_EQ(run({"--help"}), 0);
   EXPECT_NE(out_.str().find("--timeline-cell"), std::string::npos);

@@ -13,6 +13,7 @@
 
 #include "harness/runner.h"
 #include "harness/scenario.h"
+#include "tests/test_files.h"
 
 namespace bpbench {
 namespace {
@@ -22,16 +23,6 @@ namespace fs = std::filesystem;
 
 class Runner : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string templ = (fs::temp_directory_path() / "bpbench-runner-XXXXXX").string();
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
   // Runs `scenario_json` into dir_/name and returns the parsed results.json.
   json run(const std::string& scenario_json, const std::string& name = "out",
            std::optional<bool> isolate = {}) {
@@ -48,7 +39,8 @@ class Runner : public ::testing::Test {
     return json::parse(in);
   }
 
-  fs::path dir_;
+  testing::TempDir tmp_;
+  const fs::path& dir_ = tmp_.dir();
 };
 
 // Two strategies of different peaks on one small cell, cheap enough to run several times.

@@ -19,6 +19,7 @@
 #include "harness/safetensors.h"
 #include "harness/scenario.h"
 #include "impls/strategy.h"
+#include "tests/test_files.h"
 
 namespace bpbench {
 namespace {
@@ -28,16 +29,6 @@ namespace fs = std::filesystem;
 
 class RunnerFeatures : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string templ = (fs::temp_directory_path() / "bpbench-features-XXXXXX").string();
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
   json run(const json& scenario, const std::string& name = "out") {
     RunOptions opt;
     opt.out_dir = (dir_ / name).string();
@@ -54,7 +45,8 @@ class RunnerFeatures : public ::testing::Test {
     return json::parse(in);
   }
 
-  fs::path dir_;
+  testing::TempDir tmp_;
+  const fs::path& dir_ = tmp_.dir();
 };
 
 json tiny_grid(json impls) {
@@ -276,20 +268,7 @@ TEST_F(RunnerFeatures, HuggingFaceDirectoryGivesThePresetsLoss) {
   const Model preset = load_model("tiny", torch::TensorOptions().dtype(torch::kFloat), 0);
   const fs::path model_dir = dir_ / "tiny-qwen3";
   fs::create_directories(model_dir);
-  const ModelConfig& c = preset.config;
-  std::ofstream(model_dir / "config.json") << json{
-      {"architectures", {"Qwen3ForCausalLM"}},
-      {"hidden_act", "silu"},
-      {"vocab_size", c.vocab},
-      {"hidden_size", c.hidden},
-      {"intermediate_size", c.intermediate},
-      {"num_hidden_layers", c.layers},
-      {"num_attention_heads", c.heads},
-      {"num_key_value_heads", c.kv_heads},
-      {"head_dim", c.head_dim},
-      {"rope_theta", c.rope_theta},
-      {"rms_norm_eps", c.rms_eps},
-      {"tie_word_embeddings", c.tie_embeddings}}.dump();
+  std::ofstream(model_dir / "config.json") << testing::hf_config(preset.config, "Qwen3ForCausalLM").dump();
   NamedTensors tensors;
   for (const auto& p : preset.named_parameters()) tensors.emplace_back(p.name, p.tensor);
   save_safetensors_dir(model_dir.string(), tensors, 2);
