@@ -403,6 +403,43 @@ std::string section_summary(const Analysis& a, const std::string& source) {
   return s;
 }
 
+// Table 3's layout: a row per value of the axes that tell groups of cells apart (dtype only where it varies),
+// a column per strategy label (split by partition where one strategy ran with several), in the analysis's
+// order. `slot(row_keys, cell)` names what, besides the strategy, a cell's partition is compared within.
+struct StrategyTable {
+  std::vector<std::string> row_keys;
+  ImplLabeler labeler;
+  std::vector<std::string> columns, header;
+
+  template <class SlotFn>
+  StrategyTable(const Analysis& a, const Cells& cells, const std::vector<std::string>& exclude, SlotFn slot)
+      : row_keys(keys_of(a, cells, exclude)),
+        labeler(cells, [&](const CellView& c) { return slot(row_keys, c); }) {
+    for (const CellView* c : cells)
+      if (!contains(columns, labeler.label(*c))) columns.push_back(labeler.label(*c));
+    a.sort_labels(columns);
+    header = row_keys;
+    header.insert(header.end(), columns.begin(), columns.end());
+  }
+  std::vector<std::pair<std::string, Cells>> rows(const Cells& cells) const {
+    return group_by(cells, [&](const CellView& c) { return axes_label(c.axes, row_keys); });
+  }
+  std::vector<std::string> row_start(const Cells& row_cells) const {  // the row's key values
+    std::vector<std::string> row;
+    for (const auto& k : row_keys) row.push_back(row_cells.front()->axis(k));
+    return row;
+  }
+
+ private:
+  static std::vector<std::string> keys_of(const Analysis& a, const Cells& cells,
+                                          const std::vector<std::string>& exclude) {
+    std::vector<std::string> keys;
+    for (const auto& k : a.heading_keys(exclude, {}, &cells))
+      if (k != "dtype" || contains(Analysis::varying_in(cells), k)) keys.push_back(k);
+    return keys;
+  }
+};
+
 std::string section_max_length(const Analysis& a) {
   std::string s = "\n## Maximum sequence length (Table 3)\n\n";
   const std::vector<std::string> exclude = {"impl", "seq_len", "partition", "logits_partition"};
@@ -410,21 +447,15 @@ std::string section_max_length(const Analysis& a) {
   if (!search.empty()) {
     // Rows: model, objective (+ whatever else varies); columns: strategies; value: the longest length that
     // fit.
-    std::vector<std::string> row_keys;
-    for (const auto& k : a.heading_keys(exclude, {}, &search))
-      if (k != "dtype" || contains(Analysis::varying_in(search), k)) row_keys.push_back(k);
-    const ImplLabeler labeler(search, [&](const CellView& c) { return axes_label(c.axes, row_keys); });
-    std::vector<std::string> columns;
-    for (const CellView* c : search)
-      if (!contains(columns, labeler.label(*c))) columns.push_back(labeler.label(*c));
-    a.sort_labels(columns);
-    std::vector<std::string> header = row_keys;
-    header.insert(header.end(), columns.begin(), columns.end());
+    const StrategyTable t(a, search, exclude,
+                          [](const std::vector<std::string>& row_keys, const CellView& c) {
+                            return axes_label(c.axes, row_keys);
+                          });
+    const auto &row_keys = t.row_keys, &columns = t.columns, &header = t.header;
+    const ImplLabeler& labeler = t.labeler;
     std::vector<std::vector<std::string>> rows;
-    for (const auto& [row_id, cells] :
-         group_by(search, [&](const CellView& c) { return axes_label(c.axes, row_keys); })) {
-      std::vector<std::string> row;
-      for (const auto& k : row_keys) row.push_back(cells.front()->axis(k));
+    for (const auto& [row_id, cells] : t.rows(search)) {
+      std::vector<std::string> row = t.row_start(cells);
       for (const auto& col : columns) {
         std::string v;
         for (const CellView* c : cells) {
@@ -469,21 +500,13 @@ std::string section_max_length(const Analysis& a) {
   // No search in these results: the longest grid length that ran is a lower bound of the maximum.
   const Cells grid = a.select(is_grid_cell);
   if (grid.empty()) return s + "No cells.\n";
-  std::vector<std::string> row_keys;
-  for (const auto& k : a.heading_keys(exclude, {}, &grid))
-    if (k != "dtype" || contains(Analysis::varying_in(grid), k)) row_keys.push_back(k);
-  const ImplLabeler labeler(grid, [&](const CellView& c) { return c.axis("seq_len"); });
-  std::vector<std::string> columns;
-  for (const CellView* c : grid)
-    if (!contains(columns, labeler.label(*c))) columns.push_back(labeler.label(*c));
-  a.sort_labels(columns);
-  std::vector<std::string> header = row_keys;
-  header.insert(header.end(), columns.begin(), columns.end());
+  const StrategyTable t(a, grid, exclude,
+                        [](const std::vector<std::string>&, const CellView& c) { return c.axis("seq_len"); });
+  const auto &row_keys = t.row_keys, &columns = t.columns, &header = t.header;
+  const ImplLabeler& labeler = t.labeler;
   std::vector<std::vector<std::string>> rows;
-  for (const auto& [row_id, cells] :
-       group_by(grid, [&](const CellView& c) { return axes_label(c.axes, row_keys); })) {
-    std::vector<std::string> row;
-    for (const auto& k : row_keys) row.push_back(cells.front()->axis(k));
+  for (const auto& [row_id, cells] : t.rows(grid)) {
+    std::vector<std::string> row = t.row_start(cells);
     for (const auto& col : columns) {
       std::optional<int64_t> longest_ok, first_oom;
       const CellView* other = nullptr;
