@@ -141,15 +141,25 @@ std::vector<std::pair<int64_t, int64_t>> critical_chunks(int64_t T, int64_t c) {
 // Whole-sequence head (plain, checkpoint): logits (N, T, V) in s, upcast, log-softmax kept; the backward peak
 // is log-probs + their gradient + the logits' gradient, all in f. Later, the LM head's weight gradient (V,
 // d).
-void add_whole_head(PhaseBuilder& p, const Dims& D) {
-  const int64_t rows = D.N * D.T;
-  p.add("final norm saved (pow, normed, rsqrt) + its output: N*T*(rms(d) + d*s)", rows * D.final_norm_row());
+// The head backward's high point over `rows` = N*R rows (R named `R` in the terms): the softmax's three
+// (rows, V) tensors in f, or later the logits' gradient with the LM head's weight gradient and dx rows.
+void add_head_backward(PhaseBuilder& p, const Dims& D, int64_t rows, const char* R, bool chunk) {
   const int64_t softmax = 3 * rows * D.V * D.f;
   const int64_t weight = rows * D.V * D.s + (D.full ? D.V * D.d * D.s : 0) + rows * D.d * D.s;
   if (softmax >= weight)
-    p.add("log-probs, their gradient, the logits' gradient: 3 x N*T*V*f", softmax);
+    p.add(fmt::format("log-probs, their gradient, the logits' gradient{}: 3 x N*{}*V*f",
+                      chunk ? ", one chunk" : "", R),
+          softmax);
   else
-    p.add("logits' gradient + LM-head weight gradient + dx: N*T*V*s + V*d*s + N*T*d*s", weight);
+    p.add(fmt::format("logits' gradient + LM-head weight gradient + dx{}: N*{}*V*s + V*d*s + N*{}*d*s",
+                      chunk ? " rows" : "", R, R),
+          weight);
+}
+
+void add_whole_head(PhaseBuilder& p, const Dims& D) {
+  const int64_t rows = D.N * D.T;
+  p.add("final norm saved (pow, normed, rsqrt) + its output: N*T*(rms(d) + d*s)", rows * D.final_norm_row());
+  add_head_backward(p, D, rows, "T", false);
 }
 
 // Streamed head: per chunk of c_l rows the same, plus dx (N, T, d) for the whole sequence.
@@ -157,12 +167,7 @@ void add_chunk_head(PhaseBuilder& p, const Dims& D, int64_t cl) {
   const int64_t rows = D.N * cl;
   p.add("dx of the head: N*T*d*s", D.N * D.T * D.d * D.s);
   p.add("final norm saved + output, one chunk: N*c_l*(rms(d) + d*s)", rows * D.final_norm_row());
-  const int64_t softmax = 3 * rows * D.V * D.f;
-  const int64_t weight = rows * D.V * D.s + (D.full ? D.V * D.d * D.s : 0) + rows * D.d * D.s;
-  if (softmax >= weight)
-    p.add("log-probs, their gradient, the logits' gradient, one chunk: 3 x N*c_l*V*f", softmax);
-  else
-    p.add("logits' gradient + LM-head weight gradient + dx rows: N*c_l*V*s + V*d*s + N*c_l*d*s", weight);
+  add_head_backward(p, D, rows, "c_l", true);
 }
 
 int64_t checkpoints_bytes(const Dims& D, int64_t count) {

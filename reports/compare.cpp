@@ -61,6 +61,15 @@ struct Side {
   int64_t count = 0;
 };
 
+// What the table shows of one side of a row (CompareRow's base_* or new_* fields).
+void show_side(const Side& s, std::string& status, std::optional<int64_t>& peak,
+               std::optional<int64_t>& max_len, std::optional<double>& time) {
+  status = s.status;
+  peak = s.peak;
+  max_len = s.max_len;
+  time = s.median;
+}
+
 Side read_side(const json& c) {
   Side s;
   s.status = text(c, "status");
@@ -315,10 +324,7 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
     CompareRow row;
     row.label = label_of(base_cells[i], base_keys[i]);
     const Side b = read_side(base_cells[i]);
-    row.base_status = b.status;
-    row.base_peak = b.peak;
-    row.base_max_len = b.max_len;
-    row.base_time = b.median;
+    show_side(b, row.base_status, row.base_peak, row.base_max_len, row.base_time);
     auto it = new_index.find(base_keys[i]);
     if (it == new_index.end()) {
       row.verdict = Verdict::missing;
@@ -327,10 +333,7 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
     } else {
       matched.insert(it->second);
       const Side n = read_side(new_cells[it->second]);
-      row.new_status = n.status;
-      row.new_peak = n.peak;
-      row.new_max_len = n.max_len;
-      row.new_time = n.median;
+      show_side(n, row.new_status, row.new_peak, row.new_max_len, row.new_time);
       judge(row, b, n, options);
     }
     report.regressions += row.regression ? 1 : 0;
@@ -341,10 +344,7 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
     CompareRow row;
     row.label = label_of(new_cells[i], new_keys[i]);
     const Side n = read_side(new_cells[i]);
-    row.new_status = n.status;
-    row.new_peak = n.peak;
-    row.new_max_len = n.max_len;
-    row.new_time = n.median;
+    show_side(n, row.new_status, row.new_peak, row.new_max_len, row.new_time);
     row.verdict = Verdict::added;
     row.notes.push_back("only in NEW");
     report.rows.push_back(std::move(row));
