@@ -78,18 +78,8 @@ void BM_AttentionChunked(benchmark::State& state) {
   report_tokens(state, T);
 }
 
-BENCHMARK(BM_AttentionWhole)
-    ->ArgName("T")
-    ->Arg(512)
-    ->Arg(1024)
-    ->Arg(2048)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_AttentionChunked)
-    ->ArgNames({"T", "c"})
-    ->ArgsProduct({{512, 1024, 2048}, {128, 512}})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_AttentionWhole)->Apply(whole_sizes);
+BENCHMARK(BM_AttentionChunked)->Apply([](benchmark::internal::Benchmark* b) { chunked_sizes(b, "c"); });
 
 }  // namespace
 }  // namespace bpbench::bench

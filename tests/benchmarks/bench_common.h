@@ -64,4 +64,16 @@ inline void report_tokens(benchmark::State& state, int64_t T) {
       benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The sizes every whole-vs-chunked pair runs at: T in {512, 1024, 2048}, chunks of 128 and 512 rows (named
+// `chunk_name` in the output), milliseconds of wall time.
+inline void whole_sizes(benchmark::internal::Benchmark* b) {
+  b->ArgName("T")->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+inline void chunked_sizes(benchmark::internal::Benchmark* b, const char* chunk_name) {
+  b->ArgNames({"T", chunk_name})
+      ->ArgsProduct({{512, 1024, 2048}, {128, 512}})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
 }  // namespace bpbench::bench

@@ -61,18 +61,8 @@ void BM_HeadChunked(benchmark::State& state) {
   report_tokens(state, T);
 }
 
-BENCHMARK(BM_HeadFull)
-    ->ArgName("T")
-    ->Arg(512)
-    ->Arg(1024)
-    ->Arg(2048)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_HeadChunked)
-    ->ArgNames({"T", "c_l"})
-    ->ArgsProduct({{512, 1024, 2048}, {128, 512}})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_HeadFull)->Apply(whole_sizes);
+BENCHMARK(BM_HeadChunked)->Apply([](benchmark::internal::Benchmark* b) { chunked_sizes(b, "c_l"); });
 
 }  // namespace
 }  // namespace bpbench::bench
