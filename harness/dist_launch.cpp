@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>

@@ -2,6 +2,7 @@
 #include "harness/objective.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <stdexcept>
 

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "harness/compat.h"
+#include "profiles/cuda_build.h"
 
 namespace bpbench {
 
@@ -231,7 +231,7 @@ json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv
                  {"cpu", cpu_description()},
                  {"cores", std::thread::hardware_concurrency()}};
   if (scenario.settings.device == "cuda")
-    device["cuda_devices"] = compat::cuda_available() ? torch::cuda::device_count() : 0;
+    device["cuda_devices"] = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
   device["description"] =
       scenario.settings.device == "cuda"
           ? fmt::format("CUDA ({} devices), host {}", device["cuda_devices"].get<int64_t>(),
@@ -242,11 +242,12 @@ json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv
       {"bpbench_version", kBpbenchVersion},
       {"versions",
        {{"bpbench", kBpbenchVersion},
-        {"torch", compat::torch_version()},
+        {"torch", std::string(TORCH_VERSION)},
         {"fmt", fmt::format("{}.{}.{}", FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100)},
         {"nlohmann_json", fmt::format("{}.{}.{}", NLOHMANN_JSON_VERSION_MAJOR, NLOHMANN_JSON_VERSION_MINOR,
                                       NLOHMANN_JSON_VERSION_PATCH)},
-        {"compiler", __VERSION__}}},
+        {"compiler", __VERSION__},
+        {"cuda", profiles::cuda_build_info()}}},
       {"argv", argv},
       {"device", device},
       {"threads", threads},

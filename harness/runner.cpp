@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -23,7 +24,6 @@
 #include <sstream>
 #include <thread>
 
-#include "harness/compat.h"
 #include "harness/data_file.h"
 #include "harness/dist_launch.h"
 #include "harness/estimate.h"
@@ -60,7 +60,7 @@ std::string one_line(std::string s) {
 }
 
 void sync_device(const torch::Device& device) {
-  if (device.is_cuda() && compat::cuda_available()) torch::cuda::synchronize();
+  if (device.is_cuda() && torch::cuda::is_available()) torch::cuda::synchronize();
 }
 
 // The budget applies to the measured run only, and must be lifted on every exit path (an OOM thrown from deep
@@ -498,7 +498,7 @@ CellResult run_cell(const CellJob& job) {
       if (job.settings.threads > 0) torch::set_num_threads(static_cast<int>(job.settings.threads));
       measure_cell(job, *strategy, r);
     }
-  } catch (const compat::OutOfMemoryError& e) {
+  } catch (const c10::OutOfMemoryError& e) {
     r.status = "oom";
     r.reason = one_line(e.what_without_backtrace());
   } catch (const c10::Error& e) {

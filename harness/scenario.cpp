@@ -5,6 +5,7 @@
 #include "harness/scenario.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +16,6 @@
 #include <sstream>
 #include <variant>
 
-#include "harness/compat.h"
 #include "harness/hf_model.h"
 #include "harness/model_config.h"
 #include "harness/objective.h"
@@ -368,7 +368,7 @@ const std::vector<TopDef>& top_table() {
          s.settings.device = read_string(v, "device", "cpu, cuda");
          if (s.settings.device != "cpu" && s.settings.device != "cuda")
            input_error(fmt::format("device: unknown device '{}'", s.settings.device), "cpu, cuda");
-         if (s.settings.device == "cuda" && !compat::cuda_available())
+         if (s.settings.device == "cuda" && !torch::cuda::is_available())
            input_error("device: 'cuda' is not available (no GPU, or a LibTorch built without CUDA)", "cpu");
        }},
       {"seed",

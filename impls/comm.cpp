@@ -1,12 +1,17 @@
 // comm.cpp: c10d process group creation (TCPStore/FileStore rendezvous; Gloo, or NCCL in a CUDA build) and
 // the counted, bounded, loudly failing collectives of the Communicator (see comm.h for the conventions).
 //
-// LibTorch differences live here only: 1.13's engines derive from c10d::ProcessGroup, 2.x's from
-// c10d::Backend; both offer the same allreduce / allgather / broadcast / barrier calls. Gloo has no
-// reduce_scatter in 1.13: it runs as an in-place all_reduce of the full buffer followed by copying out the
-// local shard.
+// The engines are c10d::Backend objects (ProcessGroupGloo, ProcessGroupNCCL). On Gloo a reduce_scatter runs
+// as an in-place all_reduce of the full buffer followed by copying out the local shard: Gloo's own
+// reduce_scatter takes lists of tensors, and the counted "physical" collective stays the one the paper's
+// bandwidth model assumes.
+//
+// The wheel's libtorch_cpu exports ProcessGroupGloo but ships no gloo headers: Debian's libgloo-dev provides
+// them. Only torch's own functions touch gloo objects (we hold them through shared_ptr), so the header
+// version needs to agree with the wheel's only on the declarations ProcessGroupGloo.hpp uses; the 2- and
+// 3-rank tests in tests/test_dist.cpp are the proof.
 #ifndef USE_C10D_GLOO
-#define USE_C10D_GLOO  // Debian's libtorch_cpu exports ProcessGroupGloo; its header is guarded by this macro
+#define USE_C10D_GLOO  // ProcessGroupGloo.hpp is guarded by this macro
 #endif
 #include "impls/comm.h"
 
@@ -20,8 +25,6 @@
 #include <mutex>
 #include <optional>
 
-#include "harness/compat.h"
-
 #ifdef BPBENCH_WITH_CUDA
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL
@@ -33,11 +36,7 @@
 namespace bpbench::dist {
 namespace {
 
-#if BPBENCH_TORCH_AT_LEAST(2, 0)
 using Engine = c10d::Backend;
-#else
-using Engine = c10d::ProcessGroup;
-#endif
 
 using Clock = std::chrono::steady_clock;
 

@@ -1,5 +1,6 @@
 // registry.cpp: the one list of strategies. Adding a strategy is one file plus one line here.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <functional>
 #include <stdexcept>

@@ -218,7 +218,7 @@ class TrackingAllocator final : public c10::Allocator {
  public:
   explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     State& s = state();
     const Category c = g_category.load(std::memory_order_relaxed);
     const auto bytes = static_cast<int64_t>(n);
@@ -247,6 +247,11 @@ class TrackingAllocator final : public c10::Allocator {
 
   // Context == data pointer, so raw_allocate / raw_deallocate work through the same table.
   c10::DeleterFnPtr raw_deleter() const override { return &delete_tracked; }
+
+  // Plain host memory: clone() copies bytes as c10's own CPU allocator does.
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 
  private:
   c10::Allocator* base_;

@@ -2,18 +2,15 @@
 // unconditionally and the same scopes show up on an Nsight Systems timeline when built with CUDA.
 #pragma once
 
-// NVTX3 is header-only (it finds the injection library at run time), so it costs no link dependency; it is
-// only used where the CUDA toolkit headers are actually on the include path.
-#if defined(BPBENCH_WITH_CUDA) && defined(__has_include)
-#if __has_include(<nvtx3/nvToolsExt.h>)
+// NVTX3 is header-only (it finds the injection library at run time), so it costs no link dependency.
+// BPBENCH_WITH_NVTX is set with every CUDA build (scripts/cmake/dependencies.cmake).
+#ifdef BPBENCH_WITH_NVTX
 #include <nvtx3/nvToolsExt.h>
-#define BPBENCH_HAVE_NVTX 1
-#endif
 #endif
 
 namespace bpbench::profiles {
 
-#ifdef BPBENCH_HAVE_NVTX
+#ifdef BPBENCH_WITH_NVTX
 inline void nvtx_push(const char* name) {
   nvtxRangePushA(name);
 }

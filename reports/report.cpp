@@ -6,6 +6,7 @@
 #include "reports/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian 12 machine lacks to build, test and report with bpbench.
-# Quick when everything is already there: it checks with dpkg before touching apt.
+# Installs what a fresh Debian 12 machine lacks to build, test and report with bpbench, and nothing that is
+# already there:
+#   1. Debian packages: compiler, CMake, Ninja, ccache, GoogleTest, Google Benchmark, nlohmann-json, the gloo
+#      headers that c10d's ProcessGroupGloo.hpp includes (the wheel ships none), matplotlib for the plots.
+#   2. LibTorch: PyTorch 2.x from PyPI, pinned in scripts/requirements.txt, in the project-local, git-ignored
+#      .venv (with transformers, the model oracle). The first time this downloads about 3 GB and takes about
+#      5 GB of disk (torch's CUDA 13 libraries). Where .venv does not exist and python3 already imports a
+#      torch 2.x (the GPU machines: their own torch, and no network), that one is used and nothing is installed.
+# CMake then finds LibTorch through that Python (scripts/cmake/dependencies.cmake). The CUDA 13 toolkit
+# (nvcc, CUPTI, NVTX3, NCCL headers) is expected at /usr/local/cuda; CMake falls back to the nvidia wheels.
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev libopenblas0-openmp      # LibTorch 1.13 (CPU); OpenBLAS, else ~17x slower GEMMs
-  libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev                           # c10d Gloo backend for streambp-dist on CPU
+  python3 python3-venv
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev                           # headers for c10d's Gloo backend (streambp-dist on CPU)
   python3-matplotlib python3-numpy      # reports/plot.py
   clang-format
 )
@@ -16,7 +25,6 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
   sudo_cmd=""
@@ -24,3 +32,29 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# True when $1 imports every pin of requirements.txt at its pinned version (torch may carry a +cuXXX suffix).
+satisfies_pins() {
+  "$1" - "$root/scripts/requirements.txt" <<'PY' 2>/dev/null
+import importlib.metadata as md, sys
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line:
+        continue
+    name, version = line.split("==")
+    if md.version(name).split("+")[0] != version:
+        sys.exit(1)
+PY
+}
+
+venv="$root/.venv"
+if [ -x "$venv/bin/python" ]; then
+  satisfies_pins "$venv/bin/python" && exit 0
+elif python3 -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; then
+  echo "setup: using python3's own torch $(python3 -c 'import torch; print(torch.__version__)'); nothing installed" >&2
+  exit 0
+else
+  python3 -m venv "$venv"
+fi
+echo "setup: installing scripts/requirements.txt into .venv (first time: ~3 GB download, ~5 GB disk)" >&2
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/scripts/requirements.txt"

@@ -63,6 +63,18 @@ TEST_F(Runner, WritesOneCompleteRecordPerCell) {
   EXPECT_EQ(meta.at("scenario").at("grid").at("model"), "tiny");
   EXPECT_EQ(meta.at("versions").at("bpbench"), "0.1.0");
   EXPECT_EQ(meta.at("start_time").get<std::string>().back(), 'Z');
+  // Every results file says which CUDA the build used, GPU or not.
+  const json& cuda = meta.at("versions").at("cuda");
+#ifdef BPBENCH_WITH_CUDA
+  EXPECT_EQ(cuda.at("enabled"), true);
+  EXPECT_EQ(cuda.at("cuda"), BPBENCH_BUILD_CUDA);
+  EXPECT_EQ(cuda.at("nccl"), BPBENCH_BUILD_NCCL);
+  EXPECT_GT(cuda.at("cupti_api").get<int64_t>(), 0);
+  for (const char* key : {"source", "cuda_runtime_headers", "driver", "devices"})
+    EXPECT_TRUE(cuda.contains(key)) << key;
+#else
+  EXPECT_EQ(cuda.at("enabled"), false);
+#endif
 
   const json& cells = r.at("cells");
   ASSERT_EQ(cells.size(), 3u);

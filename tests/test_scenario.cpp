@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "harness/compat.h"
 #include "harness/scenario.h"
 
 namespace bpbench {
@@ -213,7 +212,7 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
                      {"float32", "float64"});
   expect_input_error(scenario_text("", R"("measure": {"time": {"repeat": 0}}, )"),
                      {"measure.time.repeat", ">= 1"});
-  if (!compat::cuda_available())
+  if (!torch::cuda::is_available())
     expect_input_error(scenario_text("", R"("device": "cuda", )"), {"'cuda' is not available", "cpu"});
 }
 

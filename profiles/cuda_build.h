@@ -1,0 +1,24 @@
+// cuda_build.h: what the CUDA side of this build is, for every results file, and whether a GPU is there.
+//
+// One interface, two small implementations: cuda_build_cuda.cpp (a build against a CUDA-enabled LibTorch:
+// the CUDA version it was compiled with and where those headers came from, NCCL, and CUPTI's and the driver's
+// versions read at run time) and cuda_build_nocuda.cpp (a CPU-only LibTorch). CMake compiles exactly one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace bpbench::profiles {
+
+// {"enabled": bool, "cuda": "13.0", "source": "toolkit 13.0.88 at ...", "nccl": "2.28.9", "cupti_api":
+// 130000,
+//  "driver": "none" | "13.0", "devices": N}. Never throws, and needs no GPU.
+nlohmann::json cuda_build_info();
+
+// The number of CUDA devices usable now (0 without a GPU or driver, or in a CPU-only build).
+int cuda_device_count();
+
+// One line for a test that needs a GPU and finds none: why it is skipped.
+std::string no_gpu_reason();
+
+}  // namespace bpbench::profiles

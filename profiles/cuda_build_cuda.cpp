@@ -1,0 +1,38 @@
+// cuda_build_cuda.cpp: cuda_build.h for a build against a CUDA-enabled LibTorch (see cuda_build.h).
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+#include <fmt/format.h>
+#include <nccl.h>
+#include <torch/cuda.h>
+
+#include "profiles/cuda_build.h"
+
+namespace bpbench::profiles {
+
+int cuda_device_count() {
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+}
+
+nlohmann::json cuda_build_info() {
+  uint32_t cupti_api = 0;
+  if (cuptiGetVersion(&cupti_api) != CUPTI_SUCCESS) cupti_api = 0;
+  int driver = 0;  // 0: no driver installed (a CPU machine)
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  return {
+      {"enabled", true},
+      {"cuda", BPBENCH_BUILD_CUDA},
+      {"source", BPBENCH_BUILD_CUDA_SOURCE},
+      {"cuda_runtime_headers", fmt::format("{}.{}", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10)},
+      {"nccl", BPBENCH_BUILD_NCCL},
+      {"nccl_headers", fmt::format("{}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)},
+      {"cupti_api", cupti_api},
+      {"driver", driver == 0 ? std::string("none") : fmt::format("{}.{}", driver / 1000, driver % 1000 / 10)},
+      {"devices", cuda_device_count()}};
+}
+
+std::string no_gpu_reason() {
+  return fmt::format("no CUDA device (CUDA {} build, driver {}): GPU test skipped", BPBENCH_BUILD_CUDA,
+                     cuda_build_info()["driver"].get<std::string>());
+}
+
+}  // namespace bpbench::profiles

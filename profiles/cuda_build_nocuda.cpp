@@ -1,0 +1,18 @@
+// cuda_build_nocuda.cpp: cuda_build.h for a build against a CPU-only LibTorch (see cuda_build.h).
+#include "profiles/cuda_build.h"
+
+namespace bpbench::profiles {
+
+int cuda_device_count() {
+  return 0;
+}
+
+nlohmann::json cuda_build_info() {
+  return {{"enabled", false}, {"cuda", "none (CPU-only LibTorch)"}, {"devices", 0}};
+}
+
+std::string no_gpu_reason() {
+  return "CPU-only build (LibTorch without CUDA): GPU test skipped";
+}
+
+}  // namespace bpbench::profiles

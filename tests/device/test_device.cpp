@@ -1,0 +1,80 @@
+// test_device.cpp: GPU-only tests. They are compiled and registered in every CUDA build (so a GPU path that
+// no longer compiles breaks every machine's build), and skip with a one-line reason where no GPU is present:
+// skipped, never failed, never missing from the count. scripts/gpu_build_and_test.sh runs them on a GPU.
+//   - the tiny model's loss and every gradient on CUDA equal the CPU's (float64: to round-off);
+//   - one cell of every single-process strategy through the runner on CUDA: status ok, gradient error of
+//     float32 against float64 plain BP at round-off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "harness/runner.h"
+#include "harness/scenario.h"
+#include "profiles/cuda_build.h"
+#include "tests/test_files.h"
+#include "tests/test_support.h"
+
+namespace bpbench::testing {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (profiles::cuda_device_count() == 0) GTEST_SKIP() << profiles::no_gpu_reason()
+
+TEST(Device, TinyModelLossAndGradientsOnCudaEqualCpu) {
+  REQUIRE_GPU();
+  for (const bool tied : {false, true}) {
+    Model cpu = tiny_model({/*kv_heads=*/2, tied}, torch::kDouble);
+    Model gpu = tiny_model({/*kv_heads=*/2, tied}, torch::kDouble);
+    for (auto& p : gpu.named_parameters()) {
+      torch::NoGradGuard no_grad;
+      p.tensor.set_data(p.tensor.to(torch::kCUDA));
+    }
+    BatchSpec spec;
+    spec.examples = 2;
+    spec.seq_len = 29;
+    spec.padding = true;
+    spec.vocab = cpu.config.vocab;
+    const auto objective = make_objective("sft");
+    const Batch on_cpu = objective->make_batch(spec, cpu, 8);
+    Batch on_gpu = on_cpu;
+    on_gpu.input_ids = on_cpu.input_ids.to(torch::kCUDA);
+    on_gpu.targets = on_cpu.targets.to(torch::kCUDA);
+    for (const std::string impl : {"plain", "streambp"}) {
+      const StepResult ref = run_step(impl, cpu, on_cpu, *objective, {7, 5});
+      StepResult got = run_step(impl, gpu, on_gpu, *objective, {7, 5});
+      for (auto& g : got.grads) g = g.cpu();
+      expect_same_gradients(ref, got, 1e-10, fmt::format("{} tied={} on CUDA", impl, tied));
+    }
+  }
+}
+
+TEST(Device, OneCellOfEveryStrategyRunsOnCuda) {
+  REQUIRE_GPU();
+  TempDir tmp;
+  const Scenario s = parse_scenario_text(R"({"name": "device", "device": "cuda", "seed": 1,
+    "grid": {"model": "tiny", "impl": ["plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"],
+             "seq_len": 61, "partition": 16, "logits_partition": 8, "dtype": "float32"},
+    "measure": {"memory": true, "time": {"warmup": 1, "repeat": 2}, "grad_error": {"reference": "float64"}}})",
+                                         "device");
+  RunOptions opt;
+  opt.out_dir = tmp.path();
+  opt.self_exe = BPBENCH_BINARY;
+  opt.argv = {"test_device"};
+  const RunSummary summary = run_scenario(s, opt);
+  std::ifstream in(summary.results_path);
+  const nlohmann::json r = nlohmann::json::parse(in);
+  EXPECT_EQ(r.at("meta").at("versions").at("cuda").at("enabled"), true);
+  ASSERT_EQ(r.at("cells").size(), 5u);
+  for (const auto& cell : r.at("cells")) {
+    const std::string impl = cell.at("axes").at("impl");
+    EXPECT_EQ(cell.at("status"), "ok") << impl << ": " << cell.dump();
+    EXPECT_TRUE(std::isfinite(cell.at("loss").get<double>())) << impl;
+    EXPECT_LT(cell.at("grad_error").at("groups").at("all").at("rel_l2").get<double>(), 1e-4) << impl;
+  }
+}
+
+}  // namespace
+}  // namespace bpbench::testing
