@@ -7,9 +7,10 @@
 // (sequence, token) and is multiplied by N and the rows it covers; rope tables, the c x c mask and weight
 // gradients do not scale with N.
 //
-// What autograd keeps (LibTorch 1.13, as measured by the tracking allocator):
-//   rms_norm(x, w) over width w keeps pow(x, 2) (w f), the normalised x (w s; only when w is trainable), the
-//     rsqrt (f per row), and its input: x itself when s == f, else the float32 copy (w f);
+// What autograd keeps (LibTorch 2.x, as measured by the tracking allocator):
+//   rms_norm(x, w) over width w keeps the normalised x (w s; only when w is trainable), the rsqrt (f per
+//     row), and its input: x itself when s == f, else the float32 copy (w f). pow(x, 2) saves that same
+//     input, not its result (1.13 kept the square too);
 //   rope keeps only its cos/sin tables (x * cos saves cos, not x): the pre-rope q/k are freed;
 //   causal_attention keeps the grouped-query copy qg (Aq s), the probabilities (Hq*e per row; float32 AND
 //     bfloat16 copies for a bfloat16 model), the bool c x c mask; o_proj keeps its input (Aq s);
@@ -17,6 +18,7 @@
 #include "harness/estimate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <ostream>
@@ -42,11 +44,9 @@ struct Dims {
   int64_t acc() const { return s == 2 ? 4 : s; }
   // The input of an rms_norm stays alive as the saved tensor when no upcast copy replaces it.
   int64_t kept(int64_t w) const { return up ? 0 : w * s; }
-  // rms_norm over `w` (with `heads` rsqrt values per row) keeps, besides its input and output: pow(x, 2), the
-  // normalised x (when the weight is trainable), the float32 copy of x (bfloat16), the rsqrt.
-  int64_t rms(int64_t w, int64_t heads) const {
-    return w * f + (full ? w * s : 0) + (up ? w * f : 0) + heads * f;
-  }
+  // rms_norm over `w` (with `heads` rsqrt values per row) keeps, besides its input and output: the normalised
+  // x (when the weight is trainable), the float32 copy of x (bfloat16), the rsqrt.
+  int64_t rms(int64_t w, int64_t heads) const { return (full ? w * s : 0) + (up ? w * f : 0) + heads * f; }
   // Attention half of a layer, per query row: attn_norm (+ its output h), the q path (q_norm), qg. LoRA: x
   // A^T of q, k, v, o.
   int64_t attn_row() const {
@@ -158,7 +158,7 @@ void add_head_backward(PhaseBuilder& p, const Dims& D, int64_t rows, const char*
 
 void add_whole_head(PhaseBuilder& p, const Dims& D) {
   const int64_t rows = D.N * D.T;
-  p.add("final norm saved (pow, normed, rsqrt) + its output: N*T*(rms(d) + d*s)", rows * D.final_norm_row());
+  p.add("final norm saved (normed, rsqrt) + its output: N*T*(rms(d) + d*s)", rows * D.final_norm_row());
   add_head_backward(p, D, rows, "T", false);
 }
 
