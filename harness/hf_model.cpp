@@ -2,6 +2,7 @@
 #include "harness/hf_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <fstream>
@@ -76,6 +77,19 @@ class ConfigReader {
     if (!v) return fallback;
     if (!v->is_boolean()) fail(fmt::format("\"{}\" must be true or false, got {}", key, v->dump()));
     return v->get<bool>();
+  }
+
+  // RoPE's base: 4.x writes a top-level "rope_theta", transformers 5 writes it inside "rope_parameters".
+  double rope_theta() const {
+    const json* params = find("rope_parameters");
+    if (params && !params->is_object())
+      fail(fmt::format("\"rope_parameters\" must be an object, got {}", params->dump()));
+    static const json kNone = json::object();
+    const ConfigReader inner(path_, params ? *params : kNone);
+    const double top = number("rope_theta", 0.0), nested = inner.number("rope_theta", 0.0);
+    if (top > 0 && nested > 0 && top != nested)
+      fail(fmt::format("\"rope_theta\" {} disagrees with \"rope_parameters\".rope_theta {}", top, nested));
+    return top > 0 ? top : nested > 0 ? nested : 10000.0;
   }
 
   std::string string(const char* key) const {
@@ -163,7 +177,7 @@ ModelConfig read_hf_config(const std::string& dir) {
   c.kv_heads = r.integer("num_key_value_heads", c.heads);
   if (c.heads <= 0) r.fail("\"num_attention_heads\" must be > 0");
   c.head_dim = r.integer("head_dim", c.hidden / c.heads);
-  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.rope_theta = r.rope_theta();
   c.rms_eps = r.number("rms_norm_eps", 1e-6);
   c.tie_embeddings = r.boolean("tie_word_embeddings", false);
   c.qk_norm = arch.qk_norm;

@@ -174,6 +174,30 @@ TEST(HfModel, LlamaHasNoQkNormAndConfigDefaults) {
   expect_same_weights(preset, loaded);
 }
 
+// transformers 5 writes RoPE's base inside "rope_parameters" and no top-level rope_theta; 4.x the opposite.
+TEST(HfModel, RopeThetaFromEitherConfigForm) {
+  TempDir tmp;
+  Model preset = tiny_model({2, false}, torch::kFloat);
+  json v5 = hf_config(preset.config, "Qwen3ForCausalLM");
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  const std::string dir5 = tmp.sub("v5");
+  write_model_dir(dir5, v5, tensors_of(preset), 1);
+  EXPECT_EQ(read_hf_config(dir5).rope_theta, 1e6);
+
+  json both = v5;
+  both["rope_theta"] = 1e6;  // both forms, agreeing
+  const std::string dir_both = tmp.sub("both");
+  write_model_dir(dir_both, both, tensors_of(preset), 1);
+  EXPECT_EQ(read_hf_config(dir_both).rope_theta, 1e6);
+
+  json v4 = hf_config(preset.config, "Qwen3ForCausalLM");
+  v4["rope_theta"] = 5e5;
+  const std::string dir4 = tmp.sub("v4");
+  write_model_dir(dir4, v4, tensors_of(preset), 1);
+  EXPECT_EQ(read_hf_config(dir4).rope_theta, 5e5);
+}
+
 TEST(HfModel, ArchitectureFromModelType) {
   TempDir tmp;
   Model preset = tiny_model({2, false}, torch::kFloat);
@@ -267,6 +291,14 @@ TEST_F(HfModelErrors, UnsupportedFeatures) {
               HasSubstr("missing \"hidden_size\""));
   EXPECT_THAT(load_error([](NamedTensors&) {}, [](json& c) { c["vocab_size"] = "97"; }),
               HasSubstr("\"vocab_size\" must be an integer"));
+  EXPECT_THAT(load_error([](NamedTensors&) {},
+                         [](json& c) {
+                           c["rope_theta"] = 1e6;
+                           c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
+                         }),
+              HasSubstr("\"rope_theta\" 1000000 disagrees with \"rope_parameters\".rope_theta 500000"));
+  EXPECT_THAT(load_error([](NamedTensors&) {}, [](json& c) { c["rope_parameters"] = 5; }),
+              HasSubstr("\"rope_parameters\" must be an object"));
 }
 
 TEST_F(HfModelErrors, MissingTensor) {

@@ -1,0 +1,157 @@
+"""hf_oracle.py: Hugging Face transformers as the external oracle for bpbench's model.
+
+Usage: hf_oracle.py OUT_DIR
+
+For each case below it builds a tiny random model in transformers, saves it with save_pretrained (config.json +
+model.safetensors, float32, as users' checkpoints are), and computes the loss and every parameter's gradient
+in true float64 through transformers' own modules, for SFT (transformers' own loss) and DPO (from
+transformers' logits: per-token log-probs of the targets summed over each response). It writes, per case,
+OUT_DIR/<case>/model/ and OUT_DIR/<case>/oracle.safetensors (per objective: input_ids, targets, ref_sums, beta,
+loss, loss_f32_casts and grad:<parameter name>), and OUT_DIR/cases.json. tests/test_hf_oracle.cpp loads the
+directory through bpbench's own loader and holds every strategy's loss and gradients against it.
+
+True float64: in float64, transformers still casts to float32 in RMSNorm, in the RoPE frequency table and its
+cos/sin, and in the attention softmax and the loss (explicit .to(torch.float32), .float(), dtype=float32),
+which moves the loss about 3e-8 relative. The Float64Casts mode below runs the same transformers code with
+every float32 cast turned into a float64 one; nothing of transformers is rewritten. loss_f32_casts is the loss
+with transformers' casts left in, so the test can show that the tolerance sees the difference.
+"""
+
+import contextlib
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+from torch.overrides import TorchFunctionMode
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers.utils import logging as hf_logging
+
+
+class Float64Casts(TorchFunctionMode):
+    """Every float32 cast or dtype argument becomes float64, for the code run under it."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.float:
+            return args[0].double()
+        swap = lambda a: torch.float64 if a is torch.float32 else a
+        args = tuple(swap(a) for a in args)
+        kwargs = {k: swap(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+# Odd shapes: GQA 1, 2 and 4, tied and untied heads, q/k norm (Qwen3) and none (Llama), RoPE theta other than
+# 10000, T prime, right padding, head_dim not hidden / heads.
+CASES = {
+    "qwen3_gqa2_tied": (Qwen3ForCausalLM, Qwen3Config, dict(
+        vocab_size=97, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, rope_theta=1e6, tie_word_embeddings=True), 29, [29, 19]),
+    "qwen3_gqa4_untied": (Qwen3ForCausalLM, Qwen3Config, dict(
+        vocab_size=89, hidden_size=40, intermediate_size=72, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=6, rope_theta=5e5, tie_word_embeddings=False), 31, [31, 23]),
+    "llama_gqa2_untied": (LlamaForCausalLM, LlamaConfig, dict(
+        vocab_size=83, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
+        num_key_value_heads=3, rope_theta=5e5, tie_word_embeddings=False), 23, [23, 17]),
+    "llama_mha_tied": (LlamaForCausalLM, LlamaConfig, dict(
+        vocab_size=71, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=4, rope_theta=10000.0, tie_word_embeddings=True, rms_norm_eps=1e-5), 17, [13, 17]),
+}
+
+
+def make_model(model_cls, config_cls, fields, seed):
+    torch.manual_seed(seed)
+    config = config_cls(max_position_embeddings=64, attn_implementation="eager", **fields)
+    model = model_cls(config)
+    with torch.no_grad():  # norm weights at 1 would hide a wrong norm-gradient path
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return config, model
+
+
+def make_batch(config, T, lengths, prompt, generator):
+    """Token ids right-padded to `lengths` (pad id 0, as bpbench pads), the attention mask, and the shifted
+    targets (-100: prompt, padding, last position). Rows 2b and 2b+1 share their first `prompt` tokens."""
+    N = len(lengths)
+    ids = torch.randint(1, config.vocab_size, (N, T), generator=generator)
+    if prompt:
+        ids[1::2, :prompt] = ids[0::2, :prompt]
+    mask = torch.zeros(N, T, dtype=torch.long)
+    for n, length in enumerate(lengths):
+        mask[n, :length] = 1
+    ids = ids * mask
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :prompt] = -100
+    targets = torch.full_like(ids, -100)
+    targets[:, :-1] = labels[:, 1:]
+    return ids, mask, labels, targets
+
+
+def sft_loss(model, ids, mask, labels, targets, extras):
+    """transformers' own causal-LM loss."""
+    return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+
+def dpo_loss(model, ids, mask, labels, targets, extras):
+    """Sigmoid DPO over (chosen, rejected) row pairs from transformers' logits: per-token log-probs of the
+    targets, summed over each sequence's response, against fixed reference sums."""
+    logits = model(input_ids=ids, attention_mask=mask).logits.double()
+    logps = torch.log_softmax(logits, -1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    sums = logps.masked_fill(targets == -100, 0.0).sum(1) - extras["ref_sums"]
+    margin = sums.view(-1, 2)
+    return -torch.nn.functional.logsigmoid(extras["beta"] * (margin[:, 0] - margin[:, 1])).mean()
+
+
+def loss_and_grads(loss_fn, model_cls, config, state, batch, extras, lift_casts):
+    """The loss and every parameter's gradient in float64, with transformers' float32 casts lifted or not."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        with Float64Casts() if lift_casts else contextlib.nullcontext():
+            # RoPE's frequency table is made at construction: build the model under the mode too.
+            model = model_cls(config)
+            model.load_state_dict(state)
+            loss = loss_fn(model, *batch, extras)
+            loss.backward()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+# objective -> (loss function, prompt tokens)
+OBJECTIVES = {"sft": (sft_loss, 0), "dpo": (dpo_loss, 5)}
+
+
+def main(out_dir):
+    hf_logging.disable_progress_bar()
+    os.makedirs(out_dir, exist_ok=True)
+    for index, (case, (model_cls, config_cls, fields, T, lengths)) in enumerate(CASES.items()):
+        config, model = make_model(model_cls, config_cls, fields, seed=100 + index)
+        case_dir = os.path.join(out_dir, case)
+        model.save_pretrained(os.path.join(case_dir, "model"))
+        state = {k: v.double() for k, v in model.state_dict().items()}
+        tensors = {}
+        for objective, (loss_fn, prompt) in OBJECTIVES.items():
+            g = torch.Generator().manual_seed(200 + index)
+            rows = lengths if objective == "sft" else lengths + [lengths[0] - 2, lengths[1]]  # DPO: 2 pairs
+            batch = make_batch(config, T, rows, prompt, g)
+            extras = {"beta": 0.1, "ref_sums": -50.0 * torch.rand(len(rows), generator=g, dtype=torch.float64)}
+            loss, grads = loss_and_grads(loss_fn, model_cls, config, state, batch, extras, lift_casts=True)
+            with_casts, _ = loss_and_grads(loss_fn, model_cls, config, state, batch, extras, lift_casts=False)
+            ids, _, _, targets = batch
+            tensors.update({f"{objective}:input_ids": ids, f"{objective}:targets": targets,
+                            f"{objective}:ref_sums": extras["ref_sums"],
+                            f"{objective}:beta": torch.tensor([extras["beta"]], dtype=torch.float64),
+                            f"{objective}:loss": loss.reshape(1), f"{objective}:loss_f32_casts": with_casts.reshape(1)})
+            tensors.update({f"{objective}:grad:{n}": g for n, g in grads.items()})
+            print(f"{case} {objective}: loss {loss.item():.15g} (transformers' float32 casts: {with_casts.item():.15g})")
+        save_file(tensors, os.path.join(case_dir, "oracle.safetensors"))
+    with open(os.path.join(out_dir, "cases.json"), "w") as f:
+        json.dump(sorted(CASES), f)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: hf_oracle.py OUT_DIR")
+    main(sys.argv[1])
