@@ -33,6 +33,7 @@
 #include "impls/dist_common.h"
 #include "impls/strategy.h"
 #include "profiles/chrome_trace.h"
+#include "profiles/cuda_build.h"
 #include "profiles/memory.h"
 
 extern char** environ;
@@ -323,8 +324,10 @@ bool is_distributed(const Strategy& strategy) {
   return dynamic_cast<const dist::DistStrategy*>(&strategy) != nullptr;
 }
 
-// Why a cell is not run: the strategy refuses it, or a single-process strategy in a multi-rank scenario.
+// Why a cell is not run: a CUDA cell where there is no GPU, the strategy refuses it, or a single-process
+// strategy in a multi-rank scenario.
 std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& job) {
+  if (job.settings.device == "cuda" && profiles::cuda_device_count() == 0) return profiles::no_gpu_reason();
   if (auto why = strategy.unsupported(CellTraits{job.cell.objective, job.settings.world_size})) return why;
   if (!is_distributed(strategy) && job.settings.world_size > 1)
     return fmt::format("runs in one process; world_size {} is for the -dist strategies",

@@ -368,8 +368,6 @@ const std::vector<TopDef>& top_table() {
          s.settings.device = read_string(v, "device", "cpu, cuda");
          if (s.settings.device != "cpu" && s.settings.device != "cuda")
            input_error(fmt::format("device: unknown device '{}'", s.settings.device), "cpu, cuda");
-         if (s.settings.device == "cuda" && !torch::cuda::is_available())
-           input_error("device: 'cuda' is not available (no GPU, or a LibTorch built without CUDA)", "cpu");
        }},
       {"seed",
        [](Scenario& s, const json& v) {

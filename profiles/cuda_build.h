@@ -18,7 +18,7 @@ nlohmann::json cuda_build_info();
 // The number of CUDA devices usable now (0 without a GPU or driver, or in a CPU-only build).
 int cuda_device_count();
 
-// One line for a test that needs a GPU and finds none: why it is skipped.
+// Why a GPU cell or test cannot run here, in one line: "no CUDA device (CUDA 13.0 build, driver none)".
 std::string no_gpu_reason();
 
 }  // namespace bpbench::profiles

@@ -31,7 +31,7 @@ nlohmann::json cuda_build_info() {
 }
 
 std::string no_gpu_reason() {
-  return fmt::format("no CUDA device (CUDA {} build, driver {}): GPU test skipped", BPBENCH_BUILD_CUDA,
+  return fmt::format("no CUDA device (CUDA {} build, driver {})", BPBENCH_BUILD_CUDA,
                      cuda_build_info()["driver"].get<std::string>());
 }
 

@@ -12,7 +12,7 @@ nlohmann::json cuda_build_info() {
 }
 
 std::string no_gpu_reason() {
-  return "CPU-only build (LibTorch without CUDA): GPU test skipped";
+  return "no CUDA in this build (a CPU-only LibTorch)";
 }
 
 }  // namespace bpbench::profiles

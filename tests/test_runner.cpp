@@ -13,6 +13,7 @@
 
 #include "harness/runner.h"
 #include "harness/scenario.h"
+#include "profiles/cuda_build.h"
 #include "tests/test_files.h"
 
 namespace bpbench {
@@ -116,6 +117,21 @@ TEST_F(Runner, WritesOneCompleteRecordPerCell) {
   EXPECT_GT(cells[0].at("memory").at("peak_above_base_bytes").get<int64_t>(),
             cells[2].at("memory").at("peak_above_base_bytes").get<int64_t>());
   EXPECT_FALSE(fs::exists(dir_ / "out" / "results.json.tmp"));
+}
+
+// A CUDA scenario on a machine without a GPU is read and run: every cell is a result, skipped with one line.
+TEST_F(Runner, CudaCellsWithoutAGpuAreSkippedWithTheReason) {
+  if (profiles::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is here: tests/device/ runs CUDA cells";
+  const json r = run(R"({"name": "gpu-cells", "device": "cuda", "seed": 1,
+    "grid": {"model": "tiny", "impl": ["plain", "streambp"], "seq_len": 37, "partition": 16}})");
+  EXPECT_EQ(r.at("complete"), true);
+  ASSERT_EQ(r.at("cells").size(), 2u);
+  for (const json& c : r.at("cells")) {
+    EXPECT_EQ(c.at("status"), "skipped") << c.dump();
+    EXPECT_EQ(c.at("reason"), profiles::no_gpu_reason());
+    EXPECT_EQ(c.at("reason").get<std::string>().find('\n'), std::string::npos);
+  }
+  EXPECT_NE(profiles::no_gpu_reason().find("no CUDA"), std::string::npos);
 }
 
 TEST_F(Runner, BudgetOverrunIsAnOomResultAndTheRunGoesOn) {

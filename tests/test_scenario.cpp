@@ -212,8 +212,6 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
                      {"float32", "float64"});
   expect_input_error(scenario_text("", R"("measure": {"time": {"repeat": 0}}, )"),
                      {"measure.time.repeat", ">= 1"});
-  if (!torch::cuda::is_available())
-    expect_input_error(scenario_text("", R"("device": "cuda", )"), {"'cuda' is not available", "cpu"});
 }
 
 TEST(Scenario, MissingFileIsAnInputError) {

@@ -21,7 +21,7 @@ namespace bpbench::testing {
 namespace {
 
 #define REQUIRE_GPU() \
-  if (profiles::cuda_device_count() == 0) GTEST_SKIP() << profiles::no_gpu_reason()
+  if (profiles::cuda_device_count() == 0) GTEST_SKIP() << profiles::no_gpu_reason() << ": GPU test skipped"
 
 TEST(Device, TinyModelLossAndGradientsOnCudaEqualCpu) {
   REQUIRE_GPU();
