@@ -8,7 +8,7 @@
 #      5 GB of disk (torch's CUDA 13 libraries). Where .venv does not exist and python3 already imports a
 #      torch 2.x (the GPU machines: their own torch, and no network), that one is used and nothing is installed.
 # CMake then finds LibTorch through that Python (scripts/cmake/dependencies.cmake). The CUDA 13 toolkit
-# (nvcc, CUPTI, NVTX3, NCCL headers) is expected at /usr/local/cuda; CMake falls back to the nvidia wheels.
+# (nvcc, CUPTI, NVTX3) is expected at /usr/local/cuda (or CUDAToolkit_ROOT), of the wheel's CUDA major version.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 

@@ -2,7 +2,7 @@
 #
 # LibTorch is the pinned PyTorch wheel's (scripts/requirements.txt), found through the Python that imports it.
 # When that LibTorch is CUDA-enabled (the PyPI wheel is), every CUDA path is compiled and linked, on every
-# machine, GPU or not: BPBENCH_WITH_CUDA, CUPTI, NVTX3 and NCCL, against the CUDA the wheel was built with.
+# machine, GPU or not: BPBENCH_WITH_CUDA, CUPTI, NVTX3 and NCCL, against a CUDA toolkit of the wheel's CUDA major version.
 #
 # Provides: TORCH_LIBRARIES, BPBENCH_PYTHON, BPBENCH_WITH_CUDA, and the targets
 #   bpbench::gloo_headers  the gloo headers ProcessGroupGloo.hpp includes (Debian's libgloo-dev)
@@ -61,27 +61,18 @@ if(BPBENCH_WITH_CUDA AND NOT BPBENCH_TORCH_CUDA)
 endif()
 
 if(BPBENCH_WITH_CUDA)
-  # The toolkit must be the wheel's CUDA major version. /usr/local/cuda (or CUDAToolkit_ROOT) when it is; else
-  # PyPI's nvidia packages of that version (nvidia-cuda-runtime, -cupti, -nvtx, -nccl), installed beside torch.
+  # The toolkit must be the wheel's CUDA major version: /usr/local/cuda (or CUDAToolkit_ROOT). The wheel's own
+  # nvidia/cuXX runtime packages are no substitute: TorchConfig's cuda.cmake needs nvcc and the unversioned
+  # libraries, which they do not ship. So a mismatch stops here, saying what to point at.
   string(REGEX MATCH "^[0-9]+" _wheel_cuda_major "${BPBENCH_TORCH_CUDA}")
   find_package(CUDAToolkit QUIET)
-  if(CUDAToolkit_FOUND AND CUDAToolkit_VERSION_MAJOR EQUAL _wheel_cuda_major)
-    set(BPBENCH_CUDA_SOURCE "toolkit ${CUDAToolkit_VERSION} at ${CUDAToolkit_LIBRARY_DIR}")
-  else()
-    set(_wheel_cuda "${_site_packages}/nvidia/cu${_wheel_cuda_major}")
-    if(NOT EXISTS "${_wheel_cuda}/include/cuda_runtime_api.h")
-      message(FATAL_ERROR "bpbench: torch was built with CUDA ${BPBENCH_TORCH_CUDA}, the CUDA toolkit found is "
-                          "'${CUDAToolkit_VERSION}', and ${_wheel_cuda} has no CUDA headers; set CUDAToolkit_ROOT "
-                          "to a CUDA ${_wheel_cuda_major} toolkit or configure with -DBPBENCH_WITH_CUDA=OFF")
-    endif()
-    message(STATUS "bpbench: CUDA toolkit '${CUDAToolkit_VERSION}' is not the wheel's CUDA ${BPBENCH_TORCH_CUDA}: "
-                   "using the nvidia packages in ${_wheel_cuda}")
-    unset(CUDAToolkit_FOUND)
-    set(CUDAToolkit_ROOT "${_wheel_cuda}")
-    set(CUDA_TOOLKIT_ROOT_DIR "${_wheel_cuda}")
-    find_package(CUDAToolkit REQUIRED)
-    set(BPBENCH_CUDA_SOURCE "PyPI nvidia packages ${BPBENCH_TORCH_CUDA} at ${_wheel_cuda}")
+  if(NOT CUDAToolkit_FOUND OR NOT CUDAToolkit_VERSION_MAJOR EQUAL _wheel_cuda_major)
+    message(FATAL_ERROR "bpbench: torch ${BPBENCH_TORCH_VERSION} was built with CUDA ${BPBENCH_TORCH_CUDA}, but the "
+                        "CUDA toolkit found is '${CUDAToolkit_VERSION}' (${CUDAToolkit_BIN_DIR}); set "
+                        "CUDAToolkit_ROOT to a CUDA ${_wheel_cuda_major}.x toolkit, or configure with "
+                        "-DBPBENCH_WITH_CUDA=OFF")
   endif()
+  set(BPBENCH_CUDA_SOURCE "toolkit ${CUDAToolkit_VERSION} at ${CUDAToolkit_LIBRARY_DIR}")
 endif()
 
 find_package(Torch REQUIRED)
