@@ -10,9 +10,9 @@
 
 namespace bpbench::profiles {
 
-// {"enabled": bool, "cuda": "13.0", "source": "toolkit 13.0.88 at ...", "nccl": "2.28.9", "cupti_api":
-// 130000,
-//  "driver": "none" | "13.0", "devices": N}. Never throws, and needs no GPU.
+// {"enabled", "cuda" (the wheel's CUDA, "13.0"), "source" (the toolkit compiled against),
+//  "cuda_runtime_headers", "nccl", "cupti_api", "driver" ("none" without one), "devices"}.
+// Never throws, and needs no GPU.
 nlohmann::json cuda_build_info();
 
 // The number of CUDA devices usable now (0 without a GPU or driver, or in a CPU-only build).

@@ -23,8 +23,7 @@ nlohmann::json cuda_build_info() {
       {"cuda", BPBENCH_BUILD_CUDA},
       {"source", BPBENCH_BUILD_CUDA_SOURCE},
       {"cuda_runtime_headers", fmt::format("{}.{}", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10)},
-      {"nccl", BPBENCH_BUILD_NCCL},
-      {"nccl_headers", fmt::format("{}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)},
+      {"nccl", fmt::format("{}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)},
       {"cupti_api", cupti_api},
       {"driver", driver == 0 ? std::string("none") : fmt::format("{}.{}", driver / 1000, driver % 1000 / 10)},
       {"devices", cuda_device_count()}};

@@ -121,8 +121,7 @@ if(BPBENCH_WITH_CUDA)
   target_link_libraries(bpbench_gpu INTERFACE CUDA::cudart CUDA::cupti)
   target_compile_definitions(
     bpbench_gpu INTERFACE BPBENCH_WITH_CUDA=1 BPBENCH_WITH_CUPTI=1 BPBENCH_WITH_NVTX=1 BPBENCH_WITH_NCCL=1
-                          BPBENCH_BUILD_CUDA="${BPBENCH_TORCH_CUDA}" BPBENCH_BUILD_CUDA_SOURCE="${BPBENCH_CUDA_SOURCE}"
-                          BPBENCH_BUILD_NCCL="${BPBENCH_NCCL_VERSION}")
+                          BPBENCH_BUILD_CUDA="${BPBENCH_TORCH_CUDA}" BPBENCH_BUILD_CUDA_SOURCE="${BPBENCH_CUDA_SOURCE}")
   message(STATUS "bpbench: LibTorch ${BPBENCH_TORCH_VERSION} (${_torch_lib}); CUDA ${BPBENCH_TORCH_CUDA} from "
                  "${BPBENCH_CUDA_SOURCE}; CUPTI, NVTX3, NCCL ${BPBENCH_NCCL_VERSION} on; fmt ${BPBENCH_FMT_VERSION} "
                  "header-only")
@@ -130,4 +129,3 @@ else()
   message(STATUS "bpbench: LibTorch ${BPBENCH_TORCH_VERSION} (${_torch_lib}), CPU-only; "
                  "fmt ${BPBENCH_FMT_VERSION} header-only")
 endif()
-target_compile_definitions(bpbench_gpu INTERFACE BPBENCH_BUILD_FMT="${BPBENCH_FMT_VERSION}")
