@@ -13,25 +13,32 @@ int cuda_device_count() {
   return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
 }
 
+namespace {
+
+// "13.0", or "none" where no driver is installed (a CPU machine).
+std::string driver_version() {
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) return "none";
+  return fmt::format("{}.{}", driver / 1000, driver % 1000 / 10);
+}
+
+}  // namespace
+
 nlohmann::json cuda_build_info() {
   uint32_t cupti_api = 0;
   if (cuptiGetVersion(&cupti_api) != CUPTI_SUCCESS) cupti_api = 0;
-  int driver = 0;  // 0: no driver installed (a CPU machine)
-  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
-  return {
-      {"enabled", true},
-      {"cuda", BPBENCH_BUILD_CUDA},
-      {"source", BPBENCH_BUILD_CUDA_SOURCE},
-      {"cuda_runtime_headers", fmt::format("{}.{}", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10)},
-      {"nccl", fmt::format("{}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)},
-      {"cupti_api", cupti_api},
-      {"driver", driver == 0 ? std::string("none") : fmt::format("{}.{}", driver / 1000, driver % 1000 / 10)},
-      {"devices", cuda_device_count()}};
+  return {{"enabled", true},
+          {"cuda", BPBENCH_BUILD_CUDA},
+          {"source", BPBENCH_BUILD_CUDA_SOURCE},
+          {"cuda_runtime_headers", fmt::format("{}.{}", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10)},
+          {"nccl", fmt::format("{}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)},
+          {"cupti_api", cupti_api},
+          {"driver", driver_version()},
+          {"devices", cuda_device_count()}};
 }
 
 std::string no_gpu_reason() {
-  return fmt::format("no CUDA device (CUDA {} build, driver {})", BPBENCH_BUILD_CUDA,
-                     cuda_build_info()["driver"].get<std::string>());
+  return fmt::format("no CUDA device (CUDA {} build, driver {})", BPBENCH_BUILD_CUDA, driver_version());
 }
 
 }  // namespace bpbench::profiles
