@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "harness/rope_config.h"
 #include "harness/safetensors.h"
 
 namespace bpbench {
@@ -24,13 +25,14 @@ struct Architecture {
   const char* name;
   const char* model_type;  // config.json's "model_type", used when "architectures" is absent
   bool qk_norm;
-  bool attention_bias;  // on q, k, v only
+  bool attention_bias;            // on q, k, v only
+  int64_t default_max_positions;  // transformers' max_position_embeddings default
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"Qwen3ForCausalLM", "qwen3", true, false},
-    {"Qwen2ForCausalLM", "qwen2", false, true},
-    {"LlamaForCausalLM", "llama", false, false},
+    {"Qwen3ForCausalLM", "qwen3", true, false, 32768},
+    {"Qwen2ForCausalLM", "qwen2", false, true, 32768},
+    {"LlamaForCausalLM", "llama", false, false, 2048},
 };
 
 // Lexical, not canonical: Hugging Face cache snapshots are symlink farms and the name should stay the user's.
@@ -77,19 +79,6 @@ class ConfigReader {
     if (!v) return fallback;
     if (!v->is_boolean()) fail(fmt::format("\"{}\" must be true or false, got {}", key, v->dump()));
     return v->get<bool>();
-  }
-
-  // RoPE's base: 4.x writes a top-level "rope_theta", transformers 5 writes it inside "rope_parameters".
-  double rope_theta() const {
-    const json* params = find("rope_parameters");
-    if (params && !params->is_object())
-      fail(fmt::format("\"rope_parameters\" must be an object, got {}", params->dump()));
-    static const json kNone = json::object();
-    const ConfigReader inner(path_, params ? *params : kNone);
-    const double top = number("rope_theta", 0.0), nested = inner.number("rope_theta", 0.0);
-    if (top > 0 && nested > 0 && top != nested)
-      fail(fmt::format("\"rope_theta\" {} disagrees with \"rope_parameters\".rope_theta {}", top, nested));
-    return top > 0 ? top : nested > 0 ? nested : 10000.0;
   }
 
   std::string string(const char* key) const {
@@ -163,7 +152,18 @@ ModelConfig read_hf_config(const std::string& dir) {
     r.fail(fmt::format("attention_bias = true on {} biases o_proj too, which bpbench does not model",
                        arch.name));
   if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
-  if (r.boolean("use_sliding_window", false)) r.fail("use_sliding_window = true is not supported");
+  if (r.boolean("use_sliding_window", false))
+    r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
+  if (const json* layer_types = r.find("layer_types")) {
+    if (!layer_types->is_array()) r.fail("\"layer_types\" must be a list");
+    for (const auto& t : *layer_types)
+      if (t != "full_attention")
+        r.fail(fmt::format("\"layer_types\" entry {} is not supported (only \"full_attention\")", t.dump()));
+  }
+  // transformers drops attention probabilities in training when it is set; bpbench's steps are deterministic.
+  if (r.number("attention_dropout", 0.0) != 0.0)
+    r.fail(fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)",
+                       r.number("attention_dropout", 0.0)));
   const std::string act = r.string("hidden_act");
   if (!act.empty() && act != "silu") r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
 
@@ -177,7 +177,11 @@ ModelConfig read_hf_config(const std::string& dir) {
   c.kv_heads = r.integer("num_key_value_heads", c.heads);
   if (c.heads <= 0) r.fail("\"num_attention_heads\" must be > 0");
   c.head_dim = r.integer("head_dim", c.hidden / c.heads);
-  c.rope_theta = r.rope_theta();
+  try {
+    c.rope = rope_from_hf_config(j, arch.default_max_positions);
+  } catch (const std::invalid_argument& e) {
+    r.fail(e.what());
+  }
   c.rms_eps = r.number("rms_norm_eps", 1e-6);
   c.tie_embeddings = r.boolean("tie_word_embeddings", false);
   c.qk_norm = arch.qk_norm;
@@ -250,7 +254,7 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
       check(name, {V, d});
       continue;
     }
-    // Old Llama checkpoints store RoPE's inverse frequencies; they are a function of rope_theta, not weights.
+    // Old Llama checkpoints store RoPE's inverse frequencies; they follow from the RoPE config, not weights.
     const std::string inv_freq = ".rotary_emb.inv_freq";
     if (name.size() > inv_freq.size() &&
         name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)

@@ -3,10 +3,12 @@
 // Supported architectures: Qwen3ForCausalLM (q/k norm), Qwen2ForCausalLM (bias on q, k, v) and
 // LlamaForCausalLM. config.json fields read (HF names -> ModelConfig): vocab_size, hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default: heads), head_dim
-// (default: hidden / heads), rope_theta (default 10000), rms_norm_eps (default 1e-6, HF's default for all
-// three), tie_word_embeddings (default false). rope_scaling is accepted and not modelled: it changes RoPE's
-// values, never memory or time. Configurations the Model cannot express (attention_bias on Qwen3 / Llama,
-// which also biases o_proj; mlp_bias; an activation other than silu) are refused rather than loaded wrongly.
+// (default: hidden / heads), rms_norm_eps (default 1e-6, HF's default for all three), tie_word_embeddings
+// (default false), and RoPE in either form, every type transformers defines for these families
+// (harness/rope_config.h: rope_parameters, or rope_theta + rope_scaling; max_position_embeddings).
+// Configurations the Model cannot express are refused with the field named rather than loaded wrongly:
+// attention_bias on Qwen3 / Llama (it also biases o_proj), mlp_bias, an activation other than silu, a sliding
+// window (use_sliding_window, layer_types), attention_dropout, an unsupported RoPE type or field.
 //
 // Weights come from model.safetensors or the shards of model.safetensors.index.json, under the names
 // Model::named_parameters() uses. Every tensor is checked (presence, no extras, shape, dtype F32/BF16/F16)

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "harness/ops.h"
+#include "harness/rope.h"
 
 namespace bpbench {
 
@@ -195,20 +196,20 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t heads, int64_t hd) {
 }
 }  // namespace
 
-KV Model::project_kv(int64_t i, const torch::Tensor& h, int64_t pos0) const {
+KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
   const auto& w = layers[i];
   auto k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
   if (w.k_norm.defined()) k = rms_norm(k, w.k_norm, config.rms_eps);
-  k = apply_rope(k, pos0, config.rope_theta);
+  k = apply_rope(k, 0, h.size(1), config.rope);
   auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
   return {k, v};
 }
 
-torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0) const {
+torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
   const auto& w = layers[i];
   auto q = split_heads(w.q(h_rows, lora_enabled), config.heads, config.head_dim);  // (N, Hq, c, hd)
   if (w.q_norm.defined()) q = rms_norm(q, w.q_norm, config.rms_eps);
-  return apply_rope(q, pos0, config.rope_theta);
+  return apply_rope(q, pos0, seq_len, config.rope);
 }
 
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
@@ -226,20 +227,20 @@ torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
 
 torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
   auto h = attn_norm(i, x);
-  auto kv = project_kv(i, h, 0);
-  auto q = project_q(i, h, 0);
+  auto kv = project_kv(i, h);
+  auto q = project_q(i, h, 0, x.size(1));
   return mlp_block(i, attention_block(i, x, q, kv));
 }
 
 torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
-  auto kv = project_kv(i, attn_norm(i, x), 0);  // (N, Hkv, T, hd)
+  auto kv = project_kv(i, attn_norm(i, x));  // (N, Hkv, T, hd)
   auto y = torch::empty_like(x);
   for (int64_t s = 0; s < T; s += rows) {
     const int64_t c = std::min(rows, T - s), e = s + c;
     auto x_rows = x.narrow(1, s, c);
-    auto q = project_q(i, attn_norm(i, x_rows), s);
+    auto q = project_q(i, attn_norm(i, x_rows), s, T);
     KV visible{kv.k.narrow(2, 0, e), kv.v.narrow(2, 0, e)};
     y.narrow(1, s, c).copy_(mlp_block(i, attention_block(i, x_rows, q, visible)));
   }

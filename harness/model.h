@@ -4,8 +4,8 @@
 // needs it (legend in model_config.h):
 //
 //   h      = attn_norm(i, x)                       x: (N, rows, d)
-//   K, V   = project_kv(i, h_all, pos0 = 0)        (N, Hkv, T, hd) each: RoPE'd, k-normed keys; values
-//   q      = project_q(i, h_rows, pos0 = s)        (N, Hq, c, hd)
+//   K, V   = project_kv(i, h_all)                  (N, Hkv, T, hd) each: RoPE'd, k-normed keys; values
+//   q      = project_q(i, h_rows, s, T)            (N, Hq, c, hd): rows [s, e) of a T-token sequence
 //   x1     = attention_block(i, x_rows, q, K[:e], V[:e])   x_rows + o_proj(causal_attention(q, K, V))
 //   y      = mlp_block(i, x1)                      x1 + down(silu(gate(n)) * up(n)), n = post_norm(x1)
 //
@@ -84,8 +84,10 @@ class Model {
   // ---- forward pieces -------------------------------------------------------------------------------------
   torch::Tensor embed(const torch::Tensor& ids) const;  // (N, T) int64 -> (N, T, d)
   torch::Tensor attn_norm(int64_t i, const torch::Tensor& x) const;
-  KV project_kv(int64_t i, const torch::Tensor& h, int64_t pos0) const;
-  torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0) const;
+  // Keys and values of all T rows, at positions 0 .. T-1.
+  KV project_kv(int64_t i, const torch::Tensor& h) const;
+  // Queries of rows at positions pos0 .. of a seq_len-token sequence (RoPE's dynamic scaling depends on it).
+  torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
   torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                 const KV& kv) const;
   torch::Tensor mlp_block(int64_t i, const torch::Tensor& x) const;

@@ -19,14 +19,19 @@ ModelConfig qwen3(std::string name, int64_t d, int64_t inter, int64_t layers, in
   c.heads = heads;
   c.kv_heads = 8;
   c.head_dim = 128;
-  c.rope_theta = 1e6;
+  c.rope.theta = 1e6;
+  c.rope.max_positions = 40960;  // the published config.json files
   c.rms_eps = 1e-6;
   c.tie_embeddings = tied;
   c.qk_norm = true;
   return c;
 }
 
-ModelConfig llama3(std::string name, int64_t d, int64_t inter, int64_t layers, int64_t head_dim, bool tied) {
+// Llama 3.1 and 3.2 as published: rope_scaling {"rope_type": "llama3", "factor": rope_factor,
+// "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}, rope_theta 500000,
+// 131072 positions.
+ModelConfig llama3(std::string name, int64_t d, int64_t inter, int64_t layers, int64_t head_dim, bool tied,
+                   double rope_factor) {
   ModelConfig c;
   c.name = std::move(name);
   c.vocab = 128256;
@@ -36,8 +41,13 @@ ModelConfig llama3(std::string name, int64_t d, int64_t inter, int64_t layers, i
   c.heads = 32;
   c.kv_heads = 8;
   c.head_dim = head_dim;
-  c.rope_theta =
-      500000.0;  // Llama 3.1's rope_scaling changes values only, never memory or time: not modelled.
+  c.rope.type = RopeType::kLlama3;
+  c.rope.theta = 500000.0;
+  c.rope.max_positions = 131072;
+  c.rope.factor = rope_factor;
+  c.rope.low_freq_factor = 1.0;
+  c.rope.high_freq_factor = 4.0;
+  c.rope.original_max_positions = 8192;
   c.rms_eps = 1e-5;
   c.tie_embeddings = tied;
   return c;
@@ -53,7 +63,8 @@ std::vector<ModelConfig> build_presets() {
   tiny.heads = 4;
   tiny.kv_heads = 2;
   tiny.head_dim = 6;
-  tiny.rope_theta = 10000.0;
+  tiny.rope.theta = 10000.0;
+  tiny.rope.max_positions = 32768;
   tiny.qk_norm = true;
 
   ModelConfig small;  // CPU demos: vocab >= 32000 so the logits cost shows as it does on real models
@@ -65,7 +76,8 @@ std::vector<ModelConfig> build_presets() {
   small.heads = 4;
   small.kv_heads = 2;
   small.head_dim = 64;
-  small.rope_theta = 1e6;
+  small.rope.theta = 1e6;
+  small.rope.max_positions = 32768;
   small.qk_norm = true;
 
   return {
@@ -77,8 +89,8 @@ std::vector<ModelConfig> build_presets() {
       qwen3("qwen3-8b", 4096, 12288, 36, 32, false),
       qwen3("qwen3-14b", 5120, 17408, 40, 40, false),
       qwen3("qwen3-32b", 5120, 25600, 64, 64, false),
-      llama3("llama3.1-8b", 4096, 14336, 32, 128, false),
-      llama3("llama3.2-1b", 2048, 8192, 16, 64, true),
+      llama3("llama3.1-8b", 4096, 14336, 32, 128, false, 8.0),
+      llama3("llama3.2-1b", 2048, 8192, 16, 64, true, 32.0),
   };
 }
 
@@ -104,7 +116,8 @@ void ModelConfig::validate() const {
   require(heads > 0 && kv_heads > 0 && head_dim > 0, "heads, kv_heads, head_dim must be > 0");
   require(heads % kv_heads == 0, "heads must be a multiple of kv_heads (GQA)");
   require(head_dim % 2 == 0, "head_dim must be even (RoPE rotates pairs)");
-  require(rms_eps > 0 && rope_theta > 0, "rms_eps and rope_theta must be > 0");
+  require(rms_eps > 0 && rope.theta > 0, "rms_eps and rope theta must be > 0");
+  require(rope.type != RopeType::kDynamic || head_dim > 2, "dynamic RoPE needs head_dim > 2");
 }
 
 const std::vector<ModelConfig>& model_presets() {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/rope_config.h"
+
 namespace bpbench {
 
 struct ModelConfig {
@@ -23,7 +25,7 @@ struct ModelConfig {
   int64_t heads = 0;         // Hq
   int64_t kv_heads = 0;      // Hkv
   int64_t head_dim = 0;      // hd
-  double rope_theta = 10000.0;
+  RopeConfig rope;           // type, theta and scaling (harness/rope_config.h)
   double rms_eps = 1e-6;
   bool tie_embeddings = false;
   bool qk_norm = false;         // Qwen3: RMSNorm over hd on every q and k head

@@ -1,4 +1,4 @@
-// ops.cpp: RMSNorm, RoPE and grouped causal attention (math path, runs on CPU and GPU alike).
+// ops.cpp: RMSNorm and grouped causal attention (math path, runs on CPU and GPU alike).
 #include "harness/ops.h"
 
 #include <cmath>
@@ -15,19 +15,6 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   auto xc = x.to(compute_dtype(input_dtype));
   auto normed = xc * torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normed.to(input_dtype);
-}
-
-torch::Tensor apply_rope(const torch::Tensor& x, int64_t pos0, double theta) {
-  const int64_t rows = x.size(2), hd = x.size(3);
-  const auto opts = x.options().dtype(compute_dtype(x.scalar_type())).requires_grad(false);
-  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, hd, 2, opts) / static_cast<double>(hd));  // (hd/2)
-  auto pos = torch::arange(pos0, pos0 + rows, opts);                                                 // (rows)
-  auto freqs = torch::outer(pos, inv_freq);      // (rows, hd/2)
-  auto angles = torch::cat({freqs, freqs}, -1);  // (rows, hd)
-  auto cos = angles.cos().to(x.scalar_type()), sin = angles.sin().to(x.scalar_type());
-  auto halves = x.chunk(2, -1);
-  auto rotated = torch::cat({-halves[1], halves[0]}, -1);  // rotate_half
-  return x * cos + rotated * sin;
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

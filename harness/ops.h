@@ -15,10 +15,6 @@ at::ScalarType compute_dtype(at::ScalarType model_dtype);
 // weight.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
-// Rotary embedding at absolute positions pos0 .. pos0 + rows - 1.
-//   x: (N, H, rows, hd) -> same shape. Chunk [s, e) must pass pos0 = s, never 0.
-torch::Tensor apply_rope(const torch::Tensor& x, int64_t pos0, double theta);
-
 // Causal attention for a block of queries that are the LAST rows of the key range:
 //   q: (N, Hq, c, hd) at global positions e-c .. e-1;   k, v: (N, Hkv, e, hd) at positions 0 .. e-1
 //   -> (N, c, Hq * hd)

@@ -85,7 +85,7 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
   torch::Tensor k_leaf, v_leaf, dk, dv;
   {
     MemoryScope scope(Category::kv);
-    kv = model.project_kv(i, model.attn_norm(i, x_in), 0);  // (N, Hkv, T, hd) each
+    kv = model.project_kv(i, model.attn_norm(i, x_in));  // (N, Hkv, T, hd) each
     k_leaf = kv.k.detach().requires_grad_(true);
     v_leaf = kv.v.detach().requires_grad_(true);
     // bf16: accumulate dK/dV over chunks in float32, as one big matmul would, then round once.
@@ -107,7 +107,7 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(true);   // (N, c, d)
       auto k_vis = k_leaf.detach().narrow(2, 0, e).requires_grad_(true);  // (N, Hkv, e, hd)
       auto v_vis = v_leaf.detach().narrow(2, 0, e).requires_grad_(true);
-      auto q = model.project_q(i, model.attn_norm(i, x_rows), s);                          // (N, Hq, c, hd)
+      auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);                       // (N, Hq, c, hd)
       auto y = model.mlp_block(i, model.attention_block(i, x_rows, q, KV{k_vis, v_vis}));  // (N, c, d)
       y.backward(dy.narrow(1, s, c));
       dx.narrow(1, s, c).copy_(x_rows.grad());

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include "harness/model_config.h"
 #include "harness/objective.h"
 #include "impls/strategy.h"
+#include "tests/test_files.h"
 
 namespace bpbench {
 namespace {
@@ -176,6 +178,38 @@ TEST_F(Cli, BadInputIsOneLineAndExitStatus2) {
                        " --threads zero",
                    "zero");
   EXPECT_FALSE(fs::exists(dir_ / "o")) << "bad input must be rejected before anything is written";
+}
+
+// A model directory whose config.json asks for what bpbench does not model is refused by the field's name
+// before anything runs, never loaded as another model.
+TEST_F(Cli, ModelDirectoriesWithUnmodelledFieldsAreRefusedByName) {
+  auto scenario_for = [&](const std::string& name, const std::string& architecture,
+                          const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json config = testing::hf_config(find_model_preset("tiny"), architecture);
+    edit(config);
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "config.json") << config.dump(2);
+    return write(name + ".json", R"({"grid": {"model": ")" + name + R"(", "impl": "plain", "seq_len": 8}})");
+  };
+  expect_bad_input("run " +
+                       scenario_for("phi-longrope", "LlamaForCausalLM",
+                                    [](nlohmann::json& c) {
+                                      c["rope_scaling"] = {{"rope_type", "longrope"},
+                                                           {"short_factor", {1.0, 1.0, 1.0}},
+                                                           {"long_factor", {1.0, 1.0, 1.0}},
+                                                           {"original_max_position_embeddings", 4096}};
+                                    }) +
+                       " --out o",
+                   "\"rope_scaling\".rope_type 'longrope' is not supported");
+  expect_bad_input("run " +
+                       scenario_for("qwen2-sliding", "Qwen2ForCausalLM",
+                                    [](nlohmann::json& c) {
+                                      c["use_sliding_window"] = true;
+                                      c["sliding_window"] = 4096;
+                                    }) +
+                       " --out o",
+                   "\"use_sliding_window\" true is not supported");
+  EXPECT_FALSE(fs::exists(dir_ / "o"));
 }
 
 TEST_F(Cli, RunWritesResultsProgressAndTable) {

@@ -55,11 +55,12 @@ inline nlohmann::json hf_config(const ModelConfig& c, const std::string& archite
           {"num_attention_heads", c.heads},
           {"num_key_value_heads", c.kv_heads},
           {"head_dim", c.head_dim},
-          {"rope_theta", c.rope_theta},
+          {"rope_theta", c.rope.theta},
+          {"max_position_embeddings", c.rope.max_positions},
           {"rms_norm_eps", c.rms_eps},
           {"tie_word_embeddings", c.tie_embeddings},
           {"torch_dtype", "float32"},
-          {"rope_scaling", nullptr}};
+          {"rope_scaling", c.rope.type == RopeType::kDefault ? nlohmann::json() : rope_to_json(c.rope)}};
 }
 
 // tests/fixtures/results_small.json: a results file with every feature the report and compare read.

@@ -97,7 +97,7 @@ TEST(HfModel, LoadsShardedQwen3Exactly) {
   EXPECT_EQ(c.heads, preset.config.heads);
   EXPECT_EQ(c.kv_heads, 2);
   EXPECT_EQ(c.head_dim, preset.config.head_dim);
-  EXPECT_EQ(c.rope_theta, preset.config.rope_theta);
+  EXPECT_TRUE(c.rope == preset.config.rope) << rope_summary(c.rope);
   EXPECT_EQ(c.rms_eps, preset.config.rms_eps);
   EXPECT_TRUE(c.qk_norm);
   EXPECT_FALSE(c.attention_bias);
@@ -163,7 +163,7 @@ TEST(HfModel, LlamaHasNoQkNormAndConfigDefaults) {
   EXPECT_EQ(c.name, "tiny-llama");
   EXPECT_EQ(c.kv_heads, c.heads);
   EXPECT_EQ(c.head_dim, c.hidden / c.heads);
-  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rope.theta, 10000.0);
   EXPECT_FALSE(c.tie_embeddings);
   EXPECT_FALSE(c.qk_norm);
   EXPECT_FALSE(c.attention_bias);
@@ -183,19 +183,19 @@ TEST(HfModel, RopeThetaFromEitherConfigForm) {
   v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
   const std::string dir5 = tmp.sub("v5");
   write_model_dir(dir5, v5, tensors_of(preset), 1);
-  EXPECT_EQ(read_hf_config(dir5).rope_theta, 1e6);
+  EXPECT_EQ(read_hf_config(dir5).rope.theta, 1e6);
 
   json both = v5;
   both["rope_theta"] = 1e6;  // both forms, agreeing
   const std::string dir_both = tmp.sub("both");
   write_model_dir(dir_both, both, tensors_of(preset), 1);
-  EXPECT_EQ(read_hf_config(dir_both).rope_theta, 1e6);
+  EXPECT_EQ(read_hf_config(dir_both).rope.theta, 1e6);
 
   json v4 = hf_config(preset.config, "Qwen3ForCausalLM");
   v4["rope_theta"] = 5e5;
   const std::string dir4 = tmp.sub("v4");
   write_model_dir(dir4, v4, tensors_of(preset), 1);
-  EXPECT_EQ(read_hf_config(dir4).rope_theta, 5e5);
+  EXPECT_EQ(read_hf_config(dir4).rope.theta, 5e5);
 }
 
 TEST(HfModel, ArchitectureFromModelType) {

@@ -21,9 +21,9 @@ constexpr int64_t kLayer = 0;
 // dL/dx (1, T, d) of the attention half over all rows at once; weight gradients accumulate into .grad.
 torch::Tensor whole_step(const Model& m, torch::Tensor& x, const torch::Tensor& dy) {
   auto h = m.attn_norm(kLayer, x);
-  auto kv = m.project_kv(kLayer, h, 0);          // (1, Hkv, T, hd)
-  auto q = m.project_q(kLayer, h, 0);            // (1, Hq, T, hd)
-  auto y = m.attention_block(kLayer, x, q, kv);  // (1, T, d); scores (1, Hkv, g*T, T) saved for backward
+  auto kv = m.project_kv(kLayer, h);              // (1, Hkv, T, hd)
+  auto q = m.project_q(kLayer, h, 0, x.size(1));  // (1, Hq, T, hd)
+  auto y = m.attention_block(kLayer, x, q, kv);   // (1, T, d); scores (1, Hkv, g*T, T) saved for backward
   y.backward(dy);
   auto dx = x.grad();
   x.mutable_grad().reset();  // dx is the step's output: allocated inside it, as in chunked_step
@@ -34,7 +34,7 @@ torch::Tensor whole_step(const Model& m, torch::Tensor& x, const torch::Tensor& 
 torch::Tensor chunked_step(const Model& m, torch::Tensor& x, const torch::Tensor& dy, int64_t rows) {
   const int64_t T = x.size(1);
   // K/V path once for all rows, kept with its graph; its outputs become leaves for the chunks.
-  KV kv = m.project_kv(kLayer, m.attn_norm(kLayer, x), 0);  // (1, Hkv, T, hd)
+  KV kv = m.project_kv(kLayer, m.attn_norm(kLayer, x));  // (1, Hkv, T, hd)
   auto k_leaf = kv.k.detach(), v_leaf = kv.v.detach();
   auto dk = torch::zeros_like(k_leaf), dv = torch::zeros_like(v_leaf);
   auto dx = torch::empty_like(x);
@@ -43,7 +43,7 @@ torch::Tensor chunked_step(const Model& m, torch::Tensor& x, const torch::Tensor
     auto x_rows = x.detach().narrow(1, s, c).requires_grad_(true);  // (1, c, d)
     auto k_vis = k_leaf.narrow(2, 0, e).requires_grad_(true);       // (1, Hkv, e, hd)
     auto v_vis = v_leaf.narrow(2, 0, e).requires_grad_(true);
-    auto q = m.project_q(kLayer, m.attn_norm(kLayer, x_rows), s);     // (1, Hq, c, hd) at positions s..e-1
+    auto q = m.project_q(kLayer, m.attn_norm(kLayer, x_rows), s, T);  // (1, Hq, c, hd) at positions s..e-1
     auto y = m.attention_block(kLayer, x_rows, q, KV{k_vis, v_vis});  // (1, c, d); scores (1, Hkv, g*c, e)
     y.backward(dy.narrow(1, s, c));
     dx.narrow(1, s, c).copy_(x_rows.grad());

@@ -3,7 +3,8 @@
 // skipped, never failed, never missing from the count. scripts/gpu_build_and_test.sh runs them on a GPU.
 //   - the tiny model's loss and every gradient on CUDA equal the CPU's (float64: to round-off);
 //   - one cell of every single-process strategy through the runner on CUDA: status ok, gradient error of
-//     float32 against float64 plain BP at round-off.
+//     float32 against float64 plain BP at round-off;
+//   - the bfloat16 RoPE tables of every RoPE type on CUDA equal the CPU's, at positions past 100k.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "harness/rope.h"
 #include "harness/runner.h"
 #include "harness/scenario.h"
 #include "profiles/cuda_build.h"
@@ -73,6 +75,27 @@ TEST(Device, OneCellOfEveryStrategyRunsOnCuda) {
     EXPECT_EQ(cell.at("status"), "ok") << impl << ": " << cell.dump();
     EXPECT_TRUE(std::isfinite(cell.at("loss").get<double>())) << impl;
     EXPECT_LT(cell.at("grad_error").at("groups").at("all").at("rel_l2").get<double>(), 1e-4) << impl;
+  }
+}
+
+// Float64 tables cast once on either device: the same bf16 values, so a GPU run rotates as the CPU run does.
+TEST(Device, Bf16RopeTablesOnCudaEqualCpu) {
+  REQUIRE_GPU();
+  const RopeConfig qwen = find_model_preset("qwen3-8b").rope;
+  const std::vector<RopeConfig> ropes = {
+      qwen,
+      find_model_preset("llama3.1-8b").rope,
+      rope_with_parameters(qwen, {{"rope_type", "linear"}, {"factor", 2}}),
+      rope_with_parameters(qwen, {{"rope_type", "dynamic"}, {"factor", 2}}),
+      rope_with_parameters(
+          qwen, {{"rope_type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 32768}}),
+  };
+  for (const auto& r : ropes) {
+    const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16);
+    const RopeTables cpu = rope_tables(r, 128, 110000, 4096, 131072, bf16);
+    const RopeTables gpu = rope_tables(r, 128, 110000, 4096, 131072, bf16.device(torch::kCUDA));
+    EXPECT_TRUE(torch::equal(cpu.cos, gpu.cos.cpu())) << rope_summary(r);
+    EXPECT_TRUE(torch::equal(cpu.sin, gpu.sin.cpu())) << rope_summary(r);
   }
 }
 

@@ -17,6 +17,7 @@ every float32 cast turned into a float64 one; nothing of transformers is rewritt
 with transformers' casts left in, so the test can show that the tolerance sees the difference.
 """
 
+import collections
 import contextlib
 import json
 import os
@@ -25,7 +26,8 @@ import sys
 import torch
 from safetensors.torch import save_file
 from torch.overrides import TorchFunctionMode
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 from transformers.utils import logging as hf_logging
 
 
@@ -42,33 +44,126 @@ class Float64Casts(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-# Odd shapes: GQA 1, 2 and 4, tied and untied heads, q/k norm (Qwen3) and none (Llama), RoPE theta other than
-# 10000, T prime, right padding, head_dim not hidden / heads.
+# Odd shapes: GQA 1, 2, 3 and 4, tied and untied heads, q/k norm (Qwen3), q/k/v biases (Qwen2) and neither
+# (Llama), RoPE theta other than 10000, T prime, right padding, head_dim not hidden / heads. Then every RoPE type
+# transformers defines for these three families (default, linear, dynamic, yarn, llama3), with head dims large
+# enough that each scaling's regimes all occur (llama3: high, medium and low frequencies; yarn: a partial ramp),
+# in both config forms: the directory as transformers 5 saves it ("rope_parameters"), and a config.json
+# rewritten by hand into the 4.x form of the Hub's checkpoints (top-level "rope_theta" + "rope_scaling").
+# `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
+# in another form, must give the same loss).
+Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
+                              defaults=[None, None])
+SFT_DPO, SFT = ("sft", "dpo"), ("sft",)
+LLAMA_GQA2 = dict(vocab_size=67, hidden_size=64, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2)  # head_dim 64 / 4 = 16: eight frequencies
+QWEN3_GQA3 = dict(vocab_size=79, hidden_size=40, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+                  num_key_value_heads=2, head_dim=16)
+QWEN2_GQA2 = dict(vocab_size=73, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2)  # head_dim 12
+LLAMA3_SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=64)  # wavelengths 6.3 (high), 32 (medium), 167+ (low)
+
+
+def both_forms(config):
+    """transformers 5's form with the base also at the top level, agreeing."""
+    config["rope_theta"] = config["rope_parameters"]["rope_theta"]
+    return config
+
+
+def hub_form(rope_theta, rope_scaling, **top):
+    """The 4.x form of the Hub's config.json files: no "rope_parameters"; "rope_theta" and "rope_scaling" at the
+    top level, the way Llama 3.1, Llama 2 and the Qwen YaRN recipes write them."""
+    def rewrite(config):
+        for key in ("rope_parameters", "dtype", "transformers_version"):
+            config.pop(key, None)
+        config.update(rope_theta=rope_theta, rope_scaling=rope_scaling, torch_dtype="bfloat16",
+                      transformers_version="4.51.3", **top)
+        return config
+    return rewrite
+
+
 CASES = {
-    "qwen3_gqa2_tied": (Qwen3ForCausalLM, Qwen3Config, dict(
+    "qwen3_gqa2_tied": Case(Qwen3ForCausalLM, Qwen3Config, dict(
         vocab_size=97, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, rope_theta=1e6, tie_word_embeddings=True), 29, [29, 19]),
-    "qwen3_gqa4_untied": (Qwen3ForCausalLM, Qwen3Config, dict(
+        num_key_value_heads=2, head_dim=8, rope_theta=1e6, tie_word_embeddings=True), 29, [29, 19], SFT_DPO),
+    "qwen3_gqa4_untied": Case(Qwen3ForCausalLM, Qwen3Config, dict(
         vocab_size=89, hidden_size=40, intermediate_size=72, num_hidden_layers=2, num_attention_heads=8,
-        num_key_value_heads=2, head_dim=6, rope_theta=5e5, tie_word_embeddings=False), 31, [31, 23]),
-    "llama_gqa2_untied": (LlamaForCausalLM, LlamaConfig, dict(
+        num_key_value_heads=2, head_dim=6, rope_theta=5e5, tie_word_embeddings=False), 31, [31, 23], SFT_DPO),
+    "llama_gqa2_untied": Case(LlamaForCausalLM, LlamaConfig, dict(
         vocab_size=83, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
-        num_key_value_heads=3, rope_theta=5e5, tie_word_embeddings=False), 23, [23, 17]),
-    "llama_mha_tied": (LlamaForCausalLM, LlamaConfig, dict(
+        num_key_value_heads=3, rope_theta=5e5, tie_word_embeddings=False), 23, [23, 17], SFT_DPO),
+    "llama_mha_tied": Case(LlamaForCausalLM, LlamaConfig, dict(
         vocab_size=71, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=4, rope_theta=10000.0, tie_word_embeddings=True, rms_norm_eps=1e-5), 17, [13, 17]),
+        num_key_value_heads=4, rope_theta=10000.0, tie_word_embeddings=True, rms_norm_eps=1e-5), 17, [13, 17],
+        SFT_DPO),
+    "qwen3_gqa3_tied": Case(Qwen3ForCausalLM, Qwen3Config, dict(
+        QWEN3_GQA3, rope_theta=1e6, tie_word_embeddings=True), 29, [29, 22], SFT),
+    "qwen2_bias": Case(Qwen2ForCausalLM, Qwen2Config, dict(QWEN2_GQA2, rope_theta=1e6), 29, [29, 24], SFT),
+    "llama3_scaling": Case(LlamaForCausalLM, LlamaConfig, dict(
+        LLAMA_GQA2, rope_parameters=dict(LLAMA3_SCALING, rope_theta=5e5), max_position_embeddings=512), 29,
+        [29, 25], SFT),
+    "llama3_scaling_both_forms": Case(LlamaForCausalLM, LlamaConfig, dict(
+        LLAMA_GQA2, rope_parameters=dict(LLAMA3_SCALING, rope_theta=5e5), max_position_embeddings=512), 29,
+        [29, 25], SFT, both_forms, "llama3_scaling"),
+    "llama3_scaling_hub_4x": Case(LlamaForCausalLM, LlamaConfig, dict(LLAMA_GQA2), 29, [29, 25], SFT, hub_form(
+        500000.0, {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 64, "rope_type": "llama3"},
+        max_position_embeddings=512, pretraining_tp=1), "llama3_scaling"),
+    "linear": Case(Qwen3ForCausalLM, Qwen3Config, dict(
+        QWEN3_GQA3, rope_parameters=dict(rope_type="linear", factor=2.5, rope_theta=1e6)), 23, [23, 19], SFT),
+    "linear_hub_4x": Case(LlamaForCausalLM, LlamaConfig, dict(LLAMA_GQA2), 23, [17, 23], SFT, hub_form(
+        10000.0, {"type": "linear", "factor": 2.0})),
+    "dynamic_past_max_positions": Case(LlamaForCausalLM, LlamaConfig, dict(
+        LLAMA_GQA2, rope_parameters=dict(rope_type="dynamic", factor=2.5, rope_theta=5e5),
+        max_position_embeddings=19), 29, [29, 21], SFT),
+    "dynamic_within_max_positions_hub_4x": Case(Qwen2ForCausalLM, Qwen2Config, dict(QWEN2_GQA2), 29, [29, 26],
+        SFT, hub_form(1e6, {"type": "dynamic", "factor": 4.0}, max_position_embeddings=32768)),
+    "yarn": Case(Qwen3ForCausalLM, Qwen3Config, dict(
+        QWEN3_GQA3, rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32768,
+                                         rope_theta=1e6), max_position_embeddings=131072), 29, [29, 20], SFT),
+    "yarn_every_option": Case(LlamaForCausalLM, LlamaConfig, dict(
+        LLAMA_GQA2, rope_parameters=dict(rope_type="yarn", factor=3.0, original_max_position_embeddings=512,
+                                         beta_fast=8, beta_slow=2, truncate=False, mscale=0.9,
+                                         mscale_all_dim=0.5, rope_theta=5e5)), 23, [23, 18], SFT),
+    "yarn_attention_factor_implicit_factor": Case(Qwen2ForCausalLM, Qwen2Config, dict(
+        QWEN2_GQA2, rope_parameters=dict(rope_type="yarn", factor=None, original_max_position_embeddings=16,
+                                         attention_factor=1.25, rope_theta=1e6), max_position_embeddings=40), 29,
+        [29, 27], SFT),
+    "yarn_hub_4x": Case(Qwen3ForCausalLM, Qwen3Config, dict(QWEN3_GQA3, tie_word_embeddings=True), 29, [29, 23],
+        SFT, hub_form(1000000, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+                      max_position_embeddings=40960)),
 }
 
 
-def make_model(model_cls, config_cls, fields, seed):
+def make_model(case, seed):
     torch.manual_seed(seed)
-    config = config_cls(max_position_embeddings=64, attn_implementation="eager", **fields)
-    model = model_cls(config)
+    config = case.config_cls(**{"max_position_embeddings": 64, "attn_implementation": "eager", **case.fields})
+    model = case.model_cls(config)
     with torch.no_grad():  # norm weights at 1 would hide a wrong norm-gradient path
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
-    return config, model
+    return model
+
+
+def save(case, model, model_dir):
+    """Saves the model, rewrites its config.json where the case says so, and returns the config transformers
+    reads back from the directory: the references below are of the model that directory holds."""
+    model.save_pretrained(model_dir)
+    path = os.path.join(model_dir, "config.json")
+    with open(path) as f:
+        written = json.load(f)
+    if case.rewrite:
+        written = case.rewrite(written)
+        with open(path, "w") as f:
+            json.dump(written, f, indent=2)
+    config = case.config_cls.from_pretrained(model_dir, attn_implementation="eager")
+    # transformers must read the RoPE the file states, in either form, or the case would test nothing.
+    stated = dict(written.get("rope_parameters") or written.get("rope_scaling") or {})
+    stated.setdefault("rope_theta", written.get("rope_theta"))
+    assert all(config.rope_parameters.get(k) == v for k, v in stated.items()), (config.rope_parameters, stated)
+    return config
 
 
 def make_batch(config, T, lengths, prompt, generator):
@@ -126,29 +221,32 @@ OBJECTIVES = {"sft": (sft_loss, 0), "dpo": (dpo_loss, 5)}
 def main(out_dir):
     hf_logging.disable_progress_bar()
     os.makedirs(out_dir, exist_ok=True)
-    for index, (case, (model_cls, config_cls, fields, T, lengths)) in enumerate(CASES.items()):
-        config, model = make_model(model_cls, config_cls, fields, seed=100 + index)
-        case_dir = os.path.join(out_dir, case)
-        model.save_pretrained(os.path.join(case_dir, "model"))
+    names = list(CASES)
+    for name, case in CASES.items():
+        index = names.index(case.seed_of or name)
+        model = make_model(case, seed=100 + index)
+        case_dir = os.path.join(out_dir, name)
+        config = save(case, model, os.path.join(case_dir, "model"))
         state = {k: v.double() for k, v in model.state_dict().items()}
         tensors = {}
-        for objective, (loss_fn, prompt) in OBJECTIVES.items():
+        for objective in case.objectives:
+            loss_fn, prompt = OBJECTIVES[objective]
             g = torch.Generator().manual_seed(200 + index)
-            rows = lengths if objective == "sft" else lengths + [lengths[0] - 2, lengths[1]]  # DPO: 2 pairs
-            batch = make_batch(config, T, rows, prompt, g)
+            rows = case.lengths if objective == "sft" else case.lengths + [case.lengths[0] - 2, case.lengths[1]]
+            batch = make_batch(config, case.T, rows, prompt, g)
             extras = {"beta": 0.1, "ref_sums": -50.0 * torch.rand(len(rows), generator=g, dtype=torch.float64)}
-            loss, grads = loss_and_grads(loss_fn, model_cls, config, state, batch, extras, lift_casts=True)
-            with_casts, _ = loss_and_grads(loss_fn, model_cls, config, state, batch, extras, lift_casts=False)
+            run = lambda lift: loss_and_grads(loss_fn, case.model_cls, config, state, batch, extras, lift)
+            (loss, grads), (with_casts, _) = run(True), run(False)
             ids, _, _, targets = batch
             tensors.update({f"{objective}:input_ids": ids, f"{objective}:targets": targets,
                             f"{objective}:ref_sums": extras["ref_sums"],
                             f"{objective}:beta": torch.tensor([extras["beta"]], dtype=torch.float64),
                             f"{objective}:loss": loss.reshape(1), f"{objective}:loss_f32_casts": with_casts.reshape(1)})
             tensors.update({f"{objective}:grad:{n}": g for n, g in grads.items()})
-            print(f"{case} {objective}: loss {loss.item():.15g} (transformers' float32 casts: {with_casts.item():.15g})")
+            print(f"{name} {objective}: loss {loss.item():.15g} (transformers' float32 casts: {with_casts.item():.15g})")
         save_file(tensors, os.path.join(case_dir, "oracle.safetensors"))
     with open(os.path.join(out_dir, "cases.json"), "w") as f:
-        json.dump(sorted(CASES), f)
+        json.dump({name: list(case.objectives) for name, case in CASES.items()}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+// rope_config.h: which rotary position embedding (RoPE) a model uses, read from and written as transformers'
+// RoPE parameters. The tables themselves are harness/rope.h.
+//
+// Every RoPE type transformers defines for Llama, Qwen2 and Qwen3 is modelled, with transformers' formulas
+// (modeling_rope_utils.py); k = 0 .. hd/2 - 1, inv_freq_k = theta^(-2k/hd):
+//   default  inv_freq_k
+//   linear   inv_freq_k / factor                                     (position interpolation)
+//   dynamic  NTK: theta * ((factor * T' / max_positions) - (factor - 1))^(hd / (hd - 2)) as the base, with
+//            T' = max(T, max_positions): the frequencies depend on the sequence length T
+//   yarn     a ramp per frequency between inv_freq_k / factor and inv_freq_k over the dimensions that turn
+//            between beta_slow and beta_fast times in original_max_positions; cos and sin are multiplied by
+//            attention_factor (from factor, or mscale / mscale_all_dim, unless given)
+//   llama3   wavelengths above original_max_positions / low_freq_factor are divided by factor, those below
+//            original_max_positions / high_freq_factor kept, a smooth blend between (Llama 3.1, 3.2)
+// Anything else (longrope, partial rotary embeddings, ...) is refused by name, never approximated.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace bpbench {
+
+enum class RopeType { kDefault, kLinear, kDynamic, kYarn, kLlama3 };
+
+// Every field resolved: what transformers leaves to defaults (yarn's attention factor and betas, an
+// implicit factor) is the value it would use.
+struct RopeConfig {
+  RopeType type = RopeType::kDefault;
+  double theta = 10000.0;              // rope_theta
+  int64_t max_positions = 0;           // max_position_embeddings: dynamic's threshold, yarn's implicit factor
+  double factor = 1.0;                 // linear, dynamic, yarn, llama3
+  int64_t original_max_positions = 0;  // yarn, llama3: original_max_position_embeddings
+  double attention_factor = 1.0;       // yarn: the scale of cos and sin
+  double beta_fast = 32.0, beta_slow = 1.0;              // yarn: the ramp's bounds, in rotations
+  bool truncate = true;                                  // yarn: round the ramp's bounds to whole dimensions
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+
+  bool operator==(const RopeConfig& other) const;
+  bool operator!=(const RopeConfig& other) const { return !(*this == other); }
+};
+
+const char* rope_type_name(RopeType type);
+std::string rope_type_names();  // "default, linear, dynamic, yarn, llama3"
+
+// The RoPE of a transformers config.json object. Both forms are read: transformers 5's "rope_parameters" and
+// 4.x's top-level "rope_theta" + "rope_scaling" (with "type" for "rope_type", as older files write it); a
+// file holding both must agree, as must a top-level "original_max_position_embeddings".
+// `default_max_positions` is the architecture's max_position_embeddings where the file has none. Throws
+// std::invalid_argument, one line naming the field: an unsupported rope_type (listing the supported ones), a
+// field the type does not use, a missing or malformed value, partial_rotary_factor other than 1.
+RopeConfig rope_from_hf_config(const nlohmann::json& config, int64_t default_max_positions);
+
+// `base` with its RoPE replaced by `parameters`, an object in transformers' rope_parameters form (a
+// scenario's "rope" key); rope_theta and the max positions stay the base's unless given. Throws
+// std::invalid_argument as above, naming fields "rope.<field>".
+RopeConfig rope_with_parameters(const RopeConfig& base, const nlohmann::json& parameters);
+
+// transformers' rope_parameters object for `rope`, every field resolved (plus max_position_embeddings where
+// the type reads it): what results.json records for each cell.
+nlohmann::json rope_to_json(const RopeConfig& rope);
+
+// One line for reports and listings: "default, theta 1000000", "llama3 x8 (original 8192), theta 500000";
+// the JSON form is rope_to_json's, as results.json records it.
+std::string rope_summary(const RopeConfig& rope);
+std::string rope_summary(const nlohmann::json& rope_parameters);
+
+}  // namespace bpbench
