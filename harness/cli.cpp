@@ -16,6 +16,7 @@
 #include "harness/estimate.h"
 #include "harness/model_config.h"
 #include "harness/objective.h"
+#include "harness/rope_config.h"
 #include "harness/runner.h"
 #include "harness/scenario.h"
 #include "impls/strategy.h"
@@ -69,7 +70,7 @@ options:
 
 Scenario file (see scenarios/quickstart.json):
   {"name": "...", "description": "...", "device": "cpu"|"cuda", "seed": 0, "threads": N, "isolate": false,
-   "data": "tokens.json", "world_size": 1,
+   "data": "tokens.json", "world_size": 1, "rope": {"rope_type": "yarn", "factor": 4, ...} | null,
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
                "grad_error": {"reference": "float64"} | false, "timeline": false,
@@ -81,6 +82,8 @@ grid keys (required: model, impl, and seq_len unless measure.max_seq_len searche
 data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
   sequences); results record the file's name and SHA-256.
 world_size: ranks for streambp-dist / checkpoint-dist, started as local processes; other impls are skipped.
+rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
+  llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
 timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).
 max_seq_len: per cell, the largest multiple of granularity that completes a step within budget_bytes (every
   probe a child process; on a GPU the budget defaults to its memory).
@@ -92,8 +95,8 @@ Exit status: 0 every cell ok/oom/skipped; 1 some cell has status "error"; 2 bad 
 
 const char* kListHelp = R"(usage: bpbench list [models|impls|objectives]
 
-Lists model presets (with their parameter counts), backward strategies (impls) and objectives. With no argument
-it lists all three.
+Lists model presets (with their parameter counts and RoPE), backward strategies (impls) and objectives. With no
+argument it lists all three.
 )";
 
 struct Usage {
@@ -109,13 +112,14 @@ bool is_help(const std::string& a) {
 }
 
 void list_models(std::ostream& out) {
-  out << "models (name, parameters, layers x hidden, heads/kv heads, vocab):\n";
+  out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE):\n";
   for (const auto& m : model_presets()) {
     const int64_t n = m.parameter_count();
     out << fmt::format(
-        "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} V={}{}\n",
+        "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} "
+        "V={:<6}{:<5}  RoPE {}\n",
         m.name, n, static_cast<double>(n) / 1e9, m.layers, m.hidden, m.intermediate, m.heads, m.kv_heads,
-        m.head_dim, m.vocab, m.tie_embeddings ? " tied" : "");
+        m.head_dim, m.vocab, m.tie_embeddings ? " tied" : "", rope_summary(m.rope));
   }
 }
 

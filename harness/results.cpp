@@ -64,6 +64,7 @@ json CellResult::to_json() const {
   j["wall_s"] = wall_s;
   j["uses_partition"] = uses_partition;
   j["uses_logits_partition"] = uses_logits_partition;
+  j["rope"] = rope;
   if (memory) {
     j["memory"] = {
         {"base_bytes", memory->base_bytes},
@@ -129,6 +130,7 @@ CellResult CellResult::from_json(const json& j) {
   r.wall_s = j.value("wall_s", 0.0);
   r.uses_partition = j.value("uses_partition", false);
   r.uses_logits_partition = j.value("uses_logits_partition", false);
+  r.rope = j.value("rope", json());  // absent in files written before it was recorded
   if (j.contains("memory") && j.at("memory").is_object()) {
     const json& m = j.at("memory");
     MemoryResult mem;

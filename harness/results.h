@@ -7,7 +7,9 @@
 //             "scenario_name", "scenario": {the scenario object as written}},
 //    "cells": [{"axes": {every grid key}, "threads", "status": "ok"|"oom"|"skipped"|"error", "reason",
 //               "loss", "wall_s", "uses_partition", "uses_logits_partition",
-//               "memory": {"base_bytes", "peak_bytes", "peak_above_base_bytes", "peak_by_category": {...},
+//               "rope": {the RoPE the model used, transformers' rope_parameters resolved (rope_config.h)} |
+//               null, "memory": {"base_bytes", "peak_bytes", "peak_above_base_bytes", "peak_by_category":
+//               {...},
 //                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
 //                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json)} |
 //               null,
@@ -74,6 +76,7 @@ struct CellResult {
   std::optional<double> loss;
   double wall_s = 0;  // the whole cell: build, runs, reference
   bool uses_partition = false, uses_logits_partition = false;
+  nlohmann::json rope;  // rope_to_json of the cell's model (a scenario's override applied); null: unreadable
   std::optional<MemoryResult> memory;
   std::optional<TimeResult> time;
   std::optional<GradErrorResult> grad_error;

@@ -30,6 +30,7 @@
 #include "harness/grad_error.h"
 #include "harness/hf_model.h"
 #include "harness/objective.h"
+#include "harness/rope_config.h"
 #include "impls/dist_common.h"
 #include "impls/strategy.h"
 #include "profiles/chrome_trace.h"
@@ -196,7 +197,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   Model model = [&] {
     MemoryScope scope(Category::params);
     Model built = load_model(c.model, torch::TensorOptions().dtype(parse_dtype(c.dtype)).device(device),
-                             job.settings.seed);
+                             job.settings.seed, job.settings.rope);
     if (c.lora_rank > 0) built.add_lora(c.lora_rank, c.lora_alpha, job.settings.seed);
     return built;
   }();
@@ -341,6 +342,10 @@ CellResult result_for(const CellJob& job, std::string status = "ok") {
   r.cell = job.cell;
   r.threads = job.settings.threads;
   r.status = std::move(status);
+  try {
+    r.rope = rope_to_json(model_config_of(job.cell.model, job.settings.rope).rope);
+  } catch (const std::exception&) {  // a model that cannot be read: the cell's error says why
+  }
   return r;
 }
 
@@ -397,16 +402,26 @@ bool is_preset(const std::string& name) {
 }
 }  // namespace
 
-Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed) {
-  if (!is_preset(name) && is_hf_model_dir(name)) return load_hf_model(name, options);
-  ModelConfig config = find_model_preset(name);
-  config.validate();
-  return Model::random(config, options, seed);
+Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
+                 const json& rope) {
+  Model model = !is_preset(name) && is_hf_model_dir(name)
+                    ? load_hf_model(name, options)
+                    : Model::random(model_config_of(name), options, seed);
+  model.config = model_config_of(name, rope);  // RoPE holds no weights: the override is config alone
+  return model;
 }
 
-ModelConfig model_config_of(const std::string& name) {
-  if (!is_preset(name) && is_hf_model_dir(name)) return read_hf_config(name);
-  ModelConfig config = find_model_preset(name);
+ModelConfig model_config_of(const std::string& name, const json& rope) {
+  ModelConfig config =
+      !is_preset(name) && is_hf_model_dir(name) ? read_hf_config(name) : find_model_preset(name);
+  if (!rope.is_null()) {
+    try {
+      config.rope = rope_with_parameters(config.rope, rope);
+    } catch (const std::invalid_argument& e) {
+      input_error(fmt::format("rope for model {}: {}", name, e.what()),
+                  "a rope object that every model of the scenario accepts");
+    }
+  }
   config.validate();
   return config;
 }
@@ -454,6 +469,7 @@ json CellJob::to_json() const {
           {"measure", settings.measure.to_json()},
           {"data", settings.data_path},
           {"world_size", settings.world_size},
+          {"rope", settings.rope},
           {"timeline_dir", timeline_dir},
           {"timeline_name", timeline_name},
           {"result_file", result_file}};
@@ -489,6 +505,7 @@ CellJob CellJob::from_json(const json& j) {
       input_error("run-cell: bad world_size", "integers >= 1");
     job.settings.world_size = j.at("world_size").get<int64_t>();
   }
+  if (j.contains("rope")) job.settings.rope = j.at("rope");  // checked where the model is built
   return job;
 }
 
@@ -760,6 +777,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   const bool isolate = options.isolate.value_or(scenario.isolate);
   const auto cells = scenario.expand();
   check_data_file(scenario, cells);
+  // A RoPE override that some model cannot take is an input error before anything runs, not a failed cell.
+  for (const auto& c : cells) model_config_of(c.model, scenario.settings.rope);
   ResultsWriter writer(options.out_dir, collect_meta(scenario, options.argv, threads, isolate), cells.size());
 
   std::vector<std::string> label_keys = {"model", "impl", "objective", "seq_len"};

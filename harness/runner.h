@@ -41,9 +41,11 @@ struct CellJob {
 };
 
 // The one place a model is built by name: a preset (random weights from `seed`) or a Hugging Face model
-// directory (its weights; `seed` unused).
-Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed);
-ModelConfig model_config_of(const std::string& name);  // without building the model
+// directory (its weights; `seed` unused). `rope`: a scenario's RoPE override (RunSettings::rope; null: the
+// model's own), an InputError naming the model where it does not apply.
+Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
+                 const nlohmann::json& rope = nullptr);
+ModelConfig model_config_of(const std::string& name, const nlohmann::json& rope = nullptr);  // no weights
 // The analytic peak (harness/estimate.h) of a cell; nullopt for an impl without an estimate.
 std::optional<int64_t> estimate_cell_peak(const Cell& cell);
 torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError

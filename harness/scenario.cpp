@@ -19,6 +19,7 @@
 #include "harness/hf_model.h"
 #include "harness/model_config.h"
 #include "harness/objective.h"
+#include "harness/rope_config.h"
 #include "impls/strategy.h"
 
 namespace bpbench {
@@ -392,6 +393,24 @@ const std::vector<TopDef>& top_table() {
       {"world_size",
        [](Scenario& s, const json& v) {
          s.settings.world_size = read_int(v, "world_size", 1, "integers >= 1 (ranks on this machine)");
+       }},
+      {"rope",
+       [](Scenario& s, const json& v) {
+         const std::string valid = fmt::format(
+             "null, or an object of transformers' rope_parameters with rope_type one of {}, e.g. "
+             "{{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32768}}",
+             rope_type_names());
+         s.settings.rope = v;
+         if (v.is_null()) return;
+         // Checked here against a neutral base so that a typo fails at once; the runner applies it to each
+         // model (and checks it there) before any cell runs.
+         RopeConfig base;
+         base.max_positions = 32768;
+         try {
+           rope_with_parameters(base, v);
+         } catch (const std::invalid_argument& e) {
+           input_error(e.what(), valid);
+         }
        }},
       {"grid", [](Scenario& s, const json& v) { s.grid = parse_grid(v); }},
       {"measure", [](Scenario& s, const json& v) { s.settings.measure = MeasureSpec::from_json(v); }},

@@ -2,6 +2,7 @@
 //
 // A scenario is JSON:
 //   {"name": "...", "description": "...", "device": "cpu", "seed": 0, "threads": 2, "isolate": false,
+//    "rope": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768},
 //    "grid": {"model": ["small"], "impl": ["plain", "streambp"], "seq_len": [512, 1024], ...},
 //    "measure": {"memory": true, "budget_bytes": 1000000, "time": {"warmup": 1, "repeat": 3},
 //                "grad_error": {"reference": "float64"}, "timeline": false}}
@@ -89,6 +90,10 @@ struct RunSettings {
   std::string data_path;
   // "world_size": data-parallel ranks, each a local process (impls/dist_common.h); 1: a single process.
   int64_t world_size = 1;
+  // "rope": every model's RoPE replaced by this object in transformers' rope_parameters form
+  // (harness/rope_config.h), the way users turn on YaRN past Qwen3's 32k; rope_theta stays the model's unless
+  // given. Null: each model's own RoPE. RoPE changes values only, never memory or time.
+  nlohmann::json rope;
 };
 
 struct GridAxis {

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "harness/results.h"
+#include "harness/rope_config.h"
 #include "harness/scenario.h"
 #include "reports/results_json.h"
 
@@ -399,6 +400,16 @@ std::string section_summary(const Analysis& a, const std::string& source) {
     s += fmt::format("- run: {} to {}\n", text(meta, "start_time"),
                      text(meta, "end_time").empty() ? std::string("(not finished)") : text(meta, "end_time"));
   if (a.budget) s += fmt::format("- memory budget: {} (measure.budget_bytes)\n", format_bytes(*a.budget));
+  // The RoPE each model ran with (a scenario's override included): losses and gradients belong to it.
+  std::vector<std::string> ropes;
+  const json& cells = field(a.doc, "cells");
+  for (const auto& c : cells.is_array() ? cells : json::array()) {
+    if (!field(c, "rope").is_object()) continue;
+    const std::string line = fmt::format("{} {}", axis_value_text(field(field(c, "axes"), "model")),
+                                         rope_summary(field(c, "rope")));
+    if (!contains(ropes, line)) ropes.push_back(line);
+  }
+  if (!ropes.empty()) s += fmt::format("- RoPE: {}\n", fmt::join(ropes, "; "));
   if (!text(meta, "memory_note").empty()) s += fmt::format("- memory: {}\n", text(meta, "memory_note"));
   s += "\nBytes are shown with GiB = 2^30 and MiB = 2^20 bytes; \"k\" tokens = 1000 tokens.\n";
   return s;

@@ -136,6 +136,44 @@ TEST_F(Runner, CudaCellsWithoutAGpuAreSkippedWithTheReason) {
   EXPECT_NE(profiles::no_gpu_reason().find("no CUDA"), std::string::npos);
 }
 
+// Every cell records the RoPE its model ran with: a preset's own (Llama 3.1's llama3 scaling, recorded even
+// for a cell that is skipped before its 8B model is built), or the scenario's override.
+TEST_F(Runner, EveryCellRecordsItsRope) {
+  const json llama = run(R"({"name": "rope", "seed": 1,
+    "grid": {"model": "llama3.1-8b", "impl": "mst", "objective": "dpo", "seq_len": 37}})",
+                         "llama");
+  const json& skipped = llama.at("cells").at(0);
+  EXPECT_EQ(skipped.at("status"), "skipped");
+  EXPECT_EQ(skipped.at("rope"), json({{"rope_type", "llama3"},
+                                      {"rope_theta", 500000.0},
+                                      {"factor", 8.0},
+                                      {"original_max_position_embeddings", 8192},
+                                      {"low_freq_factor", 1.0},
+                                      {"high_freq_factor", 4.0}}));
+  const json own = run(R"({"name": "rope", "seed": 1,
+    "grid": {"model": "tiny", "impl": "plain", "seq_len": 37}, "measure": {"time": false}})",
+                       "own");
+  EXPECT_EQ(own.at("cells").at(0).at("rope"), json({{"rope_type", "default"}, {"rope_theta", 10000.0}}));
+
+  const char* yarn = R"({"name": "yarn", "seed": 1, "rope": {"rope_type": "yarn", "factor": 4,
+      "original_max_position_embeddings": 16},
+    "grid": {"model": "tiny", "impl": ["plain", "streambp"], "seq_len": 37, "partition": 16},
+    "measure": {"time": false}})";
+  for (const bool isolate : {false, true}) {
+    const json r = run(yarn, isolate ? "yarn-isolated" : "yarn", isolate);
+    for (const json& c : r.at("cells")) {
+      EXPECT_EQ(c.at("status"), "ok") << c.dump();
+      EXPECT_EQ(c.at("rope").at("rope_type"), "yarn");
+      EXPECT_EQ(c.at("rope").at("rope_theta"), 10000.0);  // the model's own
+      EXPECT_NEAR(c.at("rope").at("attention_factor").get<double>(), 0.1 * std::log(4.0) + 1, 1e-15);
+    }
+    // The override reaches the computation: the loss is another model's, and streambp still equals plain.
+    const double plain = r.at("cells")[0].at("loss"), streambp = r.at("cells")[1].at("loss");
+    EXPECT_NEAR(streambp, plain, 1e-5 * std::abs(plain));
+    EXPECT_NE(plain, own.at("cells")[0].at("loss").get<double>());
+  }
+}
+
 TEST_F(Runner, BudgetOverrunIsAnOomResultAndTheRunGoesOn) {
   const json free_run = run(kTiny, "free");
   const json& cells = free_run.at("cells");

@@ -127,6 +127,7 @@ TEST(Scenario, DefaultsFillEveryKey) {
 TEST(Scenario, EveryKeyIsAccepted) {
   auto s =
       parse(R"({"name": "all", "description": "d", "device": "cpu", "seed": 5, "threads": 2, "isolate": true,
+    "rope": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768},
     // comments are allowed in scenario files
     "grid": {"model": "tiny", "impl": "mst", "objective": "grpo", "seq_len": 1e2, "batch": 2, "dtype": "bfloat16",
              "partition": 1000, "logits_partition": [1, null], "lora_rank": 4, "lora_alpha": 8, "group": 3,
@@ -136,6 +137,7 @@ TEST(Scenario, EveryKeyIsAccepted) {
   EXPECT_EQ(s.settings.seed, 5u);
   EXPECT_EQ(s.settings.threads, 2);
   EXPECT_TRUE(s.isolate);
+  EXPECT_EQ(s.settings.rope.at("rope_type"), "yarn");
   EXPECT_FALSE(s.settings.measure.memory);
   EXPECT_EQ(s.settings.measure.budget_bytes.value_or(-1), 12345);
   EXPECT_FALSE(s.settings.measure.time.enabled);
@@ -212,6 +214,12 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
                      {"float32", "float64"});
   expect_input_error(scenario_text("", R"("measure": {"time": {"repeat": 0}}, )"),
                      {"measure.time.repeat", ">= 1"});
+  expect_input_error(
+      scenario_text("", R"("rope": {"rope_type": "longrope", "factor": 4}, )"),
+      {"rope.rope_type 'longrope' is not supported", "default, linear, dynamic, yarn, llama3"});
+  expect_input_error(scenario_text("", R"("rope": {"rope_type": "yarn", "factr": 4}, )"),
+                     {"rope.factr is not a field of rope_type 'yarn'", "rope_parameters"});
+  expect_input_error(scenario_text("", R"("rope": "yarn", )"), {"rope must be an object", "rope_type"});
 }
 
 TEST(Scenario, MissingFileIsAnInputError) {
