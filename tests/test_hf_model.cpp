@@ -69,16 +69,6 @@ void expect_same_weights(const Model& want, const Model& got) {
   }
 }
 
-Batch sft_batch(Model& model, const Objective& objective) {
-  BatchSpec s;
-  s.examples = 2;
-  s.seq_len = 13;
-  s.padding = true;
-  s.seed = 5;
-  s.vocab = model.config.vocab;
-  return objective.make_batch(s, model, 13);
-}
-
 TEST(HfModel, LoadsShardedQwen3Exactly) {
   TempDir tmp;
   Model preset = tiny_model({2, false}, torch::kFloat);
@@ -107,7 +97,7 @@ TEST(HfModel, LoadsShardedQwen3Exactly) {
 
   // Same weights, same config: plain BP must give the identical SFT loss and gradients.
   auto objective = make_objective("sft");
-  Batch batch = sft_batch(preset, *objective);
+  Batch batch = padded_sft_batch(preset, *objective);
   auto want = run_step("plain", preset, batch, *objective, {13, 13});
   auto got = run_step("plain", loaded, batch, *objective, {13, 13});
   EXPECT_EQ(got.loss, want.loss);

@@ -275,13 +275,7 @@ TEST_P(EveryRopeType, EveryStrategyMatchesPlainInFloat64) {
   model.config.rope.max_positions = 9;  // dynamic scales past it: T = 13 does
   model.config.rope = rope_with_parameters(model.config.rope, parameters.at(GetParam()));
   auto objective = make_objective("sft");
-  BatchSpec spec;
-  spec.examples = 2;
-  spec.seq_len = 13;
-  spec.padding = true;
-  spec.seed = 5;
-  spec.vocab = model.config.vocab;
-  Batch batch = objective->make_batch(spec, model, 5);
+  Batch batch = padded_sft_batch(model, *objective);
   const auto ref = run_step("plain", model, batch, *objective, {13, 13});
   for (const std::string impl : {"checkpoint", "checkpoint-chunked-head", "mst", "streambp"})
     expect_same_gradients(ref, run_step(impl, model, batch, *objective, {4, 3}), 1e-10,

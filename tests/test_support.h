@@ -36,6 +36,17 @@ inline Model tiny_model(const TinyShape& shape, torch::ScalarType dtype = torch:
   return m;
 }
 
+// Two right-padded SFT sequences of `seq_len` tokens from a fixed seed: the batch the model tests share.
+inline Batch padded_sft_batch(Model& model, const Objective& objective, int64_t seq_len = 13) {
+  BatchSpec s;
+  s.examples = 2;
+  s.seq_len = seq_len;
+  s.padding = true;
+  s.seed = 5;
+  s.vocab = model.config.vocab;
+  return objective.make_batch(s, model, seq_len);
+}
+
 struct StepResult {
   double loss = 0;
   std::vector<std::string> names;
