@@ -161,9 +161,9 @@ ModelConfig read_hf_config(const std::string& dir) {
         r.fail(fmt::format("\"layer_types\" entry {} is not supported (only \"full_attention\")", t.dump()));
   }
   // transformers drops attention probabilities in training when it is set; bpbench's steps are deterministic.
-  if (r.number("attention_dropout", 0.0) != 0.0)
-    r.fail(fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)",
-                       r.number("attention_dropout", 0.0)));
+  if (const double dropout = r.number("attention_dropout", 0.0); dropout != 0.0)
+    r.fail(
+        fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)", dropout));
   const std::string act = r.string("hidden_act");
   if (!act.empty() && act != "silu") r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
 

@@ -7,8 +7,8 @@
 //   linear   inv_freq_k / factor                                     (position interpolation)
 //   dynamic  NTK: theta * ((factor * T' / max_positions) - (factor - 1))^(hd / (hd - 2)) as the base, with
 //            T' = max(T, max_positions): the frequencies depend on the sequence length T. Stateless: what
-//            transformers' first forward at length T uses (its module keeps grown frequencies for later, shorter
-//            sequences above max_positions; one training step never sees that history)
+//            transformers' first forward at length T uses (its module keeps grown frequencies for later,
+//            shorter sequences above max_positions; one training step never sees that history)
 //   yarn     a ramp per frequency between inv_freq_k / factor and inv_freq_k over the dimensions that turn
 //            between beta_slow and beta_fast times in original_max_positions; cos and sin are multiplied by
 //            attention_factor (from factor, or mscale / mscale_all_dim, unless given)

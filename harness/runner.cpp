@@ -21,6 +21,7 @@
 #include <iostream>
 #include <limits>
 #include <new>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -404,10 +405,11 @@ bool is_preset(const std::string& name) {
 
 Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
                  const json& rope) {
-  Model model = !is_preset(name) && is_hf_model_dir(name)
-                    ? load_hf_model(name, options)
-                    : Model::random(model_config_of(name), options, seed);
-  model.config = model_config_of(name, rope);  // RoPE holds no weights: the override is config alone
+  // RoPE holds no weights and the random init does not read it: the override is config alone.
+  const ModelConfig config = model_config_of(name, rope);
+  Model model = !is_preset(name) && is_hf_model_dir(name) ? load_hf_model(name, options)
+                                                          : Model::random(config, options, seed);
+  model.config = config;
   return model;
 }
 
@@ -778,7 +780,9 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   const auto cells = scenario.expand();
   check_data_file(scenario, cells);
   // A RoPE override that some model cannot take is an input error before anything runs, not a failed cell.
-  for (const auto& c : cells) model_config_of(c.model, scenario.settings.rope);
+  std::set<std::string> models;
+  for (const auto& c : cells)
+    if (models.insert(c.model).second) model_config_of(c.model, scenario.settings.rope);
   ResultsWriter writer(options.out_dir, collect_meta(scenario, options.argv, threads, isolate), cells.size());
 
   std::vector<std::string> label_keys = {"model", "impl", "objective", "seq_len"};

@@ -44,6 +44,16 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// `rope` as a 4.x config.json's "rope_scaling" (null for the default type): rope_to_json without what the
+// file states at its top level (rope_theta, max_position_embeddings).
+inline nlohmann::json rope_scaling(const RopeConfig& rope) {
+  if (rope.type == RopeType::kDefault) return nullptr;
+  nlohmann::json j = rope_to_json(rope);
+  j.erase("rope_theta");
+  j.erase("max_position_embeddings");
+  return j;
+}
+
 // config.json as transformers writes it for `c`.
 inline nlohmann::json hf_config(const ModelConfig& c, const std::string& architecture) {
   return {{"architectures", nlohmann::json::array({architecture})},
@@ -60,7 +70,7 @@ inline nlohmann::json hf_config(const ModelConfig& c, const std::string& archite
           {"rms_norm_eps", c.rms_eps},
           {"tie_word_embeddings", c.tie_embeddings},
           {"torch_dtype", "float32"},
-          {"rope_scaling", c.rope.type == RopeType::kDefault ? nlohmann::json() : rope_to_json(c.rope)}};
+          {"rope_scaling", rope_scaling(c.rope)}};
 }
 
 // tests/fixtures/results_small.json: a results file with every feature the report and compare read.
