@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "harness/ops.h"
+#include "harness/model/ops.h"
 #include "profiles/memory.h"
 
 namespace bpbench {

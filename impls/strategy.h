@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/batch.h"
-#include "harness/model.h"
-#include "harness/objective.h"
+#include "harness/model/model.h"
+#include "harness/objectives/batch.h"
+#include "harness/objectives/objective.h"
 
 namespace bpbench {
 

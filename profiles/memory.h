@@ -11,18 +11,13 @@
 // CUDA's allocator throws, so the runner handles CPU and GPU out-of-memory the same way.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
+
+#include "profiles/recorder.h"
 
 namespace bpbench::profiles {
-
-enum class Category : uint8_t { params, grads, checkpoints, activations, kv, logits, comm, other };
-inline constexpr int kCategoryCount = 8;
-const char* category_name(Category c);
-using CategoryBytes = std::array<int64_t, kCategoryCount>;
 
 // Sets the category of allocations made while it lives (by any thread), restoring the previous one on exit.
 class MemoryScope {
@@ -45,44 +40,23 @@ class PhaseScope {
   PhaseScope& operator=(const PhaseScope&) = delete;
 };
 
-struct TimelinePoint {
-  double t_ms = 0;   // since start_timeline()
-  int64_t live = 0;  // live bytes after this event == sum of by_category
-  CategoryBytes by_category{};
-};
-
-struct PhaseMark {
-  std::string name;
-  double begin_ms = 0, end_ms = 0;
-  int depth = 0;  // 0 = outermost
-};
-
-struct Timeline {
-  std::vector<TimelinePoint> points;
-  std::vector<PhaseMark> phases;
-};
-
-class MemoryRecorder {
+// The CPU device's Recorder (recorder.h), with what only a tracking allocator can tell.
+class MemoryRecorder final : public Recorder {
  public:
   // The process-wide recorder; installs the tracking allocator over c10's CPU allocator on first call.
   static MemoryRecorder& instance();
 
-  int64_t live_bytes() const;
-  int64_t peak_bytes() const;
+  int64_t live_bytes() const override;
+  int64_t peak_bytes() const override;
+  CategoryBytes peak_by_category() const override;
+  void reset_peak() override;
+  void set_budget(std::optional<int64_t> bytes) override;
+  void start_timeline(double min_interval_ms = 0.0) override;
+  Timeline stop_timeline() override;
+
   CategoryBytes live_by_category() const;
-  CategoryBytes peak_by_category() const;  // the breakdown at the moment the peak was reached
-  int64_t allocation_count() const;        // allocations since the last reset_peak()
-
-  void reset_peak();  // peak := live
-
-  // Allocations that would push live bytes above `bytes` throw c10::OutOfMemoryError. nullopt: no budget.
-  void set_budget(std::optional<int64_t> bytes);
+  int64_t allocation_count() const;  // allocations since the last reset_peak()
   std::optional<int64_t> budget() const;
-
-  // Timeline of every allocation and free between start and stop, coalesced so that consecutive events closer
-  // than `min_interval_ms` keep only the last, except that the point at the peak is always kept.
-  void start_timeline(double min_interval_ms = 0.0);
-  Timeline stop_timeline();
   bool timeline_active() const;
 };
 

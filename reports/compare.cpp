@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "harness/scenario.h"
+#include "harness/run/scenario.h"
 #include "reports/report.h"
 #include "reports/results_json.h"
 

@@ -19,9 +19,9 @@
 #include <set>
 #include <sstream>
 
-#include "harness/results.h"
-#include "harness/rope_config.h"
-#include "harness/scenario.h"
+#include "harness/model/rope_config.h"
+#include "harness/run/results.h"
+#include "harness/run/scenario.h"
 #include "reports/results_json.h"
 
 namespace bpbench {

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include "harness/model_config.h"
-#include "harness/objective.h"
+#include "harness/model/model_config.h"
+#include "harness/objectives/objective.h"
 #include "impls/strategy.h"
 #include "tests/test_files.h"
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/batch.h"
-#include "harness/data_file.h"
+#include "harness/objectives/batch.h"
+#include "harness/objectives/data_file.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {

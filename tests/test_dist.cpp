@@ -1,10 +1,10 @@
 // test_dist.cpp: distributed StreamBP over Gloo, 2 and 3 local ranks (separate processes).
 //
-// The test binary re-executes itself (harness/dist_launch.h) with --gtest_filter=DistChild.RankBody and a job
-// in BPBENCH_DIST_TEST_JOB; each child is one rank: it builds the same float64 tiny model and the same global
-// batch (examples = B x world size), takes rows [r B, (r+1) B) (dist::rank_batch), runs one step of the
-// strategy, all-gathers the gradient shards and (rank 0) writes them with the loss and the collective counts
-// to a temporary directory. The parent compares them with single-process plain BP on the global batch.
+// The test binary re-executes itself (harness/run/dist_launch.h) with --gtest_filter=DistChild.RankBody and a
+// job in BPBENCH_DIST_TEST_JOB; each child is one rank: it builds the same float64 tiny model and the same
+// global batch (examples = B x world size), takes rows [r B, (r+1) B) (dist::rank_batch), runs one step of
+// the strategy, all-gathers the gradient shards and (rank 0) writes them with the loss and the collective
+// counts to a temporary directory. The parent compares them with single-process plain BP on the global batch.
 //
 // Checked:
 //   DistExactness   every parameter's gathered gradient and the loss equal plain BP on the concatenated
@@ -35,8 +35,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "harness/dist_launch.h"
-#include "harness/runner.h"
+#include "harness/run/dist_launch.h"
+#include "harness/run/runner.h"
 #include "impls/dist_common.h"
 #include "profiles/memory.h"
 #include "tests/test_support.h"

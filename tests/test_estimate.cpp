@@ -1,4 +1,4 @@
-// test_estimate.cpp: the analytic peak (harness/estimate.h) against the tracking allocator's measurement.
+// test_estimate.cpp: the analytic peak (harness/run/estimate.h) against the tracking allocator's measurement.
 //
 // Each measurement is what the runner does for a cell: build the model (params) and batch, pre-allocate every
 // trainable parameter's .grad (zeros), reset the peak, run one forward_backward. base = live at step start;
@@ -25,9 +25,10 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/estimate.h"
-#include "harness/model.h"
-#include "harness/objective.h"
+#include "harness/cli/estimate_command.h"
+#include "harness/model/model.h"
+#include "harness/objectives/objective.h"
+#include "harness/run/estimate.h"
 #include "impls/strategy.h"
 #include "profiles/memory.h"
 
@@ -52,7 +53,7 @@ struct Measured {
   int64_t above_base() const { return peak - base; }
 };
 
-// What the runner measures for one cell (harness/runner.cpp, measure_cell), in this process.
+// What the runner measures for one cell (harness/run/cell_in_process.cpp, measure_cell), in this process.
 Measured measure_cell(const CellSpec& c) {
   auto& rec = MemoryRecorder::instance();
   const int64_t before = rec.live_bytes();

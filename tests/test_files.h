@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/model_config.h"
+#include "harness/model/model_config.h"
 
 namespace bpbench::testing {
 

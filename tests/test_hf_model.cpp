@@ -11,8 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "harness/hf_model.h"
-#include "harness/safetensors.h"
+#include "harness/model/hf_model.h"
+#include "harness/model/safetensors.h"
 #include "tests/test_files.h"
 #include "tests/test_support.h"
 

@@ -20,8 +20,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "harness/hf_model.h"
-#include "harness/safetensors.h"
+#include "harness/model/hf_model.h"
+#include "harness/model/safetensors.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {

@@ -3,7 +3,7 @@
 // errors.
 #include <gtest/gtest.h>
 
-#include "harness/maxlen.h"
+#include "harness/run/maxlen.h"
 
 namespace bpbench {
 namespace {

@@ -1,7 +1,7 @@
 // test_model.cpp: presets carry the public parameter counts, and a built model has exactly that many weights.
 #include <gtest/gtest.h>
 
-#include "harness/model.h"
+#include "harness/model/model.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "harness/rope.h"
+#include "harness/model/rope.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {

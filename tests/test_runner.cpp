@@ -12,8 +12,8 @@
 #include <regex>
 #include <string>
 
-#include "harness/runner.h"
-#include "harness/scenario.h"
+#include "harness/run/runner.h"
+#include "harness/run/scenario.h"
 #include "profiles/cuda_build.h"
 #include "tests/test_files.h"
 

@@ -13,11 +13,11 @@
 #include <set>
 #include <string>
 
-#include "harness/batch.h"
-#include "harness/data_file.h"
-#include "harness/runner.h"
-#include "harness/safetensors.h"
-#include "harness/scenario.h"
+#include "harness/model/safetensors.h"
+#include "harness/objectives/batch.h"
+#include "harness/objectives/data_file.h"
+#include "harness/run/runner.h"
+#include "harness/run/scenario.h"
 #include "impls/strategy.h"
 #include "tests/test_files.h"
 

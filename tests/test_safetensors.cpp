@@ -13,7 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "harness/safetensors.h"
+#include "harness/model/safetensors.h"
 #include "tests/test_files.h"
 
 namespace bpbench {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/scenario.h"
+#include "harness/run/scenario.h"
 
 namespace bpbench {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/model.h"
-#include "harness/objective.h"
+#include "harness/model/model.h"
+#include "harness/objectives/objective.h"
 #include "impls/strategy.h"
 
 namespace bpbench::testing {

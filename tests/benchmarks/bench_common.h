@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "harness/model.h"
+#include "harness/model/model.h"
 #include "profiles/memory.h"
 
 namespace bpbench::bench {

@@ -8,7 +8,7 @@
 //            logits and their gradient exist for c_l rows at a time.
 #include <memory>
 
-#include "harness/objective.h"
+#include "harness/objectives/objective.h"
 #include "impls/layerwise.h"
 #include "tests/benchmarks/bench_common.h"
 

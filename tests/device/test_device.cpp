@@ -12,9 +12,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "harness/rope.h"
-#include "harness/runner.h"
-#include "harness/scenario.h"
+#include "harness/model/rope.h"
+#include "harness/run/runner.h"
+#include "harness/run/scenario.h"
 #include "profiles/cuda_build.h"
 #include "tests/test_files.h"
 #include "tests/test_support.h"

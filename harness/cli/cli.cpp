@@ -1,0 +1,292 @@
+// cli.cpp: `bpbench run | list | help`, and the hidden `run-cell` that isolated cells execute.
+//
+// Every bad input ends the same way: one line `bpbench: error: <problem> (valid: <choices>)` on stderr and
+// exit status 2, before anything else is printed, so scripts can rely on it.
+#include "harness/cli/cli.h"
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/cli/estimate_command.h"
+#include "harness/model/model_config.h"
+#include "harness/model/rope_config.h"
+#include "harness/objectives/objective.h"
+#include "harness/run/runner.h"
+#include "harness/run/scenario.h"
+#include "impls/strategy.h"
+#include "reports/compare.h"
+#include "reports/report.h"
+
+namespace bpbench {
+
+namespace {
+
+constexpr int kExitOk = 0, kExitCellErrors = 1, kExitUsage = 2;
+
+const char* kMainHelp = R"(usage: bpbench <command> [options]
+
+Measures how backpropagation strategies for long-sequence LLM training trade memory for time, and checks that
+their gradients are exact.
+
+commands:
+  run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--quiet]
+                          run every cell of a scenario's grid; write DIR/results.json
+  list [models|impls|objectives]
+                          what a scenario's grid may name
+  report RESULTS.json --out DIR
+                          markdown tables (the paper's layouts) and PNG plots
+  compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT]
+                          match cells by axes; exit status = number of memory regressions
+  estimate --model M --seq-len T [--impl I,...]
+                          analytic peak bytes of each strategy
+  help [COMMAND]          this text, or a command's
+
+options:
+  -h, --help              help (also after a command: bpbench run --help)
+  --version               print the version
+
+Exit status: 0 success; 1 a cell failed with status "error"; 2 bad input (one line on stderr).
+)";
+
+const char* kRunHelp = R"(usage: bpbench run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--quiet]
+
+Expands the scenario's grid (every combination of its values) and runs each cell: one forward + backward of the
+strategy `impl` under a memory recorder, timed over warmup + repeat runs, with the gradient error against plain
+backpropagation in float64 on the same weights and batch. DIR/results.json is rewritten (atomically) after every
+cell, so nothing measured is lost if the run is interrupted.
+
+options:
+  --out DIR       output directory (default: out/<scenario name>)
+  --threads N     intra-op threads (default: the scenario's "threads", else every core)
+  --isolate       run each cell in its own bpbench process (default: the scenario's "isolate")
+  --quiet         no progress lines on stderr
+  -h, --help      this text
+
+Scenario file (see scenarios/quickstart.json):
+  {"name": "...", "description": "...", "device": "cpu"|"cuda", "seed": 0, "threads": N, "isolate": false,
+   "data": "tokens.json", "world_size": 1, "rope": {"rope_type": "yarn", "factor": 4, ...} | null,
+   "grid": {KEY: value or [values], ...},
+   "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
+               "grad_error": {"reference": "float64"} | false, "timeline": false,
+               "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N}}}
+grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
+  model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
+  impl, partition [seq_len], logits_partition [seq_len], lora_rank [0], lora_alpha [64], group [8],
+  prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
+data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
+  sequences); results record the file's name and SHA-256.
+world_size: ranks for streambp-dist / checkpoint-dist, started as local processes; other impls are skipped.
+rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
+  llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
+timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).
+max_seq_len: per cell, the largest multiple of granularity that completes a step within budget_bytes (every
+  probe a child process; on a GPU the budget defaults to its memory).
+
+Console: a progress line per cell on stderr, a table on stdout. Out-of-memory (a measure.budget_bytes overrun
+included) is recorded as status "oom"; an unsupported combination as "skipped".
+Exit status: 0 every cell ok/oom/skipped; 1 some cell has status "error"; 2 bad input.
+)";
+
+const char* kListHelp = R"(usage: bpbench list [models|impls|objectives]
+
+Lists model presets (with their parameter counts and RoPE), backward strategies (impls) and objectives. With no
+argument it lists all three.
+)";
+
+struct Usage {
+  std::string problem, valid;
+};
+
+[[noreturn]] void usage_error(const std::string& problem, const std::string& valid) {
+  throw Usage{problem, valid};
+}
+
+bool is_help(const std::string& a) {
+  return a == "-h" || a == "--help";
+}
+
+void list_models(std::ostream& out) {
+  out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE):\n";
+  for (const auto& m : model_presets()) {
+    const int64_t n = m.parameter_count();
+    out << fmt::format(
+        "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} "
+        "V={:<6}{:<5}  RoPE {}\n",
+        m.name, n, static_cast<double>(n) / 1e9, m.layers, m.hidden, m.intermediate, m.heads, m.kv_heads,
+        m.head_dim, m.vocab, m.tie_embeddings ? " tied" : "", rope_summary(m.rope));
+  }
+}
+
+void list_impls(std::ostream& out) {
+  out << "impls (backward strategies):\n";
+  for (const auto& name : strategy_names())
+    out << fmt::format("  {:<24} {}\n", name, make_strategy(name)->description());
+}
+
+void list_objectives(std::ostream& out) {
+  out << "objectives:\n";
+  for (const auto& name : objective_names())
+    out << fmt::format("  {:<6} {}\n", name, objective_description(name));
+}
+
+int cmd_list(const std::vector<std::string>& args) {
+  const std::string valid = "models, impls, objectives";
+  std::optional<std::string> what;
+  for (const auto& a : args) {
+    if (is_help(a)) {
+      std::cout << kListHelp;
+      return kExitOk;
+    }
+    if (!a.empty() && a[0] == '-') usage_error(fmt::format("list: unknown option '{}'", a), "--help");
+    if (what) usage_error(fmt::format("list: unexpected argument '{}'", a), valid);
+    what = a;
+  }
+  if (what && *what != "models" && *what != "impls" && *what != "objectives")
+    usage_error(fmt::format("list: unknown list '{}'", *what), valid);
+  if (!what || *what == "models") list_models(std::cout);
+  if (!what || *what == "impls") list_impls(std::cout);
+  if (!what || *what == "objectives") list_objectives(std::cout);
+  return kExitOk;
+}
+
+int64_t parse_threads(const std::string& text) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || v < 1)
+    usage_error(fmt::format("run: --threads '{}' is not a positive integer", text), "integers >= 1");
+  return v;
+}
+
+int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>& argv) {
+  const std::string options = "--out DIR, --threads N, --isolate, --quiet, --help";
+  std::optional<std::string> scenario_path, out_dir;
+  RunOptions opt;
+  bool quiet = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const std::string& flag) -> std::string {
+      if (a.size() > flag.size() && a.compare(0, flag.size() + 1, flag + "=") == 0)
+        return a.substr(flag.size() + 1);
+      if (i + 1 >= args.size()) usage_error(fmt::format("run: {} needs a value", flag), options);
+      return args[++i];
+    };
+    if (is_help(a)) {
+      std::cout << kRunHelp;
+      return kExitOk;
+    } else if (a == "--out" || a.rfind("--out=", 0) == 0) {
+      out_dir = value("--out");
+    } else if (a == "--threads" || a.rfind("--threads=", 0) == 0) {
+      opt.threads = parse_threads(value("--threads"));
+    } else if (a == "--isolate") {
+      opt.isolate = true;
+    } else if (a == "--quiet") {
+      quiet = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      usage_error(fmt::format("run: unknown option '{}'", a), options);
+    } else if (scenario_path) {
+      usage_error(fmt::format("run: unexpected argument '{}' (one scenario per run)", a), options);
+    } else {
+      scenario_path = a;
+    }
+  }
+  if (!scenario_path)
+    usage_error("run: missing SCENARIO.json", "a scenario file, e.g. scenarios/quickstart.json");
+  const Scenario scenario = load_scenario(*scenario_path);
+  opt.out_dir = out_dir.value_or("out/" + scenario.name);
+  opt.argv = argv;
+  opt.progress = quiet ? nullptr : &std::cerr;
+  opt.table = &std::cout;
+  const RunSummary summary = run_scenario(scenario, opt);
+  if (summary.errors > 0) {
+    std::cerr << fmt::format("bpbench: {} of {} cells failed with status \"error\" (see {})\n",
+                             summary.errors, summary.cells.size(), summary.results_path);
+    return kExitCellErrors;
+  }
+  return kExitOk;
+}
+
+int dispatch(const std::vector<std::string>& argv) {
+  const std::string commands = "run, list, report, compare, estimate, help";
+  if (argv.size() < 2) usage_error("missing command; try bpbench --help", commands);
+  const std::string& cmd = argv[1];
+  const std::vector<std::string> args(argv.begin() + 2, argv.end());
+  if (is_help(cmd)) {
+    std::cout << kMainHelp;
+    return kExitOk;
+  }
+  if (cmd == "--version") {
+    std::cout << "bpbench " << kBpbenchVersion << "\n";
+    return kExitOk;
+  }
+  if (cmd == "help") {
+    if (args.empty())
+      std::cout << kMainHelp;
+    else if (args[0] == "run")
+      std::cout << kRunHelp;
+    else if (args[0] == "list")
+      std::cout << kListHelp;
+    else if (args[0] == "report" || args[0] == "compare")
+      return args[0] == "report" ? report_main({"--help"}) : compare_main({"--help"});
+    else if (args[0] == "estimate")
+      std::cout << kEstimateHelp;
+    else
+      usage_error(fmt::format("help: unknown command '{}'", args[0]), commands);
+    return kExitOk;
+  }
+  if (cmd == "run") return cmd_run(args, argv);
+  if (cmd == "list") return cmd_list(args);
+  // The report and compare layers own their option parsing and exit codes (compare: number of regressions).
+  if (cmd == "report") return report_main(args);
+  if (cmd == "compare") return compare_main(args);
+  if (cmd == "estimate") return estimate_command(args, std::cout);
+  if (cmd == "run-cell") {  // hidden: what an isolated cell's child process runs
+    if (args.size() != 1) usage_error("run-cell: expects exactly one job file", "a job file, or - for stdin");
+    return run_cell_main(args[0]);
+  }
+  if (!cmd.empty() && cmd[0] == '-')
+    usage_error(fmt::format("unknown option '{}'", cmd), "--help, --version");
+  usage_error(fmt::format("unknown command '{}'", cmd), commands);
+}
+
+std::string single_line(std::string s) {
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  try {
+    return dispatch(args);
+  } catch (const Usage& u) {
+    std::cerr << single_line(fmt::format("bpbench: error: {} (valid: {})", u.problem, u.valid)) << "\n";
+    return kExitUsage;
+  } catch (const InputError& e) {
+    std::cerr << "bpbench: error: " << single_line(e.what()) << "\n";
+    return kExitUsage;
+  } catch (const std::invalid_argument& e) {  // a library's own check of user input (unknown name, bad shape)
+    std::cerr << "bpbench: error: " << single_line(e.what()) << "\n";
+    return kExitUsage;
+  } catch (const c10::Error& e) {
+    std::cerr << "bpbench: error: " << single_line(e.what_without_backtrace()) << "\n";
+    return kExitCellErrors;
+  } catch (const std::exception& e) {
+    std::cerr << "bpbench: error: " << single_line(e.what()) << "\n";
+    return kExitCellErrors;
+  }
+}
+
+}  // namespace bpbench

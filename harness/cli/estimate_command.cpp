@@ -1,0 +1,130 @@
+// estimate_command.cpp: `bpbench estimate`: its flags, read into an EstimateInput, and one line per impl.
+#include "harness/cli/estimate_command.h"
+
+#include <fmt/format.h>
+
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "harness/model/model_config.h"
+#include "harness/run/estimate.h"
+
+namespace bpbench {
+
+const char* kEstimateHelp =
+    R"(usage: bpbench estimate --model NAME --seq-len T [--impl I[,I...]] [--batch B] [--group G]
+                        [--partition C] [--logits-partition CL] [--dtype D] [--objective O]
+                        [--lora-rank R] [--verbose]
+
+The analytic peak memory of one forward + backward of each strategy (default: all of them), from the model's
+dimensions: base (parameters, gradients, batch) plus the largest phase above it (forward, head, a layer's MLP
+or attention backward), counted as the harness's CPU tracking allocator counts LibTorch tensors. Formulas:
+reports/ESTIMATE.md.
+
+options:
+  --model NAME            a preset (bpbench list models)
+  --seq-len T             tokens per sequence
+  --impl I[,I...]         plain, checkpoint, checkpoint-chunked-head, mst, streambp (default: all)
+  --batch B               SFT sequences, DPO pairs, GRPO prompts (default 1)
+  --group G               GRPO completions per prompt (default 8)
+  --partition C           rows per layer chunk (default T)
+  --logits-partition CL   rows per LM-head chunk (default T)
+  --dtype D               float32 | bfloat16 | float64 (default float32)
+  --objective O           sft | dpo | grpo (default sft)
+  --lora-rank R           LoRA adapters of rank R (default 0: full fine-tuning)
+  --verbose               every phase and term
+)";
+
+int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
+  EstimateInput in;
+  std::string model, impls;
+  int64_t batch = 1, group = 8;
+  bool verbose = false, have_t = false;
+  auto integer = [](const std::string& flag, const std::string& v) {
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+      x = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != v.size() || v.empty())
+      throw std::invalid_argument(fmt::format("estimate: {} expects an integer, got '{}'", flag, v));
+    return x;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--verbose") {
+      verbose = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0 || i + 1 >= args.size())
+      throw std::invalid_argument(fmt::format(
+          "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
+          "--partition, --logits-partition, --dtype, --objective, --lora-rank, --verbose; each with a value "
+          "but --verbose)",
+          a));
+    const std::string& v = args[++i];
+    if (a == "--model")
+      model = v;
+    else if (a == "--seq-len")
+      in.seq_len = integer(a, v), have_t = true;
+    else if (a == "--impl")
+      impls = v;
+    else if (a == "--batch")
+      batch = integer(a, v);
+    else if (a == "--group")
+      group = integer(a, v);
+    else if (a == "--partition")
+      in.partition = integer(a, v);
+    else if (a == "--logits-partition")
+      in.logits_partition = integer(a, v);
+    else if (a == "--objective")
+      in.objective = v;
+    else if (a == "--lora-rank")
+      in.lora_rank = integer(a, v);
+    else if (a == "--dtype") {
+      if (v == "float32")
+        in.dtype = torch::kFloat;
+      else if (v == "bfloat16")
+        in.dtype = torch::kBFloat16;
+      else if (v == "float64")
+        in.dtype = torch::kDouble;
+      else
+        throw std::invalid_argument(
+            fmt::format("estimate: unknown dtype '{}' (valid: float32, bfloat16, float64)", v));
+    } else
+      throw std::invalid_argument(fmt::format("estimate: unknown option '{}'", a));
+  }
+  if (model.empty() || !have_t) throw std::invalid_argument("estimate: --model and --seq-len are required");
+  in.config = find_model_preset(model);
+  in.sequences = sequences_for(in.objective, batch, group);
+  std::vector<std::string> names;
+  if (impls.empty()) {
+    names = estimated_impls();
+  } else {
+    std::stringstream ss(impls);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) names.push_back(item);
+  }
+  std::vector<std::pair<std::string, MemoryEstimate>> rows;
+  for (const auto& name : names) {  // all validated before anything is printed
+    in.impl = name;
+    rows.emplace_back(name, estimate_peak(in));
+  }
+  if (!verbose)
+    out << fmt::format("{:<24} {:>16} {:>16}  {}\n", "impl", "peak bytes", "above base", "dominant phase");
+  for (const auto& [name, e] : rows) {
+    in.impl = name;
+    if (verbose)
+      out << format_estimate(in, e);
+    else
+      out << fmt::format("{:<24} {:>16} {:>16}  {}\n", name, e.peak_bytes, e.peak_above_base,
+                         e.dominant_phase);
+  }
+  return 0;
+}
+
+}  // namespace bpbench

@@ -1,0 +1,285 @@
+// hf_model.cpp: config.json -> ModelConfig, and safetensors weights -> Model, checked name by name.
+#include "harness/model/hf_model.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "harness/model/rope_config.h"
+#include "harness/model/safetensors.h"
+
+namespace bpbench {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Architecture {
+  const char* name;
+  const char* model_type;  // config.json's "model_type", used when "architectures" is absent
+  bool qk_norm;
+  bool attention_bias;            // on q, k, v only
+  int64_t default_max_positions;  // transformers' max_position_embeddings default
+};
+
+constexpr Architecture kArchitectures[] = {
+    {"Qwen3ForCausalLM", "qwen3", true, false, 32768},
+    {"Qwen2ForCausalLM", "qwen2", false, true, 32768},
+    {"LlamaForCausalLM", "llama", false, false, 2048},
+};
+
+// Lexical, not canonical: Hugging Face cache snapshots are symlink farms and the name should stay the user's.
+std::string dir_basename(const std::string& dir) {
+  std::string s = fs::absolute(dir).lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  const auto slash = s.rfind('/');
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+
+class ConfigReader {
+ public:
+  ConfigReader(std::string path, const json& j) : path_(std::move(path)), j_(j) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error(fmt::format("Hugging Face config '{}': {}", path_, what));
+  }
+
+  // Absent and null both mean "use the default" (HF writes null for unset optional fields).
+  const json* find(const char* key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+    const json* v = find(key);
+    if (!v) {
+      if (!fallback) fail(fmt::format("missing \"{}\"", key));
+      return *fallback;
+    }
+    if (!v->is_number_integer()) fail(fmt::format("\"{}\" must be an integer, got {}", key, v->dump()));
+    return v->get<int64_t>();
+  }
+
+  double number(const char* key, double fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_number()) fail(fmt::format("\"{}\" must be a number, got {}", key, v->dump()));
+    return v->get<double>();
+  }
+
+  bool boolean(const char* key, bool fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(fmt::format("\"{}\" must be true or false, got {}", key, v->dump()));
+    return v->get<bool>();
+  }
+
+  std::string string(const char* key) const {
+    const json* v = find(key);
+    return v && v->is_string() ? v->get<std::string>() : std::string();
+  }
+
+  const Architecture& architecture() const {
+    const json* archs = find("architectures");
+    if (archs) {
+      if (!archs->is_array() || archs->empty()) fail("\"architectures\" must be a non-empty list");
+      for (const auto& a : *archs)
+        for (const auto& known : kArchitectures)
+          if (a.is_string() && a.get<std::string>() == known.name) return known;
+      fail(
+          fmt::format("unsupported architecture {} (supported: {})", archs->dump(), hf_architecture_names()));
+    }
+    const std::string type = string("model_type");
+    for (const auto& known : kArchitectures)
+      if (type == known.model_type) return known;
+    fail(fmt::format("unsupported architecture: no \"architectures\" and model_type '{}' (supported: {})",
+                     type, hf_architecture_names()));
+  }
+
+ private:
+  std::string path_;
+  const json& j_;
+};
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+struct Slot {
+  std::string name;
+  std::vector<int64_t> shape;
+  torch::Tensor* dest;
+};
+
+}  // namespace
+
+std::string hf_architecture_names() {
+  std::string s;
+  for (const auto& a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+bool is_hf_model_dir(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
+}
+
+ModelConfig read_hf_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in)
+    throw std::runtime_error(fmt::format("Hugging Face model '{}': cannot open config.json ({})", dir, path));
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw std::runtime_error(fmt::format("Hugging Face config '{}': malformed JSON: {}", path, e.what()));
+  }
+  if (!j.is_object())
+    throw std::runtime_error(fmt::format("Hugging Face config '{}': not a JSON object", path));
+  ConfigReader r(path, j);
+  const Architecture& arch = r.architecture();
+
+  // Refuse what Model cannot express instead of silently loading a different network.
+  if (!arch.attention_bias && r.boolean("attention_bias", false))
+    r.fail(fmt::format("attention_bias = true on {} biases o_proj too, which bpbench does not model",
+                       arch.name));
+  if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
+  if (r.boolean("use_sliding_window", false))
+    r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
+  if (const json* layer_types = r.find("layer_types")) {
+    if (!layer_types->is_array()) r.fail("\"layer_types\" must be a list");
+    for (const auto& t : *layer_types)
+      if (t != "full_attention")
+        r.fail(fmt::format("\"layer_types\" entry {} is not supported (only \"full_attention\")", t.dump()));
+  }
+  // transformers drops attention probabilities in training when it is set; bpbench's steps are deterministic.
+  if (const double dropout = r.number("attention_dropout", 0.0); dropout != 0.0)
+    r.fail(
+        fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)", dropout));
+  const std::string act = r.string("hidden_act");
+  if (!act.empty() && act != "silu") r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
+
+  ModelConfig c;
+  c.name = dir_basename(dir);
+  c.vocab = r.integer("vocab_size");
+  c.hidden = r.integer("hidden_size");
+  c.intermediate = r.integer("intermediate_size");
+  c.layers = r.integer("num_hidden_layers");
+  c.heads = r.integer("num_attention_heads");
+  c.kv_heads = r.integer("num_key_value_heads", c.heads);
+  if (c.heads <= 0) r.fail("\"num_attention_heads\" must be > 0");
+  c.head_dim = r.integer("head_dim", c.hidden / c.heads);
+  try {
+    c.rope = rope_from_hf_config(j, arch.default_max_positions);
+  } catch (const std::invalid_argument& e) {
+    r.fail(e.what());
+  }
+  c.rms_eps = r.number("rms_norm_eps", 1e-6);
+  c.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  c.qk_norm = arch.qk_norm;
+  c.attention_bias = arch.attention_bias;
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    r.fail(e.what());
+  }
+  return c;
+}
+
+Model load_hf_model(const std::string& dir, const torch::TensorOptions& options) {
+  const ModelConfig c = read_hf_config(dir);
+  const SafetensorsDir weights(dir);
+  auto fail = [&](const std::string& what) -> void {
+    throw std::runtime_error(fmt::format("Hugging Face model '{}': {}", dir, what));
+  };
+
+  Model m;
+  m.config = c;
+  m.layers.resize(static_cast<size_t>(c.layers));
+  const int64_t V = c.vocab, d = c.hidden, I = c.intermediate, hd = c.head_dim;
+  const int64_t q_out = c.heads * hd, kv_out = c.kv_heads * hd;
+  std::vector<Slot> slots;
+  auto linear = [&](const std::string& prefix, Linear& l, int64_t out, int64_t in, bool bias) {
+    slots.push_back({prefix + ".weight", {out, in}, &l.weight});
+    if (bias) slots.push_back({prefix + ".bias", {out}, &l.bias});
+  };
+  slots.push_back({"model.embed_tokens.weight", {V, d}, &m.embed_weight});
+  for (int64_t i = 0; i < c.layers; ++i) {
+    LayerWeights& w = m.layers[static_cast<size_t>(i)];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    slots.push_back({p + "input_layernorm.weight", {d}, &w.input_norm});
+    linear(p + "self_attn.q_proj", w.q, q_out, d, c.attention_bias);
+    linear(p + "self_attn.k_proj", w.k, kv_out, d, c.attention_bias);
+    linear(p + "self_attn.v_proj", w.v, kv_out, d, c.attention_bias);
+    linear(p + "self_attn.o_proj", w.o, d, q_out, false);
+    if (c.qk_norm) {
+      slots.push_back({p + "self_attn.q_norm.weight", {hd}, &w.q_norm});
+      slots.push_back({p + "self_attn.k_norm.weight", {hd}, &w.k_norm});
+    }
+    slots.push_back({p + "post_attention_layernorm.weight", {d}, &w.post_norm});
+    linear(p + "mlp.gate_proj", w.gate, I, d, false);
+    linear(p + "mlp.up_proj", w.up, I, d, false);
+    linear(p + "mlp.down_proj", w.down, d, I, false);
+  }
+  slots.push_back({"model.norm.weight", {d}, &m.final_norm_weight});
+  if (!c.tie_embeddings) slots.push_back({"lm_head.weight", {V, d}, &m.lm_head_weight});
+
+  // Check everything before copying anything: a bad checkpoint of a large model should fail in milliseconds.
+  auto check = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const auto& info = weights.info(name);
+    if (info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
+      fail(fmt::format("tensor '{}' in '{}' has dtype {}; weights must be F32, BF16 or F16", name,
+                       weights.file_of(name), info.dtype));
+    if (info.shape != shape)
+      fail(fmt::format("tensor '{}' in '{}' has shape {}, expected {}", name, weights.file_of(name),
+                       shape_str(info.shape), shape_str(shape)));
+  };
+  std::set<std::string> expected;
+  for (const auto& s : slots) {
+    expected.insert(s.name);
+    if (!weights.contains(s.name)) fail(fmt::format("missing tensor '{}'", s.name));
+  }
+  for (const auto& name : weights.names()) {
+    if (expected.count(name)) continue;
+    // A tied checkpoint may still carry the head; it is the embedding, so it is ignored once its shape fits.
+    if (c.tie_embeddings && name == "lm_head.weight") {
+      check(name, {V, d});
+      continue;
+    }
+    // Old Llama checkpoints store RoPE's inverse frequencies; they follow from the RoPE config, not weights.
+    const std::string inv_freq = ".rotary_emb.inv_freq";
+    if (name.size() > inv_freq.size() &&
+        name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)
+      continue;
+    fail(fmt::format("unexpected tensor '{}' in '{}' (not a parameter of the model config.json describes)",
+                     name, weights.file_of(name)));
+  }
+  for (const auto& s : slots) check(s.name, s.shape);
+
+  {
+    torch::NoGradGuard no_grad;
+    const auto opts = torch::TensorOptions().device(options.device()).dtype(options.dtype());
+    for (const auto& s : slots) *s.dest = weights.get(s.name, opts);
+  }
+  if (c.tie_embeddings) m.lm_head_weight = m.embed_weight;
+
+  // The slot list restates Model::named_parameters(); a drift between the two must not load silently.
+  const auto params = m.named_parameters();
+  bool same = params.size() == slots.size();
+  for (size_t i = 0; same && i < slots.size(); ++i) same = params[i].name == slots[i].name;
+  if (!same)
+    throw std::logic_error("load_hf_model: parameter list out of sync with Model::named_parameters()");
+
+  m.set_requires_grad(true);
+  return m;
+}
+
+}  // namespace bpbench

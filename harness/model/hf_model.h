@@ -1,0 +1,40 @@
+// hf_model.h: load a Hugging Face model directory (config.json + safetensors weights) into a bpbench Model.
+//
+// Supported architectures: Qwen3ForCausalLM (q/k norm), Qwen2ForCausalLM (bias on q, k, v) and
+// LlamaForCausalLM. config.json fields read (HF names -> ModelConfig): vocab_size, hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default: heads), head_dim
+// (default: hidden / heads), rms_norm_eps (default 1e-6, HF's default for all three), tie_word_embeddings
+// (default false), and RoPE in either form, every type transformers defines for these families
+// (harness/rope_config.h: rope_parameters, or rope_theta + rope_scaling; max_position_embeddings).
+// Configurations the Model cannot express are refused with the field named rather than loaded wrongly:
+// attention_bias on Qwen3 / Llama (it also biases o_proj), mlp_bias, an activation other than silu, a sliding
+// window (use_sliding_window, layer_types), attention_dropout, an unsupported RoPE type or field.
+//
+// Weights come from model.safetensors or the shards of model.safetensors.index.json, under the names
+// Model::named_parameters() uses. Every tensor is checked (presence, no extras, shape, dtype F32/BF16/F16)
+// before any is copied, and each is converted on load straight to the requested device and dtype. Every error
+// is a one-line std::runtime_error naming the directory and, where there is one, the tensor.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "harness/model/model.h"
+#include "harness/model/model_config.h"
+
+namespace bpbench {
+
+// True when `path` is a directory holding a config.json (how a scenario's model value is told from a preset).
+bool is_hf_model_dir(const std::string& path);
+
+// The ModelConfig of `dir`'s config.json; name = the directory's basename. Validated (ModelConfig::validate).
+ModelConfig read_hf_config(const std::string& dir);
+
+// The model of `dir` on `options`' device and dtype, every base weight requiring grad (full fine-tuning).
+Model load_hf_model(const std::string& dir, const torch::TensorOptions& options);
+
+// "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM"
+std::string hf_architecture_names();
+
+}  // namespace bpbench

@@ -1,0 +1,258 @@
+// model.cpp: parameters, initialisation, LoRA adapters and the forward pieces of the decoder.
+#include "harness/model/model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "harness/model/ops.h"
+#include "harness/model/rope.h"
+
+namespace bpbench {
+
+torch::Tensor Linear::operator()(const torch::Tensor& x, bool lora_enabled) const {
+  auto y = torch::nn::functional::linear(x, weight, bias);
+  if (lora_enabled && lora_a.defined())
+    y = y + lora_scale * torch::nn::functional::linear(torch::nn::functional::linear(x, lora_a), lora_b);
+  return y;
+}
+
+const char* param_group_name(ParamGroup g) {
+  switch (g) {
+    case ParamGroup::embed:
+      return "embed";
+    case ParamGroup::attention:
+      return "attention";
+    case ParamGroup::mlp:
+      return "mlp";
+    case ParamGroup::norms:
+      return "norms";
+    case ParamGroup::lm_head:
+      return "lm_head";
+    case ParamGroup::lora:
+      return "lora";
+  }
+  return "?";
+}
+
+namespace {
+
+// Weights are drawn in float32 and cast, so a float32, bfloat16 and float64 model built with one seed are the
+// same model up to rounding.
+torch::Tensor normal_init(torch::IntArrayRef shape, const torch::TensorOptions& options) {
+  return (torch::randn(shape, options.dtype(torch::kFloat)) * 0.02).to(options.dtype());
+}
+
+torch::Tensor ones_init(int64_t n, const torch::TensorOptions& options) {
+  return torch::ones({n}, options);
+}
+
+Linear make_linear(int64_t out, int64_t in, bool bias, const torch::TensorOptions& options) {
+  Linear l;
+  l.weight = normal_init({out, in}, options);
+  if (bias) l.bias = normal_init({out}, options);
+  return l;
+}
+
+void add_linear(std::vector<NamedParameter>& out, const std::string& prefix, const Linear& l,
+                ParamGroup group) {
+  out.push_back({prefix + ".weight", group, l.weight});
+  if (l.bias.defined()) out.push_back({prefix + ".bias", group, l.bias});
+  if (l.lora_a.defined()) {
+    out.push_back({prefix + ".lora_A.weight", ParamGroup::lora, l.lora_a});
+    out.push_back({prefix + ".lora_B.weight", ParamGroup::lora, l.lora_b});
+  }
+}
+
+}  // namespace
+
+Model Model::random(const ModelConfig& config, const torch::TensorOptions& options, uint64_t seed) {
+  config.validate();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  const auto opts = options.requires_grad(false);
+  const int64_t d = config.hidden, hd = config.head_dim;
+  Model m;
+  m.config = config;
+  m.embed_weight = normal_init({config.vocab, d}, opts);
+  for (int64_t i = 0; i < config.layers; ++i) {
+    LayerWeights w;
+    w.input_norm = ones_init(d, opts);
+    w.q = make_linear(config.heads * hd, d, config.attention_bias, opts);
+    w.k = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
+    w.v = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
+    w.o = make_linear(d, config.heads * hd, false, opts);
+    if (config.qk_norm) {
+      w.q_norm = ones_init(hd, opts);
+      w.k_norm = ones_init(hd, opts);
+    }
+    w.post_norm = ones_init(d, opts);
+    w.gate = make_linear(config.intermediate, d, false, opts);
+    w.up = make_linear(config.intermediate, d, false, opts);
+    w.down = make_linear(d, config.intermediate, false, opts);
+    m.layers.push_back(std::move(w));
+  }
+  m.final_norm_weight = ones_init(d, opts);
+  m.lm_head_weight = config.tie_embeddings ? m.embed_weight : normal_init({config.vocab, d}, opts);
+  m.set_requires_grad(true);
+  return m;
+}
+
+Model Model::converted(const torch::TensorOptions& options) const {
+  torch::NoGradGuard no_grad;
+  Model m = *this;  // shares storage; every tensor is replaced below
+  auto convert = [&](torch::Tensor& t) {
+    if (t.defined())
+      t = t.to(options.requires_grad(false), /*non_blocking=*/false, /*copy=*/true)
+              .requires_grad_(t.requires_grad());
+  };
+  auto convert_linear = [&](Linear& l) {
+    for (torch::Tensor* t : {&l.weight, &l.bias, &l.lora_a, &l.lora_b}) convert(*t);
+  };
+  convert(m.embed_weight);
+  for (auto& w : m.layers) {
+    for (torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.post_norm}) convert(*t);
+    for (Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) convert_linear(*l);
+  }
+  convert(m.final_norm_weight);
+  if (config.tie_embeddings)
+    m.lm_head_weight = m.embed_weight;
+  else
+    convert(m.lm_head_weight);
+  return m;
+}
+
+std::vector<NamedParameter> Model::named_parameters() const {
+  std::vector<NamedParameter> out;
+  out.push_back({"model.embed_tokens.weight", ParamGroup::embed, embed_weight});
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& w = layers[i];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    out.push_back({p + "input_layernorm.weight", ParamGroup::norms, w.input_norm});
+    add_linear(out, p + "self_attn.q_proj", w.q, ParamGroup::attention);
+    add_linear(out, p + "self_attn.k_proj", w.k, ParamGroup::attention);
+    add_linear(out, p + "self_attn.v_proj", w.v, ParamGroup::attention);
+    add_linear(out, p + "self_attn.o_proj", w.o, ParamGroup::attention);
+    if (w.q_norm.defined()) {
+      out.push_back({p + "self_attn.q_norm.weight", ParamGroup::norms, w.q_norm});
+      out.push_back({p + "self_attn.k_norm.weight", ParamGroup::norms, w.k_norm});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", ParamGroup::norms, w.post_norm});
+    add_linear(out, p + "mlp.gate_proj", w.gate, ParamGroup::mlp);
+    add_linear(out, p + "mlp.up_proj", w.up, ParamGroup::mlp);
+    add_linear(out, p + "mlp.down_proj", w.down, ParamGroup::mlp);
+  }
+  out.push_back({"model.norm.weight", ParamGroup::norms, final_norm_weight});
+  if (!config.tie_embeddings) out.push_back({"lm_head.weight", ParamGroup::lm_head, lm_head_weight});
+  return out;
+}
+
+std::vector<NamedParameter> Model::trainable_parameters() const {
+  std::vector<NamedParameter> out;
+  for (auto& p : named_parameters())
+    if (p.tensor.requires_grad()) out.push_back(p);
+  return out;
+}
+
+bool Model::has_lora() const {
+  return !layers.empty() && layers[0].q.lora_a.defined();
+}
+
+void Model::set_requires_grad(bool full_finetune) {
+  for (auto& p : named_parameters()) p.tensor.requires_grad_(p.group == ParamGroup::lora || full_finetune);
+}
+
+void Model::add_lora(int64_t rank, double alpha, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed + 0x10A);
+  const auto opts = embed_weight.options().requires_grad(false);
+  for (auto& w : layers) {
+    for (Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+      const int64_t out = l->weight.size(0), in = l->weight.size(1);
+      // PEFT's init: A ~ kaiming-uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+      l->lora_a = (torch::rand({rank, in}, opts.dtype(torch::kFloat)) * 2 * bound - bound).to(opts.dtype());
+      l->lora_b = torch::zeros({out, rank}, opts);
+      l->lora_scale = alpha / static_cast<double>(rank);
+    }
+  }
+  set_requires_grad(false);
+}
+
+// ---- forward pieces ---------------------------------------------------------------------------------------
+
+torch::Tensor Model::embed(const torch::Tensor& ids) const {
+  return torch::embedding(embed_weight, ids);
+}
+
+torch::Tensor Model::attn_norm(int64_t i, const torch::Tensor& x) const {
+  return rms_norm(x, layers[i].input_norm, config.rms_eps);
+}
+
+namespace {
+// (N, rows, H*hd) -> (N, H, rows, hd)
+torch::Tensor split_heads(const torch::Tensor& x, int64_t heads, int64_t hd) {
+  return x.view({x.size(0), x.size(1), heads, hd}).transpose(1, 2);
+}
+}  // namespace
+
+KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
+  const auto& w = layers[i];
+  auto k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
+  if (w.k_norm.defined()) k = rms_norm(k, w.k_norm, config.rms_eps);
+  k = apply_rope(k, 0, h.size(1), config.rope);
+  auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
+  return {k, v};
+}
+
+torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
+  const auto& w = layers[i];
+  auto q = split_heads(w.q(h_rows, lora_enabled), config.heads, config.head_dim);  // (N, Hq, c, hd)
+  if (w.q_norm.defined()) q = rms_norm(q, w.q_norm, config.rms_eps);
+  return apply_rope(q, pos0, seq_len, config.rope);
+}
+
+torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
+                                     const KV& kv) const {
+  auto o = causal_attention(q, kv.k, kv.v);  // (N, c, Hq*hd)
+  return x_rows + layers[i].o(o, lora_enabled);
+}
+
+torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
+  const auto& w = layers[i];
+  auto n = rms_norm(x, w.post_norm, config.rms_eps);
+  auto act = torch::silu(w.gate(n, lora_enabled)) * w.up(n, lora_enabled);  // (N, rows, I)
+  return x + w.down(act, lora_enabled);
+}
+
+torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
+  auto h = attn_norm(i, x);
+  auto kv = project_kv(i, h);
+  auto q = project_q(i, h, 0, x.size(1));
+  return mlp_block(i, attention_block(i, x, q, kv));
+}
+
+torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const {
+  torch::NoGradGuard no_grad;
+  const int64_t T = x.size(1);
+  auto kv = project_kv(i, attn_norm(i, x));  // (N, Hkv, T, hd)
+  auto y = torch::empty_like(x);
+  for (int64_t s = 0; s < T; s += rows) {
+    const int64_t c = std::min(rows, T - s), e = s + c;
+    auto x_rows = x.narrow(1, s, c);
+    auto q = project_q(i, attn_norm(i, x_rows), s, T);
+    KV visible{kv.k.narrow(2, 0, e), kv.v.narrow(2, 0, e)};
+    y.narrow(1, s, c).copy_(mlp_block(i, attention_block(i, x_rows, q, visible)));
+  }
+  return y;
+}
+
+torch::Tensor Model::final_norm(const torch::Tensor& x) const {
+  return rms_norm(x, final_norm_weight, config.rms_eps);
+}
+
+torch::Tensor Model::lm_head(const torch::Tensor& h) const {
+  return torch::nn::functional::linear(h, lm_head_weight);
+}
+
+}  // namespace bpbench

@@ -1,0 +1,104 @@
+// model.h: a Qwen3 / Qwen2.5 / Llama-family decoder as named parameters plus small forward pieces.
+//
+// Strategies compose these pieces; none re-implements attention or the MLP. One layer, split the way StreamBP
+// needs it (legend in model_config.h):
+//
+//   h      = attn_norm(i, x)                       x: (N, rows, d)
+//   K, V   = project_kv(i, h_all)                  (N, Hkv, T, hd) each: RoPE'd, k-normed keys; values
+//   q      = project_q(i, h_rows, s, T)            (N, Hq, c, hd): rows [s, e) of a T-token sequence
+//   x1     = attention_block(i, x_rows, q, K[:e], V[:e])   x_rows + o_proj(causal_attention(q, K, V))
+//   y      = mlp_block(i, x1)                      x1 + down(silu(gate(n)) * up(n)), n = post_norm(x1)
+//
+// layer(i, x) is all of it over every row; head_logits(x) = final_norm then the LM head.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/model/model_config.h"
+
+namespace bpbench {
+
+// y = x W^T (+ b) (+ scale * (x A^T) B^T when a LoRA adapter is attached and enabled).
+struct Linear {
+  torch::Tensor weight;  // (out, in)
+  torch::Tensor bias;    // (out) or undefined
+  torch::Tensor lora_a;  // (r, in) or undefined
+  torch::Tensor lora_b;  // (out, r)
+  double lora_scale = 0.0;
+
+  torch::Tensor operator()(const torch::Tensor& x, bool lora_enabled = true) const;
+};
+
+struct LayerWeights {
+  torch::Tensor input_norm;      // (d)
+  Linear q, k, v, o;             // (Hq*hd, d), (Hkv*hd, d), (Hkv*hd, d), (d, Hq*hd)
+  torch::Tensor q_norm, k_norm;  // (hd) each, or undefined without qk_norm
+  torch::Tensor post_norm;       // (d)
+  Linear gate, up, down;         // (I, d), (I, d), (d, I)
+};
+
+// The parameter groups of the gradient-error report.
+enum class ParamGroup { embed, attention, mlp, norms, lm_head, lora };
+const char* param_group_name(ParamGroup g);
+
+struct NamedParameter {
+  std::string name;  // Hugging Face-style, e.g. "model.layers.3.self_attn.q_proj.weight"
+  ParamGroup group;
+  torch::Tensor tensor;
+};
+
+struct KV {
+  torch::Tensor k, v;  // (N, Hkv, T, hd)
+};
+
+class Model {
+ public:
+  ModelConfig config;
+  torch::Tensor embed_weight;  // (V, d)
+  std::vector<LayerWeights> layers;
+  torch::Tensor final_norm_weight;  // (d)
+  torch::Tensor lm_head_weight;     // (V, d); the same tensor as embed_weight when tied
+  bool lora_enabled = true;         // false: the reference policy of DPO/GRPO in LoRA mode
+
+  // Seeded random init made directly on `options`' device and dtype (std 0.02 for matrices, norms at 1).
+  static Model random(const ModelConfig& config, const torch::TensorOptions& options, uint64_t seed);
+
+  // A copy of every weight converted to `options` (device and dtype), ties and requires_grad kept. The
+  // float64 reference of the gradient error is this model converted, so both runs see the same weights.
+  Model converted(const torch::TensorOptions& options) const;
+
+  // Every parameter (tied weights once), in a fixed order. trainable_parameters() are those that get .grad.
+  std::vector<NamedParameter> named_parameters() const;
+  std::vector<NamedParameter> trainable_parameters() const;
+  void set_requires_grad(bool full_finetune);  // full: every base weight; else only LoRA adapters
+  bool has_lora() const;
+  // Attach rank-r adapters to q, k, v, o, gate, up, down (A random, B zero: output unchanged at init).
+  void add_lora(int64_t rank, double alpha, uint64_t seed);
+
+  torch::ScalarType dtype() const { return embed_weight.scalar_type(); }
+  torch::Device device() const { return embed_weight.device(); }
+
+  // ---- forward pieces -------------------------------------------------------------------------------------
+  torch::Tensor embed(const torch::Tensor& ids) const;  // (N, T) int64 -> (N, T, d)
+  torch::Tensor attn_norm(int64_t i, const torch::Tensor& x) const;
+  // Keys and values of all T rows, at positions 0 .. T-1.
+  KV project_kv(int64_t i, const torch::Tensor& h) const;
+  // Queries of rows at positions pos0 .. of a seq_len-token sequence (RoPE's dynamic scaling depends on it).
+  torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
+  torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
+                                const KV& kv) const;
+  torch::Tensor mlp_block(int64_t i, const torch::Tensor& x) const;
+  torch::Tensor layer(int64_t i, const torch::Tensor& x) const;  // all rows: (N, T, d) -> (N, T, d)
+  // The same layer under no grad with queries in chunks of `rows` (K, V once for all rows): no T x T scores.
+  torch::Tensor layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const;
+  torch::Tensor final_norm(const torch::Tensor& x) const;
+  torch::Tensor lm_head(const torch::Tensor& h) const;       // (N, c, d) -> (N, c, V) in the model dtype
+  torch::Tensor head_logits(const torch::Tensor& x) const {  // final_norm then lm_head
+    return lm_head(final_norm(x));
+  }
+};
+
+}  // namespace bpbench

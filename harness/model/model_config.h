@@ -1,0 +1,47 @@
+// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama-family decoder, and the named presets.
+//
+// Dimension legend used across bpbench (shape comments everywhere use these names):
+//   N   sequences in a step (SFT: batch B; DPO: 2B, chosen rows then rejected; GRPO: B*G)
+//   T   tokens per sequence            c   rows in one chunk (partition), rows [s, e) with e = s + c
+//   d   hidden size                    I   MLP intermediate size
+//   V   vocabulary size                L   layers
+//   Hq  query heads   Hkv  key/value heads   g = Hq / Hkv (GQA group)   hd  head dim
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/model/rope_config.h"
+
+namespace bpbench {
+
+struct ModelConfig {
+  std::string name;
+  int64_t vocab = 0;         // V
+  int64_t hidden = 0;        // d
+  int64_t intermediate = 0;  // I
+  int64_t layers = 0;        // L
+  int64_t heads = 0;         // Hq
+  int64_t kv_heads = 0;      // Hkv
+  int64_t head_dim = 0;      // hd
+  RopeConfig rope;           // type, theta and scaling (harness/rope_config.h)
+  double rms_eps = 1e-6;
+  bool tie_embeddings = false;
+  bool qk_norm = false;         // Qwen3: RMSNorm over hd on every q and k head
+  bool attention_bias = false;  // Qwen2.5: bias on the q, k, v projections
+
+  int64_t group() const { return heads / kv_heads; }
+  // Parameters of the full model (no LoRA), counting a tied embedding once.
+  int64_t parameter_count() const;
+  // Throws std::invalid_argument naming the first inconsistent field.
+  void validate() const;
+};
+
+// Presets with the public dimensions of the paper's models, plus `tiny` (unit tests) and `small` (CPU demos).
+const std::vector<ModelConfig>& model_presets();
+// The preset called `name`; throws std::invalid_argument listing the valid names when there is none.
+ModelConfig find_model_preset(const std::string& name);
+std::string model_preset_names();  // "tiny, small, qwen3-0.6b, ..."
+
+}  // namespace bpbench

@@ -1,0 +1,346 @@
+// cell_in_process.cpp: one cell in this process, the measured steps: build the model and batch, pre-allocate
+// gradients, warm up, measure memory on the first measured run and time on every one, then compare the
+// gradients with plain BP in float64. Also the hidden `run-cell` subcommand that a child process runs.
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <new>
+#include <sstream>
+
+#include "harness/objectives/data_file.h"
+#include "harness/objectives/objective.h"
+#include "harness/run/grad_error.h"
+#include "harness/run/run_detail.h"
+#include "harness/run/runner.h"
+#include "impls/dist_common.h"
+#include "impls/strategy.h"
+#include "profiles/chrome_trace.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+using profiles::Category;
+using profiles::MemoryRecorder;
+using profiles::MemoryScope;
+using namespace run_detail;
+
+namespace {
+
+void sync_device(const torch::Device& device) {
+  if (device.is_cuda() && torch::cuda::is_available()) torch::cuda::synchronize();
+}
+
+// The budget applies to the measured run only, and must be lifted on every exit path (an OOM thrown from deep
+// inside a strategy included), or the reference run and the next cell would inherit it.
+class BudgetGuard {
+ public:
+  BudgetGuard(profiles::Recorder& recorder, std::optional<int64_t> bytes)
+      : recorder_(recorder), active_(bytes.has_value()) {
+    if (active_) recorder_.set_budget(bytes);
+  }
+  ~BudgetGuard() {
+    if (active_) recorder_.set_budget(std::nullopt);
+  }
+  BudgetGuard(const BudgetGuard&) = delete;
+  BudgetGuard& operator=(const BudgetGuard&) = delete;
+
+ private:
+  profiles::Recorder& recorder_;
+  bool active_;
+};
+
+std::map<std::string, int64_t> category_map(const profiles::CategoryBytes& bytes) {
+  std::map<std::string, int64_t> out;
+  for (int i = 0; i < profiles::kCategoryCount; ++i)
+    out[profiles::category_name(static_cast<Category>(i))] = bytes[static_cast<size_t>(i)];
+  return out;
+}
+
+TimeResult time_stats(std::vector<double> runs, int64_t warmup) {
+  TimeResult t;
+  t.runs_s = runs;
+  t.warmup = warmup;
+  std::sort(runs.begin(), runs.end());
+  const size_t n = runs.size();
+  t.min_s = runs.front();
+  t.max_s = runs.back();
+  t.median_s = n % 2 ? runs[n / 2] : 0.5 * (runs[n / 2 - 1] + runs[n / 2]);
+  return t;
+}
+
+// Before each run: a single-process strategy accumulates into zeroed, pre-allocated gradients (as a training
+// loop that zeroes rather than frees them: they are base). A distributed one owns its gradient buckets and
+// starts from none.
+void prepare_grads(const std::vector<NamedParameter>& params, bool distributed) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    auto& g = p.tensor.mutable_grad();
+    if (distributed) {
+      g.reset();
+    } else if (g.defined()) {
+      g.zero_();
+    } else {  // a strategy dropped it: put it back so it counts as base, not as part of the step's peak
+      MemoryScope scope(Category::grads);
+      g = torch::zeros_like(p.tensor);
+    }
+  }
+}
+
+// The gradients of plain BP on a float64 copy of the same weights, same batch, compared with the cell's.
+GradErrorResult reference_error(const CellJob& job, const Model& model, const Batch& batch,
+                                const Objective& objective, double loss) {
+  GradErrorResult ge;
+  ge.reference = job.settings.measure.grad_error_reference;
+  try {
+    Model ref = model.converted(torch::TensorOptions().dtype(torch::kDouble).device(model.device()));
+    auto plain = make_strategy("plain");
+    const int64_t T = job.cell.seq_len;
+    ge.reference_loss = plain->forward_backward(StepInputs{ref, batch, objective, {T, T}}).item<double>();
+    ge.loss_abs_error = std::abs(loss - ge.reference_loss);
+    ge.groups = gradient_error(ref.trainable_parameters(), model.trainable_parameters());
+  } catch (const c10::Error& e) {
+    ge.error = one_line(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    ge.error = one_line(e.what());
+  }
+  return ge;
+}
+
+// Stops a timeline on every exit path, so an OOM inside the step cannot leave one recording.
+class TimelineGuard {
+ public:
+  TimelineGuard(profiles::Recorder& recorder, bool on) : recorder_(recorder), on_(on) {
+    if (on_) recorder_.start_timeline(0.0);
+  }
+  ~TimelineGuard() {
+    if (on_) recorder_.stop_timeline();
+  }
+  profiles::Timeline stop() {
+    on_ = false;
+    return recorder_.stop_timeline();
+  }
+  TimelineGuard(const TimelineGuard&) = delete;
+  TimelineGuard& operator=(const TimelineGuard&) = delete;
+
+ private:
+  profiles::Recorder& recorder_;
+  bool on_;
+};
+
+// DIR/NAME.json (plain timeline, read by `bpbench report`) and DIR/NAME.trace.json (Perfetto).
+void write_timeline(const CellJob& job, const profiles::Timeline& timeline, MemoryResult& mem) {
+  if (job.timeline_dir.empty() || job.timeline_name.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = job.timeline_dir;
+  fs::create_directories((dir / job.timeline_name).parent_path());
+  const std::string label = job.cell.label({"model", "impl", "objective", "seq_len", "partition"});
+  write_json_atomically(dir / (job.timeline_name + ".json"),
+                        json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
+  write_json_atomically(dir / (job.timeline_name + ".trace.json"), profiles::chrome_trace(timeline, label));
+  mem.timeline_file = job.timeline_name + ".json";
+  mem.trace_file = job.timeline_name + ".trace.json";
+}
+
+// Token ids from the scenario's data file for `rows` sequences of the cell's length; records what was read.
+torch::Tensor data_tokens(const CellJob& job, int64_t rows, int64_t vocab, CellResult& r) {
+  TokenData d = load_token_data(job.settings.data_path, job.cell.seq_len, vocab);
+  if (d.sequences < rows)
+    throw InputError(fmt::format("data: '{}' has {} sequences; the cell needs {} (batch x world_size)",
+                                 d.file_name, d.sequences, rows));
+  r.data = {{"file", d.file_name}, {"sha256", d.sha256}, {"sequences", rows}};
+  return d.tokens.narrow(0, 0, rows).clone();
+}
+
+// Steps 2-6 of a cell; fills `r`. Everything it builds is freed when it returns or throws.
+void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
+  const Cell& c = job.cell;
+  const MeasureSpec& m = job.settings.measure;
+  const torch::Device device(job.settings.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  profiles::Recorder& rec = profiles::recorder_for(job.settings.device);
+  const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(&strategy);
+  dist::Communicator* comm =
+      dist_strategy ? &dist::communicator_or_init_from_env(job.settings.device) : nullptr;
+  const int world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
+
+  Model model = [&] {
+    MemoryScope scope(Category::params);
+    Model built = load_model(c.model, torch::TensorOptions().dtype(parse_dtype(c.dtype)).device(device),
+                             job.settings.seed, job.settings.rope);
+    if (c.lora_rank > 0) built.add_lora(c.lora_rank, c.lora_alpha, job.settings.seed);
+    return built;
+  }();
+
+  // The batch is built before measurement: DPO and GRPO run a no-grad reference pass here. A distributed
+  // cell builds the global batch (batch examples per rank) and keeps its rank's rows.
+  auto objective = make_objective(c.objective);
+  BatchSpec spec;
+  spec.examples = c.batch * world;
+  spec.seq_len = c.seq_len;
+  spec.prompt_len = c.prompt_len;
+  spec.group = c.group;
+  spec.padding = c.padding;
+  spec.beta = c.beta;
+  spec.epsilon = c.epsilon;
+  spec.seed = job.settings.seed;
+  spec.vocab = model.config.vocab;
+  Batch batch;
+  {
+    MemoryScope scope(Category::other);
+    if (!job.settings.data_path.empty())
+      spec.data_tokens = data_tokens(job, spec.examples, model.config.vocab, r);
+    batch = objective->make_batch(spec, model, c.logits_partition);
+    if (world > 1) batch = dist::rank_batch(batch, rank, world);
+  }
+
+  const auto params = model.trainable_parameters();
+
+  const bool timed = m.time.enabled;
+  const int64_t warmup = timed ? m.time.warmup : 0, repeat = timed ? m.time.repeat : 1;
+  const StepInputs in{model, batch, *objective, Partitioning{c.partition, c.logits_partition}};
+  std::vector<double> seconds;
+  MemoryResult mem;
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t run = 0; run < warmup + repeat; ++run) {
+    prepare_grads(params, dist_strategy != nullptr);
+    if (comm) comm->barrier("before step");  // every rank starts its clock together
+    const bool first_measured = run == warmup;
+    torch::Tensor loss_t;
+    double dt = 0;
+    if (first_measured) {
+      rec.reset_peak();
+      mem.base_bytes = rec.live_bytes();
+      BudgetGuard budget(rec, m.budget_bytes);
+      TimelineGuard timeline(rec, m.timeline);
+      try {
+        sync_device(device);
+        const auto t0 = Clock::now();
+        loss_t = strategy.forward_backward(in);
+        sync_device(device);
+        dt = seconds_since(t0);
+      } catch (...) {
+        // Where the step stood when it ran out: its base and the highest point it reached within the budget.
+        mem.peak_bytes = rec.peak_bytes();
+        mem.peak_by_category = category_map(rec.peak_by_category());
+        if (m.timeline) write_timeline(job, timeline.stop(), mem);
+        if (m.memory) r.memory = mem;
+        throw;
+      }
+      mem.peak_bytes = rec.peak_bytes();
+      mem.peak_by_category = category_map(rec.peak_by_category());
+      if (m.timeline) write_timeline(job, timeline.stop(), mem);
+    } else {
+      sync_device(device);
+      const auto t0 = Clock::now();
+      loss_t = strategy.forward_backward(in);
+      sync_device(device);
+      dt = seconds_since(t0);
+    }
+    loss = loss_t.item<double>();
+    if (run >= warmup) seconds.push_back(dt);
+  }
+  r.loss = loss;
+  if (m.memory) {
+    mem.estimate_bytes = world == 1 ? estimate_cell_peak(c) : std::nullopt;
+    r.memory = mem;
+  }
+  if (timed) r.time = time_stats(seconds, warmup);
+  if (dist_strategy) r.comm = dist_strategy->last_step_comm().to_json();
+  if (m.grad_error_reference.empty()) return;
+  if (dist_strategy) {  // collective: every rank takes part; rank 0 compares with plain BP on the global
+                        // batch
+    dist_strategy->restore_parameters(model);
+    dist_strategy->load_full_gradients(model);
+    if (rank != 0) return;
+    if (world > 1) {
+      MemoryScope scope(Category::other);
+      batch = objective->make_batch(spec, model, c.logits_partition);
+    }
+  }
+  r.grad_error = reference_error(job, model, batch, *objective, loss);
+}
+
+}  // namespace
+
+CellResult run_cell(const CellJob& job) {
+  MemoryRecorder::instance();
+  CellResult r = result_for(job);
+  const auto t0 = Clock::now();
+  try {
+    if (auto strategy = strategy_for(job, r)) {
+      if (job.settings.threads > 0) torch::set_num_threads(static_cast<int>(job.settings.threads));
+      measure_cell(job, *strategy, r);
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    r.status = "oom";
+    r.reason = one_line(e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    const std::string msg = one_line(e.what_without_backtrace());
+    // The default CPU allocator reports a failed malloc as a plain c10::Error.
+    r.status = msg.find("not enough memory") != std::string::npos ? "oom" : "error";
+    r.reason = msg;
+  } catch (const std::bad_alloc& e) {
+    r.status = "oom";
+    r.reason = fmt::format("std::bad_alloc: {}", e.what());
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.reason = one_line(e.what());
+  }
+  if (r.status != "ok") {  // a failed step leaves nothing trustworthy but where its memory stood
+    r.loss.reset();
+    r.time.reset();
+    r.grad_error.reset();
+    if (r.status != "oom") r.memory.reset();
+  }
+  r.wall_s = seconds_since(t0);
+  return r;
+}
+
+int run_cell_main(const std::string& job_path) {
+  MemoryRecorder::instance();
+  std::string text;
+  if (job_path == "-") {
+    std::stringstream buf;
+    buf << std::cin.rdbuf();
+    text = buf.str();
+  } else {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(job_path, ec))
+      input_error(fmt::format("run-cell: cannot open job file '{}'", job_path),
+                  "a job file written by bpbench run");
+    text = read_file(job_path);
+  }
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    input_error(fmt::format("run-cell: malformed job JSON: {}", e.what()),
+                "a job file written by bpbench run");
+  }
+  const CellJob job = CellJob::from_json(j);
+  const CellResult r = run_cell(job);
+  const std::string line = r.to_json().dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  if (job.result_file.empty()) {
+    std::cout << line << std::flush;
+  } else {  // a rank of a distributed cell: the launcher reads RESULT_FILE.<rank>
+    const char* rank = std::getenv("RANK");
+    std::ofstream(fmt::format("{}.{}", job.result_file, rank ? rank : "0")) << line;
+  }
+  // Rank 0 holds the rendezvous store: nobody leaves while another rank may still need it.
+  if (auto* comm = dist::current_communicator()) {
+    try {
+      comm->barrier("end of cell");
+    } catch (const std::exception&) {
+    }
+  }
+  return 0;
+}
+
+}  // namespace bpbench

@@ -1,0 +1,204 @@
+// cell_job.cpp: a cell as a self-contained job (its JSON for a child process), the model it names, and what
+// every way of running it starts from: its result before anything ran and its strategy, or why it is skipped.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "harness/model/hf_model.h"
+#include "harness/model/rope_config.h"
+#include "harness/run/estimate.h"
+#include "harness/run/run_detail.h"
+#include "harness/run/runner.h"
+#include "impls/dist_common.h"
+#include "profiles/cuda_build.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+
+namespace run_detail {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+bool is_distributed(const Strategy& strategy) {
+  return dynamic_cast<const dist::DistStrategy*>(&strategy) != nullptr;
+}
+
+namespace {
+// Why a cell is not run: a CUDA cell where there is no GPU, the strategy refuses it, or a single-process
+// strategy in a multi-rank scenario.
+std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& job) {
+  if (job.settings.device == "cuda" && profiles::cuda_device_count() == 0) return profiles::no_gpu_reason();
+  if (auto why = strategy.unsupported(CellTraits{job.cell.objective, job.settings.world_size})) return why;
+  if (!is_distributed(strategy) && job.settings.world_size > 1)
+    return fmt::format("runs in one process; world_size {} is for the -dist strategies",
+                       job.settings.world_size);
+  return std::nullopt;
+}
+}  // namespace
+
+CellResult result_for(const CellJob& job, std::string status) {
+  CellResult r;
+  r.cell = job.cell;
+  r.threads = job.settings.threads;
+  r.status = std::move(status);
+  try {
+    r.rope = rope_to_json(model_config_of(job.cell.model, job.settings.rope).rope);
+  } catch (const std::exception&) {  // a model that cannot be read: the cell's error says why
+  }
+  return r;
+}
+
+std::unique_ptr<Strategy> strategy_for(const CellJob& job, CellResult& r) {
+  auto strategy = make_strategy(job.cell.impl);
+  r.uses_partition = strategy->uses_partition();
+  r.uses_logits_partition = strategy->uses_logits_partition();
+  r.world_size = is_distributed(*strategy) ? job.settings.world_size : 1;
+  if (auto why = skip_reason(*strategy, job)) {
+    r.status = "skipped";
+    r.reason = *why;
+    return nullptr;
+  }
+  return strategy;
+}
+
+}  // namespace run_detail
+
+namespace {
+bool is_preset(const std::string& name) {
+  for (const auto& p : model_presets())
+    if (p.name == name) return true;
+  return false;
+}
+}  // namespace
+
+Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
+                 const json& rope) {
+  // RoPE holds no weights and the random init does not read it: the override is config alone.
+  const ModelConfig config = model_config_of(name, rope);
+  Model model = !is_preset(name) && is_hf_model_dir(name) ? load_hf_model(name, options)
+                                                          : Model::random(config, options, seed);
+  model.config = config;
+  return model;
+}
+
+ModelConfig model_config_of(const std::string& name, const json& rope) {
+  ModelConfig config =
+      !is_preset(name) && is_hf_model_dir(name) ? read_hf_config(name) : find_model_preset(name);
+  if (!rope.is_null()) {
+    try {
+      config.rope = rope_with_parameters(config.rope, rope);
+    } catch (const std::invalid_argument& e) {
+      input_error(fmt::format("rope for model {}: {}", name, e.what()),
+                  "a rope object that every model of the scenario accepts");
+    }
+  }
+  config.validate();
+  return config;
+}
+
+std::optional<int64_t> estimate_cell_peak(const Cell& c) {
+  const auto& known = estimated_impls();
+  if (c.seq_len < 1 || std::find(known.begin(), known.end(), c.impl) == known.end()) return std::nullopt;
+  try {
+    EstimateInput in;
+    in.config = model_config_of(c.model);
+    in.seq_len = c.seq_len;
+    in.sequences = sequences_for(c.objective, c.batch, c.group);
+    in.partition = c.partition;
+    in.logits_partition = c.logits_partition;
+    in.dtype = parse_dtype(c.dtype);
+    in.impl = c.impl;
+    in.objective = c.objective;
+    in.lora_rank = c.lora_rank;
+    return estimate_peak(in).peak_bytes;
+  } catch (const std::exception&) {  // a model that cannot be read: no estimate, and the cell says why
+    return std::nullopt;
+  }
+}
+
+torch::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float32") return torch::kFloat;
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float64") return torch::kDouble;
+  input_error(fmt::format("unknown dtype '{}'", name), fmt::format("{}", fmt::join(dtype_names(), ", ")));
+}
+
+int64_t default_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);  // containers
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+json CellJob::to_json() const {
+  return {{"axes", cell.axes()},
+          {"device", settings.device},
+          {"seed", settings.seed},
+          {"threads", settings.threads},
+          {"measure", settings.measure.to_json()},
+          {"data", settings.data_path},
+          {"world_size", settings.world_size},
+          {"rope", settings.rope},
+          {"timeline_dir", timeline_dir},
+          {"timeline_name", timeline_name},
+          {"result_file", result_file}};
+}
+
+CellJob CellJob::from_json(const json& j) {
+  const std::string valid = "an object with keys axes, device, seed, threads, measure";
+  if (!j.is_object()) input_error("run-cell: the job is not a JSON object", valid);
+  for (const char* key : {"axes", "device", "seed", "threads", "measure"})
+    if (!j.contains(key)) input_error(fmt::format("run-cell: the job has no '{}'", key), valid);
+  CellJob job;
+  job.cell = Cell::from_axes(j.at("axes"));
+  if (!j.at("device").is_string() || (j.at("device") != "cpu" && j.at("device") != "cuda"))
+    input_error(fmt::format("run-cell: bad device {}", j.at("device").dump()), "cpu, cuda");
+  job.settings.device = j.at("device").get<std::string>();
+  if (!j.at("seed").is_number_unsigned()) input_error("run-cell: bad seed", "integers >= 0");
+  job.settings.seed = j.at("seed").get<uint64_t>();
+  if (!j.at("threads").is_number_integer() || j.at("threads").get<int64_t>() < 1)
+    input_error("run-cell: bad threads", "integers >= 1");
+  job.settings.threads = j.at("threads").get<int64_t>();
+  job.settings.measure = MeasureSpec::from_json(j.at("measure"));
+  auto text = [&](const char* key) {  // optional string keys
+    if (j.contains(key) && !j.at(key).is_string())
+      input_error(fmt::format("run-cell: bad {}", key), "a string");
+    return j.value(key, std::string());
+  };
+  job.settings.data_path = text("data");
+  job.timeline_dir = text("timeline_dir");
+  job.timeline_name = text("timeline_name");
+  job.result_file = text("result_file");
+  if (j.contains("world_size")) {
+    if (!j.at("world_size").is_number_integer() || j.at("world_size").get<int64_t>() < 1)
+      input_error("run-cell: bad world_size", "integers >= 1");
+    job.settings.world_size = j.at("world_size").get<int64_t>();
+  }
+  if (j.contains("rope")) job.settings.rope = j.at("rope");  // checked where the model is built
+  return job;
+}
+
+}  // namespace bpbench

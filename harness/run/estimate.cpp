@@ -1,0 +1,486 @@
+// estimate.cpp: the analytic peak memory of each strategy (formulas and their derivation:
+// reports/ESTIMATE.md).
+//
+// Conventions (legend in model_config.h): s bytes per element of the model dtype, f of the compute dtype
+// (float32 for float32/bfloat16 models, float64 for float64), "up" when they differ (bfloat16: every norm and
+// softmax input is upcast into a new float32 tensor). Aq = Hq*hd, Akv = Hkv*hd. A "row" term is bytes per
+// (sequence, token) and is multiplied by N and the rows it covers; rope tables, the c x c mask and weight
+// gradients do not scale with N.
+//
+// What autograd keeps (LibTorch 2.x, as measured by the tracking allocator):
+//   rms_norm(x, w) over width w keeps the normalised x (w s; only when w is trainable), the rsqrt (f per
+//     row), and its input: x itself when s == f, else the float32 copy (w f). pow(x, 2) saves that same
+//     input, not its result (1.13 kept the square too);
+//   rope keeps only its cos/sin tables (x * cos saves cos, not x): the pre-rope q/k are freed;
+//   causal_attention keeps the grouped-query copy qg (Aq s), the probabilities (Hq*e per row; float32 AND
+//     bfloat16 copies for a bfloat16 model), the bool c x c mask; o_proj keeps its input (Aq s);
+//   the MLP keeps gate, silu(gate), up and their product (4 I s); LoRA keeps x A^T (r s) per adapted linear.
+#include "harness/run/estimate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bpbench {
+
+namespace {
+
+struct Dims {
+  int64_t N, T, d, I, V, L, Hq, Hkv, hd, Aq, Akv;
+  int64_t s, f;  // element bytes: model dtype, compute dtype
+  bool up;       // s != f: norms and softmax copy their input to float32
+  bool qk;       // q/k RMSNorm
+  int64_t r;     // LoRA rank (0: full fine-tuning)
+  bool full;     // base weights (norms, LM head, embedding included) are trainable
+
+  // dK/dV accumulators of streambp: float32 for a bfloat16 model, else the model dtype.
+  int64_t acc() const { return s == 2 ? 4 : s; }
+  // The input of an rms_norm stays alive as the saved tensor when no upcast copy replaces it.
+  int64_t kept(int64_t w) const { return up ? 0 : w * s; }
+  // rms_norm over `w` (with `heads` rsqrt values per row) keeps, besides its input and output: the normalised
+  // x (when the weight is trainable), the float32 copy of x (bfloat16), the rsqrt.
+  int64_t rms(int64_t w, int64_t heads) const { return (full ? w * s : 0) + (up ? w * f : 0) + heads * f; }
+  // Attention half of a layer, per query row: attn_norm (+ its output h), the q path (q_norm), qg. LoRA: x
+  // A^T of q, k, v, o.
+  int64_t attn_row() const {
+    return rms(d, 1) + d * s + (qk ? kept(Aq) + rms(Aq, Hq) : 0) + Aq * s + 4 * r * s;
+  }
+  // K/V path, per key row: k_norm's saved tensors, then K (after RoPE) and V.
+  int64_t kv_row() const { return (qk ? kept(Akv) + rms(Akv, Hkv) : 0) + 2 * Akv * s; }
+  // MLP half, per row: x1 (as post_norm's input), post_norm, its output n, gate, silu, up, product; LoRA x
+  // A^T.
+  int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s; }
+  // Everything one layer's autograd graph keeps per row: attention, o_proj's input, K/V, MLP, and the layer's
+  // input (when rms_norm keeps it).
+  int64_t layer_row() const { return attn_row() + Aq * s + kv_row() + mlp_row() + kept(d); }
+  // The final norm's saved tensors and its output h (kept by the LM head only when W_lm is trainable: with
+  // LoRA the frozen head saves nothing of its input).
+  int64_t final_norm_row() const { return rms(d, 1) + (full ? d * s : 0); }
+  // Not scaled by N: the cos and sin tables of RoPE over `rows` positions (float32 computed, cast to s).
+  int64_t rope(int64_t rows) const { return 2 * rows * hd * s; }
+  // Attention probabilities of `rows` queries over `keys` keys, as saved for backward.
+  int64_t probs(int64_t rows, int64_t keys) const { return N * Hq * rows * keys * (s + (up ? f : 0)); }
+  // Backward through softmax and the masked scores of `rows` x `keys`: (a) softmax backward: saved probs,
+  // their gradient, the scores' gradient (3 f: computed in float32); (b) the in-place mask's CopySlices:
+  // incoming gradient, its clone, and the masked c x c diagonal block cloned and filled (2 s full + 2 s
+  // block). Whole-sequence attention (rows == keys) reaches (b) = 4 s; chunks stay at (a).
+  int64_t attn_backward(int64_t rows, int64_t keys) const {
+    return N * Hq * std::max(3 * f * rows * keys, 2 * s * rows * keys + 2 * s * rows * rows);
+  }
+  // Backward through the MLP of `rows` rows (its 4 I saved tensors counted elsewhere): either the down
+  // projection's (the product's gradient, N*rows*I, its weight gradient d*I, and a contiguous copy of the
+  // incoming gradient when its rows are a strided slice: N > 1 for a chunk) or, a step later, silu*up's (act
+  // and that copy released; the product's gradient plus the two factors' gradients: one more N*rows*I).
+  int64_t mlp_backward(int64_t rows, bool strided_dy) const {
+    const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
+    return std::max(N * rows * I * s + (full ? d * I * s : 0) + dy_copy, 2 * N * rows * I * s);
+  }
+  // No-grad forward of attention: the scores and the probabilities (plus bfloat16's float32 copy).
+  int64_t attn_forward(int64_t rows, int64_t keys) const {
+    return N * Hq * rows * keys * (up ? s + 2 * f : 2 * s);
+  }
+};
+
+class PhaseBuilder {
+ public:
+  explicit PhaseBuilder(std::string name) { p_.name = std::move(name); }
+  PhaseBuilder& add(std::string name, int64_t bytes, bool checkpoint = false) {
+    if (bytes != 0) p_.terms.push_back({std::move(name), bytes, checkpoint});
+    return *this;
+  }
+  PhaseEstimate done() {
+    p_.bytes = 0;
+    for (const auto& t : p_.terms) p_.bytes += t.bytes;
+    return p_;
+  }
+
+ private:
+  PhaseEstimate p_;
+};
+
+int64_t element_bytes(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat:
+      return 4;
+    case torch::kBFloat16:
+      return 2;
+    case torch::kDouble:
+      return 8;
+    default:
+      throw std::invalid_argument(fmt::format(
+          "estimate: unsupported dtype {} (valid: float32, bfloat16, float64)", c10::toString(t)));
+  }
+}
+
+const char* dtype_name(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kDouble ? "float64" : "float32";
+}
+
+int64_t clamp_rows(int64_t rows, int64_t T) {
+  return rows <= 0 || rows > T ? T : rows;
+}
+
+// Query chunks worth checking for a chunked layer: the last one (sees every key) and, when it is short, the
+// last full-size one before it. Each as {rows, keys}.
+std::vector<std::pair<int64_t, int64_t>> critical_chunks(int64_t T, int64_t c) {
+  const int64_t last_rows = T - ((T - 1) / c) * c;
+  std::vector<std::pair<int64_t, int64_t>> out = {{last_rows, T}};
+  if (last_rows < c && T > c) out.push_back({c, T - last_rows});
+  return out;
+}
+
+// ---- head phases ------------------------------------------------------------------------------------------
+
+// Whole-sequence head (plain, checkpoint): logits (N, T, V) in s, upcast, log-softmax kept; the backward peak
+// is log-probs + their gradient + the logits' gradient, all in f. Later, the LM head's weight gradient (V,
+// d).
+// The head backward's high point over `rows` = N*R rows (R named `R` in the terms): the softmax's three
+// (rows, V) tensors in f, or later the logits' gradient with the LM head's weight gradient and dx rows.
+void add_head_backward(PhaseBuilder& p, const Dims& D, int64_t rows, const char* R, bool chunk) {
+  const int64_t softmax = 3 * rows * D.V * D.f;
+  const int64_t weight = rows * D.V * D.s + (D.full ? D.V * D.d * D.s : 0) + rows * D.d * D.s;
+  if (softmax >= weight)
+    p.add(fmt::format("log-probs, their gradient, the logits' gradient{}: 3 x N*{}*V*f",
+                      chunk ? ", one chunk" : "", R),
+          softmax);
+  else
+    p.add(fmt::format("logits' gradient + LM-head weight gradient + dx{}: N*{}*V*s + V*d*s + N*{}*d*s",
+                      chunk ? " rows" : "", R, R),
+          weight);
+}
+
+void add_whole_head(PhaseBuilder& p, const Dims& D) {
+  const int64_t rows = D.N * D.T;
+  p.add("final norm saved (normed, rsqrt) + its output: N*T*(rms(d) + d*s)", rows * D.final_norm_row());
+  add_head_backward(p, D, rows, "T", false);
+}
+
+// Streamed head: per chunk of c_l rows the same, plus dx (N, T, d) for the whole sequence.
+void add_chunk_head(PhaseBuilder& p, const Dims& D, int64_t cl) {
+  const int64_t rows = D.N * cl;
+  p.add("dx of the head: N*T*d*s", D.N * D.T * D.d * D.s);
+  p.add("final norm saved + output, one chunk: N*c_l*(rms(d) + d*s)", rows * D.final_norm_row());
+  add_head_backward(p, D, rows, "c_l", true);
+}
+
+int64_t checkpoints_bytes(const Dims& D, int64_t count) {
+  return count * D.N * D.T * D.d * D.s;
+}
+
+// ---- layer phases for whole-sequence re-forward (checkpoint, checkpoint-chunked-head, mst) ----------------
+
+// The attention backward of the top layer (the largest: every lower checkpoint is still alive). Kept: the
+// attention half of the layer for all T rows (o_proj's input already consumed), K and V's gradient (V itself
+// released), the rope tables, the T x T mask, three (N, T, d) gradients in flight, and the backward through
+// softmax and the mask.
+PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, const std::string& flow_note) {
+  const int64_t rows = D.N * D.T;
+  PhaseBuilder p("layer attention backward");
+  p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", checkpoints - 1, checkpoints),
+        checkpoints_bytes(D, checkpoints), true);
+  p.add("gradients in flight (" + flow_note + "): 3 x N*T*d*s", 3 * rows * D.d * D.s);
+  p.add("attention half saved: N*T*attn_row", rows * D.attn_row());
+  p.add("K path saved + K + dV: N*T*kv_row", rows * D.kv_row());
+  p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
+  p.add("causal mask: T*T bool", D.T * D.T);
+  p.add("softmax + mask backward: N*Hq*T*T*max(3f, 4s)", D.attn_backward(D.T, D.T));
+  return p.done();
+}
+
+// The MLP backward of the top layer for a whole-layer re-forward (checkpoint): the whole layer's graph, the
+// incoming gradient and layer output, the gradient of the MLP product and the down projection's weight
+// gradient.
+PhaseEstimate whole_mlp_backward(const Dims& D, int64_t checkpoints) {
+  const int64_t rows = D.N * D.T;
+  PhaseBuilder p("layer mlp backward");
+  p.add(fmt::format("layer inputs: {} x N*T*d*s", checkpoints), checkpoints_bytes(D, checkpoints), true);
+  p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
+  p.add("layer graph: N*T*(attn_row + Aq*s + kv_row + mlp_row)",
+        rows * (D.attn_row() + D.Aq * D.s + D.kv_row() + D.mlp_row()));
+  p.add("rope tables + mask + probabilities", 2 * D.rope(D.T) + D.T * D.T + D.probs(D.T, D.T));
+  p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
+  return p.done();
+}
+
+// No-grad checkpointed forward at the top layer: the stored inputs, the output being built, K and V for all
+// rows, and one query chunk's attention (`rows` queries over all keys for the last chunk).
+PhaseEstimate checkpointed_forward_phase(const Dims& D, int64_t rows) {
+  PhaseBuilder p("forward");
+  p.add(fmt::format("layer inputs x_0..x_{} and the output being built: {} x N*T*d*s", D.L - 1, D.L + 1),
+        checkpoints_bytes(D, D.L + 1), true);
+  p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
+  p.add("one chunk's normed rows, q, grouped q: N*c*(d + 2*Aq)*s", D.N * rows * (D.d + 2 * D.Aq) * D.s);
+  p.add("one chunk's scores + probabilities: N*Hq*c*T*(2s | s+2f)", D.attn_forward(rows, D.T));
+  return p.done();
+}
+
+// ---- strategies -------------------------------------------------------------------------------------------
+
+std::vector<PhaseEstimate> plain_phases(const Dims& D) {
+  const int64_t rows = D.N * D.T;
+  const int64_t layer_graph = rows * D.layer_row() + 2 * D.rope(D.T) + D.probs(D.T, D.T) + D.T * D.T;
+  // LoRA: the embedding output needs no grad and input_norm is frozen, so layer 0's attn_norm keeps nothing
+  // (its output h is kept by the adapters' A, counted in attn_row).
+  const int64_t frozen_first_norm = D.full ? 0 : rows * (D.kept(D.d) + D.rms(D.d, 1));
+  std::vector<PhaseEstimate> out;
+  {
+    PhaseBuilder p("head");
+    p.add(fmt::format("autograd graph of {} layers: L*(N*T*layer_row + 4*T*hd*s + probs + T*T mask)", D.L),
+          D.L * layer_graph - frozen_first_norm, true);
+    p.add("final norm input x_L (kept when s == f): N*T*d*s", rows * D.kept(D.d), true);
+    add_whole_head(p, D);
+    out.push_back(p.done());
+  }
+  {
+    PhaseBuilder p("layer mlp backward");
+    p.add("autograd graph of every layer", D.L * layer_graph - frozen_first_norm, true);
+    p.add("dy: N*T*d*s", rows * D.d * D.s);
+    p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
+    out.push_back(p.done());
+  }
+  {
+    PhaseBuilder p("layer attention backward");
+    p.add(fmt::format("autograd graph of the {} lower layers", D.L - 1),
+          (D.L - 1) * layer_graph - (D.L > 1 ? frozen_first_norm : 0), true);
+    p.add("top layer: its input, attention half, K path + dV: N*T*(kept(d) + attn_row + kv_row)",
+          rows * (D.kept(D.d) + D.attn_row() + D.kv_row()));
+    p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
+    p.add("top layer rope tables + mask", 2 * D.rope(D.T) + D.T * D.T);
+    p.add("softmax + mask backward: N*Hq*T*T*max(3f, 4s)", D.attn_backward(D.T, D.T));
+    out.push_back(p.done());
+  }
+  return out;
+}
+
+std::vector<PhaseEstimate> checkpoint_phases(const Dims& D, bool chunked_head, int64_t cl) {
+  std::vector<PhaseEstimate> out;
+  out.push_back(checkpointed_forward_phase(D, D.T));
+  {
+    PhaseBuilder p(chunked_head ? "head chunk" : "head");
+    p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", D.L, D.L + 1), checkpoints_bytes(D, D.L + 1),
+          true);
+    if (chunked_head)
+      add_chunk_head(p, D, cl);
+    else
+      add_whole_head(p, D);
+    out.push_back(p.done());
+  }
+  out.push_back(whole_mlp_backward(D, D.L));
+  out.push_back(whole_attention_backward(D, D.L, "dy, x_in.grad, the residual's gradient"));
+  return out;
+}
+
+std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
+  const int64_t rows = D.N * D.T;
+  std::vector<PhaseEstimate> out;
+  out.push_back(checkpointed_forward_phase(D, D.T));
+  {
+    PhaseBuilder p("head chunk");
+    p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", D.L, D.L + 1), checkpoints_bytes(D, D.L + 1),
+          true);
+    add_chunk_head(p, D, cl);
+    out.push_back(p.done());
+  }
+  {
+    // Attention re-forwarded whole and kept; the MLP recomputed and backpropagated one mini-sequence at a
+    // time.
+    PhaseBuilder p("layer mlp backward");
+    p.add(fmt::format("layer inputs: {} x N*T*d*s", D.L), checkpoints_bytes(D, D.L), true);
+    p.add("x1, dy, dx1: 3 x N*T*d*s", 3 * rows * D.d * D.s);
+    p.add("attention graph, all rows: N*T*(attn_row + Aq*s + kv_row)",
+          rows * (D.attn_row() + D.Aq * D.s + D.kv_row()));
+    p.add("rope tables + mask + probabilities", 2 * D.rope(D.T) + D.T * D.T + D.probs(D.T, D.T));
+    // Its input x1[s:e] is a view of x1 (counted above): the graph adds only what mlp_row has beyond it.
+    p.add("one mini-sequence's MLP graph and output: N*c*(mlp_row - kept(d) + d*s)",
+          D.N * c * (D.mlp_row() - D.kept(D.d) + D.d * D.s));
+    p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
+          D.mlp_backward(c, true));
+    out.push_back(p.done());
+  }
+  out.push_back(whole_attention_backward(D, D.L, "x1, dx1, x_in.grad"));
+  return out;
+}
+
+std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl) {
+  const int64_t rows = D.N * D.T;
+  std::vector<PhaseEstimate> out;
+  out.push_back(checkpointed_forward_phase(D, c));
+  {
+    PhaseBuilder p("head chunk");
+    p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", D.L, D.L + 1), checkpoints_bytes(D, D.L + 1),
+          true);
+    add_chunk_head(p, D, cl);
+    out.push_back(p.done());
+  }
+  // Alive through the top layer's chunks: the layer inputs below, dy and dx, the K/V path for all T rows with
+  // its graph (attn_norm, k_norm, K, V), dK and dV, and the k rope tables.
+  auto layer_base = [&](PhaseBuilder& p) {
+    p.add(fmt::format("layer inputs: {} x N*T*d*s", D.L), checkpoints_bytes(D, D.L), true);
+    p.add("dy and dx: 2 x N*T*d*s", 2 * rows * D.d * D.s);
+    p.add("K/V path graph, all rows: N*T*(rms(d) + d*s + kv_row)",
+          rows * (D.rms(D.d, 1) + D.d * D.s + D.kv_row()));
+    p.add("dK, dV accumulators: 2 x N*T*Akv*acc", 2 * rows * D.Akv * D.acc());
+    p.add("k rope tables: 2*T*hd*s", D.rope(D.T));
+  };
+  PhaseEstimate mlp, attn;
+  for (auto [r, e] : critical_chunks(D.T, c)) {
+    // K[:e] and V[:e] are views of (N, T, Hkv, hd) storage; with N > 1 and Hkv > 1 the batched matmuls cannot
+    // fold (N, Hkv) into one batch dimension and save contiguous copies of them (V's until its matmul's
+    // backward, K's until the scores' backward). The whole-sequence strategies drop K and V once copied.
+    const int64_t kv_copy = D.N > 1 && D.Hkv > 1 ? D.N * e * D.Akv * D.s : 0;
+    {
+      PhaseBuilder p("layer mlp backward");
+      layer_base(p);
+      p.add("chunk graph: N*c*(attn_row + 2*Aq*s + mlp_row)",
+            D.N * r * (D.attn_row() + 2 * D.Aq * D.s + D.mlp_row()));
+      p.add("chunk gradient in flight: N*c*d*s", D.N * r * D.d * D.s);
+      p.add("chunk probabilities (c x e) + mask + q rope tables", D.probs(r, e) + r * r + D.rope(r));
+      p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
+            D.mlp_backward(r, true));
+      p.add("matmul copies of K[:e], V[:e] (N > 1): 2 x N*e*Akv*s", 2 * kv_copy);
+      auto ph = p.done();
+      if (ph.bytes > mlp.bytes) mlp = ph;
+    }
+    {
+      PhaseBuilder p("layer attention backward");
+      layer_base(p);
+      p.add("chunk attention half + q after rope: N*c*(attn_row + Aq*s)",
+            D.N * r * (D.attn_row() + D.Aq * D.s));
+      p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
+      p.add("gradient of the visible V: N*e*Akv*s", D.N * e * D.Akv * D.s);
+      p.add("chunk mask + q rope tables", r * r + D.rope(r));
+      p.add("softmax + mask backward, c x e: N*Hq*c*e*max(3f, 2s + 2s*c/e)", D.attn_backward(r, e));
+      p.add("matmul copy of K[:e] (N > 1): N*e*Akv*s", kv_copy);
+      auto ph = p.done();
+      if (ph.bytes > attn.bytes) attn = ph;
+    }
+  }
+  out.push_back(mlp);
+  out.push_back(attn);
+  return out;
+}
+
+int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
+  const int64_t d = c.hidden, Aq = c.heads * c.head_dim, Akv = c.kv_heads * c.head_dim, I = c.intermediate;
+  // q, k, v, o, gate, up, down: r * (in + out) each.
+  return c.layers * r * ((d + Aq) + 2 * (d + Akv) + (Aq + d) + 2 * (d + I) + (I + d));
+}
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+const std::vector<std::string>& estimated_impls() {
+  static const std::vector<std::string> names = {"plain", "checkpoint", "checkpoint-chunked-head", "mst",
+                                                 "streambp"};
+  return names;
+}
+
+int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group) {
+  if (objective == "sft") return batch;
+  if (objective == "dpo") return 2 * batch;
+  if (objective == "grpo") return batch * group;
+  throw std::invalid_argument(
+      fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", objective));
+}
+
+MemoryEstimate estimate_peak(const EstimateInput& in) {
+  const auto& impls = estimated_impls();
+  if (std::find(impls.begin(), impls.end(), in.impl) == impls.end())
+    throw std::invalid_argument(
+        fmt::format("estimate: no estimate for impl '{}' (valid: {})", in.impl, fmt::join(impls, ", ")));
+  if (in.objective != "sft" && in.objective != "dpo" && in.objective != "grpo")
+    throw std::invalid_argument(
+        fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", in.objective));
+  if (in.seq_len <= 0 || in.sequences <= 0 || in.lora_rank < 0)
+    throw std::invalid_argument("estimate: seq_len and sequences must be > 0, lora_rank >= 0");
+  in.config.validate();
+
+  const ModelConfig& c = in.config;
+  Dims D{};
+  D.N = in.sequences;
+  D.T = in.seq_len;
+  D.d = c.hidden;
+  D.I = c.intermediate;
+  D.V = c.vocab;
+  D.L = c.layers;
+  D.Hq = c.heads;
+  D.Hkv = c.kv_heads;
+  D.hd = c.head_dim;
+  D.Aq = c.heads * c.head_dim;
+  D.Akv = c.kv_heads * c.head_dim;
+  D.s = element_bytes(in.dtype);
+  D.f = in.dtype == torch::kDouble ? 8 : 4;
+  D.up = D.s != D.f;
+  D.qk = c.qk_norm;
+  D.r = in.lora_rank;
+  D.full = in.lora_rank == 0;
+  const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
+
+  MemoryEstimate e;
+  const int64_t base_params = c.parameter_count(), adapters = D.full ? 0 : lora_adapter_params(c, D.r);
+  e.params = (base_params + adapters) * D.s;
+  e.grads = (D.full ? base_params : adapters) * D.s;
+  // input_ids and targets (N, T) int64; DPO: reference sums (N) float64; GRPO: reference and old log-probs
+  // (N, T), advantages and token weights (N), float64.
+  e.batch = 2 * D.N * D.T * 8;
+  if (in.objective == "dpo") e.batch += D.N * 8;
+  if (in.objective == "grpo") e.batch += 2 * D.N * D.T * 8 + 2 * D.N * 8;
+  e.base = e.params + e.grads + e.batch;
+
+  if (in.impl == "plain")
+    e.phases = plain_phases(D);
+  else if (in.impl == "checkpoint")
+    e.phases = checkpoint_phases(D, false, cl);
+  else if (in.impl == "checkpoint-chunked-head")
+    e.phases = checkpoint_phases(D, true, cl);
+  else if (in.impl == "mst")
+    e.phases = mst_phases(D, cp, cl);
+  else
+    e.phases = streambp_phases(D, cp, cl);
+
+  const PhaseEstimate* top = &e.phases.front();
+  for (const auto& p : e.phases) {
+    int64_t ckpt = 0;
+    for (const auto& t : p.terms) ckpt += t.checkpoint ? t.bytes : 0;
+    if (p.name.rfind("head", 0) == 0)
+      e.head_working_set = std::max(e.head_working_set, p.bytes - ckpt);
+    else if (p.name.rfind("layer", 0) == 0)
+      e.layer_working_set = std::max(e.layer_working_set, p.bytes - ckpt);
+    if (p.bytes > top->bytes) top = &p;
+  }
+  e.dominant_phase = top->name;
+  e.peak_above_base = top->bytes;
+  for (const auto& t : top->terms) e.checkpoints += t.checkpoint ? t.bytes : 0;
+  e.peak_bytes = e.base + e.peak_above_base;
+  return e;
+}
+
+std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
+  std::ostringstream o;
+  o << fmt::format("{} on {} ({}), T={}, N={}, partition={}, logits_partition={}, objective {}{}\n", in.impl,
+                   in.config.name, dtype_name(in.dtype), in.seq_len, in.sequences,
+                   clamp_rows(in.partition, in.seq_len), clamp_rows(in.logits_partition, in.seq_len),
+                   in.objective, in.lora_rank > 0 ? fmt::format(", LoRA r={}", in.lora_rank) : "");
+  o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}\n", e.base, mib(e.base), e.params,
+                   e.grads, e.batch);
+  for (const auto& p : e.phases) {
+    o << fmt::format("  {}{:<26} {:>14} bytes ({}) above base\n", p.name == e.dominant_phase ? "*" : " ",
+                     p.name, p.bytes, mib(p.bytes));
+    for (const auto& t : p.terms) o << fmt::format("      {:>14}  {}\n", t.bytes, t.name);
+  }
+  o << fmt::format("  peak {:>14} bytes ({}), {} above base, in the {}\n", e.peak_bytes, mib(e.peak_bytes),
+                   mib(e.peak_above_base), e.dominant_phase);
+  return o.str();
+}
+
+}  // namespace bpbench

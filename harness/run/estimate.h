@@ -1,0 +1,76 @@
+// estimate.h: the analytic peak memory of one forward + backward of each strategy, from the model's
+// dimensions.
+//
+// The estimate is an inventory: for every phase a strategy goes through (forward, head, a layer's attention
+// or MLP backward) it lists the tensors alive at that phase's high point as named terms (a count times a
+// shape from the dimensions, e.g. "3 x N*c_l*V*4: log-probs, their gradient, the logits' gradient"), and the
+// peak is the largest phase. It is meant to match the harness's own CPU tracking allocator
+// (profiles/memory.h), which counts every LibTorch tensor allocation: base (params + grads + batch, live when
+// the step starts) plus the step's peak above it. The formulas, and which tensor each term is, are in
+// reports/ESTIMATE.md.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "harness/model/model_config.h"
+
+namespace bpbench {
+
+struct EstimateInput {
+  ModelConfig config;
+  int64_t seq_len = 0;           // T
+  int64_t sequences = 1;         // N rows: SFT batch B, DPO 2B, GRPO B*G (sequences_for() computes it)
+  int64_t partition = 0;         // c: rows per layer chunk (<= 0 or > T: T)
+  int64_t logits_partition = 0;  // c_l: rows per LM-head chunk (<= 0 or > T: T)
+  torch::ScalarType dtype = torch::kFloat;  // model dtype: float32, bfloat16 or float64
+  std::string impl;                         // plain | checkpoint | checkpoint-chunked-head | mst | streambp
+  std::string objective = "sft";            // sft | dpo | grpo
+  int64_t lora_rank = 0;                    // 0: full fine-tuning
+};
+
+// One named tensor term of a phase: `bytes` in all (count x shape x element size).
+struct EstimateTerm {
+  std::string name;
+  int64_t bytes = 0;
+  bool checkpoint = false;  // kept across the whole backward (layer inputs, or plain's autograd graph)
+};
+
+// One phase's high point: everything alive above base.
+struct PhaseEstimate {
+  std::string name;  // "forward", "head", "head chunk", "layer attention backward", "layer mlp backward"
+  int64_t bytes = 0;
+  std::vector<EstimateTerm> terms;
+};
+
+struct MemoryEstimate {
+  int64_t params = 0;       // model weights (+ LoRA adapters)
+  int64_t grads = 0;        // .grad of every trainable parameter (pre-allocated, as the runner does)
+  int64_t batch = 0;        // token ids, targets and objective extras
+  int64_t base = 0;         // params + grads + batch: live when the step starts
+  int64_t checkpoints = 0;  // kept across the backward at the peak phase (layer inputs; plain: the graph)
+  int64_t layer_working_set = 0;      // largest layer-backward phase, less its checkpoints
+  int64_t head_working_set = 0;       // head phase (logits and their gradients), less its checkpoints
+  int64_t peak_above_base = 0;        // the largest phase
+  int64_t peak_bytes = 0;             // base + peak_above_base: comparable to the measured memory.peak_bytes
+  std::string dominant_phase;         // the phase that sets the peak
+  std::vector<PhaseEstimate> phases;  // every phase considered, in the order the strategy runs them
+};
+
+// Throws std::invalid_argument for an impl without an estimate, a bad dtype, or non-positive T / N.
+MemoryEstimate estimate_peak(const EstimateInput& in);
+
+// N for an objective: sft B, dpo 2B, grpo B*G.
+int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group);
+
+// The impls estimate_peak knows.
+const std::vector<std::string>& estimated_impls();
+
+// A readable breakdown: base, every phase with its terms, the peak. For `bpbench estimate`.
+std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e);
+
+}  // namespace bpbench

@@ -1,0 +1,394 @@
+// results.cpp: result records <-> JSON, run metadata, the atomically rewritten results.json, console tables.
+#include "harness/run/results.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <thread>
+
+#include "profiles/cuda_build.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+
+namespace {
+
+json opt_number(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+std::optional<double> read_opt_number(const json& j, const char* key) {
+  if (!j.contains(key) || !j.at(key).is_number()) return std::nullopt;
+  return j.at(key).get<double>();
+}
+
+// Invalid UTF-8 in an exception message must not make the results unwritable.
+std::string dump(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+std::string git_commit() {
+  const std::string cmd = fmt::format("git -C '{}' rev-parse HEAD 2>/dev/null", BPBENCH_SOURCE_DIR);
+  FILE* p = popen(cmd.c_str(), "r");  // popen execs a shell: no fork-without-exec of a LibTorch process
+  if (!p) return "unknown";
+  char buf[128] = {0};
+  std::string out = fgets(buf, sizeof buf, p) ? buf : "";
+  const int rc = pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return rc == 0 && out.size() == 40 ? out : "unknown";
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : "unknown";
+}
+
+}  // namespace
+
+// ---- CellResult
+// ---------------------------------------------------------------------------------------------
+
+json CellResult::to_json() const {
+  json j;
+  j["axes"] = cell.axes();
+  j["threads"] = threads;
+  j["status"] = status;
+  j["reason"] = reason;
+  j["loss"] = opt_number(loss);
+  j["wall_s"] = wall_s;
+  j["uses_partition"] = uses_partition;
+  j["uses_logits_partition"] = uses_logits_partition;
+  j["rope"] = rope;
+  if (memory) {
+    j["memory"] = {
+        {"base_bytes", memory->base_bytes},
+        {"peak_bytes", memory->peak_bytes},
+        {"peak_above_base_bytes", memory->peak_bytes - memory->base_bytes},
+        {"peak_by_category", memory->peak_by_category},
+        {"estimate_bytes", memory->estimate_bytes ? json(*memory->estimate_bytes) : json(nullptr)}};
+    if (!memory->timeline_file.empty()) j["memory"]["timeline_file"] = memory->timeline_file;
+    if (!memory->trace_file.empty()) j["memory"]["trace_file"] = memory->trace_file;
+  } else {
+    j["memory"] = nullptr;
+  }
+  if (time) {
+    j["time"] = {{"median_s", time->median_s},   {"min_s", time->min_s},   {"max_s", time->max_s},
+                 {"count", time->runs_s.size()}, {"warmup", time->warmup}, {"runs_s", time->runs_s}};
+  } else {
+    j["time"] = nullptr;
+  }
+  if (grad_error) {
+    json g = {{"reference", grad_error->reference}};
+    if (!grad_error->error.empty()) {
+      g["error"] = grad_error->error;
+    } else {
+      g["reference_loss"] = grad_error->reference_loss;
+      g["loss_abs_error"] = grad_error->loss_abs_error;
+      json groups = json::object();
+      for (const auto& [name, s] : grad_error->groups) groups[name] = s.to_json();
+      g["groups"] = groups;
+    }
+    j["grad_error"] = g;
+  } else {
+    j["grad_error"] = nullptr;
+  }
+  if (!data.is_null()) j["data"] = data;
+  if (max_len) {
+    j["max_seq_len"] = max_len->max_seq_len;
+    j["hit_upper"] = max_len->hit_upper;
+    j["search"] = {{"budget_bytes", max_len->search.budget_bytes},
+                   {"granularity", max_len->search.granularity},
+                   {"upper", max_len->search.upper},
+                   {"error", max_len->error}};
+    json probes = json::array();
+    for (const auto& p : max_len->probes)
+      probes.push_back(
+          {{"seq_len", p.seq_len}, {"status", p.status}, {"peak_bytes", p.peak_bytes}, {"reason", p.reason}});
+    j["probes"] = probes;
+  }
+  if (!comm.is_null()) j["comm"] = comm;
+  if (world_size > 1) {
+    j["world_size"] = world_size;
+    j["ranks"] = ranks;
+  }
+  return j;
+}
+
+CellResult CellResult::from_json(const json& j) {
+  CellResult r;
+  r.cell = Cell::from_axes(j.at("axes"));
+  r.threads = j.value("threads", int64_t{0});
+  r.status = j.at("status").get<std::string>();
+  r.reason = j.value("reason", std::string());
+  r.loss = read_opt_number(j, "loss");
+  r.wall_s = j.value("wall_s", 0.0);
+  r.uses_partition = j.value("uses_partition", false);
+  r.uses_logits_partition = j.value("uses_logits_partition", false);
+  r.rope = j.value("rope", json());  // absent in files written before it was recorded
+  if (j.contains("memory") && j.at("memory").is_object()) {
+    const json& m = j.at("memory");
+    MemoryResult mem;
+    mem.base_bytes = m.at("base_bytes").get<int64_t>();
+    mem.peak_bytes = m.at("peak_bytes").get<int64_t>();
+    if (m.contains("peak_by_category"))
+      mem.peak_by_category = m.at("peak_by_category").get<std::map<std::string, int64_t>>();
+    if (m.contains("estimate_bytes") && m.at("estimate_bytes").is_number_integer())
+      mem.estimate_bytes = m.at("estimate_bytes").get<int64_t>();
+    mem.timeline_file = m.value("timeline_file", std::string());
+    mem.trace_file = m.value("trace_file", std::string());
+    r.memory = mem;
+  }
+  if (j.contains("time") && j.at("time").is_object()) {
+    const json& t = j.at("time");
+    TimeResult tr;
+    tr.median_s = t.at("median_s").get<double>();
+    tr.min_s = t.at("min_s").get<double>();
+    tr.max_s = t.at("max_s").get<double>();
+    tr.warmup = t.value("warmup", int64_t{0});
+    tr.runs_s = t.at("runs_s").get<std::vector<double>>();
+    r.time = tr;
+  }
+  if (j.contains("grad_error") && j.at("grad_error").is_object()) {
+    const json& g = j.at("grad_error");
+    GradErrorResult ge;
+    ge.reference = g.value("reference", std::string("float64"));
+    ge.error = g.value("error", std::string());
+    ge.reference_loss = g.value("reference_loss", 0.0);
+    ge.loss_abs_error = g.value("loss_abs_error", 0.0);
+    if (g.contains("groups")) {
+      for (const auto& [name, s] : g.at("groups").items()) {
+        ErrorStats e;
+        e.er_abs = s.at("er_abs").get<double>();
+        e.er_rel = s.at("er_rel").get<double>();
+        e.max_abs = s.at("max_abs").get<double>();
+        e.rel_l2 = s.at("rel_l2").get<double>();
+        e.count = s.at("count").get<int64_t>();
+        ge.groups[name] = e;
+      }
+    }
+    r.grad_error = ge;
+  }
+  if (j.contains("data")) r.data = j.at("data");
+  if (j.contains("max_seq_len") && j.contains("search")) {
+    const json& s = j.at("search");
+    MaxLenRecord m;
+    m.search.budget_bytes = s.at("budget_bytes").get<int64_t>();
+    m.search.granularity = s.at("granularity").get<int64_t>();
+    m.search.upper = s.at("upper").get<int64_t>();
+    m.error = s.value("error", std::string());
+    m.max_seq_len = j.at("max_seq_len").get<int64_t>();
+    m.hit_upper = j.value("hit_upper", false);
+    for (const auto& p : j.value("probes", json::array()))
+      m.probes.push_back({p.at("seq_len").get<int64_t>(), p.at("status").get<std::string>(),
+                          p.value("peak_bytes", int64_t{0}), p.value("reason", std::string())});
+    r.max_len = m;
+  }
+  if (j.contains("comm")) r.comm = j.at("comm");
+  r.world_size = j.value("world_size", int64_t{1});
+  if (j.contains("ranks")) r.ranks = j.at("ranks");
+  return r;
+}
+
+std::optional<double> CellResult::grad_rel_l2() const {
+  if (!grad_error) return std::nullopt;
+  auto it = grad_error->groups.find("all");
+  if (it == grad_error->groups.end()) return std::nullopt;
+  return it->second.rel_l2;
+}
+
+// ---- meta
+// ---------------------------------------------------------------------------------------------------
+
+std::string iso8601_utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string cpu_description() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    auto s = line.substr(colon + 1);
+    s.erase(0, s.find_first_not_of(" \t"));
+    return s;
+  }
+  return "unknown CPU";
+}
+
+json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv, int64_t threads,
+                  bool isolate) {
+  json device = {{"kind", scenario.settings.device},
+                 {"cpu", cpu_description()},
+                 {"cores", std::thread::hardware_concurrency()}};
+  if (scenario.settings.device == "cuda")
+    device["cuda_devices"] = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  device["description"] =
+      scenario.settings.device == "cuda"
+          ? fmt::format("CUDA ({} devices), host {}", device["cuda_devices"].get<int64_t>(),
+                        device["cpu"].get<std::string>())
+          : fmt::format("{}, {} cores", device["cpu"].get<std::string>(),
+                        std::thread::hardware_concurrency());
+  return {
+      {"bpbench_version", kBpbenchVersion},
+      {"versions",
+       {{"bpbench", kBpbenchVersion},
+        {"torch", std::string(TORCH_VERSION)},
+        {"fmt", fmt::format("{}.{}.{}", FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100)},
+        {"nlohmann_json", fmt::format("{}.{}.{}", NLOHMANN_JSON_VERSION_MAJOR, NLOHMANN_JSON_VERSION_MINOR,
+                                      NLOHMANN_JSON_VERSION_PATCH)},
+        {"compiler", __VERSION__},
+        {"cuda", profiles::cuda_build_info()}}},
+      {"argv", argv},
+      {"device", device},
+      {"threads", threads},
+      {"isolate", isolate},
+      {"git_commit", git_commit()},
+      {"start_time", iso8601_utc_now()},
+      {"hostname", hostname()},
+      {"scenario_name", scenario.name},
+      {"scenario", scenario.source},
+      {"memory_note", "peaks count LibTorch CPU tensors only, not BLAS/oneDNN scratch buffers"},
+  };
+}
+
+// ---- results.json
+// -------------------------------------------------------------------------------------------
+
+void write_json_atomically(const std::filesystem::path& path, const json& j) {
+  const auto tmp = path.string() + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  const std::string text = dump(j, 2) + "\n";
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  fsync(fileno(f)) == 0;
+  const int err = errno;
+  std::fclose(f);
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    throw std::runtime_error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path.string(), ec.message()));
+}
+
+ResultsWriter::ResultsWriter(const std::filesystem::path& dir, json meta, size_t cells_total) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    input_error(fmt::format("cannot create output directory '{}': {}", dir.string(),
+                            ec ? ec.message() : "a file is in the way"),
+                "a writable directory path");
+  path_ = dir / "results.json";
+  doc_ = {{"schema", kResultsSchema},
+          {"complete", false},
+          {"cells_total", cells_total},
+          {"meta", std::move(meta)},
+          {"cells", json::array()}};
+  try {
+    write();
+  } catch (const std::exception& e) {
+    input_error(e.what(), "a writable directory path");
+  }
+}
+
+void ResultsWriter::add(const CellResult& cell) {
+  doc_["cells"].push_back(cell.to_json());
+  write();
+}
+
+void ResultsWriter::finish() {
+  doc_["complete"] = true;
+  doc_["meta"]["end_time"] = iso8601_utc_now();
+  write();
+}
+
+void ResultsWriter::write() {
+  write_json_atomically(path_, doc_);
+}
+
+// ---- rendering
+// ----------------------------------------------------------------------------------------------
+
+std::string format_mib(int64_t bytes) {
+  return fmt::format("{:.1f}", static_cast<double>(bytes) / (1 << 20));
+}
+
+std::string format_seconds(double s) {
+  const auto t = static_cast<int64_t>(s + 0.5);
+  if (t < 60) return fmt::format("{}s", t);
+  if (t < 3600) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}h{:02d}m", t / 3600, t / 60 % 60);
+}
+
+std::string outcome_summary(const CellResult& r) {
+  if (r.status != "ok") {
+    std::string why = r.reason.size() > 120 ? r.reason.substr(0, 117) + "..." : r.reason;
+    return why.empty() ? r.status : fmt::format("{} ({})", r.status, why);
+  }
+  std::string s = "ok";
+  if (r.max_len)
+    return fmt::format("ok max_seq_len {}{} ({} probes)", r.max_len->hit_upper ? ">= " : "",
+                       r.max_len->max_seq_len, r.max_len->probes.size());
+  if (r.memory) s += fmt::format(" {} MiB peak", format_mib(r.memory->peak_bytes));
+  if (r.time) s += fmt::format("{} {:.3g} s", r.memory ? "," : "", r.time->median_s);
+  return s;
+}
+
+std::string render_table(const std::vector<CellResult>& cells) {
+  const std::vector<std::string> header = {"model",           "impl",   "objective",  "T",
+                                           "partition",       "status", "peak (MiB)", "above base (MiB)",
+                                           "time median (s)", "loss",   "grad rel L2"};
+  // Numbers align right, names left.
+  const std::vector<bool> right = {false, false, false, true, true, false, true, true, true, true, true};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : cells) {
+    const Cell& c = r.cell;
+    std::string part = "-";
+    if (r.uses_partition || r.uses_logits_partition)
+      part = fmt::format("{}/{}", r.uses_partition ? std::to_string(c.partition) : "-",
+                         r.uses_logits_partition ? std::to_string(c.logits_partition) : "-");
+    const auto rel = r.grad_rel_l2();
+    const std::string length =
+        r.max_len ? fmt::format("max {}{}", r.max_len->hit_upper ? ">=" : "", r.max_len->max_seq_len)
+                  : std::to_string(c.seq_len);
+    rows.push_back({c.model, c.impl, c.objective, length, part, r.status,
+                    r.memory ? format_mib(r.memory->peak_bytes) : "-",
+                    r.memory ? format_mib(r.memory->peak_bytes - r.memory->base_bytes) : "-",
+                    r.time ? fmt::format("{:.3f}", r.time->median_s) : "-",
+                    r.loss ? fmt::format("{:.6g}", *r.loss) : "-", rel ? fmt::format("{:.2e}", *rel) : "-"});
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) {
+    width[i] = header[i].size();
+    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cols) {
+    std::string s = "|";
+    for (size_t i = 0; i < cols.size(); ++i)
+      s += right[i] ? fmt::format(" {:>{}} |", cols[i], width[i])
+                    : fmt::format(" {:<{}} |", cols[i], width[i]);
+    return s + "\n";
+  };
+  std::string out = line(header) + "|";
+  for (size_t i = 0; i < header.size(); ++i)
+    out += std::string(width[i] + 1, '-') + (right[i] ? ":" : "-") + "|";
+  out += "\n";
+  for (const auto& row : rows) out += line(row);
+  return out;
+}
+
+}  // namespace bpbench

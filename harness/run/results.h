@@ -1,0 +1,125 @@
+// results.h: the per-cell result record, the results.json file and the console rendering of results.
+//
+// results.json (schema "bpbench.results/1"):
+//   {"schema": "bpbench.results/1", "complete": bool, "cells_total": n,
+//    "meta": {"bpbench_version", "versions": {...}, "argv": [...], "device": {...}, "threads", "isolate",
+//             "git_commit", "start_time" (ISO 8601 UTC), "end_time" (once complete), "hostname",
+//             "scenario_name", "scenario": {the scenario object as written}},
+//    "cells": [{"axes": {every grid key}, "threads", "status": "ok"|"oom"|"skipped"|"error", "reason",
+//               "loss", "wall_s", "uses_partition", "uses_logits_partition",
+//               "rope": {the RoPE the model used, transformers' rope_parameters resolved (rope_config.h)} |
+//               null, "memory": {"base_bytes", "peak_bytes", "peak_above_base_bytes", "peak_by_category":
+//               {...},
+//                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
+//                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json)} |
+//               null,
+//               "data": {"file", "sha256", "sequences"} (with a data file),
+//               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error"},
+//               "probes": [{"seq_len", "status", "peak_bytes", "reason"}] (with measure.max_seq_len),
+//               "world_size", "ranks": [{"rank", "peak_bytes", "base_bytes", "time_s", "comm": {...}}]
+//               (with world_size > 1), "time": {"median_s", "min_s", "max_s", "count", "warmup", "runs_s":
+//               [...]} | null, "grad_error": {"reference": "float64", "reference_loss", "loss_abs_error",
+//                              "groups": {"embed"|"attention"|"mlp"|"norms"|"lm_head"|"lora"|"all":
+//                                         {"er_abs", "er_rel", "max_abs", "rel_l2", "count"}}}
+//                             | {"reference", "error": "why it could not be computed"} | null}]}
+// JSON holds bytes and seconds; MiB / GiB (2^20 / 2^30) appear only in rendered text.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/run/grad_error.h"
+#include "harness/run/maxlen.h"
+#include "harness/run/scenario.h"
+
+namespace bpbench {
+
+inline constexpr const char* kResultsSchema = "bpbench.results/1";
+inline constexpr const char* kBpbenchVersion = "0.1.0";
+
+struct MemoryResult {
+  int64_t base_bytes = 0;  // live when the measured step starts: parameters, grads, batch
+  int64_t peak_bytes = 0;
+  std::map<std::string, int64_t> peak_by_category;  // the breakdown at the moment of the peak
+  std::optional<int64_t> estimate_bytes;            // harness/estimate.h, where the impl has one
+  std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
+};
+
+// A max-sequence-length search's outcome with the settings it ran under (harness/maxlen.h).
+struct MaxLenRecord : MaxLenResult {
+  MaxLenSearch search;  // budget_bytes, granularity, upper (and where it started)
+};
+
+struct TimeResult {
+  double median_s = 0, min_s = 0, max_s = 0;
+  int64_t warmup = 0;
+  std::vector<double> runs_s;  // measured runs only
+};
+
+struct GradErrorResult {
+  std::string reference;  // "float64"
+  double reference_loss = 0, loss_abs_error = 0;
+  std::map<std::string, ErrorStats> groups;
+  std::string error;  // non-empty: the reference could not be computed, groups are empty
+};
+
+struct CellResult {
+  Cell cell;
+  int64_t threads = 0;
+  std::string status = "ok";  // ok | oom | skipped | error
+  std::string reason;
+  std::optional<double> loss;
+  double wall_s = 0;  // the whole cell: build, runs, reference
+  bool uses_partition = false, uses_logits_partition = false;
+  nlohmann::json rope;  // rope_to_json of the cell's model (a scenario's override applied); null: unreadable
+  std::optional<MemoryResult> memory;
+  std::optional<TimeResult> time;
+  std::optional<GradErrorResult> grad_error;
+  nlohmann::json data;                  // {"file", "sha256", "sequences"} or null: synthetic tokens
+  std::optional<MaxLenRecord> max_len;  // a max-sequence-length search cell
+  int64_t world_size = 1;
+  nlohmann::json comm;   // a distributed strategy's collectives in the measured step (comm.h), else null
+  nlohmann::json ranks;  // world_size > 1: one record per rank (peak, base, time, comm), else null
+
+  nlohmann::json to_json() const;
+  static CellResult from_json(const nlohmann::json& j);  // throws on a malformed record
+  std::optional<double> grad_rel_l2() const;             // groups["all"].rel_l2 when there is one
+};
+
+// Facts about this run: versions, argv, device, threads, git commit, start time, host, the scenario.
+nlohmann::json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv, int64_t threads,
+                            bool isolate);
+std::string iso8601_utc_now();
+std::string cpu_description();  // "model name" from /proc/cpuinfo
+
+// Writes `j` to `path` through a temporary file in the same directory and a rename, so a reader (or a crash)
+// sees either the previous complete file or the new one.
+void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& j);
+
+// DIR/results.json, rewritten after every cell so that nothing measured is ever lost.
+class ResultsWriter {
+ public:
+  // Creates `dir` (InputError when it cannot) and writes a file with no cells yet.
+  ResultsWriter(const std::filesystem::path& dir, nlohmann::json meta, size_t cells_total);
+  void add(const CellResult& cell);
+  void finish();  // marks the file complete and stamps the end time
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void write();
+  std::filesystem::path path_;
+  nlohmann::json doc_;
+};
+
+std::string format_mib(int64_t bytes);                           // "123.4"
+std::string format_seconds(double s);                            // "12s", "3m04s", "1h02m"
+std::string render_table(const std::vector<CellResult>& cells);  // markdown, one row per cell
+// "ok 123.4 MiB peak, 0.81 s" / "oom (reason)" / "skipped (reason)" / "error (reason)".
+std::string outcome_summary(const CellResult& r);
+
+}  // namespace bpbench

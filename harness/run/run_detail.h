@@ -1,0 +1,27 @@
+// run_detail.h: what the run layer's files share about running one cell; internal to harness/run/.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "harness/run/runner.h"
+#include "impls/strategy.h"
+
+namespace bpbench::run_detail {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0);
+// Results and the console are line-oriented: an exception message must not break a line.
+std::string one_line(std::string s);
+std::string read_file(const std::string& path);  // the whole file; "" when it cannot be read
+
+bool is_distributed(const Strategy& strategy);
+// A result for `job` before anything ran: its cell, threads and RoPE, status `status`.
+CellResult result_for(const CellJob& job, std::string status = "ok");
+// The strategy of `job`, with what the result records about it (partition use, ranks). Null when the cell
+// is not run: `r` then says "skipped" and why.
+std::unique_ptr<Strategy> strategy_for(const CellJob& job, CellResult& r);
+
+}  // namespace bpbench::run_detail

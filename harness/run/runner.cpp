@@ -1,0 +1,191 @@
+// runner.cpp: the loop over a scenario's grid (each cell in this process, in a child or as ranks, or a
+// max-length search of child probes), writing results.json after every cell.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "harness/objectives/data_file.h"
+#include "harness/run/run_detail.h"
+#include "harness/run/runner.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+using profiles::MemoryRecorder;
+using namespace run_detail;
+
+namespace {
+
+// Checks the scenario's data file against every cell before anything runs: readable, ids within each
+// model's vocabulary, enough sequences for the largest batch. One line naming the problem otherwise.
+void check_data_file(const Scenario& scenario, const std::vector<Cell>& cells) {
+  const std::string& path = scenario.settings.data_path;
+  if (path.empty()) return;
+  const std::string valid = "a JSON list of token-id lists with ids below the model's vocabulary";
+  std::map<std::string, int64_t> rows_needed;  // model -> sequences its largest cell needs
+  for (const auto& c : cells)
+    rows_needed[c.model] = std::max(rows_needed[c.model], c.batch * scenario.settings.world_size);
+  for (const auto& [model, rows] : rows_needed) {
+    TokenData d;
+    try {
+      d = load_token_data(path, 2, model_config_of(model).vocab);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      input_error(fmt::format("data: {}", one_line(e.what())), valid);
+    }
+    if (d.sequences < rows)
+      input_error(fmt::format("data: '{}' has {} sequences; model {} needs {} (batch x world_size)", path,
+                              d.sequences, model, rows),
+                  "a batch no larger than the file's sequences");
+  }
+}
+
+}  // namespace
+
+CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
+                                   const std::function<void(const Probe&)>& on_probe) {
+  const MeasureSpec::MaxSeqLen spec = job.settings.measure.max_seq_len.value();
+  CellResult r = result_for(job);
+  const auto t0 = Clock::now();
+  try {
+    if (!strategy_for(job, r)) {
+      r.wall_s = seconds_since(t0);
+      return r;
+    }
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.reason = one_line(e.what());
+    return r;
+  }
+
+  // A probe: the cell at length T (null partitions follow T), one measured step, memory only, in a child.
+  auto at_length = [&](int64_t T) {
+    CellJob p = job;
+    p.cell.seq_len = T;
+    if (job.cell.partition == 0) p.cell.partition = T;
+    if (job.cell.logits_partition == 0) p.cell.logits_partition = T;
+    p.settings.measure.max_seq_len.reset();
+    p.settings.measure.memory = true;
+    p.settings.measure.time.enabled = false;
+    p.settings.measure.grad_error_reference.clear();
+    p.settings.measure.timeline = false;
+    p.settings.measure.budget_bytes = spec.budget_bytes;  // none on a GPU: its own memory is the limit
+    p.timeline_dir.clear();
+    return p;
+  };
+  MaxLenSearch search;
+  search.budget_bytes = spec.budget_bytes.value_or(0);
+  search.granularity = spec.granularity;
+  search.upper = spec.upper;
+  // Start at the largest length the analytic estimate puts within the budget, and grow or shrink by a
+  // quarter from there: the estimate is within a few percent for the strategies it knows.
+  if (spec.budget_bytes) {
+    auto fits = [&](int64_t T) {
+      auto e = estimate_cell_peak(at_length(T).cell);
+      return e && *e <= *spec.budget_bytes;
+    };
+    if (estimate_cell_peak(at_length(spec.granularity).cell)) {
+      int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (fits(mid * spec.granularity))
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      search.start = std::max<int64_t>(1, lo) * spec.granularity;
+      search.growth = 1.25;
+    }
+  }
+  auto probe = [&](int64_t T) {
+    const CellResult pr = job.settings.world_size > 1 ? run_cell_distributed(at_length(T), exe)
+                                                      : run_cell_isolated(at_length(T), exe);
+    Probe p;
+    p.seq_len = T;
+    p.status = pr.status == "skipped" ? "error" : pr.status;
+    p.peak_bytes = pr.memory ? pr.memory->peak_bytes : 0;
+    p.reason = pr.reason;
+    return p;
+  };
+  r.max_len = MaxLenRecord{search_max_seq_len(search, probe, on_probe), search};
+  if (!r.max_len->error.empty()) {
+    r.status = "error";
+    r.reason = r.max_len->error;
+  }
+  r.wall_s = seconds_since(t0);
+  return r;
+}
+
+RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
+  MemoryRecorder::instance();  // installed before the first tensor, so every tensor of every cell is seen
+  const int64_t threads =
+      options.threads.value_or(scenario.settings.threads > 0 ? scenario.settings.threads : default_threads());
+  if (threads < 1) input_error(fmt::format("threads: {} is out of range", threads), "integers >= 1");
+  const bool isolate = options.isolate.value_or(scenario.isolate);
+  const auto cells = scenario.expand();
+  check_data_file(scenario, cells);
+  // A RoPE override that some model cannot take is an input error before anything runs, not a failed cell.
+  std::set<std::string> models;
+  for (const auto& c : cells)
+    if (models.insert(c.model).second) model_config_of(c.model, scenario.settings.rope);
+  ResultsWriter writer(options.out_dir, collect_meta(scenario, options.argv, threads, isolate), cells.size());
+
+  std::vector<std::string> label_keys = {"model", "impl", "objective", "seq_len"};
+  for (const auto& key : scenario.varying_keys())
+    if (std::find(label_keys.begin(), label_keys.end(), key) == label_keys.end()) label_keys.push_back(key);
+
+  RunSummary summary;
+  summary.results_path = writer.path().string();
+  const auto start = Clock::now();
+  const bool search = scenario.settings.measure.max_seq_len.has_value();
+  if (search) label_keys.erase(std::find(label_keys.begin(), label_keys.end(), "seq_len"));
+  for (size_t i = 0; i < cells.size(); ++i) {
+    CellJob job;
+    job.cell = cells[i];
+    job.settings = scenario.settings;
+    job.settings.threads = threads;
+    job.timeline_dir = writer.path().parent_path().string();
+    job.timeline_name = fmt::format("timelines/cell-{:03d}", i);
+    if (options.progress)
+      *options.progress << fmt::format("[{}/{}] {} ... ", i + 1, cells.size(), cells[i].label(label_keys))
+                        << std::flush;
+    auto on_probe = [&](const Probe& p) {
+      if (!options.progress) return;
+      *options.progress << fmt::format(
+                               "\n    probe T={}: {}{} | elapsed {}", p.seq_len, p.status,
+                               p.peak_bytes ? fmt::format(" {} MiB peak", format_mib(p.peak_bytes)) : "",
+                               format_seconds(seconds_since(start)))
+                        << std::flush;
+    };
+    const bool distributed = job.settings.world_size > 1 && is_distributed(*make_strategy(job.cell.impl));
+    CellResult r = search        ? search_cell_max_seq_len(job, options.self_exe, on_probe)
+                   : distributed ? run_cell_distributed(job, options.self_exe)
+                   : isolate     ? run_cell_isolated(job, options.self_exe)
+                                 : run_cell(job);
+    if (search && options.progress) *options.progress << "\n    ";
+    writer.add(r);
+    if (r.status == "error") ++summary.errors;
+    if (options.progress) {
+      const double elapsed = seconds_since(start);
+      const double eta = elapsed / static_cast<double>(i + 1) * static_cast<double>(cells.size() - i - 1);
+      *options.progress << fmt::format("{} | elapsed {}, ETA {}\n", outcome_summary(r),
+                                       format_seconds(elapsed), format_seconds(eta))
+                        << std::flush;
+    }
+    summary.cells.push_back(std::move(r));
+  }
+  writer.finish();
+  if (options.table) {
+    *options.table << render_table(summary.cells)
+                   << "\npeak: LibTorch CPU tensors only (BLAS/oneDNN scratch not "
+                   << "counted); MiB = 2^20 bytes. Results: " << summary.results_path << "\n"
+                   << std::flush;
+  }
+  return summary;
+}
+
+}  // namespace bpbench

@@ -1,0 +1,89 @@
+// runner.h: runs the cells of a scenario and records what each one measured.
+//
+// A cell: build the model and batch (unmeasured), pre-allocate gradients, warm up, then measure memory on the
+// first measured run and time on every measured run of strategy->forward_backward, and finally compare the
+// gradients with plain BP in float64 on the same weights and batch. Out-of-memory is a result (status "oom"),
+// any other exception status "error"; neither stops the run. The runner never knows which strategy it runs.
+//
+// Isolation runs a cell by executing the bpbench binary again (`bpbench run-cell JOB.json`): a fresh process
+// per cell gives every cell the same allocator state and survives a crash. Never a fork() without exec:
+// libgomp's thread pool does not survive it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <iosfwd>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/model/model.h"
+#include "harness/run/maxlen.h"
+#include "harness/run/results.h"
+#include "harness/run/scenario.h"
+
+namespace bpbench {
+
+// Everything one cell needs, self-contained so it can travel to a child process as JSON.
+struct CellJob {
+  Cell cell;
+  RunSettings settings;  // threads resolved (>= 1)
+  // With measure.timeline: the timeline goes to DIR/NAME.json and its Chrome trace to DIR/NAME.trace.json
+  // (NAME relative to DIR, which holds results.json). Empty: the timeline is not written.
+  std::string timeline_dir, timeline_name;
+  // A rank of a distributed cell writes its result here (the launcher collects every rank's); empty: stdout.
+  std::string result_file;
+
+  nlohmann::json to_json() const;
+  static CellJob from_json(const nlohmann::json& j);  // throws InputError
+};
+
+// The one place a model is built by name: a preset (random weights from `seed`) or a Hugging Face model
+// directory (its weights; `seed` unused). `rope`: a scenario's RoPE override (RunSettings::rope; null: the
+// model's own), an InputError naming the model where it does not apply.
+Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
+                 const nlohmann::json& rope = nullptr);
+ModelConfig model_config_of(const std::string& name, const nlohmann::json& rope = nullptr);  // no weights
+// The analytic peak (harness/run/estimate.h) of a cell; nullopt for an impl without an estimate.
+std::optional<int64_t> estimate_cell_peak(const Cell& cell);
+torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError
+int64_t default_threads();                               // every core
+
+// Runs the cell in this process. Never throws for a failure of the cell itself: that is in the status.
+CellResult run_cell(const CellJob& job);
+// Runs the cell in a child: `exe run-cell JOBFILE`, one JSON result on its stdout.
+CellResult run_cell_isolated(const CellJob& job, const std::string& exe);
+// Runs a distributed cell as settings.world_size local ranks (`exe run-cell JOBFILE` each, with the torchrun
+// environment); returns rank 0's result with every rank's peak, time and communication under "ranks".
+CellResult run_cell_distributed(const CellJob& job, const std::string& exe);
+// The largest seq_len of the cell that fits measure.max_seq_len's budget, every probe a child process.
+// `on_probe` sees each probe as it finishes (progress lines).
+CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
+                                   const std::function<void(const Probe&)>& on_probe = {});
+
+struct RunOptions {
+  std::string out_dir;                      // results.json goes here
+  std::optional<int64_t> threads;           // overrides the scenario's
+  std::optional<bool> isolate;              // overrides the scenario's
+  std::string self_exe = "/proc/self/exe";  // the bpbench binary, for isolated cells
+  std::vector<std::string> argv;            // recorded in meta
+  std::ostream* progress = nullptr;         // a line per cell (stderr in the CLI); null: silent
+  std::ostream* table = nullptr;            // the final table (stdout in the CLI); null: none
+};
+
+struct RunSummary {
+  std::vector<CellResult> cells;
+  std::string results_path;
+  size_t errors = 0;  // cells with status "error"
+};
+
+// Expands the grid, runs every cell, rewrites results.json after each. Throws InputError for a bad output
+// dir.
+RunSummary run_scenario(const Scenario& scenario, const RunOptions& options);
+
+// The hidden `run-cell` subcommand: reads a CellJob from `job_path` ("-": stdin), prints one JSON result.
+int run_cell_main(const std::string& job_path);
+
+}  // namespace bpbench

@@ -1,0 +1,303 @@
+// scenario.cpp: scenario parsing, driven by key tables (top level and measure here, grid in
+// scenario_grid.cpp).
+//
+// Adding a scenario key is one row in one of those tables: the row carries the parser, the default and the
+// text of "(valid: ...)", so error messages and the list of known keys can never drift from what is accepted.
+#include "harness/run/scenario.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "harness/model/rope_config.h"
+#include "harness/run/scenario_read.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+using namespace scenario_detail;
+
+void input_error(const std::string& problem, const std::string& valid) {
+  throw InputError(fmt::format("{} (valid: {})", problem, valid));
+}
+
+namespace {
+
+// ---- measure keys
+// -------------------------------------------------------------------------------------------
+
+struct KeyDef {
+  std::string key;
+  std::function<void(MeasureSpec&, const json&)> parse;
+};
+
+TimeSpec parse_time(const json& v) {
+  TimeSpec t;
+  if (v.is_boolean()) {
+    t.enabled = v.get<bool>();
+    return t;
+  }
+  if (!v.is_object())
+    input_error(fmt::format("measure.time: expected an object or false, got {}", show(v)),
+                "{\"warmup\": N, \"repeat\": N}, false");
+  for (const auto& [key, value] : v.items()) {
+    if (key == "warmup")
+      t.warmup = read_int(value, "measure.time.warmup", 0, "integers >= 0");
+    else if (key == "repeat")
+      t.repeat = read_int(value, "measure.time.repeat", 1, "integers >= 1");
+    else
+      input_error(fmt::format("unknown measure.time key '{}'", key), "warmup, repeat");
+  }
+  return t;
+}
+
+std::string parse_grad_error(const json& v) {
+  const std::string valid = "{\"reference\": \"float64\"}, true, false";
+  if (v.is_boolean()) return v.get<bool>() ? "float64" : "";
+  if (!v.is_object())
+    input_error(fmt::format("measure.grad_error: expected an object or false, got {}", show(v)), valid);
+  std::string ref = "float64";
+  for (const auto& [key, value] : v.items()) {
+    if (key != "reference") input_error(fmt::format("unknown measure.grad_error key '{}'", key), "reference");
+    ref = read_string(value, "measure.grad_error.reference", "float64");
+    if (ref != "float64")
+      input_error(fmt::format("measure.grad_error.reference: unknown dtype '{}'", ref), "float64");
+  }
+  return ref;
+}
+
+std::optional<MeasureSpec::MaxSeqLen> parse_max_seq_len(const json& v) {
+  const std::string valid = "{\"budget_bytes\": N, \"granularity\": 256, \"upper\": N}, or false";
+  if (v.is_boolean() && !v.get<bool>()) return std::nullopt;
+  if (!v.is_object())
+    input_error(fmt::format("measure.max_seq_len: expected an object, got {} {}", type_word(v), show(v)),
+                valid);
+  MeasureSpec::MaxSeqLen m;
+  for (const auto& [key, value] : v.items()) {
+    if (key == "budget_bytes" && value.is_null())
+      m.budget_bytes.reset();
+    else if (key == "budget_bytes")
+      m.budget_bytes = read_int(value, "measure.max_seq_len.budget_bytes", 1,
+                                "integers >= 1, or null for the GPU's memory");
+    else if (key == "granularity")
+      m.granularity = read_int(value, "measure.max_seq_len.granularity", 2, "integers >= 2");
+    else if (key == "upper")
+      m.upper = read_int(value, "measure.max_seq_len.upper", 2, "integers >= 2");
+    else
+      input_error(fmt::format("unknown measure.max_seq_len key '{}'", key),
+                  "budget_bytes, granularity, upper");
+  }
+  if (m.upper < m.granularity)
+    input_error(fmt::format("measure.max_seq_len: upper {} is below granularity {}", m.upper, m.granularity),
+                "upper >= granularity");
+  return m;
+}
+
+const std::vector<KeyDef>& measure_table() {
+  static const std::vector<KeyDef> table = {
+      {"memory", [](MeasureSpec& m, const json& v) { m.memory = read_bool(v, "measure.memory"); }},
+      {"budget_bytes",
+       [](MeasureSpec& m, const json& v) {
+         if (v.is_null())
+           m.budget_bytes.reset();
+         else
+           m.budget_bytes = read_int(v, "measure.budget_bytes", 0, "integers >= 0, or null for no budget");
+       }},
+      {"time", [](MeasureSpec& m, const json& v) { m.time = parse_time(v); }},
+      {"grad_error", [](MeasureSpec& m, const json& v) { m.grad_error_reference = parse_grad_error(v); }},
+      {"timeline", [](MeasureSpec& m, const json& v) { m.timeline = read_bool(v, "measure.timeline"); }},
+      {"max_seq_len", [](MeasureSpec& m, const json& v) { m.max_seq_len = parse_max_seq_len(v); }},
+  };
+  return table;
+}
+
+std::vector<std::string> keys_of(const std::vector<KeyDef>& table) {
+  std::vector<std::string> keys;
+  for (const auto& d : table) keys.push_back(d.key);
+  return keys;
+}
+
+// ---- top-level keys
+// -----------------------------------------------------------------------------------------
+
+struct TopDef {
+  std::string key;
+  std::function<void(Scenario&, const json&)> parse;
+};
+
+const std::vector<TopDef>& top_table() {
+  static const std::vector<TopDef> table = {
+      {"name", [](Scenario& s, const json& v) { s.name = read_string(v, "name", "a string"); }},
+      {"description",
+       [](Scenario& s, const json& v) { s.description = read_string(v, "description", "a string"); }},
+      {"device",
+       [](Scenario& s, const json& v) {
+         s.settings.device = read_string(v, "device", "cpu, cuda");
+         if (s.settings.device != "cpu" && s.settings.device != "cuda")
+           input_error(fmt::format("device: unknown device '{}'", s.settings.device), "cpu, cuda");
+       }},
+      {"seed",
+       [](Scenario& s, const json& v) {
+         s.settings.seed = static_cast<uint64_t>(read_int(v, "seed", 0, "integers >= 0"));
+       }},
+      {"threads",
+       [](Scenario& s, const json& v) {
+         s.settings.threads = read_int(v, "threads", 1, "integers >= 1 (absent: all cores)");
+       }},
+      {"isolate", [](Scenario& s, const json& v) { s.isolate = read_bool(v, "isolate"); }},
+      {"data",
+       [](Scenario& s, const json& v) {
+         const std::string valid = "a path to a JSON file of token-id lists, e.g. [[1, 2, 3], [4, 5]]";
+         s.settings.data_path = read_string(v, "data", valid);
+         std::error_code ec;
+         if (!std::filesystem::is_regular_file(s.settings.data_path, ec))
+           input_error(fmt::format("data: cannot open '{}': {}", s.settings.data_path,
+                                   std::filesystem::exists(s.settings.data_path, ec) ? "not a regular file"
+                                                                                     : "no such file"),
+                       valid);
+       }},
+      {"world_size",
+       [](Scenario& s, const json& v) {
+         s.settings.world_size = read_int(v, "world_size", 1, "integers >= 1 (ranks on this machine)");
+       }},
+      {"rope",
+       [](Scenario& s, const json& v) {
+         const std::string valid = fmt::format(
+             "null, or an object of transformers' rope_parameters with rope_type one of {}, e.g. "
+             "{{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32768}}",
+             rope_type_names());
+         s.settings.rope = v;
+         if (v.is_null()) return;
+         // Checked here against a neutral base so that a typo fails at once; the runner applies it to each
+         // model (and checks it there) before any cell runs.
+         RopeConfig base;
+         base.max_positions = 32768;
+         try {
+           rope_with_parameters(base, v);
+         } catch (const std::invalid_argument& e) {
+           input_error(e.what(), valid);
+         }
+       }},
+      {"grid", [](Scenario& s, const json& v) { s.grid = parse_grid(v); }},
+      {"measure", [](Scenario& s, const json& v) { s.settings.measure = MeasureSpec::from_json(v); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+// ---- public
+// -------------------------------------------------------------------------------------------------
+
+json MeasureSpec::to_json() const {
+  json j;
+  j["memory"] = memory;
+  j["budget_bytes"] = budget_bytes ? json(*budget_bytes) : json(nullptr);
+  j["time"] = time.enabled ? json{{"warmup", time.warmup}, {"repeat", time.repeat}} : json(false);
+  j["grad_error"] = grad_error_reference.empty() ? json(false) : json{{"reference", grad_error_reference}};
+  j["timeline"] = timeline;
+  if (max_seq_len)
+    j["max_seq_len"] = {
+        {"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
+        {"granularity", max_seq_len->granularity},
+        {"upper", max_seq_len->upper}};
+  return j;
+}
+
+MeasureSpec MeasureSpec::from_json(const json& j) {
+  const auto valid = join(keys_of(measure_table()));
+  if (!j.is_object())
+    input_error(fmt::format("measure: expected an object, got {}", type_word(j)),
+                "an object of keys " + valid);
+  MeasureSpec m;
+  for (const auto& [key, value] : j.items()) {
+    auto it = std::find_if(measure_table().begin(), measure_table().end(),
+                           [&](const KeyDef& d) { return d.key == key; });
+    if (it == measure_table().end()) input_error(fmt::format("unknown measure key '{}'", key), valid);
+    it->parse(m, value);
+  }
+  return m;
+}
+
+Scenario parse_scenario(const json& j) {
+  std::vector<std::string> valid_keys;
+  for (const auto& d : top_table()) valid_keys.push_back(d.key);
+  if (!j.is_object())
+    input_error(fmt::format("scenario: expected a JSON object, got {}", type_word(j)),
+                "an object with keys " + join(valid_keys));
+  for (const auto& [key, value] : j.items())
+    if (std::find(valid_keys.begin(), valid_keys.end(), key) == valid_keys.end())
+      input_error(fmt::format("unknown scenario key '{}'", key), join(valid_keys));
+  if (!j.contains("grid"))
+    input_error("scenario: missing key 'grid'", "an object of grid keys: " + join(grid_keys()));
+  Scenario s;
+  for (const auto& d : top_table())
+    if (j.contains(d.key)) d.parse(s, j.at(d.key));
+  // seq_len and measure.max_seq_len exclude each other: a search finds the length the grid would fix.
+  const GridAxis& seq =
+      *std::find_if(s.grid.begin(), s.grid.end(), [](const GridAxis& a) { return a.key == "seq_len"; });
+  const bool has_null =
+      std::any_of(seq.values.begin(), seq.values.end(), [](const json& v) { return v.is_null(); });
+  if (s.settings.measure.max_seq_len) {
+    if (seq.given && !(seq.values.size() == 1 && has_null))
+      input_error("grid.seq_len: a measure.max_seq_len search finds seq_len; remove it from the grid",
+                  "no seq_len with max_seq_len");
+  } else if (!seq.given) {
+    input_error("grid: missing key 'seq_len'", "integers >= 2, or measure.max_seq_len to search for it");
+  } else if (has_null) {
+    input_error("grid.seq_len: null is only valid with measure.max_seq_len", "integers >= 2");
+  }
+  if (s.settings.measure.max_seq_len && !s.settings.measure.max_seq_len->budget_bytes &&
+      s.settings.device == "cpu")
+    input_error("measure.max_seq_len: budget_bytes is required on the CPU (a GPU defaults to its memory)",
+                "{\"budget_bytes\": N, ...}");
+  if (!s.settings.data_path.empty()) {
+    for (const auto& a : s.grid)
+      if (a.key == "objective")
+        for (const auto& v : a.values)
+          if (v != "sft")
+            input_error(fmt::format("data: a data file feeds SFT cells only; the grid has objective '{}'",
+                                    v.get<std::string>()),
+                        "objective sft with data, or no data key");
+  }
+  s.source = j;
+  return s;
+}
+
+Scenario parse_scenario_text(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    if (auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      what = what.substr(p + 2);  // the library's error id means nothing to a user
+    input_error(fmt::format("malformed JSON in '{}': {}", origin, what),
+                "a JSON object like scenarios/quickstart.json");
+  }
+  return parse_scenario(j);
+}
+
+Scenario load_scenario(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string valid = "a path to a scenario JSON file, e.g. scenarios/quickstart.json";
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    input_error(fmt::format("cannot open scenario file '{}': no such file", path), valid);
+  if (fs::is_directory(path, ec))
+    input_error(fmt::format("cannot open scenario file '{}': it is a directory", path), valid);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) input_error(fmt::format("cannot open scenario file '{}': not readable", path), valid);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  Scenario s = parse_scenario_text(buf.str(), path);
+  if (!s.source.contains("name")) s.name = fs::path(path).stem().string();
+  return s;
+}
+
+}  // namespace bpbench

@@ -1,0 +1,126 @@
+// scenario.h: the scenario file (a declarative grid of cells plus how to measure them) and its expansion.
+//
+// A scenario is JSON:
+//   {"name": "...", "description": "...", "device": "cpu", "seed": 0, "threads": 2, "isolate": false,
+//    "rope": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768},
+//    "grid": {"model": ["small"], "impl": ["plain", "streambp"], "seq_len": [512, 1024], ...},
+//    "measure": {"memory": true, "budget_bytes": 1000000, "time": {"warmup": 1, "repeat": 3},
+//                "grad_error": {"reference": "float64"}, "timeline": false}}
+// Every grid value may be a scalar or a list; the grid is their cartesian product. Keys are checked against
+// the tables in scenario.cpp and scenario_grid.cpp (one row per key, so a later issue adds a key in one
+// place); an unknown key, a bad value or a malformed file is an InputError whose one-line message names the
+// problem and lists the valid choices.
+//
+// Expansion order: axes in the order of grid_keys() (model, objective, dtype, batch, seq_len, impl,
+// partition, ...), the last one varying fastest, so cells that differ only by impl are neighbours in the
+// results table.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bpbench {
+
+// Bad user input (scenario file, command line, job file). The CLI prints it on one line and exits with 2.
+class InputError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Throws InputError("<problem> (valid: <valid>)"), the one shape of every input error message.
+[[noreturn]] void input_error(const std::string& problem, const std::string& valid);
+
+struct TimeSpec {
+  bool enabled = true;  // false: exactly one run, no timing statistics
+  int64_t warmup = 1;
+  int64_t repeat = 3;  // >= 1
+};
+
+struct MeasureSpec {
+  bool memory = true;
+  std::optional<int64_t> budget_bytes;  // live-byte limit during the measured run: overruns become status oom
+  TimeSpec time;
+  std::string grad_error_reference = "float64";  // empty: no gradient error
+  bool timeline = false;  // record the measured step's memory timeline (results + a Chrome trace file)
+  // A max-sequence-length search instead of fixed lengths: the grid has no seq_len, and each cell finds the
+  // largest T (a multiple of granularity, at most upper) whose forward + backward fits budget_bytes.
+  struct MaxSeqLen {
+    std::optional<int64_t> budget_bytes;  // absent: the device's memory (GPU); required on the CPU
+    int64_t granularity = 256;
+    int64_t upper = 1 << 20;
+  };
+  std::optional<MaxSeqLen> max_seq_len;
+
+  nlohmann::json to_json() const;
+  static MeasureSpec from_json(const nlohmann::json& j);  // the parser's rules; throws InputError
+};
+
+// One grid point: a value for every grid key. partition / logits_partition are resolved (absent -> seq_len).
+struct Cell {
+  std::string model, impl, objective = "sft", dtype = "float32";
+  int64_t seq_len = 0;  // T; 0 (null in JSON): found by a max-sequence-length search
+  int64_t batch = 1;    // B: SFT sequences, DPO pairs, GRPO prompts
+  int64_t partition = 0, logits_partition = 0;
+  int64_t lora_rank = 0;  // 0: full fine-tuning
+  double lora_alpha = 64;
+  int64_t group = 8;        // GRPO completions per prompt
+  int64_t prompt_len = -1;  // -1: T/8
+  bool padding = false;
+  double beta = 0.1, epsilon = 0.2;
+
+  nlohmann::json axes() const;                        // every grid key -> its value
+  static Cell from_axes(const nlohmann::json& axes);  // every grid key required; throws InputError
+  std::string label(const std::vector<std::string>& keys) const;  // "model=small impl=plain ..."
+};
+
+// What every cell of a scenario shares besides its axes.
+struct RunSettings {
+  std::string device = "cpu";  // "cpu" | "cuda"
+  uint64_t seed = 0;
+  int64_t threads = 0;  // intra-op threads; 0: all cores
+  MeasureSpec measure;
+  // "data": a JSON file of token-id sequences used instead of synthetic tokens (SFT only;
+  // harness/data_file.h). Stored as given; relative paths are relative to the working directory, as for every
+  // path on the command line.
+  std::string data_path;
+  // "world_size": data-parallel ranks, each a local process (impls/dist_common.h); 1: a single process.
+  int64_t world_size = 1;
+  // "rope": every model's RoPE replaced by this object in transformers' rope_parameters form
+  // (harness/rope_config.h), the way users turn on YaRN past Qwen3's 32k; rope_theta stays the model's unless
+  // given. Null: each model's own RoPE. RoPE changes values only, never memory or time.
+  nlohmann::json rope;
+};
+
+struct GridAxis {
+  std::string key;
+  std::vector<nlohmann::json> values;  // at least one; null in partition axes means "seq_len"
+  bool given = false;                  // false: the default from the key table
+};
+
+struct Scenario {
+  std::string name = "scenario", description;
+  RunSettings settings;
+  bool isolate = false;
+  std::vector<GridAxis> grid;  // every key of grid_keys(), in that order
+  nlohmann::json source;       // the scenario object as written
+
+  size_t cell_count() const;
+  std::vector<Cell> expand() const;
+  // Keys with more than one value: what tells one cell from another in progress lines.
+  std::vector<std::string> varying_keys() const;
+};
+
+const std::vector<std::string>& grid_keys();
+const std::vector<std::string>& dtype_names();  // float32, bfloat16, float64
+
+Scenario parse_scenario(const nlohmann::json& j);
+// `origin` names the text in messages (a file path).
+Scenario parse_scenario_text(const std::string& text, const std::string& origin = "scenario");
+Scenario load_scenario(const std::string& path);
+
+}  // namespace bpbench

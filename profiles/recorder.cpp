@@ -1,0 +1,37 @@
+// recorder.cpp: the one table of memory recorders, by device.
+#include "profiles/recorder.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <utility>
+
+#include "profiles/memory.h"
+
+namespace bpbench::profiles {
+
+namespace {
+using Instance = Recorder& (*)();
+Recorder& cpu_tracking_allocator() {
+  return MemoryRecorder::instance();
+}
+
+const std::vector<std::pair<std::string, Instance>>& recorders() {
+  static const std::vector<std::pair<std::string, Instance>> table = {
+      {"cpu", cpu_tracking_allocator},
+      {"cuda", cpu_tracking_allocator},  // no CUDA recorder yet: what a CUDA cell allocates on the CPU
+  };
+  return table;
+}
+}  // namespace
+
+Recorder& recorder_for(const std::string& device) {
+  std::string valid;
+  for (const auto& [name, instance] : recorders()) {
+    if (name == device) return instance();
+    valid += (valid.empty() ? "" : ", ") + name;
+  }
+  throw std::invalid_argument(fmt::format("no memory recorder for device '{}' (valid: {})", device, valid));
+}
+
+}  // namespace bpbench::profiles

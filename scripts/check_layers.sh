@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The layers only look down (ctest runs this as "layers"). Bottom to top:
+#   0 profiles/            recorders: tracking allocator, memory categories, timelines, NVTX, traces
+#   1 harness/model/       config and presets, RoPE, ops, the model, the HF loader, safetensors
+#   2 harness/objectives/  batches, data files, SFT / DPO / GRPO losses
+#   3 impls/               the backward strategies and their registry
+#   4 harness/run/         scenario -> cells, running a cell under a recorder, max-length, estimate, results
+#   5 reports/             results.json -> report.md and figures, compare
+#   6 harness/cli/         the `bpbench` command line
+# A file may include its own layer and any layer below it, never one above. Every source file under those
+# folders must belong to a layer (a new folder gets a rank here first), and no source includes tests/.
+# Usage: bash scripts/check_layers.sh [ROOT]   (ROOT defaults to the repository; tests point it elsewhere)
+set -uo pipefail
+root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+layers=(profiles harness/model harness/objectives impls harness/run reports harness/cli)
+
+# rank_of PATH -> the rank of the layer PATH lies in, or nothing
+rank_of() {
+  local path="$1" i
+  for i in "${!layers[@]}"; do
+    case "$path" in "${layers[$i]}"/*) echo "$i"; return ;; esac
+  done
+  case "$path" in tests/*) echo "${#layers[@]}" ;; esac
+}
+
+violations=0
+checked=0
+while IFS= read -r file; do
+  rel="${file#"$root"/}"
+  own=$(rank_of "$rel")
+  if [ -z "$own" ]; then
+    echo "layers: FAIL: $rel is in no layer (choices: ${layers[*]})"
+    violations=$((violations + 1))
+    continue
+  fi
+  checked=$((checked + 1))
+  while IFS= read -r hit; do
+    line="${hit%%:*}"
+    target=$(sed -E 's/^[^#]*#[[:space:]]*include[[:space:]]*[<"]([^">]+)[">].*/\1/' <<<"${hit#*:}")
+    target_rank=$(rank_of "$target")
+    [ -z "$target_rank" ] && continue  # a system or third-party header
+    if [ "$target_rank" -gt "$own" ]; then
+      echo "layers: FAIL: $rel:$line includes $target, a layer above (${layers[$own]} may include only" \
+        "${layers[*]:0:$((own + 1))})"
+      violations=$((violations + 1))
+    fi
+  done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' "$file")
+done < <(find "$root"/harness "$root"/impls "$root"/profiles "$root"/reports -type f \
+  \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null | sort)
+
+if [ "$checked" -eq 0 ] && [ "$violations" -eq 0 ]; then
+  echo "layers: FAIL: no sources found under $root"
+  exit 1
+fi
+if [ "$violations" -gt 0 ]; then
+  echo "layers: $violations violation(s) in $checked files"
+  exit 1
+fi
+echo "layers: ok: $checked files, every include looks down (${layers[*]})"
