@@ -11,7 +11,7 @@
 #include <set>
 
 #include "harness/run/scenario.h"
-#include "reports/report.h"
+#include "reports/results_file.h"
 #include "reports/results_json.h"
 
 namespace bpbench {

@@ -2,21 +2,31 @@
 // DIR/*.png (the paper's figures, drawn by reports/plot.py with Debian's python3-matplotlib).
 //
 // report.md, in the StreamBP paper's layout (see reports/README.md for every format):
-//   Table 3  maximum sequence length: rows model (objective, ...), columns impl, "20.5k" (k = 1000 tokens)
-//   peak     peak BP memory: rows impl, columns seq_len, "peak (+above base)"       -> peak_vs_seq_len.png
-//   (Fig. 3) Table 1  BP time: rows impl, columns seq_len, median seconds Fig. 5   BP time and peak vs
-//   partition size, for every partition sweep         -> partition_sweep.png Table 7  gradient error: rows
-//   parameter group, columns (impl, dtype) cells, Er_abs and Er_rel Fig. 1/8 the stacked memory timeline by
-//   category of one cell                    -> timeline.png
+//   Table 3   maximum sequence length: rows model (objective, ...), columns impl, "20.5k" (k = 1000 tokens)
+//   Fig. 3    peak BP memory: rows impl, columns seq_len, "peak (+above base)"  -> peak_vs_seq_len.png
+//   Table 1   BP time: rows impl, columns seq_len, median seconds
+//   Fig. 5    BP time and peak vs partition size, for every partition sweep     -> partition_sweep.png
+//   Table 7   gradient error: rows parameter group, columns (impl, dtype) cells, Er_abs and Er_rel
+//   Fig. 1/8  the stacked memory timeline by category of one cell               -> timeline.png
+//   ranks     distributed cells (world_size > 1): per rank its status, peak, BP time and collectives
 // Cells that did not run read "oom", "skipped: reason" or "error: reason" wherever they would have a value.
 //
 // The C++ side does all the selection and grouping and writes DIR/plot_data.json; plot.py only draws it. When
 // python or matplotlib is missing the report is written without figures and one warning line goes to stderr.
 //
-// The helpers below (loading, byte formatting, axis labels) are shared with reports/compare.cpp.
+// Files, one job each:
+//   results_file.h/.cpp  loading and checking results.json, and the formatters shared with compare.cpp
+//                        (included here, so users of this header keep seeing them)
+//   analysis.h/.cpp      the model of a results file that every table reads (internal: report_detail)
+//   sections.h           the sections below, one file each (internal: report_detail):
+//     table_max_length.cpp (Table 3), table_memory.cpp (Fig. 3), table_time.cpp (Table 1),
+//     table_partition.cpp (Fig. 5), table_grad_error.cpp (Table 7), timeline.cpp (Fig. 1/8),
+//     table_distributed.cpp (per-rank cells)
+//   figures.h/.cpp       running plot.py, finding it
+//   report.cpp           the document: the summary, the sections in order, the cells that did not run, and
+//                        this header's functions
 #pragma once
 
-#include <cstdint>
 #include <filesystem>
 #include <iosfwd>
 #include <nlohmann/json.hpp>
@@ -24,29 +34,9 @@
 #include <string>
 #include <vector>
 
+#include "reports/results_file.h"
+
 namespace bpbench {
-
-// Reads and checks a results.json (schema "bpbench.results/1": an object with a "cells" list whose entries
-// have an "axes" object and a "status" string). `path` may also name the directory that holds results.json.
-// Throws InputError with a one-line message for a missing file, malformed JSON or the wrong schema.
-nlohmann::json load_results(const std::filesystem::path& path);
-// The same checks on an already parsed document; `origin` names it in messages.
-void check_results(const nlohmann::json& doc, const std::string& origin);
-
-// Bytes as rendered text with GiB = 2^30 and MiB = 2^20: "1.23 GiB", "412.6 MiB", "3.42 MiB", "0.366 MiB",
-// "<0.001 MiB".
-std::string format_bytes(int64_t bytes);
-// Seconds with three significant figures or so: "123", "12.3", "1.23", "0.123", "0.00123".
-std::string format_time(double seconds);
-// A grid value as text: integral numbers without ".0", strings bare, booleans true/false.
-std::string axis_value_text(const nlohmann::json& v);
-// Axis keys in display order: the scenario's grid_keys() order first, then any others alphabetically.
-std::vector<std::string> ordered_axis_keys(const std::vector<nlohmann::json>& axes_list);
-// Keys (in display order) with two or more distinct values among the given axes objects (absence is no
-// value).
-std::vector<std::string> varying_axis_keys(const std::vector<nlohmann::json>& axes_list);
-// "impl=plain seq_len=512" for the given keys, skipping keys the axes lack.
-std::string axes_label(const nlohmann::json& axes, const std::vector<std::string>& keys);
 
 struct ReportOptions {
   std::filesystem::path results;        // results.json (or its directory)

@@ -1,0 +1,55 @@
+// sections.h: the report's sections, one per paper table or figure, each in its own file, and the data of the
+// figures they link (internal to reports/, in bpbench::report_detail; report.cpp strings them together in
+// the paper's order). Each section is markdown that starts with a blank line and its "## " heading.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "reports/analysis.h"
+
+namespace bpbench::report_detail {
+
+// table_max_length.cpp: Table 3, the longest sequence each strategy fit, from max-length searches (else
+// the longest grid length that ran, a lower bound).
+std::string section_max_length(const Analysis& a);
+
+// table_memory.cpp: peak BP memory per strategy and sequence length, and its breakdown by category.
+std::string section_peak(const Analysis& a, bool plot_drawn);
+// table_memory.cpp: Figure 3's curves (peak_vs_seq_len in plot_data.json).
+json peak_plot_data(const Analysis& a);
+
+// table_time.cpp: Table 1, the median BP time per strategy and sequence length.
+std::string section_time(const Analysis& a);
+
+// table_partition.cpp: Figure 5's tables, BP time and peak per partition size, for every partition sweep.
+std::string section_partition(const Analysis& a, bool plot_drawn);
+// table_partition.cpp: Figure 5's curves (partition_sweep in plot_data.json).
+json partition_plot_data(const Analysis& a);
+
+// table_grad_error.cpp: Table 7, Er_abs and Er_rel per parameter group against the float64 reference.
+std::string section_grad_error(const Analysis& a);
+
+// timeline.cpp: Figures 1 and 8. The cell whose memory timeline the report shows, chosen once because the
+// section and timeline.png must show the same one.
+struct TimelineChoice {
+  const CellView* cell = nullptr;
+  json timeline;        // {"points": [...], "phases": [...]}
+  std::string problem;  // why the chosen cell's timeline could not be read
+};
+
+// timeline.cpp: the cell whose timeline the report shows: `index`, else the first cell with a timeline.
+// Throws InputError when `index` is out of range, has no timeline or its timeline cannot be read; the default
+// choice records in `problem` why its timeline could not be read instead, so the report is still written.
+TimelineChoice choose_timeline(const Analysis& a, std::optional<size_t> index);
+// timeline.cpp: the timeline's points (thinned), categories and top-level phases for timeline.png.
+json timeline_plot_data(const Analysis& a, const TimelineChoice& t);
+// timeline.cpp: the chosen cell, its peak and the phase it fell in, per top-level phase its highest bytes.
+std::string section_timeline(const Analysis& a, const TimelineChoice& t, bool plot_drawn);
+
+// table_distributed.cpp: per rank of every distributed cell its status, peak, BP time and collectives; ""
+// when no cell ran with several ranks.
+std::string section_distributed(const Analysis& a);
+
+}  // namespace bpbench::report_detail

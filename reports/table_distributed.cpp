@@ -1,0 +1,41 @@
+// table_distributed.cpp: the cells run on several ranks, per rank: status, peak, BP time and collectives.
+#include <fmt/format.h>
+
+#include "reports/sections.h"
+
+namespace bpbench::report_detail {
+
+// Issue 7's results: per rank, peak and BP time, and each collective's calls and logical bytes.
+std::string section_distributed(const Analysis& a) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : a.cells) {
+    if (!c.ranks.is_array()) continue;
+    for (const auto& r : c.ranks) {
+      const json& comm = field(r, "comm");
+      auto collective = [&](const char* kind) {
+        const json& k = field(comm, kind);
+        const int64_t calls = integer(k, "calls").value_or(0);
+        return calls ? fmt::format("{} / {}", calls, format_bytes(integer(k, "bytes").value_or(0)))
+                     : std::string(kDash);
+      };
+      const auto peak = integer(r, "peak_bytes");
+      const auto t = number(r, "time_median_s");
+      rows.push_back(
+          {fmt::format("#{} {} T={}", c.index, text(c.axes, "impl"), integer(c.axes, "seq_len").value_or(0)),
+           std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
+           peak ? format_bytes(*peak) : std::string(kDash), t ? format_time(*t) : std::string(kDash),
+           collective("reduce_scatter"), collective("all_gather"), collective("all_reduce")});
+    }
+  }
+  if (rows.empty()) return "";
+  return "\n## Distributed cells, per rank\n\nPeak live bytes of each rank, its BP time, and its collectives "
+         "in the "
+         "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
+         "the "
+         "embedding.\n\n" +
+         md_table(
+             {"cell", "rank", "status", "peak", "BP time (s)", "reduce_scatter", "all_gather", "all_reduce"},
+             rows, 3);
+}
+
+}  // namespace bpbench::report_detail

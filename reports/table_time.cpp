@@ -1,0 +1,32 @@
+// table_time.cpp: Table 1, the median BP time per strategy and sequence length.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "reports/sections.h"
+
+namespace bpbench::report_detail {
+
+std::string section_time(const Analysis& a) {
+  std::string s = "\n## BP time (Table 1)\n\n";
+  const Cells grid = a.select(is_grid_cell);
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const CellView* c : grid)
+    if (c->time_median) lo = std::min(lo, c->time_count), hi = std::max(hi, c->time_count);
+  if (hi == 0) return s + "No timed cells.\n";
+  s += fmt::format("Median seconds of one forward + backward over {} measured runs (after warm-up).\n",
+                   lo == hi ? std::to_string(lo) : fmt::format("{} to {}", lo, hi));
+  const auto keys = a.heading_keys({"impl", "seq_len", "partition", "logits_partition"}, {}, &grid);
+  for (const auto& [id, cells] :
+       group_by(grid, [&](const CellView& c) { return axes_label(c.axes, keys); })) {
+    s += fmt::format("\n### BP time (s): {}\n\n", heading(*cells.front(), keys));
+    s += impl_by_seq_len_table(a, cells, [](const CellView& c) -> std::string {
+      if (!c.ok()) return outcome_text(c);
+      return c.time_median ? format_time(*c.time_median) : kDash;
+    });
+  }
+  return s;
+}
+
+}  // namespace bpbench::report_detail
