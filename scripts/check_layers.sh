@@ -8,7 +8,8 @@
 #   5 reports/             results.json -> report.md and figures, compare
 #   6 harness/cli/         the `bpbench` command line
 # A file may include its own layer and any layer below it, never one above. Every source file under those
-# folders must belong to a layer (a new folder gets a rank here first), and no source includes tests/.
+# folders must belong to a layer (a new folder gets a rank here first), and no source includes tests/. The
+# list must equal CMakeLists.txt's BPBENCH_LAYERS, which compiles the same folders.
 # Usage: bash scripts/check_layers.sh [ROOT]   (ROOT defaults to the repository; tests point it elsewhere)
 set -uo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
@@ -25,6 +26,14 @@ rank_of() {
 
 violations=0
 checked=0
+# CMakeLists.txt compiles the layers it lists; a layer missing there would not be built, one extra not checked.
+if [ -f "$root/CMakeLists.txt" ]; then
+  cmake_layers=$(sed -nE 's/^set\(BPBENCH_LAYERS (.*)\)$/\1/p' "$root/CMakeLists.txt")
+  if [ "$cmake_layers" != "${layers[*]}" ]; then
+    echo "layers: FAIL: CMakeLists.txt's BPBENCH_LAYERS ($cmake_layers) differ from this script's (${layers[*]})"
+    violations=$((violations + 1))
+  fi
+fi
 while IFS= read -r file; do
   rel="${file#"$root"/}"
   own=$(rank_of "$rel")
