@@ -1,0 +1,96 @@
+// test_attention.cpp: the model's one attention contract (harness/model/ops.h, causal_attention) against
+// plainly written masked attention, values and gradients, in float64: whole sequences (c = e), StreamBP
+// chunks (c < e, bottom-right aligned: query row i sees keys j <= i + e - c), single rows (c = 1), and GQA
+// groups of 1, 2 and 4. Whatever kernel implements the contract (math today, SDPA / flash later) must pass.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+
+#include "harness/model/ops.h"
+
+namespace bpbench::testing {
+namespace {
+
+// The reference, with nothing clever: K/V repeated per query head, an (c, e) mask built from the rule,
+// softmax over every key. q (N, Hq, c, hd); k, v (N, Hkv, e, hd) -> (N, c, Hq * hd).
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3), e = k.size(2);
+  const int64_t group = hq / k.size(1);
+  auto keys = k.repeat_interleave(group, 1), values = v.repeat_interleave(group, 1);  // (N, Hq, e, hd)
+  auto scores = torch::matmul(q, keys.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
+  auto row = torch::arange(c).unsqueeze(1), col = torch::arange(e).unsqueeze(0);
+  auto hidden = col > row + (e - c);  // (c, e): key j is after query row i's position e - c + i
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+  auto out = torch::matmul(torch::softmax(scores, -1), values);  // (N, Hq, c, hd)
+  return out.transpose(1, 2).reshape({n, c, hq * hd});
+}
+
+// (c, e, query heads per kv head)
+class CausalAttention : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+
+TEST_P(CausalAttention, EqualsMaskedAttentionInValuesAndGradients) {
+  const auto [c, e, group] = GetParam();
+  const int64_t n = 2, kv_heads = 2, hd = 8;
+  torch::manual_seed(7);
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  auto q = torch::randn({n, kv_heads * group, c, hd}, options).requires_grad_();
+  auto k = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
+  auto v = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
+  auto q_ref = q.detach().clone().requires_grad_(), k_ref = k.detach().clone().requires_grad_(),
+       v_ref = v.detach().clone().requires_grad_();
+
+  auto out = causal_attention(q, k, v);
+  auto expected = masked_attention(q_ref, k_ref, v_ref);
+  ASSERT_EQ(out.sizes(), expected.sizes());
+  EXPECT_TRUE(torch::allclose(out, expected, 1e-12, 1e-12)) << (out - expected).abs().max().item<double>();
+
+  // One upstream gradient for both, so dQ, dK and dV (summed over each GQA group) are compared directly.
+  auto upstream = torch::randn(out.sizes(), options);
+  out.backward(upstream);
+  expected.backward(upstream);
+  for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
+                                        {"dK", k.grad(), k_ref.grad()},
+                                        {"dV", v.grad(), v_ref.grad()}})
+    EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12))
+        << name << " max error " << (got - want).abs().max().item<double>();
+}
+
+// A StreamBP chunk, rows [s, e) against keys [0, e), is exactly those rows of whole-sequence attention over
+// [0, e): the alignment checked against the model itself, independently of the reference above.
+TEST(CausalAttention, AChunkEqualsItsRowsOfTheWholeSequence) {
+  const int64_t e = 11;
+  torch::manual_seed(3);
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  auto q = torch::randn({1, 4, e, 8}, options), k = torch::randn({1, 2, e, 8}, options),
+       v = torch::randn({1, 2, e, 8}, options);
+  auto whole = causal_attention(q, k, v);  // (1, e, 4 * 8)
+  for (int64_t s : {0, 1, 6, 10}) {
+    auto chunk = causal_attention(q.narrow(2, s, e - s), k, v);
+    EXPECT_TRUE(torch::allclose(chunk, whole.narrow(1, s, e - s), 1e-12, 1e-12)) << "rows from " << s;
+  }
+}
+
+std::string name_of(const ::testing::TestParamInfo<std::tuple<int64_t, int64_t, int64_t>>& info) {
+  const auto [c, e, group] = info.param;
+  return "c" + std::to_string(c) + "_e" + std::to_string(e) + "_gqa" + std::to_string(group);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CausalAttention,
+                         ::testing::Values(std::tuple{int64_t{13}, int64_t{13}, int64_t{1}},  // c = e
+                                           std::tuple{int64_t{13}, int64_t{13}, int64_t{2}},
+                                           std::tuple{int64_t{13}, int64_t{13}, int64_t{4}},
+                                           std::tuple{int64_t{5}, int64_t{13}, int64_t{1}},  // c < e
+                                           std::tuple{int64_t{5}, int64_t{13}, int64_t{2}},
+                                           std::tuple{int64_t{5}, int64_t{13}, int64_t{4}},
+                                           std::tuple{int64_t{1}, int64_t{13}, int64_t{1}},  // c = 1
+                                           std::tuple{int64_t{1}, int64_t{13}, int64_t{2}},
+                                           std::tuple{int64_t{1}, int64_t{13}, int64_t{4}},
+                                           std::tuple{int64_t{1}, int64_t{1}, int64_t{4}}),
+                         name_of);
+
+}  // namespace
+}  // namespace bpbench::testing
