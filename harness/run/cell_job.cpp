@@ -5,8 +5,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "harness/model/hf_model.h"
@@ -22,24 +20,6 @@ namespace bpbench {
 using nlohmann::json;
 
 namespace run_detail {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string one_line(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  std::replace(s.begin(), s.end(), '\r', ' ');
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
 
 bool is_distributed(const Strategy& strategy) {
   return dynamic_cast<const dist::DistStrategy*>(&strategy) != nullptr;
