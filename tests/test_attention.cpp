@@ -1,7 +1,8 @@
 // test_attention.cpp: the model's one attention contract (harness/model/ops.h, causal_attention) against
 // plainly written masked attention, values and gradients, in float64: whole sequences (c = e), StreamBP
 // chunks (c < e, bottom-right aligned: query row i sees keys j <= i + e - c), single rows (c = 1), and GQA
-// groups of 1, 2 and 4. Whatever kernel implements the contract (math today, SDPA / flash later) must pass.
+// groups of 1, 2 and 4. Whatever kernel implements the contract must pass (on the CPU, PyTorch's fused
+// kernel: attention_cpu.cpp); tests/device/test_device_backend.cpp checks the CUDA kernels the same way.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,7 +11,9 @@
 #include <string>
 #include <tuple>
 
+#include "harness/model/attention_kernels.h"
 #include "harness/model/ops.h"
+#include "profiles/memory.h"
 
 namespace bpbench::testing {
 namespace {
@@ -72,6 +75,47 @@ TEST(CausalAttention, AChunkEqualsItsRowsOfTheWholeSequence) {
     auto chunk = causal_attention(q.narrow(2, s, e - s), k, v);
     EXPECT_TRUE(torch::allclose(chunk, whole.narrow(1, s, e - s), 1e-12, 1e-12)) << "rows from " << s;
   }
+}
+
+// The point of the fused kernels: no score matrix. A chunk of 64 queries over 4096 keys with 8 heads would
+// need 16 MiB for one float64 score matrix; forward and backward together must stay far below it (what they
+// do allocate: output, logsumexp, dQ/dK/dV and a per-thread scratch block of at most 256 x 512).
+TEST(CausalAttention, NeverAllocatesAScoreMatrix) {
+  auto& recorder = profiles::MemoryRecorder::instance();
+  const int64_t n = 1, heads = 8, kv_heads = 2, c = 64, e = 4096, hd = 16;
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  auto q = torch::randn({n, heads, c, hd}, options).requires_grad_();
+  auto k = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
+  auto v = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
+  auto upstream = torch::randn({n, c, heads * hd}, options);
+  recorder.reset_peak();
+  const int64_t before = recorder.live_bytes();
+  causal_attention(q, k, v).backward(upstream);
+  const int64_t scores = n * heads * c * e * 8;
+  EXPECT_LT(recorder.peak_bytes() - before, scores / 4)
+      << "attention allocated " << recorder.peak_bytes() - before << " bytes; one score matrix is " << scores;
+
+  // The bound tells the kernels apart: the math kernel (kept for float64 on CUDA) goes above it.
+  q.mutable_grad().reset();
+  recorder.reset_peak();
+  const int64_t before_math = recorder.live_bytes();
+  math_attention(q, k, v, 0.25).transpose(1, 2).reshape({n, c, heads * hd}).backward(upstream);
+  EXPECT_GE(recorder.peak_bytes() - before_math, scores);
+}
+
+// Which kernel runs where: the CPU always fuses; CUDA picks flash for half precision, the memory-efficient
+// kernel for float32 (and half-precision head sizes flash does not take), and math for float64 only.
+TEST(CausalAttention, KernelChoiceByDeviceAndDtype) {
+  const torch::Device cpu(torch::kCPU), cuda(torch::kCUDA, 0);
+  for (auto dtype : {torch::kDouble, torch::kFloat, torch::kBFloat16})
+    EXPECT_EQ(attention_kernel_for(cpu, dtype, 6), AttentionKernel::cpu_fused);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kBFloat16, 128), AttentionKernel::flash);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kHalf, 64), AttentionKernel::flash);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kBFloat16, 512), AttentionKernel::efficient);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kFloat, 128), AttentionKernel::efficient);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kDouble, 128), AttentionKernel::math);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kBFloat16, 6), AttentionKernel::math);
+  EXPECT_STREQ(attention_kernel_name(AttentionKernel::flash), "flash");
 }
 
 std::string name_of(const ::testing::TestParamInfo<std::tuple<int64_t, int64_t, int64_t>>& info) {

@@ -10,13 +10,14 @@
 
 #include "harness/model/model_config.h"
 #include "harness/run/estimate.h"
+#include "harness/run/runner.h"
 
 namespace bpbench {
 
 const char* kEstimateHelp =
     R"(usage: bpbench estimate --model NAME --seq-len T [--impl I[,I...]] [--batch B] [--group G]
                         [--partition C] [--logits-partition CL] [--dtype D] [--objective O]
-                        [--lora-rank R] [--verbose]
+                        [--lora-rank R] [--threads N] [--verbose]
 
 The analytic peak memory of one forward + backward of each strategy (default: all of them), from the model's
 dimensions: base (parameters, gradients, batch) plus the largest phase above it (forward, head, a layer's MLP
@@ -34,11 +35,14 @@ options:
   --dtype D               float32 | bfloat16 | float64 (default float32)
   --objective O           sft | dpo | grpo (default sft)
   --lora-rank R           LoRA adapters of rank R (default 0: full fine-tuning)
+  --threads N             CPU threads of the run (default: every core, as `bpbench run`); the attention
+                          kernel keeps a scratch block per thread
   --verbose               every phase and term
 )";
 
 int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
   EstimateInput in;
+  in.threads = default_threads();
   std::string model, impls;
   int64_t batch = 1, group = 8;
   bool verbose = false, have_t = false;
@@ -63,7 +67,9 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
     if (a.rfind("--", 0) != 0 || i + 1 >= args.size())
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
-          "--partition, --logits-partition, --dtype, --objective, --lora-rank, --verbose; each with a value "
+          "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --verbose; each "
+          "with a "
+          "value "
           "but --verbose)",
           a));
     const std::string& v = args[++i];
@@ -85,6 +91,8 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       in.objective = v;
     else if (a == "--lora-rank")
       in.lora_rank = integer(a, v);
+    else if (a == "--threads")
+      in.threads = integer(a, v);
     else if (a == "--dtype") {
       if (v == "float32")
         in.dtype = torch::kFloat;

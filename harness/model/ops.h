@@ -18,9 +18,10 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // Causal attention for a block of queries that are the LAST rows of the key range:
 //   q: (N, Hq, c, hd) at global positions e-c .. e-1;   k, v: (N, Hkv, e, hd) at positions 0 .. e-1
 //   -> (N, c, Hq * hd)
-// Rule: the query at global position p sees keys 0..p (bottom-right causal alignment). GQA without a repeat:
-// queries are grouped by their kv head, so dK/dV come out already summed over each group. Only the c x c
-// block on the diagonal needs a mask ([0, e-c) is fully visible); no e x e mask is ever built for a chunk.
+// Rule: the query at global position p sees keys 0..p (bottom-right causal alignment). c = e is a whole
+// sequence, c < e one StreamBP chunk. GQA without a repeat of K/V: dK/dV come out already summed over each
+// group. No kernel builds a score matrix (Hq x c x e) or a mask: the kernels are fused (attention.cpp says
+// which runs where; attention_kernels.h lists them).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 }  // namespace bpbench

@@ -248,7 +248,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   }
   r.loss = loss;
   if (m.memory) {
-    mem.estimate_bytes = world == 1 ? estimate_cell_peak(c) : std::nullopt;
+    mem.estimate_bytes = world == 1 ? estimate_cell_peak(c, at::get_num_threads()) : std::nullopt;
     r.memory = mem;
   }
   if (timed) r.time = time_stats(seconds, warmup);

@@ -98,7 +98,7 @@ ModelConfig model_config_of(const std::string& name, const json& rope) {
   return config;
 }
 
-std::optional<int64_t> estimate_cell_peak(const Cell& c) {
+std::optional<int64_t> estimate_cell_peak(const Cell& c, int64_t threads) {
   const auto& known = estimated_impls();
   if (c.seq_len < 1 || std::find(known.begin(), known.end(), c.impl) == known.end()) return std::nullopt;
   try {
@@ -112,6 +112,7 @@ std::optional<int64_t> estimate_cell_peak(const Cell& c) {
     in.impl = c.impl;
     in.objective = c.objective;
     in.lora_rank = c.lora_rank;
+    in.threads = threads;
     return estimate_peak(in).peak_bytes;
   } catch (const std::exception&) {  // a model that cannot be read: no estimate, and the cell says why
     return std::nullopt;

@@ -12,8 +12,10 @@
 //     row), and its input: x itself when s == f, else the float32 copy (w f). pow(x, 2) saves that same
 //     input, not its result (1.13 kept the square too);
 //   rope keeps only its cos/sin tables (x * cos saves cos, not x): the pre-rope q/k are freed;
-//   causal_attention keeps the grouped-query copy qg (Aq s), the probabilities (Hq*e per row; float32 AND
-//     bfloat16 copies for a bfloat16 model), the bool c x c mask; o_proj keeps its input (Aq s);
+//   causal_attention (the fused CPU kernel) keeps q after RoPE (Aq s), K, V, its output (Aq s: also
+//     o_proj's input, a view of it) and the logsumexp (Hq f); no scores, no mask. Its forward and backward
+//     allocate a scratch block per thread (attn_forward_scratch, attn_backward_scratch); the backward
+//     allocates dQ, dK and dV. A StreamBP chunk runs it twice (prefix keys, diagonal block) and merges;
 //   the MLP keeps gate, silu(gate), up and their product (4 I s); LoRA keeps x A^T (r s) per adapted linear.
 #include "harness/run/estimate.h"
 
@@ -35,6 +37,7 @@ namespace {
 struct Dims {
   int64_t N, T, d, I, V, L, Hq, Hkv, hd, Aq, Akv;
   int64_t s, f;  // element bytes: model dtype, compute dtype
+  int64_t P;     // CPU threads (the attention kernel's scratch is per thread)
   bool up;       // s != f: norms and softmax copy their input to float32
   bool qk;       // q/k RMSNorm
   int64_t r;     // LoRA rank (0: full fine-tuning)
@@ -57,22 +60,48 @@ struct Dims {
   // MLP half, per row: x1 (as post_norm's input), post_norm, its output n, gate, silu, up, product; LoRA x
   // A^T.
   int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s; }
-  // Everything one layer's autograd graph keeps per row: attention, o_proj's input, K/V, MLP, and the layer's
+  // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and
+  // the logsumexp.
+  int64_t attn_out_row() const { return Aq * s + Hq * f; }
+  // Everything one layer's autograd graph keeps per row: attention, its output, K/V, MLP, and the layer's
   // input (when rms_norm keeps it).
-  int64_t layer_row() const { return attn_row() + Aq * s + kv_row() + mlp_row() + kept(d); }
+  int64_t layer_row() const { return attn_row() + attn_out_row() + kv_row() + mlp_row() + kept(d); }
   // The final norm's saved tensors and its output h (kept by the LM head only when W_lm is trainable: with
   // LoRA the frozen head saves nothing of its input).
   int64_t final_norm_row() const { return rms(d, 1) + (full ? d * s : 0); }
   // Not scaled by N: the cos and sin tables of RoPE over `rows` positions (float32 computed, cast to s).
   int64_t rope(int64_t rows) const { return 2 * rows * hd * s; }
-  // Attention probabilities of `rows` queries over `keys` keys, as saved for backward.
-  int64_t probs(int64_t rows, int64_t keys) const { return N * Hq * rows * keys * (s + (up ? f : 0)); }
-  // Backward through softmax and the masked scores of `rows` x `keys`: (a) softmax backward: saved probs,
-  // their gradient, the scores' gradient (3 f: computed in float32); (b) the in-place mask's CopySlices:
-  // incoming gradient, its clone, and the masked c x c diagonal block cloned and filled (2 s full + 2 s
-  // block). Whole-sequence attention (rows == keys) reaches (b) = 4 s; chunks stay at (a).
-  int64_t attn_backward(int64_t rows, int64_t keys) const {
-    return N * Hq * std::max(3 * f * rows * keys, 2 * s * rows * keys + 2 * s * rows * rows);
+  // The fused CPU kernel (PyTorch's flash-style attention) works in blocks of q_block query rows (32, 64 or
+  // 256 by the query count) by up to 512 keys, with one scratch block per thread: scores, row max and sum
+  // and an output tile in f (plus a bfloat16 copy of the scores) forward; scores and their gradient in f
+  // (plus bfloat16 copies) and a row sum backward.
+  static int64_t q_block(int64_t rows) {
+    return std::min<int64_t>(rows, rows >= 768 ? 256 : rows >= 192 ? 64 : 32);
+  }
+  static int64_t kv_block(int64_t keys) { return std::min<int64_t>(keys, 512); }
+  int64_t attn_forward_scratch(int64_t rows, int64_t keys) const {
+    const int64_t qb = q_block(rows), kb = kv_block(keys);
+    return P * ((qb * kb + 2 * qb + qb * hd) * f + (up ? qb * kb * s : 0));
+  }
+  int64_t attn_backward_scratch(int64_t rows, int64_t keys) const {
+    const int64_t qb = q_block(rows), kb = kv_block(keys);
+    return P * (2 * qb * kb * (f + (up ? s : 0)) + qb * f);
+  }
+  // The whole-sequence attention backward: the output's gradient dO coming in, dQ, dK, dV and the scratch.
+  int64_t attn_backward(int64_t rows) const {
+    return N * rows * (2 * Aq + 2 * Akv) * s + attn_backward_scratch(rows, rows);
+  }
+  // A chunk's (`rows` queries over `keys` keys, keys > rows), dO coming in and: the prefix call's dQ, dK, dV,
+  // then the diagonal call's with its scratch, or (after dQ's merge) dK's and dV's pieces with the
+  // concatenated dK or dV.
+  int64_t chunk_attn_backward(int64_t rows, int64_t keys) const {
+    if (keys == rows) return attn_backward(rows);
+    const int64_t prefix_call =
+        N * (2 * rows * Aq + 2 * (keys - rows) * Akv) * s + attn_backward_scratch(rows, keys - rows);
+    const int64_t diagonal_call =
+        N * (3 * rows * Aq + 2 * keys * Akv) * s + attn_backward_scratch(rows, rows);
+    const int64_t concatenation = N * (2 * rows * Aq + 3 * keys * Akv) * s;
+    return std::max({prefix_call, diagonal_call, concatenation});
   }
   // Backward through the MLP of `rows` rows (its 4 I saved tensors counted elsewhere): either the down
   // projection's (the product's gradient, N*rows*I, its weight gradient d*I, and a contiguous copy of the
@@ -82,9 +111,11 @@ struct Dims {
     const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
     return std::max(N * rows * I * s + (full ? d * I * s : 0) + dy_copy, 2 * N * rows * I * s);
   }
-  // No-grad forward of attention: the scores and the probabilities (plus bfloat16's float32 copy).
+  // No-grad forward of attention over `rows` queries: the output and logsumexp and the kernel's scratch;
+  // a chunk (keys > rows) also holds both calls' outputs and logsumexps while they are merged in f.
   int64_t attn_forward(int64_t rows, int64_t keys) const {
-    return N * Hq * rows * keys * (up ? s + 2 * f : 2 * s);
+    if (keys == rows) return N * rows * attn_out_row() + attn_forward_scratch(rows, keys);
+    return N * rows * (3 * Aq * s + 2 * Aq * f + 5 * Hq * f) + attn_forward_scratch(rows, keys);
   }
 };
 
@@ -178,8 +209,8 @@ int64_t checkpoints_bytes(const Dims& D, int64_t count) {
 
 // The attention backward of the top layer (the largest: every lower checkpoint is still alive). Kept: the
 // attention half of the layer for all T rows (o_proj's input already consumed), K and V's gradient (V itself
-// released), the rope tables, the T x T mask, three (N, T, d) gradients in flight, and the backward through
-// softmax and the mask.
+// released), the kernel's saved output and logsumexp, the rope tables, three (N, T, d) gradients in flight,
+// and the kernel's backward (dQ, dK, dV, scratch).
 PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, const std::string& flow_note) {
   const int64_t rows = D.N * D.T;
   PhaseBuilder p("layer attention backward");
@@ -189,8 +220,8 @@ PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, const
   p.add("attention half saved: N*T*attn_row", rows * D.attn_row());
   p.add("K path saved + K + dV: N*T*kv_row", rows * D.kv_row());
   p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
-  p.add("causal mask: T*T bool", D.T * D.T);
-  p.add("softmax + mask backward: N*Hq*T*T*max(3f, 4s)", D.attn_backward(D.T, D.T));
+  p.add("attention output + logsumexp: N*T*(Aq*s + Hq*f)", rows * D.attn_out_row());
+  p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
   return p.done();
 }
 
@@ -202,9 +233,9 @@ PhaseEstimate whole_mlp_backward(const Dims& D, int64_t checkpoints) {
   PhaseBuilder p("layer mlp backward");
   p.add(fmt::format("layer inputs: {} x N*T*d*s", checkpoints), checkpoints_bytes(D, checkpoints), true);
   p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
-  p.add("layer graph: N*T*(attn_row + Aq*s + kv_row + mlp_row)",
-        rows * (D.attn_row() + D.Aq * D.s + D.kv_row() + D.mlp_row()));
-  p.add("rope tables + mask + probabilities", 2 * D.rope(D.T) + D.T * D.T + D.probs(D.T, D.T));
+  p.add("layer graph: N*T*(attn_row + attn_out_row + kv_row + mlp_row)",
+        rows * (D.attn_row() + D.attn_out_row() + D.kv_row() + D.mlp_row()));
+  p.add("rope tables", 2 * D.rope(D.T));
   p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
   return p.done();
 }
@@ -216,8 +247,8 @@ PhaseEstimate checkpointed_forward_phase(const Dims& D, int64_t rows) {
   p.add(fmt::format("layer inputs x_0..x_{} and the output being built: {} x N*T*d*s", D.L - 1, D.L + 1),
         checkpoints_bytes(D, D.L + 1), true);
   p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
-  p.add("one chunk's normed rows, q, grouped q: N*c*(d + 2*Aq)*s", D.N * rows * (D.d + 2 * D.Aq) * D.s);
-  p.add("one chunk's scores + probabilities: N*Hq*c*T*(2s | s+2f)", D.attn_forward(rows, D.T));
+  p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
+  p.add("one chunk's attention: output, logsumexp (and a chunk's merge), scratch", D.attn_forward(rows, D.T));
   return p.done();
 }
 
@@ -225,14 +256,14 @@ PhaseEstimate checkpointed_forward_phase(const Dims& D, int64_t rows) {
 
 std::vector<PhaseEstimate> plain_phases(const Dims& D) {
   const int64_t rows = D.N * D.T;
-  const int64_t layer_graph = rows * D.layer_row() + 2 * D.rope(D.T) + D.probs(D.T, D.T) + D.T * D.T;
+  const int64_t layer_graph = rows * D.layer_row() + 2 * D.rope(D.T);
   // LoRA: the embedding output needs no grad and input_norm is frozen, so layer 0's attn_norm keeps nothing
   // (its output h is kept by the adapters' A, counted in attn_row).
   const int64_t frozen_first_norm = D.full ? 0 : rows * (D.kept(D.d) + D.rms(D.d, 1));
   std::vector<PhaseEstimate> out;
   {
     PhaseBuilder p("head");
-    p.add(fmt::format("autograd graph of {} layers: L*(N*T*layer_row + 4*T*hd*s + probs + T*T mask)", D.L),
+    p.add(fmt::format("autograd graph of {} layers: L*(N*T*layer_row + 4*T*hd*s)", D.L),
           D.L * layer_graph - frozen_first_norm, true);
     p.add("final norm input x_L (kept when s == f): N*T*d*s", rows * D.kept(D.d), true);
     add_whole_head(p, D);
@@ -249,11 +280,13 @@ std::vector<PhaseEstimate> plain_phases(const Dims& D) {
     PhaseBuilder p("layer attention backward");
     p.add(fmt::format("autograd graph of the {} lower layers", D.L - 1),
           (D.L - 1) * layer_graph - (D.L > 1 ? frozen_first_norm : 0), true);
-    p.add("top layer: its input, attention half, K path + dV: N*T*(kept(d) + attn_row + kv_row)",
-          rows * (D.kept(D.d) + D.attn_row() + D.kv_row()));
+    p.add(
+        "top layer: its input, attention half and output, K path: N*T*(kept(d) + attn_row + attn_out_row + "
+        "kv_row)",
+        rows * (D.kept(D.d) + D.attn_row() + D.attn_out_row() + D.kv_row()));
     p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
-    p.add("top layer rope tables + mask", 2 * D.rope(D.T) + D.T * D.T);
-    p.add("softmax + mask backward: N*Hq*T*T*max(3f, 4s)", D.attn_backward(D.T, D.T));
+    p.add("top layer rope tables", 2 * D.rope(D.T));
+    p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
     out.push_back(p.done());
   }
   return out;
@@ -294,9 +327,9 @@ std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
     PhaseBuilder p("layer mlp backward");
     p.add(fmt::format("layer inputs: {} x N*T*d*s", D.L), checkpoints_bytes(D, D.L), true);
     p.add("x1, dy, dx1: 3 x N*T*d*s", 3 * rows * D.d * D.s);
-    p.add("attention graph, all rows: N*T*(attn_row + Aq*s + kv_row)",
-          rows * (D.attn_row() + D.Aq * D.s + D.kv_row()));
-    p.add("rope tables + mask + probabilities", 2 * D.rope(D.T) + D.T * D.T + D.probs(D.T, D.T));
+    p.add("attention graph, all rows: N*T*(attn_row + attn_out_row + kv_row)",
+          rows * (D.attn_row() + D.attn_out_row() + D.kv_row()));
+    p.add("rope tables", 2 * D.rope(D.T));
     // Its input x1[s:e] is a view of x1 (counted above): the graph adds only what mlp_row has beyond it.
     p.add("one mini-sequence's MLP graph and output: N*c*(mlp_row - kept(d) + d*s)",
           D.N * c * (D.mlp_row() - D.kept(D.d) + D.d * D.s));
@@ -331,33 +364,27 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
   };
   PhaseEstimate mlp, attn;
   for (auto [r, e] : critical_chunks(D.T, c)) {
-    // K[:e] and V[:e] are views of (N, T, Hkv, hd) storage; with N > 1 and Hkv > 1 the batched matmuls cannot
-    // fold (N, Hkv) into one batch dimension and save contiguous copies of them (V's until its matmul's
-    // backward, K's until the scores' backward). The whole-sequence strategies drop K and V once copied.
-    const int64_t kv_copy = D.N > 1 && D.Hkv > 1 ? D.N * e * D.Akv * D.s : 0;
     {
       PhaseBuilder p("layer mlp backward");
       layer_base(p);
-      p.add("chunk graph: N*c*(attn_row + 2*Aq*s + mlp_row)",
-            D.N * r * (D.attn_row() + 2 * D.Aq * D.s + D.mlp_row()));
+      p.add("chunk graph: N*c*(attn_row + attn_out_row + mlp_row)",
+            D.N * r * (D.attn_row() + D.attn_out_row() + D.mlp_row()));
       p.add("chunk gradient in flight: N*c*d*s", D.N * r * D.d * D.s);
-      p.add("chunk probabilities (c x e) + mask + q rope tables", D.probs(r, e) + r * r + D.rope(r));
+      p.add("q rope tables", D.rope(r));
       p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
             D.mlp_backward(r, true));
-      p.add("matmul copies of K[:e], V[:e] (N > 1): 2 x N*e*Akv*s", 2 * kv_copy);
       auto ph = p.done();
       if (ph.bytes > mlp.bytes) mlp = ph;
     }
     {
       PhaseBuilder p("layer attention backward");
       layer_base(p);
-      p.add("chunk attention half + q after rope: N*c*(attn_row + Aq*s)",
-            D.N * r * (D.attn_row() + D.Aq * D.s));
+      p.add("chunk attention half, output, logsumexp: N*c*(attn_row + attn_out_row)",
+            D.N * r * (D.attn_row() + D.attn_out_row()));
       p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
-      p.add("gradient of the visible V: N*e*Akv*s", D.N * e * D.Akv * D.s);
-      p.add("chunk mask + q rope tables", r * r + D.rope(r));
-      p.add("softmax + mask backward, c x e: N*Hq*c*e*max(3f, 2s + 2s*c/e)", D.attn_backward(r, e));
-      p.add("matmul copy of K[:e] (N > 1): N*e*Akv*s", kv_copy);
+      p.add("q rope tables", D.rope(r));
+      p.add("attention backward, two calls: dQ, dK, dV pieces, merged: see chunk_attn_backward",
+            D.chunk_attn_backward(r, e));
       auto ph = p.done();
       if (ph.bytes > attn.bytes) attn = ph;
     }
@@ -401,8 +428,8 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   if (in.objective != "sft" && in.objective != "dpo" && in.objective != "grpo")
     throw std::invalid_argument(
         fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", in.objective));
-  if (in.seq_len <= 0 || in.sequences <= 0 || in.lora_rank < 0)
-    throw std::invalid_argument("estimate: seq_len and sequences must be > 0, lora_rank >= 0");
+  if (in.seq_len <= 0 || in.sequences <= 0 || in.lora_rank < 0 || in.threads <= 0)
+    throw std::invalid_argument("estimate: seq_len, sequences and threads must be > 0, lora_rank >= 0");
   in.config.validate();
 
   const ModelConfig& c = in.config;
@@ -418,6 +445,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   D.hd = c.head_dim;
   D.Aq = c.heads * c.head_dim;
   D.Akv = c.kv_heads * c.head_dim;
+  D.P = in.threads;
   D.s = element_bytes(in.dtype);
   D.f = in.dtype == torch::kDouble ? 8 : 4;
   D.up = D.s != D.f;

@@ -31,6 +31,7 @@ struct EstimateInput {
   std::string impl;                         // plain | checkpoint | checkpoint-chunked-head | mst | streambp
   std::string objective = "sft";            // sft | dpo | grpo
   int64_t lora_rank = 0;                    // 0: full fine-tuning
+  int64_t threads = 1;  // CPU threads: the fused attention kernel allocates a scratch block per thread
 };
 
 // One named tensor term of a phase: `bytes` in all (count x shape x element size).

@@ -84,11 +84,12 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
   // Start at the largest length the analytic estimate puts within the budget, and grow or shrink by a
   // quarter from there: the estimate is within a few percent for the strategies it knows.
   if (spec.budget_bytes) {
+    const int64_t threads = job.settings.threads > 0 ? job.settings.threads : default_threads();
     auto fits = [&](int64_t T) {
-      auto e = estimate_cell_peak(at_length(T).cell);
+      auto e = estimate_cell_peak(at_length(T).cell, threads);
       return e && *e <= *spec.budget_bytes;
     };
-    if (estimate_cell_peak(at_length(spec.granularity).cell)) {
+    if (estimate_cell_peak(at_length(spec.granularity).cell, threads)) {
       int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
       while (lo < hi) {
         const int64_t mid = (lo + hi + 1) / 2;

@@ -1,0 +1,63 @@
+// attention.cpp: causal_attention (ops.h), which picks a kernel (attention_kernels.h) by device and dtype.
+//
+// CPU: always the fused CPU kernel (float64, float32, bfloat16). CUDA: flash for bfloat16/float16 (the
+// fastest, GQA without a repeat), the memory-efficient kernel for float32 (the paper's fp32 columns), and
+// math for float64 (no fused CUDA kernel takes it; float64 on a GPU is for exactness checks, not length).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "harness/model/attention_kernels.h"
+#include "harness/model/ops.h"
+
+namespace bpbench {
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::cpu_fused:
+      return "cpu-fused";
+    case AttentionKernel::flash:
+      return "flash";
+    case AttentionKernel::efficient:
+      return "efficient";
+    case AttentionKernel::math:
+      return "math";
+  }
+  return "?";
+}
+
+AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim) {
+  if (!device.is_cuda()) return AttentionKernel::cpu_fused;
+  // Both CUDA kernels want 8-element aligned head rows; flash takes head sizes up to 256.
+  const bool aligned = head_dim % 8 == 0;
+  const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
+  if (half && aligned && head_dim <= 256) return AttentionKernel::flash;
+  if ((half || dtype == at::kFloat) && aligned) return AttentionKernel::efficient;
+  return AttentionKernel::math;
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
+  const int64_t hkv = k.size(1), e = k.size(2);
+  TORCH_CHECK(e >= c, "causal_attention: ", c, " queries need at least as many keys, got ", e);
+  TORCH_CHECK(hq % hkv == 0, "causal_attention: ", hq, " query heads are not groups of ", hkv, " kv heads");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  torch::Tensor out;  // (N, Hq, c, hd)
+  switch (attention_kernel_for(q.device(), q.scalar_type(), hd)) {
+    case AttentionKernel::cpu_fused:
+      out = cpu_fused_attention(q, k, v, scale);
+      break;
+    case AttentionKernel::flash:
+      out = flash_attention(q, k, v, scale);
+      break;
+    case AttentionKernel::efficient:
+      out = efficient_attention(q, k, v, scale);
+      break;
+    case AttentionKernel::math:
+      out = math_attention(q, k, v, scale);
+      break;
+  }
+  return out.transpose(1, 2).reshape({n, c, hq * hd});
+}
+
+}  // namespace bpbench

@@ -1,0 +1,48 @@
+// attention_gpu.cpp: the CUDA kernels (attention_kernels.h), through ATen's own entry points, so this file
+// compiles against any LibTorch; only a CUDA tensor reaches it (attention.cpp). Both kernels take
+// (N, rows, heads, hd) with a contiguous last dimension: the model's (N, H, rows, hd) tensors are views of
+// exactly that layout, so the transposes below copy nothing.
+//
+// Both are bottom-right aligned for c < e (query row i sees keys j <= i + e - c), the contract's rule:
+// FlashAttention-2's is_causal is, and the memory-efficient kernel's custom_mask_type 2
+// (CausalFromBottomRight) is. Their derivatives are registered by PyTorch; autograd calls the backward
+// kernels with the logsumexp they saved.
+#include "harness/model/attention_kernels.h"
+
+namespace bpbench {
+namespace {
+constexpr int64_t kCausalFromBottomRight = 2;  // the memory-efficient kernel's CustomMaskType
+}
+
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              double scale) {
+  const int64_t c = q.size(2), e = k.size(2);
+  // GQA native: Hq a multiple of Hkv, dK/dV returned per kv head.
+  auto out = std::get<0>(at::_flash_attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                      /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e, 0.0,
+                                                      /*is_causal=*/true, /*return_debug_mask=*/false,
+                                                      std::optional<double>(scale)));
+  return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
+}
+
+torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  double scale) {
+  const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
+  const int64_t hkv = k.size(1), e = k.size(2), group = hq / hkv;
+  // This kernel wants as many kv heads as query heads: repeat each kv head `group` times (O(e Akv) bytes,
+  // never scores); autograd sums dK/dV back over each group through the expand.
+  auto per_query_head = [&](const torch::Tensor& t) {
+    auto rows = t.transpose(1, 2);  // (N, e, Hkv, hd)
+    if (group == 1) return rows;
+    return rows.unsqueeze(3).expand({n, e, hkv, group, hd}).reshape({n, e, hq, hd});
+  };
+  const bool needs_grad =
+      torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  auto out = std::get<0>(at::_efficient_attention_forward(
+      q.transpose(1, 2), per_query_head(k), per_query_head(v),
+      /*bias=*/{}, /*cu_seqlens_q=*/{}, /*cu_seqlens_k=*/{}, c, e, 0.0, kCausalFromBottomRight,
+      /*compute_log_sumexp=*/needs_grad, scale));
+  return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
+}
+
+}  // namespace bpbench

@@ -1,0 +1,36 @@
+// attention_kernels.h: the kernels behind causal_attention (ops.h), one per device and dtype, and the rule
+// that picks one. Each takes the contract's shapes and alignment; none builds a score matrix except `math`,
+// kept for what no fused kernel takes (float64 on CUDA, odd head sizes on CUDA).
+//
+// Legend (model_config.h): N batch, Hq query heads, Hkv kv heads, c query rows, e keys, hd head size.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace bpbench {
+
+enum class AttentionKernel {
+  cpu_fused,  // attention_cpu.cpp: PyTorch's fused CPU kernel, prefix and diagonal merged by logsumexp
+  flash,      // attention_gpu.cpp: FlashAttention-2 (bfloat16, float16), bottom-right causal, GQA native
+  efficient,  // attention_gpu.cpp: memory-efficient kernel (float32 too), CausalFromBottomRight mask type
+  math,       // attention_math.cpp: grouped matmul + softmax; materialises N x Hq x c x e scores
+};
+
+const char* attention_kernel_name(AttentionKernel kernel);
+
+// The kernel causal_attention uses for queries on `device` of `dtype` with head size `head_dim`.
+AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim);
+
+// q (N, Hq, c, hd), k and v (N, Hkv, e, hd), c <= e -> (N, Hq, c, hd); differentiable in q, k and v.
+torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  double scale);
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              double scale);
+torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  double scale);
+torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             double scale);
+
+}  // namespace bpbench

@@ -1,0 +1,25 @@
+// attention_math.cpp: the math kernel (attention_kernels.h): what no fused kernel takes, on CUDA.
+// It materialises the scores, N x Hq x c x e, and their probabilities: a fallback, never a default.
+#include <limits>
+
+#include "harness/model/attention_kernels.h"
+#include "harness/model/ops.h"
+
+namespace bpbench {
+
+torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             double scale) {
+  const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
+  const int64_t hkv = k.size(1), e = k.size(2), g = hq / hkv;
+  // (N, Hq, c, hd) -> (N, Hkv, g*c, hd): the g query heads sharing a kv head become rows of one product.
+  auto qg = q.reshape({n, hkv, g * c, hd});
+  auto scores = torch::matmul(qg, k.transpose(-1, -2)) * scale;  // (N, Hkv, g*c, e)
+  // Viewed as (N, Hkv, g, c, e): only the last c columns (the diagonal block) have hidden keys.
+  auto diagonal_block = scores.view({n, hkv, g, c, e}).narrow(-1, e - c, c);
+  auto above_diagonal = torch::ones({c, c}, q.options().dtype(torch::kBool).requires_grad(false)).triu(1);
+  diagonal_block.masked_fill_(above_diagonal, -std::numeric_limits<double>::infinity());
+  auto probs = torch::softmax(scores, -1, compute_dtype(q.scalar_type())).to(q.scalar_type());
+  return torch::matmul(probs, v).view({n, hq, c, hd});
+}
+
+}  // namespace bpbench
