@@ -357,6 +357,10 @@ bool MemoryRecorder::timeline_active() const {
   return state().timeline_active.load(std::memory_order_acquire);
 }
 
+Category current_category() {
+  return g_category.load(std::memory_order_relaxed);
+}
+
 MemoryScope::MemoryScope(Category c) {
   MemoryRecorder::instance();  // a scope is pointless unless the tracking allocator is installed
   previous_ = g_category.exchange(c, std::memory_order_relaxed);

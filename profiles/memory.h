@@ -31,6 +31,9 @@ class MemoryScope {
   Category previous_;
 };
 
+// The category MemoryScope has set (process-wide): what any recorder charges an allocation made now to.
+Category current_category();
+
 // A named phase; nested phases form a stack. Recorded in the timeline (when one is being recorded).
 class PhaseScope {
  public:

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "profiles/cuda_recorder.h"
 #include "profiles/memory.h"
 
 namespace bpbench::profiles {
@@ -19,7 +20,7 @@ Recorder& cpu_tracking_allocator() {
 const std::vector<std::pair<std::string, Instance>>& recorders() {
   static const std::vector<std::pair<std::string, Instance>> table = {
       {"cpu", cpu_tracking_allocator},
-      {"cuda", cpu_tracking_allocator},  // no CUDA recorder yet: what a CUDA cell allocates on the CPU
+      {"cuda", cuda_recorder},
   };
   return table;
 }

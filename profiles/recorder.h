@@ -52,11 +52,21 @@ class Recorder {
   // `min_interval_ms` keep only the last, except that the point at the peak is always kept.
   virtual void start_timeline(double min_interval_ms) = 0;
   virtual Timeline stop_timeline() = 0;
+
+  // What only a device allocator with a cache has (the CPU recorder: nothing, no-op, false).
+  // The peak of memory reserved from the device (allocated plus the cache's slack) since reset_peak().
+  virtual std::optional<int64_t> reserved_peak_bytes() const { return std::nullopt; }
+  // Returns cached blocks to the device: after an out-of-memory cell, so the next one starts clean.
+  virtual void release_cached() {}
+  // Where the allocator's state is written when an allocation fails ("": nowhere), and writing it now: the
+  // pickle that https://pytorch.org/memory_viz opens. False where the recorder has no such snapshot.
+  virtual void set_oom_snapshot_path(const std::string& /*path*/) {}
+  virtual bool write_snapshot(const std::string& /*path*/) { return false; }
 };
 
-// The recorder of a scenario's device ("cpu", "cuda"). Throws std::invalid_argument naming the devices that
-// have one. Today both are the CPU tracking allocator: a CUDA cell's figures count its CPU tensors only,
-// until a CUDA recorder takes its row.
+// The recorder of a scenario's device ("cpu": the tracking CPU allocator, memory.h; "cuda": c10's CUDA
+// caching allocator, cuda_recorder.h). Throws std::invalid_argument naming the devices that have one, and
+// std::runtime_error for "cuda" where no GPU is usable.
 Recorder& recorder_for(const std::string& device);
 
 }  // namespace bpbench::profiles

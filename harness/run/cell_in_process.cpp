@@ -135,6 +135,36 @@ class TimelineGuard {
   bool on_;
 };
 
+// Where a CUDA cell's allocator state goes, DIR/NAME.memory_viz.pickle: written when an allocation fails, and
+// after the step when a timeline was asked for. Unset again when the cell ends, however it ends.
+class SnapshotGuard {
+ public:
+  SnapshotGuard(profiles::Recorder& recorder, const CellJob& job, bool cuda) : recorder_(recorder) {
+    if (!cuda || job.timeline_dir.empty() || job.timeline_name.empty()) return;
+    name_ = job.timeline_name + ".memory_viz.pickle";
+    path_ = (std::filesystem::path(job.timeline_dir) / name_).string();
+    std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+    recorder_.set_oom_snapshot_path(path_);
+  }
+  ~SnapshotGuard() {
+    if (!path_.empty()) recorder_.set_oom_snapshot_path("");
+  }
+  SnapshotGuard(const SnapshotGuard&) = delete;
+  SnapshotGuard& operator=(const SnapshotGuard&) = delete;
+
+  // The step ran out of memory: name the snapshot the allocator's hook wrote, if it did.
+  void after_oom(MemoryResult& mem) const {
+    if (!path_.empty() && std::filesystem::exists(path_)) mem.snapshot_file = name_;
+  }
+  void write_now(MemoryResult& mem) {
+    if (!path_.empty() && recorder_.write_snapshot(path_)) mem.snapshot_file = name_;
+  }
+
+ private:
+  profiles::Recorder& recorder_;
+  std::string name_, path_;
+};
+
 // DIR/NAME.json (plain timeline, read by `bpbench report`) and DIR/NAME.trace.json (Perfetto).
 void write_timeline(const CellJob& job, const profiles::Timeline& timeline, MemoryResult& mem) {
   if (job.timeline_dir.empty() || job.timeline_name.empty()) return;
@@ -218,6 +248,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       rec.reset_peak();
       mem.base_bytes = rec.live_bytes();
       BudgetGuard budget(rec, m.budget_bytes);
+      SnapshotGuard snapshot(rec, job, device.is_cuda());
       TimelineGuard timeline(rec, m.timeline);
       try {
         sync_device(device);
@@ -229,13 +260,19 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         // Where the step stood when it ran out: its base and the highest point it reached within the budget.
         mem.peak_bytes = rec.peak_bytes();
         mem.peak_by_category = category_map(rec.peak_by_category());
+        mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+        snapshot.after_oom(mem);
         if (m.timeline) write_timeline(job, timeline.stop(), mem);
         if (m.memory) r.memory = mem;
         throw;
       }
       mem.peak_bytes = rec.peak_bytes();
       mem.peak_by_category = category_map(rec.peak_by_category());
-      if (m.timeline) write_timeline(job, timeline.stop(), mem);
+      mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+      if (m.timeline) {
+        write_timeline(job, timeline.stop(), mem);
+        snapshot.write_now(mem);
+      }
     } else {
       sync_device(device);
       const auto t0 = Clock::now();
@@ -281,6 +318,9 @@ CellResult run_cell(const CellJob& job) {
   } catch (const c10::OutOfMemoryError& e) {
     r.status = "oom";
     r.reason = one_line(e.what_without_backtrace());
+    // The step's tensors are gone with measure_cell's frame; give their cached blocks back so the next cell
+    // (or grad-error reference) starts from an empty cache.
+    profiles::recorder_for(job.settings.device).release_cached();
   } catch (const c10::Error& e) {
     const std::string msg = one_line(e.what_without_backtrace());
     // The default CPU allocator reports a failed malloc as a plain c10::Error.

@@ -74,6 +74,8 @@ json CellResult::to_json() const {
         {"estimate_bytes", memory->estimate_bytes ? json(*memory->estimate_bytes) : json(nullptr)}};
     if (!memory->timeline_file.empty()) j["memory"]["timeline_file"] = memory->timeline_file;
     if (!memory->trace_file.empty()) j["memory"]["trace_file"] = memory->trace_file;
+    if (memory->reserved_peak_bytes) j["memory"]["reserved_peak_bytes"] = *memory->reserved_peak_bytes;
+    if (!memory->snapshot_file.empty()) j["memory"]["snapshot_file"] = memory->snapshot_file;
   } else {
     j["memory"] = nullptr;
   }
@@ -142,6 +144,9 @@ CellResult CellResult::from_json(const json& j) {
       mem.estimate_bytes = m.at("estimate_bytes").get<int64_t>();
     mem.timeline_file = m.value("timeline_file", std::string());
     mem.trace_file = m.value("trace_file", std::string());
+    if (m.contains("reserved_peak_bytes") && m.at("reserved_peak_bytes").is_number_integer())
+      mem.reserved_peak_bytes = m.at("reserved_peak_bytes").get<int64_t>();
+    mem.snapshot_file = m.value("snapshot_file", std::string());
     r.memory = mem;
   }
   if (j.contains("time") && j.at("time").is_object()) {

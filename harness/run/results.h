@@ -48,6 +48,8 @@ struct MemoryResult {
   std::map<std::string, int64_t> peak_by_category;  // the breakdown at the moment of the peak
   std::optional<int64_t> estimate_bytes;            // harness/estimate.h, where the impl has one
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
+  std::optional<int64_t> reserved_peak_bytes;       // CUDA: the caching allocator's reserved peak
+  std::string snapshot_file;  // CUDA: memory_viz pickle (with measure.timeline, or of an OOM); relative
 };
 
 // A max-sequence-length search's outcome with the settings it ran under (harness/maxlen.h).

@@ -1,0 +1,148 @@
+// test_device_backend.cpp: the GPU backend of issue 14, on a GPU (skipped with a one-line reason elsewhere;
+// compiled in every CUDA build):
+//   - each CUDA attention kernel (flash for bfloat16, memory-efficient for float32, math for float64) equals
+//     plainly masked attention in values and dQ/dK/dV for whole sequences, StreamBP chunks (c < e,
+//     bottom-right), single rows and GQA groups of 1, 2 and 4;
+//   - the CUDA recorder: live, peak and per-category bytes follow the caching allocator, block for block;
+//     a budget turns an allocation past it into c10::OutOfMemoryError and writes the memory_viz snapshot.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <tuple>
+
+#include "harness/model/attention_kernels.h"
+#include "harness/model/ops.h"
+#include "profiles/cuda_build.h"
+#include "profiles/memory.h"
+#include "profiles/recorder.h"
+#include "tests/test_files.h"
+#include "tests/test_support.h"
+
+namespace bpbench::testing {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (profiles::cuda_device_count() == 0) GTEST_SKIP() << profiles::no_gpu_reason() << ": GPU test skipped"
+
+// float64 on the CPU, K/V repeated per query head, the (c, e) mask built from the rule.
+torch::Tensor masked_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3), e = k.size(2);
+  const int64_t group = hq / k.size(1);
+  auto keys = k.repeat_interleave(group, 1), values = v.repeat_interleave(group, 1);
+  auto scores = torch::matmul(q, keys.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
+  auto hidden = torch::arange(e).unsqueeze(0) > torch::arange(c).unsqueeze(1) + (e - c);
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), values).transpose(1, 2).reshape({n, c, hq * hd});
+}
+
+// (dtype, c, e, query heads per kv head)
+class CudaAttention : public ::testing::TestWithParam<std::tuple<at::ScalarType, int64_t, int64_t, int64_t>> {
+};
+
+TEST_P(CudaAttention, EqualsMaskedAttentionInValuesAndGradients) {
+  REQUIRE_GPU();
+  const auto [dtype, c, e, group] = GetParam();
+  const int64_t n = 2, kv_heads = 2, hd = 64;
+  torch::manual_seed(11);
+  const auto cpu = torch::TensorOptions().dtype(torch::kDouble);
+  // The model's layout: (N, rows, H, hd) storage viewed as (N, H, rows, hd).
+  auto q64 = torch::randn({n, c, kv_heads * group, hd}, cpu).transpose(1, 2);
+  auto k64 = torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2);
+  auto v64 = torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2);
+  auto on_gpu = [&](const torch::Tensor& t) { return t.to(torch::kCUDA, dtype).detach().requires_grad_(); };
+  auto q = on_gpu(q64), k = on_gpu(k64), v = on_gpu(v64);
+  // The reference sees exactly the rounded inputs the kernel sees.
+  auto q_ref = q.detach().cpu().to(torch::kDouble).requires_grad_(),
+       k_ref = k.detach().cpu().to(torch::kDouble).requires_grad_(),
+       v_ref = v.detach().cpu().to(torch::kDouble).requires_grad_();
+
+  auto out = causal_attention(q, k, v);
+  auto expected = masked_reference(q_ref, k_ref, v_ref);
+  const double tol = dtype == torch::kBFloat16 ? 2e-2 : dtype == torch::kFloat ? 1e-4 : 1e-10;
+  const auto kernel = attention_kernel_name(attention_kernel_for(q.device(), dtype, hd));
+  EXPECT_TRUE(torch::allclose(out.cpu().to(torch::kDouble), expected, tol, tol))
+      << kernel << " max error " << (out.cpu().to(torch::kDouble) - expected).abs().max().item<double>();
+  auto upstream = torch::randn(expected.sizes(), cpu);
+  out.backward(upstream.to(torch::kCUDA, dtype));
+  expected.backward(upstream);
+  for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
+                                        {"dK", k.grad(), k_ref.grad()},
+                                        {"dV", v.grad(), v_ref.grad()}}) {
+    auto g = got.cpu().to(torch::kDouble);
+    // bfloat16 gradients sum e products: compare relative to the gradient's scale.
+    const double scale = std::max(1.0, want.abs().max().item<double>());
+    EXPECT_LE((g - want).abs().max().item<double>(), 4 * tol * scale) << kernel << " " << name;
+  }
+}
+
+std::string cuda_attention_name(
+    const ::testing::TestParamInfo<std::tuple<at::ScalarType, int64_t, int64_t, int64_t>>& info) {
+  const auto [dtype, c, e, group] = info.param;
+  return std::string(dtype == torch::kBFloat16 ? "bf16"
+                     : dtype == torch::kFloat  ? "f32"
+                                               : "f64") +
+         "_c" + std::to_string(c) + "_e" + std::to_string(e) + "_gqa" + std::to_string(group);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, CudaAttention,
+    ::testing::Combine(::testing::Values(torch::kBFloat16, torch::kFloat, torch::kDouble),
+                       ::testing::Values(int64_t{1}, int64_t{48}, int64_t{128}),  // c = 1, c < e, c = e
+                       ::testing::Values(int64_t{128}),
+                       ::testing::Values(int64_t{1}, int64_t{2}, int64_t{4})),
+    cuda_attention_name);
+
+TEST(CudaRecorder, CategoriesAndPeakFollowTheCachingAllocator) {
+  REQUIRE_GPU();
+  profiles::Recorder& rec = profiles::recorder_for("cuda");
+  rec.reset_peak();
+  const int64_t before = rec.live_bytes();
+  constexpr int64_t kMiB = 1 << 20;
+  const auto before_categories = rec.peak_by_category();
+  {
+    torch::Tensor kv, activations;
+    {
+      profiles::MemoryScope scope(profiles::Category::kv);
+      kv = torch::empty({8 * kMiB}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
+    }
+    {
+      profiles::MemoryScope scope(profiles::Category::activations);
+      activations =
+          torch::empty({4 * kMiB}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
+    }
+    EXPECT_EQ(rec.live_bytes() - before, 12 * kMiB);  // multiples of 2 MiB: no rounding by the allocator
+  }
+  EXPECT_EQ(rec.live_bytes(), before);
+  EXPECT_EQ(rec.peak_bytes() - before, 12 * kMiB);
+  const auto at_peak = rec.peak_by_category();
+  EXPECT_EQ(at_peak[static_cast<int>(profiles::Category::kv)] -
+                before_categories[static_cast<int>(profiles::Category::kv)],
+            8 * kMiB);
+  EXPECT_EQ(at_peak[static_cast<int>(profiles::Category::activations)] -
+                before_categories[static_cast<int>(profiles::Category::activations)],
+            4 * kMiB);
+  ASSERT_TRUE(rec.reserved_peak_bytes().has_value());
+  EXPECT_GE(*rec.reserved_peak_bytes(), rec.peak_bytes());
+}
+
+TEST(CudaRecorder, ABudgetThrowsOutOfMemoryAndWritesTheSnapshot) {
+  REQUIRE_GPU();
+  profiles::Recorder& rec = profiles::recorder_for("cuda");
+  TempDir tmp;
+  const auto snapshot = (std::filesystem::path(tmp.path()) / "oom.memory_viz.pickle").string();
+  rec.release_cached();
+  rec.set_oom_snapshot_path(snapshot);
+  rec.set_budget(64 << 20);
+  EXPECT_THROW(torch::empty({256 << 20}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA)),
+               c10::OutOfMemoryError);
+  rec.set_budget(std::nullopt);
+  rec.set_oom_snapshot_path("");
+  rec.release_cached();
+  ASSERT_TRUE(std::filesystem::exists(snapshot));
+  EXPECT_GT(std::filesystem::file_size(snapshot), 0u);
+}
+
+}  // namespace
+}  // namespace bpbench::testing
