@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "profiles/cuda_build.h"
 #include "profiles/memory.h"
+#include "profiles/step_timer.h"
 
 namespace bpbench::profiles {
 namespace {
@@ -397,6 +399,28 @@ TEST_F(MemoryRecorderTest, ConcurrentTimelineStaysConsistent) {
   expect_consistent(tl);
   EXPECT_EQ(tl.points.back().live, live0);
   EXPECT_EQ(rec().live_bytes(), live0);
+}
+
+// The device tables: each device has its recorder and its step timer; an unknown device is refused with the
+// valid ones named, and CUDA without a GPU says why instead of handing back the CPU's figures.
+TEST(DeviceTables, RecorderAndTimerByDevice) {
+  EXPECT_EQ(&recorder_for("cpu"), static_cast<Recorder*>(&MemoryRecorder::instance()));
+  auto timer = step_timer_for("cpu");
+  timer->start();
+  EXPECT_GE(timer->stop_seconds(), 0.0);
+  try {
+    recorder_for("tpu");
+    ADD_FAILURE() << "no error for device tpu";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("valid: cpu, cuda"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(step_timer_for("tpu"), std::invalid_argument);
+  if (cuda_device_count() == 0) {
+    EXPECT_THROW(recorder_for("cuda"), std::runtime_error);
+  } else {
+    EXPECT_NE(&recorder_for("cuda"), static_cast<Recorder*>(&MemoryRecorder::instance()));
+    EXPECT_NO_THROW(step_timer_for("cuda"));
+  }
 }
 
 }  // namespace

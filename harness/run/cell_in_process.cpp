@@ -23,6 +23,7 @@
 #include "impls/strategy.h"
 #include "profiles/chrome_trace.h"
 #include "profiles/memory.h"
+#include "profiles/step_timer.h"
 
 namespace bpbench {
 
@@ -195,6 +196,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   const MeasureSpec& m = job.settings.measure;
   const torch::Device device(job.settings.device == "cuda" ? torch::kCUDA : torch::kCPU);
   profiles::Recorder& rec = profiles::recorder_for(job.settings.device);
+  const auto timer = profiles::step_timer_for(job.settings.device);  // CUDA: events, no sync inside the step
   const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(&strategy);
   dist::Communicator* comm =
       dist_strategy ? &dist::communicator_or_init_from_env(job.settings.device) : nullptr;
@@ -252,10 +254,9 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       TimelineGuard timeline(rec, m.timeline);
       try {
         sync_device(device);
-        const auto t0 = Clock::now();
+        timer->start();
         loss_t = strategy.forward_backward(in);
-        sync_device(device);
-        dt = seconds_since(t0);
+        dt = timer->stop_seconds();
       } catch (...) {
         // Where the step stood when it ran out: its base and the highest point it reached within the budget.
         mem.peak_bytes = rec.peak_bytes();
@@ -275,10 +276,9 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       }
     } else {
       sync_device(device);
-      const auto t0 = Clock::now();
+      timer->start();
       loss_t = strategy.forward_backward(in);
-      sync_device(device);
-      dt = seconds_since(t0);
+      dt = timer->stop_seconds();
     }
     loss = loss_t.item<double>();
     if (run >= warmup) seconds.push_back(dt);

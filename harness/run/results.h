@@ -11,7 +11,8 @@
 //               null, "memory": {"base_bytes", "peak_bytes", "peak_above_base_bytes", "peak_by_category":
 //               {...},
 //                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
-//                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json)} |
+//                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json),
+//                          CUDA only: "reserved_peak_bytes", "snapshot_file" (memory_viz pickle)} |
 //               null,
 //               "data": {"file", "sha256", "sequences"} (with a data file),
 //               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error"},
