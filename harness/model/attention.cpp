@@ -3,8 +3,6 @@
 // CPU: always the fused CPU kernel (float64, float32, bfloat16). CUDA: flash for bfloat16/float16 (the
 // fastest, GQA without a repeat), the memory-efficient kernel for float32 (the paper's fp32 columns), and
 // math for float64 (no fused CUDA kernel takes it; float64 on a GPU is for exactness checks, not length).
-#include <fmt/format.h>
-
 #include <cmath>
 
 #include "harness/model/attention_kernels.h"

@@ -29,7 +29,7 @@ torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k
                                   double scale) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2), group = hq / hkv;
-  // This kernel wants as many kv heads as query heads: repeat each kv head `group` times (O(e Akv) bytes,
+  // This kernel wants as many kv heads as query heads: repeat each kv head `group` times (e x Aq elements,
   // never scores); autograd sums dK/dV back over each group through the expand.
   auto per_query_head = [&](const torch::Tensor& t) {
     auto rows = t.transpose(1, 2);  // (N, e, Hkv, hd)
