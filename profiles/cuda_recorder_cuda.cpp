@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <stdexcept>
@@ -14,13 +13,13 @@
 #include "profiles/cuda_build.h"
 #include "profiles/cuda_recorder.h"
 #include "profiles/memory.h"
+#include "profiles/timeline_builder.h"
 
 namespace bpbench::profiles {
 namespace {
 
 namespace allocator = c10::cuda::CUDACachingAllocator;
 using TraceEntry = c10::CachingDeviceAllocator::TraceEntry;
-using Clock = std::chrono::steady_clock;
 
 constexpr c10::DeviceIndex kDevice = 0;
 constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
@@ -69,13 +68,7 @@ class CudaRecorder final : public Recorder {
     torch::cuda::_record_memory_history(/*enabled=*/true, /*record_context=*/false,
                                         /*trace_alloc_max_entries=*/1 << 20);
     std::lock_guard<std::mutex> lock(mu_);
-    timeline_ = Timeline{};
-    timeline_start_ = Clock::now();
-    min_interval_ms_ = min_interval_ms;
-    timeline_peak_ = tracked_live_;
-    tail_replaceable_ = false;
-    append_point_locked();
-    tail_replaceable_ = false;
+    timeline_.start(min_interval_ms, categories_);
     timeline_active_ = true;
   }
 
@@ -83,7 +76,7 @@ class CudaRecorder final : public Recorder {
     Timeline phases = MemoryRecorder::instance().stop_timeline();
     std::lock_guard<std::mutex> lock(mu_);
     timeline_active_ = false;
-    Timeline out = std::move(timeline_);
+    Timeline out = timeline_.take();
     out.phases = std::move(phases.phases);
     return out;
   }
@@ -143,7 +136,7 @@ class CudaRecorder final : public Recorder {
       tracked_live_ -= it->second.bytes;
       blocks_.erase(it);
     }
-    if (timeline_active_) append_point_locked();
+    if (timeline_active_) timeline_.add(categories_);
   }
 
   void on_out_of_memory() {
@@ -155,35 +148,13 @@ class CudaRecorder final : public Recorder {
     if (!path.empty()) write_pickle(path);
   }
 
-  // As the CPU recorder's timeline (memory.cpp): one point per interval, the last state of its window; a
-  // point that sets a new maximum is never replaced, so the timeline's maximum is the true peak.
-  void append_point_locked() {
-    TimelinePoint p;
-    p.t_ms = std::chrono::duration<double, std::milli>(Clock::now() - timeline_start_).count();
-    p.by_category = categories_;
-    for (int64_t b : p.by_category) p.live += b;
-    const bool is_peak = p.live > timeline_peak_;
-    if (is_peak) timeline_peak_ = p.live;
-    auto& points = timeline_.points;
-    if (tail_replaceable_ && !points.empty() && p.t_ms - window_start_ms_ < min_interval_ms_) {
-      points.back() = p;
-    } else {
-      window_start_ms_ = p.t_ms;
-      points.push_back(p);
-    }
-    tail_replaceable_ = !is_peak;
-  }
-
   mutable std::mutex mu_;
   std::unordered_map<size_t, Block> blocks_;
   CategoryBytes categories_{}, peak_categories_{};
   int64_t tracked_live_ = 0, tracked_peak_ = 0;
   std::string oom_snapshot_path_;
-  bool timeline_active_ = false, tail_replaceable_ = false;
-  Timeline timeline_;
-  Clock::time_point timeline_start_;
-  double min_interval_ms_ = 0, window_start_ms_ = 0;
-  int64_t timeline_peak_ = 0;
+  bool timeline_active_ = false;
+  TimelineBuilder timeline_;
 };
 
 }  // namespace

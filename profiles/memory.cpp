@@ -13,12 +13,12 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
 #include "profiles/nvtx.h"
+#include "profiles/timeline_builder.h"
 
 namespace bpbench::profiles {
 
@@ -46,8 +46,6 @@ const char* category_name(Category c) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Process-global on purpose: intra-op worker threads allocate on behalf of the scope the main thread opened.
 std::atomic<Category> g_category{Category::other};
 
@@ -69,13 +67,8 @@ struct State {
   // are in event order and each one is an exact state of the counters.
   std::atomic<bool> timeline_active{false};
   std::mutex tl_mu;
-  Clock::time_point tl_start;
-  double min_interval_ms = 0;
   uint64_t generation = 0;  // bumped on start/stop so stale PhaseScopes never touch a newer timeline
-  Timeline timeline;
-  int64_t tl_peak = 0;
-  bool tail_replaceable = false;
-  double window_start_ms = 0;
+  TimelineBuilder timeline;
 
   CategoryBytes load_categories() const {
     CategoryBytes out{};
@@ -83,9 +76,7 @@ struct State {
     return out;
   }
 
-  double now_ms_locked() const {
-    return std::chrono::duration<double, std::milli>(Clock::now() - tl_start).count();
-  }
+  double now_ms_locked() const { return timeline.now_ms(); }
 
   [[noreturn]] static void throw_budget(int64_t bytes, int64_t live, int64_t limit, Category c) {
     C10_THROW_ERROR(
@@ -137,26 +128,8 @@ struct State {
     }
   }
 
-  // Coalescing: a point replaces the tail while it falls within min_interval_ms of the first event of the
-  // current window, so about one point per interval survives, each the last state of its window. A point that
-  // sets a new running maximum is pinned (never replaced) so the timeline's max is the true peak; the newest
-  // event is always the tail, so the final state is always present.
-  void append_point_locked() {
-    TimelinePoint p;
-    p.t_ms = now_ms_locked();
-    p.by_category = load_categories();
-    for (int64_t b : p.by_category) p.live += b;  // derived, not read, so points are self-consistent
-    const bool is_peak = p.live > tl_peak;
-    if (is_peak) tl_peak = p.live;
-    auto& pts = timeline.points;
-    if (tail_replaceable && !pts.empty() && p.t_ms - window_start_ms < min_interval_ms) {
-      pts.back() = p;
-    } else {
-      window_start_ms = p.t_ms;
-      pts.push_back(p);
-    }
-    tail_replaceable = !is_peak;
-  }
+  // The counters' state as a timeline point (timeline_builder.h has the coalescing rule).
+  void append_point_locked() { timeline.add(load_categories()); }
 
   void on_free(int64_t bytes, Category c) {
     if (timeline_active.load(std::memory_order_acquire)) {
@@ -326,14 +299,8 @@ void MemoryRecorder::start_timeline(double min_interval_ms) {
   State& s = state();
   std::lock_guard<std::mutex> lk(s.tl_mu);
   ++s.generation;
-  s.timeline = Timeline{};
-  s.min_interval_ms = min_interval_ms;
-  s.tl_start = Clock::now();
-  s.tl_peak = s.live.load(std::memory_order_relaxed);
   // A baseline at t=0 so the first event has something to be read against; pinned like a peak point.
-  s.tail_replaceable = false;
-  s.append_point_locked();
-  s.tail_replaceable = false;
+  s.timeline.start(min_interval_ms, s.load_categories());
   s.timeline_active.store(true, std::memory_order_release);
 }
 
@@ -344,13 +311,11 @@ Timeline MemoryRecorder::stop_timeline() {
   s.timeline_active.store(false, std::memory_order_release);
   // Phases still open end now, so every returned mark is a closed interval.
   const double now = s.now_ms_locked();
-  for (auto& m : s.timeline.phases) {
+  for (auto& m : s.timeline.timeline().phases) {
     if (m.end_ms < 0) m.end_ms = now;
   }
   ++s.generation;
-  Timeline out = std::move(s.timeline);
-  s.timeline = Timeline{};
-  return out;
+  return s.timeline.take();
 }
 
 bool MemoryRecorder::timeline_active() const {
@@ -386,9 +351,9 @@ PhaseScope::PhaseScope(std::string name) {
       for (const auto& e : stack) {
         if (e.index >= 0 && e.generation == s.generation) ++depth;
       }
-      entry = {static_cast<int64_t>(s.timeline.phases.size()), s.generation};
+      entry = {static_cast<int64_t>(s.timeline.timeline().phases.size()), s.generation};
       // end_ms < 0 marks the phase as still open until its scope ends (or the timeline stops).
-      s.timeline.phases.push_back(PhaseMark{std::move(name), s.now_ms_locked(), -1.0, depth});
+      s.timeline.timeline().phases.push_back(PhaseMark{std::move(name), s.now_ms_locked(), -1.0, depth});
     }
   }
   stack.push_back(entry);
@@ -403,7 +368,7 @@ PhaseScope::~PhaseScope() {
     if (entry.index >= 0) {
       std::lock_guard<std::mutex> lk(s.tl_mu);
       if (s.timeline_active.load(std::memory_order_relaxed) && entry.generation == s.generation) {
-        s.timeline.phases[static_cast<size_t>(entry.index)].end_ms = s.now_ms_locked();
+        s.timeline.timeline().phases[static_cast<size_t>(entry.index)].end_ms = s.now_ms_locked();
       }
     }
   }
