@@ -68,8 +68,7 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
           "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --verbose; each "
-          "with a "
-          "value "
+          "with a value "
           "but --verbose)",
           a));
     const std::string& v = args[++i];

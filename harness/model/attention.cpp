@@ -10,18 +10,24 @@
 
 namespace bpbench {
 
+namespace {
+using KernelFn = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double);
+struct KernelEntry {
+  const char* name;
+  KernelFn run;
+};
+// Indexed by AttentionKernel, in its order.
+constexpr KernelEntry kKernels[] = {{"cpu-fused", cpu_fused_attention},
+                                    {"flash", flash_attention},
+                                    {"efficient", efficient_attention},
+                                    {"math", math_attention}};
+const KernelEntry& entry(AttentionKernel kernel) {
+  return kKernels[static_cast<int>(kernel)];
+}
+}  // namespace
+
 const char* attention_kernel_name(AttentionKernel kernel) {
-  switch (kernel) {
-    case AttentionKernel::cpu_fused:
-      return "cpu-fused";
-    case AttentionKernel::flash:
-      return "flash";
-    case AttentionKernel::efficient:
-      return "efficient";
-    case AttentionKernel::math:
-      return "math";
-  }
-  return "?";
+  return entry(kernel).name;
 }
 
 AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim) {
@@ -40,21 +46,8 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   TORCH_CHECK(e >= c, "causal_attention: ", c, " queries need at least as many keys, got ", e);
   TORCH_CHECK(hq % hkv == 0, "causal_attention: ", hq, " query heads are not groups of ", hkv, " kv heads");
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  torch::Tensor out;  // (N, Hq, c, hd)
-  switch (attention_kernel_for(q.device(), q.scalar_type(), hd)) {
-    case AttentionKernel::cpu_fused:
-      out = cpu_fused_attention(q, k, v, scale);
-      break;
-    case AttentionKernel::flash:
-      out = flash_attention(q, k, v, scale);
-      break;
-    case AttentionKernel::efficient:
-      out = efficient_attention(q, k, v, scale);
-      break;
-    case AttentionKernel::math:
-      out = math_attention(q, k, v, scale);
-      break;
-  }
+  // (N, Hq, c, hd)
+  auto out = entry(attention_kernel_for(q.device(), q.scalar_type(), hd)).run(q, k, v, scale);
   return out.transpose(1, 2).reshape({n, c, hq * hd});
 }
 

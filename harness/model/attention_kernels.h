@@ -11,7 +11,7 @@
 
 namespace bpbench {
 
-enum class AttentionKernel {
+enum class AttentionKernel {  // attention.cpp's table follows this order
   cpu_fused,  // attention_cpu.cpp: PyTorch's fused CPU kernel, prefix and diagonal merged by logsumexp
   flash,      // attention_gpu.cpp: FlashAttention-2 (bfloat16, float16), bottom-right causal, GQA native
   efficient,  // attention_gpu.cpp: memory-efficient kernel (float32 too), CausalFromBottomRight mask type

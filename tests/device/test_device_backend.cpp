@@ -17,6 +17,7 @@
 #include "profiles/cuda_build.h"
 #include "profiles/memory.h"
 #include "profiles/recorder.h"
+#include "tests/attention_reference.h"
 #include "tests/test_files.h"
 #include "tests/test_support.h"
 
@@ -25,17 +26,6 @@ namespace {
 
 #define REQUIRE_GPU() \
   if (profiles::cuda_device_count() == 0) GTEST_SKIP() << profiles::no_gpu_reason() << ": GPU test skipped"
-
-// float64 on the CPU, K/V repeated per query head, the (c, e) mask built from the rule.
-torch::Tensor masked_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3), e = k.size(2);
-  const int64_t group = hq / k.size(1);
-  auto keys = k.repeat_interleave(group, 1), values = v.repeat_interleave(group, 1);
-  auto scores = torch::matmul(q, keys.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
-  auto hidden = torch::arange(e).unsqueeze(0) > torch::arange(c).unsqueeze(1) + (e - c);
-  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(scores, -1), values).transpose(1, 2).reshape({n, c, hq * hd});
-}
 
 // (dtype, c, e, query heads per kv head)
 class CudaAttention : public ::testing::TestWithParam<std::tuple<at::ScalarType, int64_t, int64_t, int64_t>> {
@@ -59,7 +49,7 @@ TEST_P(CudaAttention, EqualsMaskedAttentionInValuesAndGradients) {
        v_ref = v.detach().cpu().to(torch::kDouble).requires_grad_();
 
   auto out = causal_attention(q, k, v);
-  auto expected = masked_reference(q_ref, k_ref, v_ref);
+  auto expected = masked_attention(q_ref, k_ref, v_ref);
   const double tol = dtype == torch::kBFloat16 ? 2e-2 : dtype == torch::kFloat ? 1e-4 : 1e-10;
   const auto kernel = attention_kernel_name(attention_kernel_for(q.device(), dtype, hd));
   EXPECT_TRUE(torch::allclose(out.cpu().to(torch::kDouble), expected, tol, tol))
