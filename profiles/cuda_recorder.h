@@ -9,7 +9,7 @@
 //   Reserved bytes (allocated + the cache's slack) go beside it as reserved_peak_bytes().
 // - The category breakdown and the timeline come from the allocator's trace hook: every block allocated or
 //   freed is charged to the MemoryScope category current when it was allocated (memory.h), as on the CPU.
-//   Phases come from the same PhaseScopes (the CPU recorder's timeline runs alongside to collect them).
+//   Phases come from the same PhaseScopes, through the phase log (phase_log.h) started with the timeline.
 // - A budget is the allocator's memory fraction (budget / device memory): it caps reserved bytes, so a cell
 //   may fail somewhat below the budget in allocated bytes (the cache's slack counts against it).
 // - On an allocation failure the allocator's state is written where set_oom_snapshot_path() says (the

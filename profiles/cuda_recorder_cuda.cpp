@@ -13,6 +13,7 @@
 #include "profiles/cuda_build.h"
 #include "profiles/cuda_recorder.h"
 #include "profiles/memory.h"
+#include "profiles/phase_log.h"
 #include "profiles/timeline_builder.h"
 
 namespace bpbench::profiles {
@@ -62,22 +63,25 @@ class CudaRecorder final : public Recorder {
   }
 
   void start_timeline(double min_interval_ms) override {
-    MemoryRecorder::instance().start_timeline(min_interval_ms);  // collects the PhaseScopes' phases
     // The allocator's own history of allocs and frees (no stacks: cheap), so the memory_viz snapshot written
     // after the step has its "Active Memory Timeline". write_snapshot() turns it off again.
     torch::cuda::_record_memory_history(/*enabled=*/true, /*record_context=*/false,
                                         /*trace_alloc_max_entries=*/1 << 20);
+    const auto origin = TraceClock::now();
+    start_phase_log(origin);
     std::lock_guard<std::mutex> lock(mu_);
-    timeline_.start(min_interval_ms, categories_);
+    timeline_.start(min_interval_ms, categories_, origin);
     timeline_active_ = true;
   }
 
   Timeline stop_timeline() override {
-    Timeline phases = MemoryRecorder::instance().stop_timeline();
-    std::lock_guard<std::mutex> lock(mu_);
-    timeline_active_ = false;
-    Timeline out = timeline_.take();
-    out.phases = std::move(phases.phases);
+    Timeline out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      timeline_active_ = false;
+      out = timeline_.take();
+    }
+    out.phases = stop_phase_log();
     return out;
   }
 

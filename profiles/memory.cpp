@@ -1,5 +1,4 @@
-// memory.cpp: the tracking CPU allocator behind MemoryRecorder, and the MemoryScope / PhaseScope RAII
-// helpers.
+// memory.cpp: the tracking CPU allocator behind MemoryRecorder, and the MemoryScope RAII helper.
 //
 // The allocator wraps whatever c10 CPU allocator was current when it was installed; a table keyed by data
 // pointer remembers each allocation's size and category, so the free is charged back to the right counter no
@@ -18,6 +17,7 @@
 #include <utility>
 
 #include "profiles/nvtx.h"
+#include "profiles/phase_log.h"
 #include "profiles/timeline_builder.h"
 
 namespace bpbench::profiles {
@@ -67,7 +67,6 @@ struct State {
   // are in event order and each one is an exact state of the counters.
   std::atomic<bool> timeline_active{false};
   std::mutex tl_mu;
-  uint64_t generation = 0;  // bumped on start/stop so stale PhaseScopes never touch a newer timeline
   TimelineBuilder timeline;
 
   CategoryBytes load_categories() const {
@@ -75,8 +74,6 @@ struct State {
     for (int i = 0; i < kCategoryCount; ++i) out[i] = by_category[i].load(std::memory_order_relaxed);
     return out;
   }
-
-  double now_ms_locked() const { return timeline.now_ms(); }
 
   [[noreturn]] static void throw_budget(int64_t bytes, int64_t live, int64_t limit, Category c) {
     C10_THROW_ERROR(
@@ -230,16 +227,6 @@ class TrackingAllocator final : public c10::Allocator {
   c10::Allocator* base_;
 };
 
-// Per thread: RAII phases nest within the thread that opens them. index < 0: not recorded (no timeline then).
-struct PhaseEntry {
-  int64_t index;
-  uint64_t generation;
-};
-std::vector<PhaseEntry>& phase_stack() {
-  thread_local std::vector<PhaseEntry> stack;
-  return stack;
-}
-
 }  // namespace
 
 MemoryRecorder& MemoryRecorder::instance() {
@@ -298,9 +285,10 @@ std::optional<int64_t> MemoryRecorder::budget() const {
 void MemoryRecorder::start_timeline(double min_interval_ms) {
   State& s = state();
   std::lock_guard<std::mutex> lk(s.tl_mu);
-  ++s.generation;
+  const auto origin = TraceClock::now();
+  start_phase_log(origin);
   // A baseline at t=0 so the first event has something to be read against; pinned like a peak point.
-  s.timeline.start(min_interval_ms, s.load_categories());
+  s.timeline.start(min_interval_ms, s.load_categories(), origin);
   s.timeline_active.store(true, std::memory_order_release);
 }
 
@@ -309,13 +297,9 @@ Timeline MemoryRecorder::stop_timeline() {
   std::lock_guard<std::mutex> lk(s.tl_mu);
   if (!s.timeline_active.load(std::memory_order_relaxed)) return {};
   s.timeline_active.store(false, std::memory_order_release);
-  // Phases still open end now, so every returned mark is a closed interval.
-  const double now = s.now_ms_locked();
-  for (auto& m : s.timeline.timeline().phases) {
-    if (m.end_ms < 0) m.end_ms = now;
-  }
-  ++s.generation;
-  return s.timeline.take();
+  Timeline out = s.timeline.take();
+  out.phases = stop_phase_log();
+  return out;
 }
 
 bool MemoryRecorder::timeline_active() const {
@@ -335,44 +319,6 @@ MemoryScope::MemoryScope(Category c) {
 MemoryScope::~MemoryScope() {
   nvtx_pop();
   g_category.store(previous_, std::memory_order_relaxed);
-}
-
-PhaseScope::PhaseScope(std::string name) {
-  MemoryRecorder::instance();
-  nvtx_push(name.c_str());
-  State& s = state();
-  PhaseEntry entry{-1, 0};
-  auto& stack = phase_stack();
-  if (s.timeline_active.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lk(s.tl_mu);
-    if (s.timeline_active.load(std::memory_order_relaxed)) {
-      // Depth counts only enclosing phases recorded in this timeline, so 0 is the outermost mark it holds.
-      int depth = 0;
-      for (const auto& e : stack) {
-        if (e.index >= 0 && e.generation == s.generation) ++depth;
-      }
-      entry = {static_cast<int64_t>(s.timeline.timeline().phases.size()), s.generation};
-      // end_ms < 0 marks the phase as still open until its scope ends (or the timeline stops).
-      s.timeline.timeline().phases.push_back(PhaseMark{std::move(name), s.now_ms_locked(), -1.0, depth});
-    }
-  }
-  stack.push_back(entry);
-}
-
-PhaseScope::~PhaseScope() {
-  auto& stack = phase_stack();
-  if (!stack.empty()) {
-    const PhaseEntry entry = stack.back();
-    stack.pop_back();
-    State& s = state();
-    if (entry.index >= 0) {
-      std::lock_guard<std::mutex> lk(s.tl_mu);
-      if (s.timeline_active.load(std::memory_order_relaxed) && entry.generation == s.generation) {
-        s.timeline.timeline().phases[static_cast<size_t>(entry.index)].end_ms = s.now_ms_locked();
-      }
-    }
-  }
-  nvtx_pop();
 }
 
 }  // namespace bpbench::profiles

@@ -6,15 +6,17 @@
 // the hot path, a lock only while a timeline is being recorded.
 //
 // Categories are set by an RAII MemoryScope around the code that allocates; phases (forward, head, layer i
-// backward, chunk j) by an RAII PhaseScope. Both also open an NVTX range, so the same scopes show on a GPU
-// timeline. A byte budget turns an allocation that would exceed it into c10::OutOfMemoryError, the type
-// CUDA's allocator throws, so the runner handles CPU and GPU out-of-memory the same way.
+// backward, chunk j) by an RAII PhaseScope (phase_log.h, included here for the strategies). Both also open an
+// NVTX range, so the same scopes show on a GPU timeline. A byte budget turns an allocation that would exceed
+// it into c10::OutOfMemoryError, the type CUDA's allocator throws, so the runner handles CPU and GPU
+// out-of-memory the same way.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "profiles/phase_log.h"
 #include "profiles/recorder.h"
 
 namespace bpbench::profiles {
@@ -33,15 +35,6 @@ class MemoryScope {
 
 // The category MemoryScope has set (process-wide): what any recorder charges an allocation made now to.
 Category current_category();
-
-// A named phase; nested phases form a stack. Recorded in the timeline (when one is being recorded).
-class PhaseScope {
- public:
-  explicit PhaseScope(std::string name);
-  ~PhaseScope();
-  PhaseScope(const PhaseScope&) = delete;
-  PhaseScope& operator=(const PhaseScope&) = delete;
-};
 
 // The CPU device's Recorder (recorder.h), with what only a tracking allocator can tell.
 class MemoryRecorder final : public Recorder {

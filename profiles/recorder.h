@@ -3,7 +3,8 @@
 //
 // The runner reaches a recorder only through recorder_for(device). Adding one (a CUDA allocator recorder) is
 // one file implementing Recorder plus one row in recorder.cpp's table. Strategies never see a recorder: they
-// only mark what they allocate with MemoryScope and PhaseScope (memory.h), which every recorder reads.
+// only mark what they allocate with MemoryScope (memory.h) and their phases with PhaseScope (phase_log.h),
+// which every recorder reads.
 #pragma once
 
 #include <array>

@@ -11,16 +11,18 @@
 #include <chrono>
 #include <utility>
 
+#include "profiles/phase_log.h"
 #include "profiles/recorder.h"
 
 namespace bpbench::profiles {
 
 class TimelineBuilder {
  public:
-  // A new timeline from now, with a pinned baseline point at t = 0 holding `by_category`.
-  void start(double min_interval_ms, const CategoryBytes& by_category) {
+  // A new timeline whose t = 0 is `origin` (the phase log's too), with a pinned baseline point holding
+  // `by_category`.
+  void start(double min_interval_ms, const CategoryBytes& by_category, TraceClock::time_point origin) {
     timeline_ = Timeline{};
-    start_ = Clock::now();
+    start_ = origin;
     min_interval_ms_ = min_interval_ms;
     peak_ = 0;
     for (int64_t b : by_category) peak_ += b;
@@ -47,14 +49,15 @@ class TimelineBuilder {
     tail_replaceable_ = !is_peak;
   }
 
-  double now_ms() const { return std::chrono::duration<double, std::milli>(Clock::now() - start_).count(); }
+  double now_ms() const {
+    return std::chrono::duration<double, std::milli>(TraceClock::now() - start_).count();
+  }
   Timeline& timeline() { return timeline_; }
   Timeline take() { return std::exchange(timeline_, Timeline{}); }
 
  private:
-  using Clock = std::chrono::steady_clock;
   Timeline timeline_;
-  Clock::time_point start_;
+  TraceClock::time_point start_;
   double min_interval_ms_ = 0, window_start_ms_ = 0;
   int64_t peak_ = 0;
   bool tail_replaceable_ = false;
