@@ -1,6 +1,8 @@
 // chrome_trace.cpp: Timeline -> Chrome trace JSON / plain JSON.
 #include "profiles/chrome_trace.h"
 
+#include <set>
+
 namespace bpbench::profiles {
 
 namespace {
@@ -11,9 +13,12 @@ nlohmann::json categories_json(const CategoryBytes& bytes) {
 }
 }  // namespace
 
-nlohmann::json chrome_trace(const Timeline& timeline, const std::string& process_name) {
+nlohmann::json chrome_trace(const Timeline& timeline, const std::string& process_name,
+                            const std::vector<DeviceActivity>& device) {
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", process_name}}}});
+  events.push_back(
+      {{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1}, {"args", {{"name", "phases"}}}});
   for (const auto& p : timeline.points)
     events.push_back({{"name", "live bytes"},
                       {"ph", "C"},
@@ -28,6 +33,27 @@ nlohmann::json chrome_trace(const Timeline& timeline, const std::string& process
                       {"ts", ph.begin_ms * 1000.0},
                       {"dur", (ph.end_ms - ph.begin_ms) * 1000.0},
                       {"args", {{"depth", ph.depth}}}});
+  // One track per stream, below the phases: tid = kFirstStreamTid + stream id.
+  constexpr int64_t kFirstStreamTid = 100;
+  std::set<uint32_t> streams;
+  for (const auto& a : device) {
+    if (streams.insert(a.stream).second)
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", 1},
+                        {"tid", kFirstStreamTid + a.stream},
+                        {"args", {{"name", "CUDA stream " + std::to_string(a.stream)}}}});
+    nlohmann::json args = {{"kind", a.kind}};
+    if (a.bytes > 0) args["bytes"] = a.bytes;
+    events.push_back({{"name", a.name},
+                      {"cat", a.kind},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", kFirstStreamTid + a.stream},
+                      {"ts", a.begin_ms * 1000.0},
+                      {"dur", (a.end_ms - a.begin_ms) * 1000.0},
+                      {"args", args}});
+  }
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 

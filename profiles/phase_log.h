@@ -6,15 +6,12 @@
 // stops, so the CPU and the CUDA recorder read phases the same way.
 #pragma once
 
-#include <chrono>
 #include <string>
 #include <vector>
 
 #include "profiles/recorder.h"
 
 namespace bpbench::profiles {
-
-using TraceClock = std::chrono::steady_clock;
 
 // A named phase; nested phases form a stack per thread. Logged only while the phase log runs.
 class PhaseScope {

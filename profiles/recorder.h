@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,9 +33,13 @@ struct PhaseMark {
   int depth = 0;  // 0 = outermost
 };
 
+// The clock of timelines, phases and device activity.
+using TraceClock = std::chrono::steady_clock;
+
 struct Timeline {
   std::vector<TimelinePoint> points;
   std::vector<PhaseMark> phases;
+  TraceClock::time_point origin{};  // t = 0 of points and phases
 };
 
 class Recorder {

@@ -22,6 +22,7 @@ class TimelineBuilder {
   // `by_category`.
   void start(double min_interval_ms, const CategoryBytes& by_category, TraceClock::time_point origin) {
     timeline_ = Timeline{};
+    timeline_.origin = origin;
     start_ = origin;
     min_interval_ms_ = min_interval_ms;
     peak_ = 0;

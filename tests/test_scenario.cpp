@@ -162,6 +162,14 @@ TEST(Scenario, EveryKeyIsAccepted) {
   for (const auto& key : grid_keys()) EXPECT_TRUE(c.axes().contains(key)) << key;
 }
 
+TEST(Scenario, DeviceActivityOnACudaTimeline) {
+  const auto s = parse(R"({"device": "cuda", "grid": {"model": "tiny", "impl": "plain", "seq_len": 32},
+                           "measure": {"timeline": true, "device_activity": true}})");
+  EXPECT_TRUE(s.settings.measure.device_activity);
+  EXPECT_TRUE(MeasureSpec::from_json(s.settings.measure.to_json()).device_activity);  // travels to a child
+  EXPECT_FALSE(parse(scenario_text("")).settings.measure.device_activity);            // off by default
+}
+
 TEST(Scenario, MeasureTimeObject) {
   auto s = parse(scenario_text(
       "", R"("measure": {"time": {"warmup": 0, "repeat": 5}, "grad_error": {"reference": "float64"}}, )"));
@@ -209,6 +217,11 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
                      {"grid.seq_len", "32.5"});
   expect_input_error(scenario_text(R"("padding": "yes")"), {"grid.padding", "true, false"});
   expect_input_error(scenario_text("", R"("device": "tpu", )"), {"unknown device 'tpu'", "cpu, cuda"});
+  // CUPTI traces a CUDA step into its timeline's trace: without either there is nothing to put it in.
+  expect_input_error(scenario_text("", R"("measure": {"timeline": true, "device_activity": true}, )"),
+                     {"measure.device_activity", "device cuda with measure.timeline true"});
+  expect_input_error(scenario_text("", R"("device": "cuda", "measure": {"device_activity": true}, )"),
+                     {"measure.device_activity", "device cuda with measure.timeline true"});
   expect_input_error(scenario_text("", R"("threads": 0, )"), {"threads", ">= 1"});
   expect_input_error(scenario_text("", R"("measure": {"grad_error": {"reference": "float32"}}, )"),
                      {"float32", "float64"});

@@ -73,7 +73,7 @@ Scenario file (see scenarios/quickstart.json):
    "data": "tokens.json", "world_size": 1, "rope": {"rope_type": "yarn", "factor": 4, ...} | null,
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
-               "grad_error": {"reference": "float64"} | false, "timeline": false,
+               "grad_error": {"reference": "float64"} | false, "timeline": false, "device_activity": false,
                "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N}}}
 grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
   model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
@@ -85,6 +85,8 @@ world_size: ranks for streambp-dist / checkpoint-dist, started as local processe
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
   llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
 timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).
+device_activity: CUDA, with timeline: CUPTI's kernels, memcpys and memsets of the traced step in the
+  .trace.json, one track per stream (that step runs once more and is left out of the time statistics).
 max_seq_len: per cell, the largest multiple of granularity that completes a step within budget_bytes (every
   probe a child process; on a GPU the budget defaults to its memory).
 

@@ -22,6 +22,7 @@
 #include "impls/dist_common.h"
 #include "impls/strategy.h"
 #include "profiles/chrome_trace.h"
+#include "profiles/device_activity.h"
 #include "profiles/memory.h"
 #include "profiles/step_timer.h"
 
@@ -166,8 +167,44 @@ class SnapshotGuard {
   std::string name_, path_;
 };
 
-// DIR/NAME.json (plain timeline, read by `bpbench report`) and DIR/NAME.trace.json (Perfetto).
-void write_timeline(const CellJob& job, const profiles::Timeline& timeline, MemoryResult& mem) {
+// CUPTI's records of the traced step (measure.device_activity), stopped on every exit path.
+class DeviceActivityGuard {
+ public:
+  explicit DeviceActivityGuard(bool on) {
+    if (!on) return;
+    std::string why;
+    on_ = profiles::start_device_activity(&why);
+    if (!on_) result_ = json{{"error", why}};
+  }
+  ~DeviceActivityGuard() {
+    if (on_) profiles::stop_device_activity(profiles::TraceClock::now());
+  }
+  DeviceActivityGuard(const DeviceActivityGuard&) = delete;
+  DeviceActivityGuard& operator=(const DeviceActivityGuard&) = delete;
+
+  // The records on `timeline`'s clock; counts them (or keeps why there are none) in `mem`.
+  std::vector<profiles::DeviceActivity> stop(const profiles::Timeline& timeline, MemoryResult& mem) {
+    std::vector<profiles::DeviceActivity> records;
+    if (on_) {
+      on_ = false;
+      records = profiles::stop_device_activity(timeline.origin);
+      json counts = {{"kernels", 0}, {"memcpys", 0}, {"memsets", 0}};
+      for (const auto& a : records) counts[a.kind + "s"] = counts[a.kind + "s"].get<int64_t>() + 1;
+      result_ = counts;
+    }
+    mem.device_activity = result_;
+    return records;
+  }
+
+ private:
+  bool on_ = false;
+  json result_;
+};
+
+// DIR/NAME.json (plain timeline, read by `bpbench report`) and DIR/NAME.trace.json (Perfetto), with the
+// device's own activity (CUPTI) in the trace when it was collected.
+void write_timeline(const CellJob& job, const profiles::Timeline& timeline, MemoryResult& mem,
+                    const std::vector<profiles::DeviceActivity>& device = {}) {
   if (job.timeline_dir.empty() || job.timeline_name.empty()) return;
   namespace fs = std::filesystem;
   const fs::path dir = job.timeline_dir;
@@ -175,7 +212,8 @@ void write_timeline(const CellJob& job, const profiles::Timeline& timeline, Memo
   const std::string label = job.cell.label({"model", "impl", "objective", "seq_len", "partition"});
   write_json_atomically(dir / (job.timeline_name + ".json"),
                         json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
-  write_json_atomically(dir / (job.timeline_name + ".trace.json"), profiles::chrome_trace(timeline, label));
+  write_json_atomically(dir / (job.timeline_name + ".trace.json"),
+                        profiles::chrome_trace(timeline, label, device));
   mem.timeline_file = job.timeline_name + ".json";
   mem.trace_file = job.timeline_name + ".trace.json";
 }
@@ -240,7 +278,9 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   std::vector<double> seconds;
   MemoryResult mem;
   double loss = std::numeric_limits<double>::quiet_NaN();
-  for (int64_t run = 0; run < warmup + repeat; ++run) {
+  // The step CUPTI traces is slower than the others: it runs once more and is not timed.
+  const bool trace_device = m.timeline && m.device_activity && device.is_cuda();
+  for (int64_t run = 0; run < warmup + repeat + (trace_device ? 1 : 0); ++run) {
     prepare_grads(params, dist_strategy != nullptr);
     if (comm) comm->barrier("before step");  // every rank starts its clock together
     const bool first_measured = run == warmup;
@@ -252,6 +292,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       BudgetGuard budget(rec, m.budget_bytes);
       SnapshotGuard snapshot(rec, job, device.is_cuda());
       TimelineGuard timeline(rec, m.timeline);
+      DeviceActivityGuard device_activity(trace_device);
       try {
         sync_device(device);
         timer->start();
@@ -263,7 +304,10 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         mem.peak_by_category = category_map(rec.peak_by_category());
         mem.reserved_peak_bytes = rec.reserved_peak_bytes();
         snapshot.after_oom(mem);
-        if (m.timeline) write_timeline(job, timeline.stop(), mem);
+        if (m.timeline) {
+          const profiles::Timeline tl = timeline.stop();
+          write_timeline(job, tl, mem, device_activity.stop(tl, mem));
+        }
         if (m.memory) r.memory = mem;
         throw;
       }
@@ -271,7 +315,8 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       mem.peak_by_category = category_map(rec.peak_by_category());
       mem.reserved_peak_bytes = rec.reserved_peak_bytes();
       if (m.timeline) {
-        write_timeline(job, timeline.stop(), mem);
+        const profiles::Timeline tl = timeline.stop();
+        write_timeline(job, tl, mem, device_activity.stop(tl, mem));
         snapshot.write_now(mem);
       }
     } else {
@@ -281,7 +326,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       dt = timer->stop_seconds();
     }
     loss = loss_t.item<double>();
-    if (run >= warmup) seconds.push_back(dt);
+    if (run >= warmup && !(trace_device && first_measured)) seconds.push_back(dt);
   }
   r.loss = loss;
   if (m.memory) {

@@ -76,6 +76,7 @@ json CellResult::to_json() const {
     if (!memory->trace_file.empty()) j["memory"]["trace_file"] = memory->trace_file;
     if (memory->reserved_peak_bytes) j["memory"]["reserved_peak_bytes"] = *memory->reserved_peak_bytes;
     if (!memory->snapshot_file.empty()) j["memory"]["snapshot_file"] = memory->snapshot_file;
+    if (!memory->device_activity.is_null()) j["memory"]["device_activity"] = memory->device_activity;
   } else {
     j["memory"] = nullptr;
   }
@@ -147,6 +148,7 @@ CellResult CellResult::from_json(const json& j) {
     if (m.contains("reserved_peak_bytes") && m.at("reserved_peak_bytes").is_number_integer())
       mem.reserved_peak_bytes = m.at("reserved_peak_bytes").get<int64_t>();
     mem.snapshot_file = m.value("snapshot_file", std::string());
+    mem.device_activity = m.value("device_activity", json());
     r.memory = mem;
   }
   if (j.contains("time") && j.at("time").is_object()) {

@@ -12,7 +12,8 @@
 //               {...},
 //                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
 //                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json),
-//                          CUDA only: "reserved_peak_bytes", "snapshot_file" (memory_viz pickle)} |
+//                          CUDA only: "reserved_peak_bytes", "snapshot_file" (memory_viz pickle),
+//                          "device_activity" (CUPTI records in trace_file, with measure.device_activity)} |
 //               null,
 //               "data": {"file", "sha256", "sequences"} (with a data file),
 //               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error"},
@@ -51,6 +52,8 @@ struct MemoryResult {
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
   std::optional<int64_t> reserved_peak_bytes;       // CUDA: the caching allocator's reserved peak
   std::string snapshot_file;  // CUDA: memory_viz pickle (with measure.timeline, or of an OOM); relative
+  // With measure.device_activity: {"kernels", "memcpys", "memsets"} counted into trace_file, or {"error"}.
+  nlohmann::json device_activity;
 };
 
 // A max-sequence-length search's outcome with the settings it ran under (harness/maxlen.h).

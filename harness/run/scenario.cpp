@@ -111,6 +111,8 @@ const std::vector<KeyDef>& measure_table() {
       {"time", [](MeasureSpec& m, const json& v) { m.time = parse_time(v); }},
       {"grad_error", [](MeasureSpec& m, const json& v) { m.grad_error_reference = parse_grad_error(v); }},
       {"timeline", [](MeasureSpec& m, const json& v) { m.timeline = read_bool(v, "measure.timeline"); }},
+      {"device_activity",
+       [](MeasureSpec& m, const json& v) { m.device_activity = read_bool(v, "measure.device_activity"); }},
       {"max_seq_len", [](MeasureSpec& m, const json& v) { m.max_seq_len = parse_max_seq_len(v); }},
   };
   return table;
@@ -201,6 +203,7 @@ json MeasureSpec::to_json() const {
   j["time"] = time.enabled ? json{{"warmup", time.warmup}, {"repeat", time.repeat}} : json(false);
   j["grad_error"] = grad_error_reference.empty() ? json(false) : json{{"reference", grad_error_reference}};
   j["timeline"] = timeline;
+  j["device_activity"] = device_activity;
   if (max_seq_len)
     j["max_seq_len"] = {
         {"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
@@ -256,6 +259,9 @@ Scenario parse_scenario(const json& j) {
       s.settings.device == "cpu")
     input_error("measure.max_seq_len: budget_bytes is required on the CPU (a GPU defaults to its memory)",
                 "{\"budget_bytes\": N, ...}");
+  if (s.settings.measure.device_activity && !(s.settings.measure.timeline && s.settings.device == "cuda"))
+    input_error("measure.device_activity: CUPTI traces a CUDA step into its timeline's Chrome trace",
+                "device cuda with measure.timeline true, or device_activity false");
   if (!s.settings.data_path.empty()) {
     for (const auto& a : s.grid)
       if (a.key == "objective")

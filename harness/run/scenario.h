@@ -5,7 +5,7 @@
 //    "rope": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768},
 //    "grid": {"model": ["small"], "impl": ["plain", "streambp"], "seq_len": [512, 1024], ...},
 //    "measure": {"memory": true, "budget_bytes": 1000000, "time": {"warmup": 1, "repeat": 3},
-//                "grad_error": {"reference": "float64"}, "timeline": false}}
+//                "grad_error": {"reference": "float64"}, "timeline": false, "device_activity": false}}
 // Every grid value may be a scalar or a list; the grid is their cartesian product. Keys are checked against
 // the tables in scenario.cpp and scenario_grid.cpp (one row per key, so a later issue adds a key in one
 // place); an unknown key, a bad value or a malformed file is an InputError whose one-line message names the
@@ -47,6 +47,9 @@ struct MeasureSpec {
   TimeSpec time;
   std::string grad_error_reference = "float64";  // empty: no gradient error
   bool timeline = false;  // record the measured step's memory timeline (results + a Chrome trace file)
+  // CUDA, with timeline: CUPTI's kernels, memcpys and memsets of that step in its Chrome trace. That step is
+  // then run once more than the timed repeats and left out of the time statistics (CUPTI slows it).
+  bool device_activity = false;
   // A max-sequence-length search instead of fixed lengths: the grid has no seq_len, and each cell finds the
   // largest T (a multiple of granularity, at most upper) whose forward + backward fits budget_bytes.
   struct MaxSeqLen {

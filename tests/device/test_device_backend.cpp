@@ -4,9 +4,11 @@
 //     plainly masked attention in values and dQ/dK/dV for whole sequences, StreamBP chunks (c < e,
 //     bottom-right), single rows and GQA groups of 1, 2 and 4;
 //   - the CUDA recorder: live, peak and per-category bytes follow the caching allocator, block for block;
-//     a budget turns an allocation past it into c10::OutOfMemoryError and writes the memory_viz snapshot.
+//     a budget turns an allocation past it into c10::OutOfMemoryError and writes the memory_viz snapshot;
+//   - CUPTI activity: a copy and a matrix product show as a memcpy and kernels, inside the collection window.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -15,6 +17,7 @@
 #include "harness/model/attention_kernels.h"
 #include "harness/model/ops.h"
 #include "profiles/cuda_build.h"
+#include "profiles/device_activity.h"
 #include "profiles/memory.h"
 #include "profiles/recorder.h"
 #include "tests/attention_reference.h"
@@ -132,6 +135,37 @@ TEST(CudaRecorder, ABudgetThrowsOutOfMemoryAndWritesTheSnapshot) {
   rec.release_cached();
   ASSERT_TRUE(std::filesystem::exists(snapshot));
   EXPECT_GT(std::filesystem::file_size(snapshot), 0u);
+}
+
+TEST(DeviceActivity, CuptiSeesTheCopyAndTheKernelsInsideTheWindow) {
+  REQUIRE_GPU();
+  const auto host = torch::randn({512, 512});
+  torch::cuda::synchronize();
+  const auto origin = profiles::TraceClock::now();
+  std::string why;
+  ASSERT_TRUE(profiles::start_device_activity(&why)) << why;
+  auto a = host.to(torch::kCUDA);
+  auto b = torch::mm(a, a);
+  torch::cuda::synchronize();
+  const double window_ms =
+      std::chrono::duration<double, std::milli>(profiles::TraceClock::now() - origin).count();
+  const auto records = profiles::stop_device_activity(origin);
+
+  int kernels = 0, copies = 0;
+  for (const auto& r : records) {
+    EXPECT_LE(r.begin_ms, r.end_ms) << r.name;
+    // On the host's clock: inside the window (1 ms of slack for the two clocks' reading order).
+    EXPECT_GE(r.begin_ms, -1.0) << r.name;
+    EXPECT_LE(r.end_ms, window_ms + 1.0) << r.name;
+    if (r.kind == "kernel") ++kernels;
+    if (r.kind == "memcpy" && r.name == "memcpy HtoD") {
+      ++copies;
+      EXPECT_EQ(r.bytes, 512 * 512 * 4);
+    }
+  }
+  EXPECT_GE(kernels, 1);
+  EXPECT_EQ(copies, 1);
+  EXPECT_TRUE(profiles::stop_device_activity(origin).empty());  // stopped: nothing more
 }
 
 }  // namespace
