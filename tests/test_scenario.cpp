@@ -170,6 +170,11 @@ TEST(Scenario, DeviceActivityOnACudaTimeline) {
   EXPECT_FALSE(parse(scenario_text("")).settings.measure.device_activity);            // off by default
 }
 
+TEST(Scenario, RmsNormKernelChoice) {
+  EXPECT_EQ(parse(scenario_text("", R"("rms_norm": "hf", )")).settings.rms_norm, "hf");
+  EXPECT_EQ(parse(scenario_text("")).settings.rms_norm, "");  // the device's default
+}
+
 TEST(Scenario, MeasureTimeObject) {
   auto s = parse(scenario_text(
       "", R"("measure": {"time": {"warmup": 0, "repeat": 5}, "grad_error": {"reference": "float64"}}, )"));
@@ -217,6 +222,7 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
                      {"grid.seq_len", "32.5"});
   expect_input_error(scenario_text(R"("padding": "yes")"), {"grid.padding", "true, false"});
   expect_input_error(scenario_text("", R"("device": "tpu", )"), {"unknown device 'tpu'", "cpu, cuda"});
+  expect_input_error(scenario_text("", R"("rms_norm": "apex", )"), {"rms_norm", "'apex'", "hf, fused"});
   // CUPTI traces a CUDA step into its timeline's trace: without either there is nothing to put it in.
   expect_input_error(scenario_text("", R"("measure": {"timeline": true, "device_activity": true}, )"),
                      {"measure.device_activity", "device cuda with measure.timeline true"});

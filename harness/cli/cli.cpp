@@ -71,6 +71,7 @@ options:
 Scenario file (see scenarios/quickstart.json):
   {"name": "...", "description": "...", "device": "cpu"|"cuda", "seed": 0, "threads": N, "isolate": false,
    "data": "tokens.json", "world_size": 1, "rope": {"rope_type": "yarn", "factor": 4, ...} | null,
+   "rms_norm": "hf" | "fused" (default: fused on cuda, hf on cpu),
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
                "grad_error": {"reference": "float64"} | false, "timeline": false, "device_activity": false,

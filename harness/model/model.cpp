@@ -186,7 +186,7 @@ torch::Tensor Model::embed(const torch::Tensor& ids) const {
 }
 
 torch::Tensor Model::attn_norm(int64_t i, const torch::Tensor& x) const {
-  return rms_norm(x, layers[i].input_norm, config.rms_eps);
+  return rms_norm(x, layers[i].input_norm, config.rms_eps, norm_kernel);
 }
 
 namespace {
@@ -199,7 +199,7 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t heads, int64_t hd) {
 KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
   const auto& w = layers[i];
   auto k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
-  if (w.k_norm.defined()) k = rms_norm(k, w.k_norm, config.rms_eps);
+  if (w.k_norm.defined()) k = rms_norm(k, w.k_norm, config.rms_eps, norm_kernel);
   k = apply_rope(k, 0, h.size(1), config.rope);
   auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
   return {k, v};
@@ -208,7 +208,7 @@ KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
   const auto& w = layers[i];
   auto q = split_heads(w.q(h_rows, lora_enabled), config.heads, config.head_dim);  // (N, Hq, c, hd)
-  if (w.q_norm.defined()) q = rms_norm(q, w.q_norm, config.rms_eps);
+  if (w.q_norm.defined()) q = rms_norm(q, w.q_norm, config.rms_eps, norm_kernel);
   return apply_rope(q, pos0, seq_len, config.rope);
 }
 
@@ -220,7 +220,7 @@ torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, con
 
 torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   const auto& w = layers[i];
-  auto n = rms_norm(x, w.post_norm, config.rms_eps);
+  auto n = rms_norm(x, w.post_norm, config.rms_eps, norm_kernel);
   auto act = torch::silu(w.gate(n, lora_enabled)) * w.up(n, lora_enabled);  // (N, rows, I)
   return x + w.down(act, lora_enabled);
 }
@@ -248,7 +248,7 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
 }
 
 torch::Tensor Model::final_norm(const torch::Tensor& x) const {
-  return rms_norm(x, final_norm_weight, config.rms_eps);
+  return rms_norm(x, final_norm_weight, config.rms_eps, norm_kernel);
 }
 
 torch::Tensor Model::lm_head(const torch::Tensor& h) const {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "harness/model/model_config.h"
+#include "harness/model/ops.h"
 
 namespace bpbench {
 
@@ -59,9 +60,10 @@ class Model {
   ModelConfig config;
   torch::Tensor embed_weight;  // (V, d)
   std::vector<LayerWeights> layers;
-  torch::Tensor final_norm_weight;  // (d)
-  torch::Tensor lm_head_weight;     // (V, d); the same tensor as embed_weight when tied
-  bool lora_enabled = true;         // false: the reference policy of DPO/GRPO in LoRA mode
+  torch::Tensor final_norm_weight;          // (d)
+  torch::Tensor lm_head_weight;             // (V, d); the same tensor as embed_weight when tied
+  bool lora_enabled = true;                 // false: the reference policy of DPO/GRPO in LoRA mode
+  NormKernel norm_kernel = NormKernel::hf;  // every RMSNorm of the model (ops.h)
 
   // Seeded random init made directly on `options`' device and dtype (std 0.02 for matrices, norms at 1).
   static Model random(const ModelConfig& config, const torch::TensorOptions& options, uint64_t seed);

@@ -11,9 +11,22 @@ namespace bpbench {
 // (Hugging Face upcasts to float32; a float64 reference must stay float64).
 at::ScalarType compute_dtype(at::ScalarType model_dtype);
 
-// RMSNorm over the last dimension, Hugging Face style: normalise in compute_dtype, cast back, scale by
-// weight.
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// How RMSNorm is computed.
+//   hf:    Hugging Face's formula: the input upcast whole to compute_dtype, normalised, cast back, then
+//          scaled. In bfloat16 that puts float32 copies of the activation in the autograd graph.
+//   fused: PyTorch's fused kernel (at::_fused_rms_norm): float32 accumulation inside the kernel, only the
+//          input and a per-row rstd saved; it scales before the single cast, so bfloat16 values can differ
+//          from hf's in the last bit. On CUDA it is one kernel; on the CPU it is PyTorch's composite (the
+//          same arithmetic as hf, in another order), which is why the CPU defaults to hf.
+enum class NormKernel { hf, fused };
+NormKernel default_norm_kernel(const torch::Device& device);  // fused on CUDA, hf elsewhere
+const char* norm_kernel_name(NormKernel k);
+// Throws std::invalid_argument naming the valid names.
+NormKernel parse_norm_kernel(const std::string& name);
+
+// RMSNorm over the last dimension with `weight` (the last dimension's width).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                       NormKernel kernel = NormKernel::hf);
 
 // Causal attention for a block of queries that are the LAST rows of the key range:
 //   q: (N, Hq, c, hd) at global positions e-c .. e-1;   k, v: (N, Hkv, e, hd) at positions 0 .. e-1

@@ -245,6 +245,8 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     Model built = load_model(c.model, torch::TensorOptions().dtype(parse_dtype(c.dtype)).device(device),
                              job.settings.seed, job.settings.rope);
     if (c.lora_rank > 0) built.add_lora(c.lora_rank, c.lora_alpha, job.settings.seed);
+    built.norm_kernel = job.settings.rms_norm.empty() ? default_norm_kernel(device)
+                                                      : parse_norm_kernel(job.settings.rms_norm);
     return built;
   }();
 

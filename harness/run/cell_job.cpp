@@ -143,6 +143,7 @@ json CellJob::to_json() const {
           {"data", settings.data_path},
           {"world_size", settings.world_size},
           {"rope", settings.rope},
+          {"rms_norm", settings.rms_norm},
           {"timeline_dir", timeline_dir},
           {"timeline_name", timeline_name},
           {"result_file", result_file}};
@@ -170,6 +171,9 @@ CellJob CellJob::from_json(const json& j) {
     return j.value(key, std::string());
   };
   job.settings.data_path = text("data");
+  job.settings.rms_norm = text("rms_norm");
+  if (!job.settings.rms_norm.empty() && job.settings.rms_norm != "hf" && job.settings.rms_norm != "fused")
+    input_error(fmt::format("run-cell: bad rms_norm '{}'", job.settings.rms_norm), "hf, fused");
   job.timeline_dir = text("timeline_dir");
   job.timeline_name = text("timeline_name");
   job.result_file = text("result_file");

@@ -14,6 +14,7 @@
 #include <functional>
 #include <sstream>
 
+#include "harness/model/ops.h"
 #include "harness/model/rope_config.h"
 #include "harness/run/scenario_read.h"
 
@@ -183,6 +184,15 @@ const std::vector<TopDef>& top_table() {
            rope_with_parameters(base, v);
          } catch (const std::invalid_argument& e) {
            input_error(e.what(), valid);
+         }
+       }},
+      {"rms_norm",
+       [](Scenario& s, const json& v) {
+         s.settings.rms_norm = read_string(v, "rms_norm", "hf, fused");
+         try {
+           parse_norm_kernel(s.settings.rms_norm);
+         } catch (const std::invalid_argument&) {
+           input_error(fmt::format("rms_norm: unknown kernel '{}'", s.settings.rms_norm), "hf, fused");
          }
        }},
       {"grid", [](Scenario& s, const json& v) { s.grid = parse_grid(v); }},

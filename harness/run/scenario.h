@@ -97,6 +97,9 @@ struct RunSettings {
   // (harness/rope_config.h), the way users turn on YaRN past Qwen3's 32k; rope_theta stays the model's unless
   // given. Null: each model's own RoPE. RoPE changes values only, never memory or time.
   nlohmann::json rope;
+  // "rms_norm": "hf" or "fused" (harness/model/ops.h); empty: the device's default (fused on CUDA, hf on
+  // the CPU). "hf" on a GPU is Hugging Face's float32 formula, for value parity with transformers.
+  std::string rms_norm;
 };
 
 struct GridAxis {

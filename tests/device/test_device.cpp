@@ -4,7 +4,8 @@
 //   - the tiny model's loss and every gradient on CUDA equal the CPU's (float64: to round-off);
 //   - one cell of every single-process strategy through the runner on CUDA: status ok, gradient error of
 //     float32 against float64 plain BP at round-off;
-//   - the bfloat16 RoPE tables of every RoPE type on CUDA equal the CPU's, at positions past 100k.
+//   - the bfloat16 RoPE tables of every RoPE type on CUDA equal the CPU's, at positions past 100k;
+//   - the fused CUDA RMSNorm kernel equals the float64 formula within bfloat16 rounding, gradients included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "harness/model/ops.h"
 #include "harness/model/rope.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
@@ -96,6 +98,30 @@ TEST(Device, Bf16RopeTablesOnCudaEqualCpu) {
     const RopeTables gpu = rope_tables(r, 128, 110000, 4096, 131072, bf16.device(torch::kCUDA));
     EXPECT_TRUE(torch::equal(cpu.cos, gpu.cos.cpu())) << rope_summary(r);
     EXPECT_TRUE(torch::equal(cpu.sin, gpu.sin.cpu())) << rope_summary(r);
+  }
+}
+
+TEST(Device, FusedRmsNormOnCudaIsTheFloat64FormulaInBfloat16) {
+  REQUIRE_GPU();
+  torch::manual_seed(4);
+  const auto x = torch::randn({2, 513, 4096}, torch::kDouble),
+             w = 1 + 0.1 * torch::randn({4096}, torch::kDouble);
+  const auto dy = torch::randn({2, 513, 4096}, torch::kDouble);
+  auto run = [&](const torch::TensorOptions& to, NormKernel k) {
+    auto xi = x.to(to).requires_grad_(true), wi = w.to(to).requires_grad_(true);
+    auto y = rms_norm(xi, wi, 1e-6, k);
+    y.backward(dy.to(to));
+    return std::vector<torch::Tensor>{y.detach().cpu().to(torch::kDouble), xi.grad().cpu().to(torch::kDouble),
+                                      wi.grad().cpu().to(torch::kDouble)};
+  };
+  const auto exact = run(torch::TensorOptions().dtype(torch::kDouble), NormKernel::hf);
+  const auto fused =
+      run(torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA), NormKernel::fused);
+  const char* names[] = {"y", "dx", "dw"};
+  for (int i = 0; i < 3; ++i) {
+    // Relative L2 error of a bfloat16 computation: a few ulps (2^-8) at most.
+    const double rel = ((fused[i] - exact[i]).norm() / exact[i].norm()).item<double>();
+    EXPECT_LE(rel, 2e-2) << names[i];
   }
 }
 
