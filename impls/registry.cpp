@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <utility>
@@ -37,6 +38,21 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
 std::vector<std::string> strategy_names() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : registry()) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> peer_names() {
+  return {"hf-checkpoint", "hf"};
+}
+
+bool is_peer(const std::string& impl) {
+  const auto peers = peer_names();
+  return std::find(peers.begin(), peers.end(), impl) != peers.end();
+}
+
+std::vector<std::string> recorded_impl_names() {
+  std::vector<std::string> names = strategy_names();
+  for (auto& peer : peer_names()) names.push_back(std::move(peer));
   return names;
 }
 

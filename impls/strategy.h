@@ -54,4 +54,12 @@ class Strategy {
 std::unique_ptr<Strategy> make_strategy(const std::string& name);  // throws listing the valid names
 std::vector<std::string> strategy_names();
 
+// Peers: implementations outside bpbench whose results bpbench reads (report, compare) but never runs,
+// written in bpbench's results schema by reports/hf_side_by_side.py: "hf-checkpoint" (transformers, SDPA,
+// gradient checkpointing) and "hf" (transformers, SDPA, no checkpointing).
+std::vector<std::string> peer_names();
+bool is_peer(const std::string& impl);
+// strategy_names() then peer_names(): what a results file's impl axis may hold.
+std::vector<std::string> recorded_impl_names();
+
 }  // namespace bpbench

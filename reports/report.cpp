@@ -26,7 +26,7 @@ namespace {
 constexpr int kExitOk = 0, kExitFailure = 1, kExitInput = 2;
 
 const char* kReportHelp =
-    R"HELP(usage: bpbench report RESULTS.json [--out DIR] [--timeline-cell INDEX] [--python PATH]
+    R"HELP(usage: bpbench report RESULTS.json [MORE.json ...] [--out DIR] [--timeline-cell INDEX] [--python PATH]
 
 Turns a results.json into DIR/report.md with the StreamBP paper's tables and DIR/*.png with its figures:
   Table 3   maximum sequence length per model x strategy (from max-length cells; else the longest length
@@ -39,7 +39,9 @@ Turns a results.json into DIR/report.md with the StreamBP paper's tables and DIR
   Fig. 1/8  timeline.png: the memory timeline of one cell, stacked by category, with phase marks
 Cells that did not run read "oom", "skipped: reason" or "error: reason".
 
-RESULTS may also be the directory that holds results.json. Figures are drawn by reports/plot.py with
+RESULTS may also be the directory that holds results.json. Several results files are reported as one, their
+cells side by side (e.g. a bpbench run and the Hugging Face peer of reports/hf_side_by_side.py); the report
+goes beside the first unless --out says otherwise. Figures are drawn by reports/plot.py with
 matplotlib; without python or matplotlib the markdown is still written and one warning line is printed.
 
 options:
@@ -91,6 +93,16 @@ std::string section_summary(const Analysis& a, const std::string& source) {
     s += fmt::format("- run: {} to {}\n", text(meta, "start_time"),
                      text(meta, "end_time").empty() ? std::string("(not finished)") : text(meta, "end_time"));
   if (a.budget) s += fmt::format("- memory budget: {} (measure.budget_bytes)\n", format_bytes(*a.budget));
+  // Files reported together (load_merged_results): each one's origin, a peer named as its meta says.
+  const json& merged = field(meta, "merged_from");
+  for (size_t i = 1; merged.is_array() && i < merged.size(); ++i) {
+    const json& m = field(merged[i], "meta");
+    const std::string peer = text(m, "peer");
+    const std::string device = text(field(m, "device"), "name");
+    s += fmt::format("- with: `{}` ({}{})\n", text(merged[i], "file"),
+                     peer.empty() ? "bpbench " + text(m, "scenario_name") : peer,
+                     device.empty() ? std::string() : ", on " + device);
+  }
   // The RoPE each model ran with (a scenario's override included): losses and gradients belong to it.
   std::vector<std::string> ropes;
   const json& cells = field(a.doc, "cells");
@@ -204,7 +216,7 @@ int report_main(const std::vector<std::string>& args, std::ostream& out, std::os
   const std::string options = "--out DIR, --timeline-cell INDEX, --python PATH, --help";
   try {
     ReportOptions opt;
-    std::optional<std::string> results;
+    std::vector<std::filesystem::path> results;
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
       auto value = [&](const std::string& name) -> std::string {
@@ -235,15 +247,13 @@ int report_main(const std::vector<std::string>& args, std::ostream& out, std::os
         opt.timeline_cell = static_cast<size_t>(n);
       } else if (a.size() > 1 && a[0] == '-') {
         input_error(fmt::format("report: unknown option '{}'", a), options);
-      } else if (results) {
-        input_error(fmt::format("report: unexpected argument '{}' (one results file)", a), options);
       } else {
-        results = a;
+        results.push_back(a);
       }
     }
-    if (!results) input_error("report: missing RESULTS.json", "a results.json written by bpbench run");
-    opt.results = *results;
-    const json doc = load_results(opt.results);
+    if (results.empty()) input_error("report: missing RESULTS.json", "a results.json written by bpbench run");
+    opt.results = results.front();
+    const json doc = load_merged_results(results);
     const fs::path results_dir = results_file(opt.results).parent_path();
     const ReportOutput r = write_report(doc, results_dir.empty() ? fs::path(".") : results_dir, opt);
     for (const auto& w : r.warnings) err << "bpbench: warning: " << single_line(w) << "\n";

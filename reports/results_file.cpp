@@ -75,6 +75,32 @@ json load_results(const fs::path& path) {
   return doc;
 }
 
+json load_merged_results(const std::vector<fs::path>& paths) {
+  if (paths.empty()) input_error("no results file given", "one or more results.json");
+  json merged = load_results(paths[0]);
+  if (paths.size() == 1) return merged;
+  const fs::path first_dir = fs::absolute(results_file(paths[0])).parent_path();
+  json sources =
+      json::array({{{"file", results_file(paths[0]).string()}, {"meta", merged.value("meta", json())}}});
+  for (size_t i = 1; i < paths.size(); ++i) {
+    const json doc = load_results(paths[i]);
+    const fs::path dir = fs::absolute(results_file(paths[i])).parent_path();
+    for (json cell : doc.at("cells")) {
+      if (cell.contains("memory") && cell["memory"].is_object())
+        for (const char* key : {"timeline_file", "trace_file", "snapshot_file"})
+          if (cell["memory"].contains(key) && cell["memory"][key].is_string())
+            cell["memory"][key] =
+                (dir / cell["memory"][key].get<std::string>()).lexically_relative(first_dir).string();
+      merged["cells"].push_back(std::move(cell));
+    }
+    merged["cells_total"] = merged.value("cells_total", 0) + doc.value("cells_total", 0);
+    merged["complete"] = merged.value("complete", false) && doc.value("complete", false);
+    sources.push_back({{"file", results_file(paths[i]).string()}, {"meta", doc.value("meta", json())}});
+  }
+  merged["meta"]["merged_from"] = sources;
+  return merged;
+}
+
 std::string format_bytes(int64_t bytes) {
   const double b = static_cast<double>(bytes), gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
   if (std::fabs(b) >= gib) return fmt::format("{:.2f} GiB", b / gib);

@@ -2,6 +2,7 @@
 // error per kind of bad input whose message names the offending key or value and lists the valid choices.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -253,11 +254,23 @@ TEST(Scenario, MissingFileIsAnInputError) {
 }
 
 TEST(Scenario, ShippedScenariosParse) {
-  for (const char* name : {"quickstart", "ci"}) {
-    const auto s = load_scenario(std::string(BPBENCH_SOURCE_DIR) + "/scenarios/" + name + ".json");
-    EXPECT_EQ(s.name, name);
-    EXPECT_GT(s.cell_count(), 1u);
+  int files = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(BPBENCH_SOURCE_DIR) + "/scenarios")) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    SCOPED_TRACE(entry.path().string());
+    const auto s = load_scenario(entry.path().string());
+    EXPECT_EQ(s.name, entry.path().stem().string());  // results land in out/<name>: the file's own name
+    EXPECT_GE(s.cell_count(), 1u);
+    if (s.settings.device != "cuda") continue;
+    // A GPU scenario states its budget (the device's memory less a reserve, said in its description), so a
+    // result never depends on which GPU happened to run it.
+    const auto& m = s.settings.measure;
+    EXPECT_TRUE(m.max_seq_len ? m.max_seq_len->budget_bytes.has_value() : m.budget_bytes.has_value());
+    EXPECT_NE(s.description.find("budget"), std::string::npos);
   }
+  EXPECT_GE(files, 10);
 }
 
 }  // namespace

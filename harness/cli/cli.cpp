@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/cli/estimate_command.h"
+#include "harness/model/hf_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/rope_config.h"
 #include "harness/objectives/objective.h"
@@ -45,6 +46,7 @@ commands:
                           match cells by axes; exit status = number of memory regressions
   estimate --model M --seq-len T [--impl I,...]
                           analytic peak bytes of each strategy
+  hf-config MODEL         a preset as transformers' config.json (stdout), for peers run in transformers
   help [COMMAND]          this text, or a command's
 
 options:
@@ -158,6 +160,30 @@ int cmd_list(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+const char* kHfConfigHelp = R"(usage: bpbench hf-config MODEL
+
+Prints the preset MODEL as transformers' config.json (transformers 5 form, RoPE as rope_parameters). A peer
+built from it in transformers (AutoConfig / from_config) is the network bpbench runs as MODEL, which is how
+reports/hf_side_by_side.py measures Hugging Face on the same model.
+)";
+
+int cmd_hf_config(const std::vector<std::string>& args) {
+  if (args.size() == 1 && is_help(args[0])) {
+    std::cout << kHfConfigHelp;
+    return kExitOk;
+  }
+  if (args.size() != 1 || args[0].empty() || args[0][0] == '-')
+    usage_error("hf-config: expects exactly one model preset", model_preset_names());
+  ModelConfig c;
+  try {
+    c = find_model_preset(args[0]);
+  } catch (const std::invalid_argument&) {
+    usage_error(fmt::format("hf-config: unknown model '{}'", args[0]), model_preset_names());
+  }
+  std::cout << hf_config_json(c).dump(2) << "\n";
+  return kExitOk;
+}
+
 int64_t parse_threads(const std::string& text) {
   size_t used = 0;
   long long v = 0;
@@ -220,7 +246,7 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
 }
 
 int dispatch(const std::vector<std::string>& argv) {
-  const std::string commands = "run, list, report, compare, estimate, help";
+  const std::string commands = "run, list, report, compare, estimate, hf-config, help";
   if (argv.size() < 2) usage_error("missing command; try bpbench --help", commands);
   const std::string& cmd = argv[1];
   const std::vector<std::string> args(argv.begin() + 2, argv.end());
@@ -243,6 +269,8 @@ int dispatch(const std::vector<std::string>& argv) {
       return args[0] == "report" ? report_main({"--help"}) : compare_main({"--help"});
     else if (args[0] == "estimate")
       std::cout << kEstimateHelp;
+    else if (args[0] == "hf-config")
+      std::cout << kHfConfigHelp;
     else
       usage_error(fmt::format("help: unknown command '{}'", args[0]), commands);
     return kExitOk;
@@ -253,6 +281,7 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "report") return report_main(args);
   if (cmd == "compare") return compare_main(args);
   if (cmd == "estimate") return estimate_command(args, std::cout);
+  if (cmd == "hf-config") return cmd_hf_config(args);
   if (cmd == "run-cell") {  // hidden: what an isolated cell's child process runs
     if (args.size() != 1) usage_error("run-cell: expects exactly one job file", "a job file, or - for stdin");
     return run_cell_main(args[0]);

@@ -18,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "harness/model/model.h"
@@ -33,6 +34,12 @@ ModelConfig read_hf_config(const std::string& dir);
 
 // The model of `dir` on `options`' device and dtype, every base weight requiring grad (full fine-tuning).
 Model load_hf_model(const std::string& dir, const torch::TensorOptions& options);
+
+// `c` as transformers' config.json (transformers 5 form: rope_parameters), so that a peer run in
+// transformers (reports/hf_side_by_side.py) builds the very network bpbench runs. read_hf_config of it gives
+// `c` back (name aside). The architecture follows from qk_norm (Qwen3), attention_bias (Qwen2) or neither
+// (Llama).
+nlohmann::json hf_config_json(const ModelConfig& c);
 
 // "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM"
 std::string hf_architecture_names();

@@ -6,6 +6,7 @@
 #include "harness/run/scenario.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "harness/model/ops.h"
 #include "harness/model/rope_config.h"
 #include "harness/run/scenario_read.h"
+#include "impls/strategy.h"
 
 namespace bpbench {
 
@@ -269,6 +271,14 @@ Scenario parse_scenario(const json& j) {
       s.settings.device == "cpu")
     input_error("measure.max_seq_len: budget_bytes is required on the CPU (a GPU defaults to its memory)",
                 "{\"budget_bytes\": N, ...}");
+  for (const auto& a : s.grid)
+    if (a.key == "impl")
+      for (const auto& v : a.values)
+        if (is_peer(v.get<std::string>()))
+          input_error(fmt::format("grid.impl: '{}' is a peer measured in transformers by "
+                                  "reports/hf_side_by_side.py, not a strategy bpbench runs",
+                                  v.get<std::string>()),
+                      fmt::format("{}", fmt::join(strategy_names(), ", ")));
   if (s.settings.measure.device_activity && !(s.settings.measure.timeline && s.settings.device == "cuda"))
     input_error("measure.device_activity: CUPTI traces a CUDA step into its timeline's Chrome trace",
                 "device cuda with measure.timeline true, or device_activity false");

@@ -132,7 +132,8 @@ const std::vector<AxisDef>& axis_table() {
     add({"batch", &Cell::batch, false, 1, {}, 1});
     // Required unless measure.max_seq_len searches for it (checked in parse_scenario, which sees both).
     add({"seq_len", &Cell::seq_len, false, nullptr, {}, 2, false, "a max_seq_len search"});
-    add({"impl", &Cell::impl, true, nullptr, strategy_names});
+    // Peers pass here so results files can hold them; a scenario refuses them (scenario.cpp).
+    add({"impl", &Cell::impl, true, nullptr, recorded_impl_names});
     add({"partition", &Cell::partition, false, nullptr, {}, 1, false, "seq_len"});
     add({"logits_partition", &Cell::logits_partition, false, nullptr, {}, 1, false, "seq_len"});
     add({"lora_rank", &Cell::lora_rank, false, 0, {}, 0});

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The StreamBP paper's tables on your GPU: every scenarios/h100_*.json, Hugging Face (transformers, SDPA,
+# gradient checkpointing) measured beside the Llama-3.1-8B and Qwen3-8B cells, and one report per table.
+#
+#   scripts/paper_gpu.sh [OUT_DIR]          (default reports/results/h100)
+#   ONLY="llama_memory_time table7_grad_error" scripts/paper_gpu.sh   # a subset, by scenario name less h100_
+#
+# Needs a built bpbench (scripts/build.sh, or scripts/gpu_build_and_test.sh on a GPU machine; BPBENCH= to
+# point elsewhere) and a python with torch and transformers (PYTHON=, default python3). The scenarios' budget
+# is an H100 80GB's (80e9 bytes); on another GPU edit their budget_bytes (memory less the reserve their
+# descriptions state) and pass the same figure as BUDGET_BYTES for the peer. The max-length searches run last:
+# they take hours (every probe a fresh process).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:-$root/reports/results/h100}"
+bpbench="${BPBENCH:-$root/build/bpbench}"
+python="${PYTHON:-python3}"
+budget="${BUDGET_BYTES:-80000000000}"
+all="llama_memory_time table1_time fig5_partition table7_grad_error streambp_trace table3_maxlen_dpo_grpo
+     table3_maxlen_32b_lora table3_maxlen"
+[[ -x "$bpbench" ]] || { echo "paper_gpu.sh: no bpbench at $bpbench (scripts/build.sh first, or BPBENCH=)" >&2; exit 2; }
+mkdir -p "$out"
+
+peer() {  # NAME MODEL LENGTHS...: the Hugging Face side of a table
+  local name="$1" model="$2"
+  shift 2
+  "$python" "$root/reports/hf_side_by_side.py" --model "$model" --seq-len "$@" --budget-bytes "$budget" \
+    --bpbench "$bpbench" --out "$out/$name/results.json"
+}
+
+for s in ${ONLY:-$all}; do
+  scenario="$root/scenarios/h100_$s.json"
+  [[ -f "$scenario" ]] || { echo "paper_gpu.sh: no scenario $scenario (valid: $all)" >&2; exit 2; }
+  "$bpbench" run "$scenario" --out "$out/$s"
+  case "$s" in
+    llama_memory_time)
+      peer hf_llama llama3.1-8b 3072 6144 9216 18432
+      "$bpbench" report "$out/$s" "$out/hf_llama" --out "$out/$s/report" ;;
+    table3_maxlen)
+      # Hugging Face's longest Qwen3-8B step, bracketed: the paper's checkpointing reaches 20k.
+      peer hf_qwen3_8b qwen3-8b 8192 16384 20480 24576
+      "$bpbench" report "$out/$s" "$out/hf_qwen3_8b" --out "$out/$s/report" ;;
+    *)
+      "$bpbench" report "$out/$s" --out "$out/$s/report" ;;
+  esac
+done
+echo "paper_gpu.sh: results and reports under $out"

@@ -1,0 +1,114 @@
+// test_hf_side_by_side.cpp: the Hugging Face peer (reports/hf_side_by_side.py) runs the network bpbench runs,
+// and writes results that bpbench's own readers take.
+//   - `bpbench hf-config` of every preset, read back by bpbench's transformers-config reader, is the preset;
+//   - the script on the CPU (tiny preset, float32) writes cells with impl "hf-checkpoint", a finite loss, a
+//   time
+//     and no memory (PyTorch keeps no CPU allocator statistics), which `bpbench report` renders;
+//   - a scenario cannot name a peer as its impl.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "harness/model/hf_model.h"
+#include "harness/run/scenario.h"
+#include "reports/results_file.h"
+#include "tests/test_files.h"
+
+namespace bpbench::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(HfConfig, EveryPresetReadsBackAsItself) {
+  for (const ModelConfig& preset : model_presets()) {
+    TempDir tmp;
+    const std::string dir = tmp.sub(preset.name);
+    std::ofstream(fs::path(dir) / "config.json") << hf_config_json(preset).dump(2);
+    const ModelConfig back = read_hf_config(dir);
+    SCOPED_TRACE(preset.name);
+    EXPECT_EQ(back.vocab, preset.vocab);
+    EXPECT_EQ(back.hidden, preset.hidden);
+    EXPECT_EQ(back.intermediate, preset.intermediate);
+    EXPECT_EQ(back.layers, preset.layers);
+    EXPECT_EQ(back.heads, preset.heads);
+    EXPECT_EQ(back.kv_heads, preset.kv_heads);
+    EXPECT_EQ(back.head_dim, preset.head_dim);
+    EXPECT_EQ(rope_to_json(back.rope), rope_to_json(preset.rope));
+    EXPECT_EQ(back.rms_eps, preset.rms_eps);
+    EXPECT_EQ(back.tie_embeddings, preset.tie_embeddings);
+    EXPECT_EQ(back.qk_norm, preset.qk_norm);
+    EXPECT_EQ(back.attention_bias, preset.attention_bias);
+    EXPECT_EQ(back.parameter_count(), preset.parameter_count());
+  }
+}
+
+TEST(HfSideBySide, CpuRunWritesResultsThatBpbenchReports) {
+  const std::string python = BPBENCH_PYTHON;
+  if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)
+    GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
+  TempDir tmp;
+  const fs::path script = fs::path(BPBENCH_SOURCE_DIR) / "reports" / "hf_side_by_side.py";
+  const std::string results = tmp.file("hf/results.json"), log = tmp.file("log");
+  const std::string cmd = fmt::format(
+      "'{}' '{}' --model tiny --device cpu --dtype float32 --seq-len 16 33 --warmup 0 --repeat 2 "
+      "--bpbench '{}' --out '{}' >'{}' 2>&1",
+      python, script.string(), BPBENCH_BINARY, results, log);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(log).rdbuf();
+
+  const nlohmann::json doc = load_results(results);  // bpbench's reader: schema and every cell's axes
+  EXPECT_TRUE(doc["complete"].get<bool>());
+  ASSERT_EQ(doc["cells"].size(), 2u);
+  for (const auto& cell : doc["cells"]) {
+    EXPECT_EQ(cell["axes"]["impl"], "hf-checkpoint");
+    EXPECT_EQ(cell["axes"]["model"], "tiny");
+    EXPECT_EQ(cell["status"], "ok");
+    EXPECT_TRUE(std::isfinite(cell["loss"].get<double>()));
+    EXPECT_EQ(cell["time"]["count"], 2);
+    EXPECT_TRUE(cell["memory"].is_null());  // not measured on the CPU, and not pretended
+  }
+  EXPECT_EQ(doc["cells"][1]["axes"]["seq_len"], 33);
+  EXPECT_EQ(doc["meta"]["hf_config"]["num_hidden_layers"], 2);
+
+  const std::string report = tmp.sub("report");
+  const std::string report_cmd =
+      fmt::format("'{}' report '{}' --out '{}' >'{}' 2>&1", BPBENCH_BINARY, results, report, log);
+  ASSERT_EQ(std::system(report_cmd.c_str()), 0) << std::ifstream(log).rdbuf();
+  std::ifstream md(fs::path(report) / "report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), {});
+  EXPECT_NE(text.find("hf-checkpoint"), std::string::npos);
+
+  // Beside a bpbench run of the same model and lengths: one report, both files named, the peer's row in the
+  // same time table as the strategies'.
+  const std::string scenario = tmp.file("s.json");
+  std::ofstream(scenario) << R"({"name": "sbs", "threads": 1, "grid": {"model": "tiny", "impl": "checkpoint",
+      "seq_len": [16, 33]}, "measure": {"grad_error": false}})";
+  const std::string run = tmp.file("run");
+  const std::string both = tmp.sub("both");
+  const std::string run_cmd = fmt::format(
+      "'{0}' run '{1}' --out '{2}' --quiet >'{5}' 2>&1 && '{0}' report '{2}' '{3}' --out '{4}' >>'{5}' 2>&1",
+      BPBENCH_BINARY, scenario, run, results, both, log);
+  ASSERT_EQ(std::system(run_cmd.c_str()), 0) << std::ifstream(log).rdbuf();
+  std::ifstream both_md(fs::path(both) / "report.md");
+  const std::string merged((std::istreambuf_iterator<char>(both_md)), {});
+  EXPECT_NE(merged.find("- with: `" + results + "` (transformers"), std::string::npos) << merged;
+  EXPECT_NE(merged.find("| checkpoint |"), std::string::npos) << merged;
+  EXPECT_NE(merged.find("| hf-checkpoint |"), std::string::npos) << merged;
+}
+
+TEST(HfSideBySide, AScenarioCannotRunAPeer) {
+  try {
+    parse_scenario_text(R"({"grid": {"model": "tiny", "impl": ["plain", "hf-checkpoint"], "seq_len": 32}})",
+                        "test");
+    ADD_FAILURE() << "a peer was accepted as a strategy";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'hf-checkpoint' is a peer"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reports/hf_side_by_side.py"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(valid: plain, checkpoint"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace bpbench::testing
