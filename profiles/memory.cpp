@@ -5,6 +5,7 @@
 // matter which thread (or which later scope) releases the tensor.
 #include "profiles/memory.h"
 
+#include <ATen/Context.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -237,6 +238,11 @@ MemoryRecorder& MemoryRecorder::instance() {
     // profiling).
     auto* alloc = new TrackingAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(alloc, /*priority=*/100);
+    // oneDNN off: its reduced-precision (bf16/fp16) matmuls take scratch and weight reorders from c10's CPU
+    // allocator, sized by the host's ISA (AVX2, AVX-512, AVX-512-BF16, AMX all differ: up to 12% of a tiny
+    // cell's peak). CPU peaks are the CI memory gate's input and must not depend on the machine; ATen's
+    // own bf16 GEMM allocates nothing through c10. float32 and float64 go to BLAS either way.
+    at::globalContext().setUserEnabledMkldnn(false);
     return new MemoryRecorder();
   }();
   return *recorder;

@@ -1,9 +1,10 @@
 // memory.h: the CPU memory recorder: a tracking allocator installed over LibTorch's CPU allocator.
 //
-// It sees every CPU tensor LibTorch allocates (not BLAS/oneDNN scratch buffers, which bypass c10's
-// allocator). Live bytes, peak bytes and per-category bytes are exact and deterministic for a given program;
-// the recorder is thread-safe (intra-op worker threads allocate too) and cheap enough to leave on: atomics on
-// the hot path, a lock only while a timeline is being recorded.
+// It sees every CPU tensor LibTorch allocates (not BLAS scratch buffers, which bypass c10's allocator;
+// oneDNN, whose scratch would be seen and depends on the host's ISA, is turned off when it is installed).
+// Live bytes, peak bytes and per-category bytes are exact and deterministic for a given program; the recorder
+// is thread-safe (intra-op worker threads allocate too) and cheap enough to leave on: atomics on the hot
+// path, a lock only while a timeline is being recorded.
 //
 // Categories are set by an RAII MemoryScope around the code that allocates; phases (forward, head, layer i
 // backward, chunk j) by an RAII PhaseScope (phase_log.h, included here for the strategies). Both also open an

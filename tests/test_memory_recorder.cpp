@@ -83,6 +83,26 @@ TEST_F(MemoryRecorderTest, EmptyFloatTensorIsExactly4000Bytes) {
   EXPECT_EQ(rec().peak_bytes(), live0 + 4000);
 }
 
+// oneDNN's bf16/fp16 matmuls take ISA-dependent scratch from c10's allocator; the recorder turns oneDNN off
+// so that a CPU peak is the same on every machine (memory.cpp). A reduced-precision GEMM, with either operand
+// transposed as autograd's backward calls it, then allocates exactly its result.
+TEST_F(MemoryRecorderTest, ReducedPrecisionMatmulAllocatesOnlyItsResult) {
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    auto x = torch::ones({64, 96}, dtype);
+    auto w = torch::ones({128, 96}, dtype);
+    auto g = torch::ones({64, 128}, dtype);
+    rec().reset_peak();
+    const int64_t live0 = rec().live_bytes();
+    {
+      auto y = torch::matmul(x, w.t());   // (64, 128): 16384 bytes
+      auto dx = torch::matmul(g, w);      // (64, 96): 12288 bytes
+      auto dw = torch::matmul(g.t(), x);  // (128, 96): 24576 bytes
+      EXPECT_EQ(rec().live_bytes() - live0, 16384 + 12288 + 24576) << dtype;
+    }
+    EXPECT_EQ(rec().peak_bytes() - live0, 16384 + 12288 + 24576) << dtype;
+  }
+}
+
 TEST_F(MemoryRecorderTest, ZeroByteAllocations) {
   rec().reset_peak();
   const int64_t live0 = rec().live_bytes();

@@ -266,7 +266,7 @@ json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv
       {"hostname", hostname()},
       {"scenario_name", scenario.name},
       {"scenario", scenario.source},
-      {"memory_note", "peaks count LibTorch CPU tensors only, not BLAS/oneDNN scratch buffers"},
+      {"memory_note", "peaks count LibTorch CPU tensors only, not BLAS scratch buffers (oneDNN is off)"},
   };
 }
 

@@ -182,8 +182,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   writer.finish();
   if (options.table) {
     *options.table << render_table(summary.cells)
-                   << "\npeak: LibTorch CPU tensors only (BLAS/oneDNN scratch not "
-                   << "counted); MiB = 2^20 bytes. Results: " << summary.results_path << "\n"
+                   << "\npeak: LibTorch CPU tensors only (BLAS scratch not counted"
+                   << "); MiB = 2^20 bytes. Results: " << summary.results_path << "\n"
                    << std::flush;
   }
   return summary;

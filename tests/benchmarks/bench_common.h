@@ -40,7 +40,7 @@ inline torch::Tensor hidden_states(const Model& m, int64_t T, uint64_t seed) {
 
 // Sets state.counters["peak_bytes"]: the highest live CPU-tensor bytes reached while the benchmark ran, above
 // what was live when it was constructed (model, gradients, inputs). Every iteration does the same work and
-// frees what it made, so this is the peak of one iteration. BLAS/oneDNN scratch is not seen (memory.h).
+// frees what it made, so this is the peak of one iteration. BLAS scratch is not seen (memory.h).
 class PeakCounter {
  public:
   PeakCounter() : rec_(profiles::MemoryRecorder::instance()) {
