@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "profiles/host_memory.h"
 #include "profiles/nvtx.h"
 #include "profiles/phase_log.h"
 #include "profiles/timeline_builder.h"
@@ -152,6 +153,7 @@ struct TrackedAllocation {
   c10::DataPtr inner;  // owns the real allocation; destroying it frees through the original allocator
   int64_t bytes;
   Category category;
+  bool host;  // allocated under a HostMemoryScope: host bytes (host_memory.h), not the device's
 };
 
 // Sharded by pointer so concurrent intra-op threads rarely contend on one lock.
@@ -180,7 +182,12 @@ void delete_tracked(void* ptr) {
   if (node.empty()) return;
   const int64_t bytes = node.mapped().bytes;
   const Category c = node.mapped().category;
+  const bool host = node.mapped().host;
   node.mapped().inner.clear();  // the real free
+  if (host) {
+    release_host_bytes(bytes);
+    return;
+  }
   // Decrement after the memory is really gone so live bytes never under-report.
   state().on_free(bytes, c);
 }
@@ -190,6 +197,7 @@ class TrackingAllocator final : public c10::Allocator {
   explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
 
   c10::DataPtr allocate(size_t n) override {
+    if (host_memory_scope_active()) return allocate_host(n);
     State& s = state();
     const Category c = g_category.load(std::memory_order_relaxed);
     const auto bytes = static_cast<int64_t>(n);
@@ -205,7 +213,7 @@ class TrackingAllocator final : public c10::Allocator {
       if (data != nullptr) {  // n == 0 allocates nothing: counted, but there is nothing to track
         auto& shard = allocation_table().shard_of(data);
         std::lock_guard<std::mutex> table_lock(shard.mu);
-        shard.live.emplace(data, TrackedAllocation{std::move(inner), bytes, c});
+        shard.live.emplace(data, TrackedAllocation{std::move(inner), bytes, c, false});
       }
     } catch (...) {
       s.unreserve(bytes, c);
@@ -225,6 +233,21 @@ class TrackingAllocator final : public c10::Allocator {
   }
 
  private:
+  // Host bytes: no device counter, no budget, no timeline point; only the host ledger.
+  c10::DataPtr allocate_host(size_t n) {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    const auto bytes = static_cast<int64_t>(n);
+    if (data != nullptr) {
+      auto& shard = allocation_table().shard_of(data);
+      std::lock_guard<std::mutex> table_lock(shard.mu);
+      shard.live.emplace(data, TrackedAllocation{std::move(inner), bytes, Category::other, true});
+    }
+    charge_host_bytes(bytes);
+    return c10::DataPtr(data, data, &delete_tracked, device);
+  }
+
   c10::Allocator* base_;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "profiles/cuda_build.h"
+#include "profiles/host_memory.h"
 #include "profiles/memory.h"
 #include "profiles/step_timer.h"
 
@@ -241,6 +242,44 @@ TEST_F(MemoryRecorderTest, BudgetOverrunThrowsOutOfMemoryAndChangesNothing) {
   EXPECT_EQ(rec().budget(), std::nullopt);
   auto big = bytes(100000);  // no budget: anything goes
   EXPECT_EQ(rec().live_bytes(), live0 + 4000 + 100000);
+}
+
+// Offloaded checkpoints on the CPU (host_memory.h): what is allocated under a HostMemoryScope is host bytes,
+// never the device's live bytes, peak, categories or budget, and its free is charged back to the host.
+TEST_F(MemoryRecorderTest, HostScopeChargesHostBytesNotTheDevice) {
+  rec().reset_peak();
+  reset_host_peak();
+  const int64_t live0 = rec().live_bytes(), host0 = host_live_bytes();
+  const CategoryBytes cats0 = rec().live_by_category();
+  rec().set_budget(live0 + 1000);  // a device budget the host bytes would blow many times over
+  {
+    torch::Tensor host;
+    {
+      HostMemoryScope scope;
+      EXPECT_TRUE(host_memory_scope_active());
+      host = bytes(50000);
+      { HostMemoryScope nested; }
+      EXPECT_TRUE(host_memory_scope_active()) << "a nested scope restores, it does not clear";
+    }
+    EXPECT_FALSE(host_memory_scope_active());
+    EXPECT_EQ(host_live_bytes(), host0 + 50000);
+    EXPECT_EQ(host_peak_bytes(), host0 + 50000);
+    EXPECT_EQ(rec().live_bytes(), live0);
+    EXPECT_EQ(rec().peak_bytes(), live0);
+    EXPECT_EQ(rec().live_by_category(), cats0);
+    auto device = bytes(800);  // device bytes still count, against the budget
+    EXPECT_EQ(rec().live_bytes(), live0 + 800);
+    EXPECT_THROW(bytes(400), c10::OutOfMemoryError);
+    // A copy made outside the scope from host bytes is device bytes.
+    auto back = host.narrow(0, 0, 100).clone();
+    EXPECT_EQ(rec().live_bytes(), live0 + 900);
+  }
+  rec().set_budget(std::nullopt);
+  EXPECT_EQ(host_live_bytes(), host0);
+  EXPECT_EQ(host_peak_bytes(), host0 + 50000);
+  reset_host_peak();
+  EXPECT_EQ(host_peak_bytes(), host0);
+  EXPECT_EQ(rec().live_bytes(), live0);
 }
 
 TEST_F(MemoryRecorderTest, ConcurrentAllocFreeBalances) {

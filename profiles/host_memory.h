@@ -1,0 +1,38 @@
+// host_memory.h: host memory that holds what a strategy moved off the device (offloaded layer checkpoints),
+// counted apart from the device's bytes.
+//
+// The device peak is what budgets, tables and the paper talk about; host bytes go beside it
+// (memory.host_peak_bytes in the results). Two ways in, one ledger:
+// - On the CPU, where "device" and host are one memory, a HostMemoryScope tells the tracking allocator
+//   (memory.h) to charge what is allocated while it lives here instead of to the device counters. Offload then
+//   runs through the same code as on a GPU, and its effect on the device peak is measured exactly.
+// - On CUDA, pinned buffers come from the pinned host allocator, which no recorder sees: the offload store
+//   (impls/offload_cuda.cpp) charges and releases its buffers here itself.
+// Host bytes are never held against the byte budget, which is the device's.
+#pragma once
+
+#include <cstdint>
+
+namespace bpbench::profiles {
+
+// While one lives (on any thread), CPU allocations are host bytes, not device bytes.
+class HostMemoryScope {
+ public:
+  HostMemoryScope();
+  ~HostMemoryScope();
+  HostMemoryScope(const HostMemoryScope&) = delete;
+  HostMemoryScope& operator=(const HostMemoryScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool host_memory_scope_active();
+
+void charge_host_bytes(int64_t bytes);
+void release_host_bytes(int64_t bytes);
+int64_t host_live_bytes();
+int64_t host_peak_bytes();  // since the last reset_host_peak()
+void reset_host_peak();     // peak := live
+
+}  // namespace bpbench::profiles
