@@ -1,10 +1,12 @@
 // checkpoint.cpp: layerwise gradient checkpointing, the paper's baseline, in two flavours.
 //
-//   forward (no grad):  x_0 = embed(ids); x_{i+1} = layer_i(x_i), keeping every x_i (N, T, d)
+//   forward (no grad):  x_0 = embed(ids); x_{i+1} = layer_i(x_i), keeping every x_i (N, T, d) on the device
+//                       or, with `offload: checkpoints`, in host memory (offload.h)
 //   head:               "checkpoint": Hugging Face style, full logits (N, T, V) in the model dtype, upcast to
 //                       float32 for the loss; "checkpoint-chunked-head": the head streamed in
 //                       logits_partition rows (a fairer, stronger baseline: no (N, T, V) tensor)
 //   backward, i = L-1..0: re-run layer i with grad from x_i, backward with dY, dY <- dx_i, drop x_i
+//                       (x_{i-1} prefetched meanwhile)
 #include <fmt/format.h>
 
 #include "impls/layerwise.h"
@@ -28,36 +30,37 @@ class Checkpoint final : public Strategy {
                : "layerwise checkpointing, Hugging Face head with full float32 logits (paper baseline)";
   }
   bool uses_logits_partition() const override { return chunked_head_; }
+  bool uses_offload() const override { return true; }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     const Model& m = in.model;
-    auto xs = checkpointed_forward(m, in.batch.input_ids, in.batch.seq_len());  // L + 1 tensors (N, T, d)
+    std::unique_ptr<CheckpointStore> owned;
+    CheckpointStore& store = checkpoint_store(in, owned);
+    auto x_last = checkpointed_forward(m, in.batch.input_ids, in.batch.seq_len(), store);  // x_L (N, T, d)
 
-    torch::Tensor loss, dy;
+    torch::Tensor loss, dx_last;  // dL/dx_L
     if (chunked_head_) {
-      auto head = streamed_head_backward(m, xs.back(), in.batch, in.objective, in.partition.logits_rows);
+      auto head = streamed_head_backward(m, x_last, in.batch, in.objective, in.partition.logits_rows);
       loss = head.loss;
-      dy = head.dx;
+      dx_last = head.dx;
     } else {
       PhaseScope phase("head");
       MemoryScope scope(Category::logits);
-      auto x_last = xs.back().detach().requires_grad_(true);
-      auto full_loss = in.objective.loss(m.head_logits(x_last), in.batch);  // logits (N, T, V)
+      auto x_rows = x_last.detach().requires_grad_(true);
+      auto full_loss = in.objective.loss(m.head_logits(x_rows), in.batch);  // logits (N, T, V)
       full_loss.backward();
       loss = full_loss.detach();
-      dy = x_last.grad();
+      dx_last = x_rows.grad();
     }
-    xs.pop_back();
+    x_last = torch::Tensor();
 
-    for (int64_t i = m.config.layers - 1; i >= 0; --i) {
-      PhaseScope phase(fmt::format("layer {} backward", i));
-      MemoryScope scope(Category::activations);
-      auto x_in = xs[i].detach().requires_grad_(true);
-      xs[i] = torch::Tensor();  // the checkpoint lives on only as x_in, freed with it
-      m.layer(i, x_in).backward(dy);
-      dy = x_in.grad();
-    }
-    embedding_backward(m, in.batch.input_ids, dy);
+    auto dx = layers_backward(m, store, std::move(dx_last),
+                              [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
+                                MemoryScope scope(Category::activations);
+                                m.layer(i, x_in).backward(dy);
+                                return x_in.grad();
+                              });
+    embedding_backward(m, in.batch.input_ids, dx);
     return loss;
   }
 

@@ -12,14 +12,44 @@ using profiles::Category;
 using profiles::MemoryScope;
 using profiles::PhaseScope;
 
-std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids, int64_t rows) {
+torch::Tensor checkpointed_forward(const Model& model, const torch::Tensor& ids, int64_t rows,
+                                   CheckpointStore& store) {
   PhaseScope phase("forward");
   MemoryScope scope(Category::checkpoints);
   torch::NoGradGuard no_grad;
+  torch::Tensor x = model.embed(ids);
+  for (int64_t i = 0; i < model.config.layers; ++i) {
+    torch::Tensor next = model.layer_in_chunks(i, x, rows);
+    store.put(i, std::move(x));
+    x = std::move(next);
+  }
+  return x;
+}
+
+std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids, int64_t rows) {
+  auto store = make_checkpoint_store(Offload::none, ids.device());
+  torch::Tensor last = checkpointed_forward(model, ids, rows, *store);
   std::vector<torch::Tensor> xs;
-  xs.push_back(model.embed(ids));
-  for (int64_t i = 0; i < model.config.layers; ++i) xs.push_back(model.layer_in_chunks(i, xs.back(), rows));
+  for (int64_t i = 0; i < model.config.layers; ++i) xs.push_back(store->take(i));
+  xs.push_back(std::move(last));
   return xs;
+}
+
+CheckpointStore& checkpoint_store(const StepInputs& in, std::unique_ptr<CheckpointStore>& owned) {
+  if (in.checkpoints) return *in.checkpoints;
+  owned = make_checkpoint_store(Offload::none, in.batch.input_ids.device());
+  return *owned;
+}
+
+torch::Tensor layers_backward(const Model& model, CheckpointStore& store, torch::Tensor dy,
+                              const LayerBackward& backward) {
+  for (int64_t i = model.config.layers - 1; i >= 0; --i) {
+    PhaseScope phase(fmt::format("layer {} backward", i));
+    auto x_in = store.take(i).detach().requires_grad_(true);  // the store's copy lives on only as x_in
+    store.prefetch(i - 1);
+    dy = backward(i, x_in, std::move(dy));
+  }
+  return dy;
 }
 
 void embedding_backward(const Model& model, const torch::Tensor& ids, const torch::Tensor& dx) {

@@ -8,14 +8,30 @@
 #include <functional>
 #include <vector>
 
+#include "impls/offload.h"
 #include "impls/strategy.h"
 
 namespace bpbench {
 
-// No-grad forward storing every layer input: returns L + 1 tensors (N, T, d): the inputs of layers 0..L-1 and
-// the last layer's output. Allocated under the "checkpoints" memory category. Attention runs over query
-// chunks of `rows` rows (pass T for whole-sequence attention, as Hugging Face's eager forward does).
+// No-grad forward handing every layer input x_0..x_{L-1} (N, T, d) to `store` once the next one is computed;
+// returns x_L, the last layer's output. Allocated under the "checkpoints" memory category. Attention runs
+// over query chunks of `rows` rows (pass T for whole-sequence attention, as Hugging Face's eager forward
+// does).
+torch::Tensor checkpointed_forward(const Model& model, const torch::Tensor& ids, int64_t rows,
+                                   CheckpointStore& store);
+// The same, every checkpoint kept on the device: L + 1 tensors, x_0..x_{L-1} then x_L.
 std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch::Tensor& ids, int64_t rows);
+
+// The store a step hands its checkpoints to: the runner's (in.checkpoints, which may offload), else a device
+// store kept in `owned`.
+CheckpointStore& checkpoint_store(const StepInputs& in, std::unique_ptr<CheckpointStore>& owned);
+
+// The backward through the layers, from the top: for i = L-1..0 (phase "layer i backward"), x_i is taken from
+// `store` as a leaf requiring grad, layer i-1's is prefetched, and dy <- backward(i, x_i, dy), which returns
+// dL/dx_i. Returns dL/dx_0. Nothing is prefetched before it (offload.h: the head holds no layer input).
+using LayerBackward = std::function<torch::Tensor(int64_t i, const torch::Tensor& x_in, torch::Tensor dy)>;
+torch::Tensor layers_backward(const Model& model, CheckpointStore& store, torch::Tensor dy,
+                              const LayerBackward& backward);
 
 // Re-runs the embedding with grad and backpropagates dx (N, T, d) into the embedding weight (when trainable).
 void embedding_backward(const Model& model, const torch::Tensor& ids, const torch::Tensor& dx);

@@ -1,6 +1,7 @@
 // mst.cpp: Mini-Sequence Transformer (Luo et al. 2024, "MsT") on top of layerwise checkpointing.
 //
-//   forward (no grad): as checkpoint, keeping each layer input x_i (N, T, d)
+//   forward (no grad): as checkpoint, keeping each layer input x_i (N, T, d) on the device or, with
+//                      `offload: checkpoints`, in host memory (offload.h)
 //   head:   forward all chunks of logits_partition rows keeping only hidden states (S, no logits), then in
 //           backward recompute each chunk's logits and backpropagate it (two head passes, by design)
 //   layer i backward: re-forward the layer: attention WHOLE (full Q, K, V, scores kept for the layer), then
@@ -36,6 +37,7 @@ class MiniSequence final : public Strategy {
   }
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
+  bool uses_offload() const override { return true; }
   std::optional<std::string> unsupported(const CellTraits& cell) const override {
     if (cell.objective == "dpo")
       return "mst decomposes the loss as a sum over chunks; DPO's log-sigmoid of summed log-probs is not one";
@@ -44,19 +46,18 @@ class MiniSequence final : public Strategy {
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     const Model& m = in.model;
-    auto xs = checkpointed_forward(m, in.batch.input_ids, in.batch.seq_len());
-    auto sums = streamed_sequence_sums(m, xs.back(), in.batch, in.objective, in.partition.logits_rows);
-    auto head = streamed_head_backward(m, xs.back(), in.batch, in.objective, in.partition.logits_rows, sums);
-    xs.pop_back();
-    auto dy = head.dx;
-    for (int64_t i = m.config.layers - 1; i >= 0; --i) {
-      PhaseScope phase(fmt::format("layer {} backward", i));
-      MemoryScope scope(Category::activations);
-      auto x_in = xs[i].detach().requires_grad_(true);
-      xs[i] = torch::Tensor();
-      dy = layer_backward(m, i, x_in, std::move(dy), in.partition.rows);
-    }
-    embedding_backward(m, in.batch.input_ids, dy);
+    std::unique_ptr<CheckpointStore> owned;
+    CheckpointStore& store = checkpoint_store(in, owned);
+    auto x_last = checkpointed_forward(m, in.batch.input_ids, in.batch.seq_len(), store);  // x_L (N, T, d)
+    auto sums = streamed_sequence_sums(m, x_last, in.batch, in.objective, in.partition.logits_rows);
+    auto head = streamed_head_backward(m, x_last, in.batch, in.objective, in.partition.logits_rows, sums);
+    x_last = torch::Tensor();
+    auto dx = layers_backward(m, store, std::move(head.dx),
+                              [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
+                                MemoryScope scope(Category::activations);
+                                return layer_backward(m, i, x_in, std::move(dy), in.partition.rows);
+                              });
+    embedding_backward(m, in.batch.input_ids, dx);
     return head.loss;
   }
 

@@ -41,6 +41,13 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
+std::vector<std::string> offloading_strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry())
+    if (factory()->uses_offload()) names.push_back(name);
+  return names;
+}
+
 std::vector<std::string> peer_names() {
   return {"hf-checkpoint", "hf"};
 }

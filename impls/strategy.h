@@ -23,11 +23,16 @@ struct Partitioning {
   int64_t logits_rows = 0;  // `logits_partition`: rows per chunk of the LM head
 };
 
+class CheckpointStore;  // impls/offload.h
+
 struct StepInputs {
   Model& model;
   const Batch& batch;
   const Objective& objective;
   Partitioning partition;
+  // Where a strategy that uses_offload() keeps its layer checkpoints (the runner's, one per cell, so host
+  // buffers outlive a step); null: on the device.
+  CheckpointStore* checkpoints = nullptr;
 };
 
 // What a strategy may want to know to refuse a cell before it runs.
@@ -47,12 +52,15 @@ class Strategy {
   // otherwise).
   virtual bool uses_partition() const { return false; }
   virtual bool uses_logits_partition() const { return false; }
+  // Whether it keeps its layer checkpoints in StepInputs::checkpoints, so `offload` applies to it.
+  virtual bool uses_offload() const { return false; }
   // Forward and backward; returns the loss (0-dim, detached).
   virtual torch::Tensor forward_backward(const StepInputs& in) const = 0;
 };
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name);  // throws listing the valid names
 std::vector<std::string> strategy_names();
+std::vector<std::string> offloading_strategy_names();  // those whose uses_offload() is true
 
 // Peers: implementations outside bpbench whose results bpbench reads (report, compare) but never runs,
 // written in bpbench's results schema by reports/hf_side_by_side.py: "hf-checkpoint" (transformers, SDPA,

@@ -1,6 +1,7 @@
 // streambp.cpp: StreamBP (Luo et al.), exact backpropagation streamed along the sequence.
 //
-// Forward as checkpointing: keep each layer input x_i (N, T, d), no grad.
+// Forward as checkpointing: keep each layer input x_i (N, T, d), no grad, on the device or, with `offload:
+// checkpoints`, in host memory (offload.h), prefetched one layer ahead of the backward.
 // Head: logits, loss terms and their gradients exist for one chunk of logits_partition rows at a time
 // (layerwise.cpp: streamed_head_backward). Each layer i, from the top, with dY (N, T, d) (layerwise.cpp:
 // streambp_layer_backward):
@@ -38,20 +39,20 @@ class StreamBP final : public Strategy {
   }
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
+  bool uses_offload() const override { return true; }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     const Model& m = in.model;
-    auto xs = checkpointed_forward(m, in.batch.input_ids, in.partition.rows);
-    auto head = streamed_head_backward(m, xs.back(), in.batch, in.objective, in.partition.logits_rows);
-    xs.pop_back();
-    auto dy = head.dx;
-    for (int64_t i = m.config.layers - 1; i >= 0; --i) {
-      PhaseScope phase(fmt::format("layer {} backward", i));
-      auto x_in = xs[i].detach().requires_grad_(true);
-      xs[i] = torch::Tensor();
-      dy = streambp_layer_backward(m, i, x_in, std::move(dy), in.partition.rows);
-    }
-    embedding_backward(m, in.batch.input_ids, dy);
+    std::unique_ptr<CheckpointStore> owned;
+    CheckpointStore& store = checkpoint_store(in, owned);
+    auto x_last = checkpointed_forward(m, in.batch.input_ids, in.partition.rows, store);  // x_L (N, T, d)
+    auto head = streamed_head_backward(m, x_last, in.batch, in.objective, in.partition.logits_rows);
+    x_last = torch::Tensor();
+    auto dx = layers_backward(m, store, std::move(head.dx),
+                              [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
+                                return streambp_layer_backward(m, i, x_in, std::move(dy), in.partition.rows);
+                              });
+    embedding_backward(m, in.batch.input_ids, dx);
     return head.loss;
   }
 };

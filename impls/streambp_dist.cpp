@@ -55,7 +55,7 @@ class StreamBPDist final : public dist::DistStrategy {
     step.reduce_and_close(step.head());
     xs.pop_back();
 
-    auto dy = head.dx;  // (N, T, d)
+    auto dy = std::move(head.dx);  // (N, T, d); held once, so each layer frees the one above's
     for (int64_t i = m.config.layers - 1; i >= 0; --i) {
       PhaseScope phase(fmt::format("layer {} backward", i));
       step.gather_layer(i);  // shard_params: once for all chunks

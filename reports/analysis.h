@@ -96,9 +96,16 @@ std::vector<std::pair<std::string, Cells>> group_by(const Cells& cells, KeyFn ke
 
 bool contains(const std::vector<std::string>& v, const std::string& s);
 
+// A cell whose layer checkpoints were offloaded to host memory (the "offload" axis, impls/offload.h).
+inline bool is_offloaded(const CellView& c) {
+  const std::string o = c.axis("offload");
+  return !o.empty() && o != "none";
+}
+inline constexpr const char* kOffloadTag = " +offload";
+
 // A strategy label: the impl, plus "ps=N" / "lps=N" where the same impl appears with several partition sizes
 // in the same slot (e.g. the same seq_len column) of one table, so that a partition sweep gets one row per
-// size.
+// size; and " +offload" for a cell with offloaded checkpoints, beside the same impl without.
 class ImplLabeler {
  public:
   template <class SlotFn>
@@ -120,6 +127,7 @@ class ImplLabeler {
       s += fmt::format(" ps={}", *c.partition);
     if (split_lps_.count(c.axis("impl")) && c.uses_logits_partition && c.logits_partition)
       s += fmt::format(" lps={}", *c.logits_partition);
+    if (is_offloaded(c)) s += kOffloadTag;
     return s;
   }
 
@@ -169,7 +177,7 @@ struct Analysis {
     auto it = impl_rank.find(impl);
     return it == impl_rank.end() ? impl_rank.size() : it->second;
   }
-  // Sorts row labels "impl[ ps=N][ lps=N]" by the impl's first appearance, then by the partition numbers.
+  // Sorts row labels "impl[ ps=N][ lps=N][ +offload]" by the impl's first appearance, then by the partition numbers.
   void sort_labels(std::vector<std::string>& labels) const {
     auto key = [&](const std::string& l) {
       const std::string impl = l.substr(0, l.find(' '));
@@ -177,7 +185,8 @@ struct Analysis {
         auto p = l.find(tag);
         return p == std::string::npos ? -1 : std::atoll(l.c_str() + p + tag.size());
       };
-      return std::make_tuple(rank(impl), impl, num_after(" ps="), num_after(" lps="));
+      return std::make_tuple(rank(impl), impl, l.find(kOffloadTag) != std::string::npos, num_after(" ps="),
+                             num_after(" lps="));
     };
     std::stable_sort(labels.begin(), labels.end(),
                      [&](const auto& a, const auto& b) { return key(a) < key(b); });

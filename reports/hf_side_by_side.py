@@ -92,7 +92,7 @@ def one_step(model, tokens):
 def measure_length(args, config, T, device, dtype, impl):
     axes = {"model": args.model, "objective": "sft", "dtype": args.dtype, "batch": 1, "seq_len": T, "impl": impl,
             "partition": T, "logits_partition": T, "lora_rank": 0, "lora_alpha": 64.0, "group": 8, "prompt_len": -1,
-            "padding": False, "beta": 0.1, "epsilon": 0.2}
+            "padding": False, "beta": 0.1, "epsilon": 0.2, "offload": "none"}
     cell = {"axes": axes, "threads": torch.get_num_threads(), "status": "ok", "reason": "", "loss": None,
             "wall_s": 0.0, "uses_partition": False, "uses_logits_partition": False, "rope": None, "memory": None,
             "time": None, "grad_error": None}

@@ -33,6 +33,7 @@ Turns a results.json into DIR/report.md with the StreamBP paper's tables and DIR
             that ran in the grid, marked as a lower bound)
   peak      peak BP memory per strategy x sequence length (peak and above-base), breakdown by category
   Table 1   BP time (median seconds) per strategy x sequence length
+  offload   offloaded cells beside the same cell without offload: device peak, host bytes, exposed copy time
   Figure 3  peak_vs_seq_len.png: peak memory vs sequence length, one line per strategy
   Figure 5  partition_sweep.png: BP time and peak vs partition size (twin axes), where a grid sweeps it
   Table 7   gradient error Er_abs / Er_rel per parameter group against the float64 reference
@@ -136,6 +137,7 @@ std::string section_not_run(const Analysis& a) {
 std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn& drawn,
                    const std::string& source) {
   return section_summary(a, source) + section_max_length(a) + section_peak(a, drawn.peak) + section_time(a) +
+         section_offload(a) +
          section_partition(a, drawn.partition) + section_grad_error(a) +
          section_timeline(a, t, drawn.timeline) + section_distributed(a) + section_not_run(a);
 }

@@ -28,6 +28,10 @@ std::string section_partition(const Analysis& a, bool plot_drawn);
 // table_partition.cpp: Figure 5's curves (partition_sweep in plot_data.json).
 json partition_plot_data(const Analysis& a);
 
+// table_offload.cpp: every offloaded cell beside its twin without offload: device peak, host bytes, BP time
+// and the exposed copy time; "" when no cell offloaded.
+std::string section_offload(const Analysis& a);
+
 // table_grad_error.cpp: Table 7, Er_abs and Er_rel per parameter group against the float64 reference.
 std::string section_grad_error(const Analysis& a);
 

@@ -16,8 +16,8 @@ out="${1:-$root/reports/results/h100}"
 bpbench="${BPBENCH:-$root/build/bpbench}"
 python="${PYTHON:-python3}"
 budget="${BUDGET_BYTES:-80000000000}"
-all="llama_memory_time table1_time fig5_partition table7_grad_error streambp_trace table3_maxlen_dpo_grpo
-     table3_maxlen_32b_lora table3_maxlen"
+all="llama_memory_time table1_time fig5_partition table7_grad_error streambp_trace offload_time
+     table3_maxlen_dpo_grpo table3_maxlen_32b_lora table3_maxlen offload_maxlen"
 [[ -x "$bpbench" ]] || { echo "paper_gpu.sh: no bpbench at $bpbench (scripts/build.sh first, or BPBENCH=)" >&2; exit 2; }
 mkdir -p "$out"
 

@@ -161,6 +161,39 @@ TEST_F(Report, DistributedCellsGetAPerRankTable) {
             std::string::npos);
 }
 
+// An offloaded cell beside its twin (the fixture predates the offload axis: absent means "none"): its own
+// "+offload" row in the memory table with the host bytes, and the offload section's saving and exposed time.
+TEST_F(Report, OffloadedCellsSitBesideTheirTwins) {
+  json results = load_results(kFixture);
+  json twin;
+  for (const json& c : results["cells"])
+    if (c["axes"]["impl"] == "streambp" && c["status"] == "ok" && c["time"].is_object()) {
+      twin = c;
+      break;
+    }
+  ASSERT_TRUE(twin.is_object()) << "the fixture has no timed streambp cell";
+  ASSERT_FALSE(twin["axes"].contains("offload"));
+  json off = twin;
+  off["axes"]["offload"] = "checkpoints";
+  off["memory"]["peak_bytes"] = twin["memory"]["peak_bytes"].get<int64_t>() - (16 << 20);
+  off["memory"]["peak_above_base_bytes"] =
+      twin["memory"]["peak_above_base_bytes"].get<int64_t>() - (16 << 20);
+  off["memory"]["host_peak_bytes"] = 16 << 20;
+  off["time"]["median_s"] = twin["time"]["median_s"].get<double>() + 0.5;
+  results["cells"].push_back(off);
+  const std::string md = render_report_markdown(results, kFixture.parent_path());
+  const std::string offload = section(md, "Offloaded checkpoints");
+  ASSERT_FALSE(offload.empty()) << md;
+  EXPECT_NE(offload.find("| 16.00 MiB | "), std::string::npos) << offload;
+  EXPECT_NE(offload.find("| 0.5 |"), std::string::npos) << "exposed copy time\n" << offload;
+  EXPECT_NE(md.find(" +offload | "), std::string::npos) << "a row label of its own\n" << md;
+  EXPECT_NE(md.find("; host 16.00 MiB"), std::string::npos) << md;
+  // Without offloaded cells, no such section.
+  EXPECT_EQ(
+      render_report_markdown(load_results(kFixture), kFixture.parent_path()).find("Offloaded checkpoints"),
+      std::string::npos);
+}
+
 TEST_F(Report, BadInputReturns2WithOneLine) {
   std::ofstream(dir_ / "bad.json") << "{\"cells\": [";
   std::ofstream(dir_ / "other.json") << "{\"hello\": 1}";

@@ -12,6 +12,7 @@
 #include <regex>
 #include <string>
 
+#include "harness/run/results.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "profiles/cuda_build.h"
@@ -254,6 +255,43 @@ TEST_F(Runner, LoraSkippedAndDefaultPartitionCells) {
     EXPECT_FALSE(groups.contains("mlp")) << "only adapters are trainable with LoRA";
     EXPECT_LT(groups.at("all").at("rel_l2").get<double>(), 1e-4);
   }
+}
+
+// offload: an axis; cells that offload record their host bytes beside the device peak and its estimate, a
+// strategy with no checkpoint store is skipped with the reason, and an offloaded cell's gradients are as
+// exact as its twin's.
+TEST_F(Runner, OffloadedCellsRecordHostBytes) {
+  const json r = run(R"({"threads": 1, "grid": {"model": "tiny", "impl": ["streambp", "plain"], "seq_len": 37,
+    "partition": 16, "logits_partition": 8, "offload": ["none", "checkpoints"]},
+    "measure": {"time": {"warmup": 1, "repeat": 2}}})");
+  const json& cells = r.at("cells");
+  ASSERT_EQ(cells.size(), 4u);  // seq_len, impl, offload: offload varies fastest
+  const json &stream_on_device = cells[0], &stream_offloaded = cells[1], &plain_offloaded = cells[3];
+  ASSERT_EQ(stream_on_device.at("status"), "ok") << stream_on_device.dump();
+  ASSERT_EQ(stream_offloaded.at("status"), "ok") << stream_offloaded.dump();
+  EXPECT_EQ(stream_offloaded.at("axes").at("offload"), "checkpoints");
+  EXPECT_EQ(cells[2].at("status"), "ok");
+  EXPECT_EQ(plain_offloaded.at("status"), "skipped");
+  EXPECT_NE(plain_offloaded.at("reason").get<std::string>().find("offload applies to checkpoint"),
+            std::string::npos)
+      << plain_offloaded.at("reason");
+  const json& mem = stream_offloaded.at("memory");
+  EXPECT_FALSE(stream_on_device.at("memory").contains("host_peak_bytes"));
+  // tiny: 2 layers, d = 24, float32: one (1, 37, 24) buffer per layer input. With 2 layers the device still
+  // holds two checkpoints at a layer's backward: its peak cannot grow, and falls only where the head peaks.
+  EXPECT_EQ(mem.at("host_peak_bytes"), 2 * 37 * 24 * 4);
+  EXPECT_EQ(mem.at("estimate_host_bytes"), 2 * 37 * 24 * 4);
+  EXPECT_LE(mem.at("peak_bytes").get<int64_t>(),
+            stream_on_device.at("memory").at("peak_bytes").get<int64_t>());
+  EXPECT_EQ(stream_offloaded.at("loss"), stream_on_device.at("loss"));
+  EXPECT_LT(stream_offloaded.at("grad_error").at("groups").at("all").at("rel_l2").get<double>(), 1e-4);
+
+  // The run's table tells the twins apart and gives the host bytes a column of their own.
+  std::vector<CellResult> parsed;
+  for (const json& c : cells) parsed.push_back(CellResult::from_json(c));
+  const std::string table = render_table(parsed);
+  EXPECT_NE(table.find("| streambp +offload |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| host (MiB) |"), std::string::npos) << table;
 }
 
 TEST_F(Runner, IsolatedCellsMeasureWhatInProcessCellsMeasure) {

@@ -85,7 +85,7 @@ TEST(Scenario, ExpansionIsTheCartesianProductInKeyTableOrder) {
   for (const auto& c : cells) distinct.insert(key(c));
   EXPECT_EQ(distinct.size(), cells.size());
   EXPECT_EQ(grid_keys().front(), "model");
-  EXPECT_EQ(grid_keys().size(), 15u);
+  EXPECT_EQ(grid_keys().size(), 16u);  // offload is the 16th
 }
 
 TEST(Scenario, DefaultsFillEveryKey) {
@@ -120,6 +120,7 @@ TEST(Scenario, DefaultsFillEveryKey) {
     EXPECT_FALSE(c.padding);
     EXPECT_DOUBLE_EQ(c.beta, 0.1);
     EXPECT_DOUBLE_EQ(c.epsilon, 0.2);
+    EXPECT_EQ(c.offload, "none");
   }
   EXPECT_EQ(cells[0].partition, 40);
   EXPECT_EQ(cells[1].partition, 64);
@@ -132,7 +133,7 @@ TEST(Scenario, EveryKeyIsAccepted) {
     // comments are allowed in scenario files
     "grid": {"model": "tiny", "impl": "mst", "objective": "grpo", "seq_len": 1e2, "batch": 2, "dtype": "bfloat16",
              "partition": 1000, "logits_partition": [1, null], "lora_rank": 4, "lora_alpha": 8, "group": 3,
-             "prompt_len": 10, "padding": true, "beta": 0, "epsilon": 0.1},
+             "prompt_len": 10, "padding": true, "beta": 0, "epsilon": 0.1, "offload": "checkpoints"},
     "measure": {"memory": false, "budget_bytes": 12345, "time": false, "grad_error": false, "timeline": true}})");
   EXPECT_EQ(s.name, "all");
   EXPECT_EQ(s.settings.seed, 5u);
@@ -155,6 +156,7 @@ TEST(Scenario, EveryKeyIsAccepted) {
   EXPECT_EQ(c.group, 3);
   EXPECT_TRUE(c.padding);
   EXPECT_DOUBLE_EQ(c.beta, 0.0);
+  EXPECT_EQ(c.offload, "checkpoints");
 
   // Axes and measure round-trip through JSON: that is how an isolated cell travels to its child process.
   const Cell back = Cell::from_axes(c.axes());
@@ -222,6 +224,8 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
   expect_input_error(R"({"grid": {"model": "tiny", "impl": "plain", "seq_len": 32.5}})",
                      {"grid.seq_len", "32.5"});
   expect_input_error(scenario_text(R"("padding": "yes")"), {"grid.padding", "true, false"});
+  expect_input_error(scenario_text(R"("offload": ["none", "activations"])"),
+                     {"grid.offload[1]", "unknown offload 'activations'", "none, checkpoints"});
   expect_input_error(scenario_text("", R"("device": "tpu", )"), {"unknown device 'tpu'", "cpu, cuda"});
   expect_input_error(scenario_text("", R"("rms_norm": "apex", )"), {"rms_norm", "'apex'", "hf, fused"});
   // CUPTI traces a CUDA step into its timeline's trace: without either there is nothing to put it in.
@@ -240,6 +244,20 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
   expect_input_error(scenario_text("", R"("rope": {"rope_type": "yarn", "factr": 4}, )"),
                      {"rope.factr is not a field of rope_type 'yarn'", "rope_parameters"});
   expect_input_error(scenario_text("", R"("rope": "yarn", )"), {"rope must be an object", "rope_type"});
+}
+
+// Results written before the offload axis existed still read, as offload "none"; other keys stay required.
+TEST(Scenario, AxesFromOlderResultsWithoutOffload) {
+  nlohmann::json axes = parse(R"({"grid": {"model": "tiny", "impl": "streambp", "seq_len": 40}})").expand()[0].axes();
+  axes.erase("offload");
+  EXPECT_EQ(Cell::from_axes(axes).offload, "none");
+  axes.erase("lora_rank");
+  try {
+    Cell::from_axes(axes);
+    FAIL() << "axes without lora_rank were accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing key 'lora_rank'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Scenario, MissingFileIsAnInputError) {

@@ -10,6 +10,7 @@
 
 #include "harness/model/model.h"
 #include "harness/objectives/objective.h"
+#include "impls/offload.h"
 #include "impls/strategy.h"
 
 namespace bpbench::testing {
@@ -53,11 +54,13 @@ struct StepResult {
   std::vector<torch::Tensor> grads;  // float64 copies, one per trainable parameter (zeros if none arrived)
 };
 
+// `checkpoints`: the runner's checkpoint store (impls/offload.h), e.g. an offloading one; null: on the device.
 inline StepResult run_step(const std::string& impl, Model& model, const Batch& batch,
-                           const Objective& objective, Partitioning partition) {
+                           const Objective& objective, Partitioning partition,
+                           CheckpointStore* checkpoints = nullptr) {
   for (auto& p : model.trainable_parameters()) p.tensor.mutable_grad().reset();
   auto strategy = make_strategy(impl);
-  StepInputs in{model, batch, objective, partition};
+  StepInputs in{model, batch, objective, partition, checkpoints};
   StepResult r;
   r.loss = strategy->forward_backward(in).item<double>();
   for (auto& p : model.trainable_parameters()) {

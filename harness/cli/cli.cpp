@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -80,8 +81,11 @@ Scenario file (see scenarios/quickstart.json):
                "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N}}}
 grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
   model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
-  impl, partition [seq_len], logits_partition [seq_len], lora_rank [0], lora_alpha [64], group [8],
-  prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
+  impl, partition [seq_len], logits_partition [seq_len], offload [none], lora_rank [0], lora_alpha [64],
+  group [8], prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
+offload: "checkpoints" keeps the layer checkpoints of checkpoint, checkpoint-chunked-head, mst and streambp
+  in host memory (pinned, copied on a side stream and prefetched a layer ahead on a GPU; the same code with
+  synchronous copies on the CPU); results add memory.host_peak_bytes beside the device's peak_bytes.
 data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
   sequences); results record the file's name and SHA-256.
 world_size: ranks for streambp-dist / checkpoint-dist, started as local processes; other impls are skipped.
@@ -280,7 +284,13 @@ int dispatch(const std::vector<std::string>& argv) {
   // The report and compare layers own their option parsing and exit codes (compare: number of regressions).
   if (cmd == "report") return report_main(args);
   if (cmd == "compare") return compare_main(args);
-  if (cmd == "estimate") return estimate_command(args, std::cout);
+  if (cmd == "estimate") {
+    if (std::any_of(args.begin(), args.end(), is_help)) {
+      std::cout << kEstimateHelp;
+      return 0;
+    }
+    return estimate_command(args, std::cout);
+  }
   if (cmd == "hf-config") return cmd_hf_config(args);
   if (cmd == "run-cell") {  // hidden: what an isolated cell's child process runs
     if (args.size() != 1) usage_error("run-cell: expects exactly one job file", "a job file, or - for stdin");

@@ -11,13 +11,14 @@
 #include "harness/model/model_config.h"
 #include "harness/run/estimate.h"
 #include "harness/run/runner.h"
+#include "impls/offload.h"
 
 namespace bpbench {
 
 const char* kEstimateHelp =
     R"(usage: bpbench estimate --model NAME --seq-len T [--impl I[,I...]] [--batch B] [--group G]
                         [--partition C] [--logits-partition CL] [--dtype D] [--objective O]
-                        [--lora-rank R] [--threads N] [--verbose]
+                        [--lora-rank R] [--threads N] [--offload none|checkpoints] [--verbose]
 
 The analytic peak memory of one forward + backward of each strategy (default: all of them), from the model's
 dimensions: base (parameters, gradients, batch) plus the largest phase above it (forward, head, a layer's MLP
@@ -37,6 +38,8 @@ options:
   --lora-rank R           LoRA adapters of rank R (default 0: full fine-tuning)
   --threads N             CPU threads of the run (default: every core, as `bpbench run`); the attention
                           kernel keeps a scratch block per thread
+  --offload O             none | checkpoints: the layer checkpoints in host memory; adds the host bytes
+                          and the bytes copied per step (default none; every impl but plain)
   --verbose               every phase and term
 )";
 
@@ -67,9 +70,8 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
     if (a.rfind("--", 0) != 0 || i + 1 >= args.size())
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
-          "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --verbose; each "
-          "with a value "
-          "but --verbose)",
+          "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
+          "--verbose; each with a value but --verbose)",
           a));
     const std::string& v = args[++i];
     if (a == "--model")
@@ -92,6 +94,8 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       in.lora_rank = integer(a, v);
     else if (a == "--threads")
       in.threads = integer(a, v);
+    else if (a == "--offload")
+      in.offload = parse_offload(v) == Offload::checkpoints;
     else if (a == "--dtype") {
       if (v == "float32")
         in.dtype = torch::kFloat;
@@ -110,7 +114,8 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
   in.sequences = sequences_for(in.objective, batch, group);
   std::vector<std::string> names;
   if (impls.empty()) {
-    names = estimated_impls();
+    for (const auto& name : estimated_impls())
+      if (!in.offload || name != "plain") names.push_back(name);
   } else {
     std::stringstream ss(impls);
     for (std::string item; std::getline(ss, item, ',');)
@@ -122,14 +127,15 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
     rows.emplace_back(name, estimate_peak(in));
   }
   if (!verbose)
-    out << fmt::format("{:<24} {:>16} {:>16}  {}\n", "impl", "peak bytes", "above base", "dominant phase");
+    out << fmt::format("{:<24} {:>16} {:>16}{}  {}\n", "impl", "peak bytes", "above base",
+                       in.offload ? fmt::format(" {:>16}", "host bytes") : "", "dominant phase");
   for (const auto& [name, e] : rows) {
     in.impl = name;
     if (verbose)
       out << format_estimate(in, e);
     else
-      out << fmt::format("{:<24} {:>16} {:>16}  {}\n", name, e.peak_bytes, e.peak_above_base,
-                         e.dominant_phase);
+      out << fmt::format("{:<24} {:>16} {:>16}{}  {}\n", name, e.peak_bytes, e.peak_above_base,
+                         in.offload ? fmt::format(" {:>16}", e.host_bytes) : "", e.dominant_phase);
   }
   return 0;
 }

@@ -20,9 +20,11 @@
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "impls/dist_common.h"
+#include "impls/offload.h"
 #include "impls/strategy.h"
 #include "profiles/chrome_trace.h"
 #include "profiles/device_activity.h"
+#include "profiles/host_memory.h"
 #include "profiles/memory.h"
 #include "profiles/step_timer.h"
 
@@ -276,7 +278,12 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
 
   const bool timed = m.time.enabled;
   const int64_t warmup = timed ? m.time.warmup : 0, repeat = timed ? m.time.repeat : 1;
-  const StepInputs in{model, batch, *objective, Partitioning{c.partition, c.logits_partition}};
+  // One checkpoint store for every step of the cell: offloaded, its host buffers are allocated by the first
+  // step (warm-up) and reused.
+  const auto store = make_checkpoint_store(parse_offload(c.offload), device);
+  const bool offloads = store->offload() != Offload::none;
+  const StepInputs in{model, batch, *objective, Partitioning{c.partition, c.logits_partition},
+                      strategy.uses_offload() ? store.get() : nullptr};
   std::vector<double> seconds;
   MemoryResult mem;
   double loss = std::numeric_limits<double>::quiet_NaN();
@@ -290,6 +297,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     double dt = 0;
     if (first_measured) {
       rec.reset_peak();
+      profiles::reset_host_peak();
       mem.base_bytes = rec.live_bytes();
       BudgetGuard budget(rec, m.budget_bytes);
       SnapshotGuard snapshot(rec, job, device.is_cuda());
@@ -305,6 +313,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         mem.peak_bytes = rec.peak_bytes();
         mem.peak_by_category = category_map(rec.peak_by_category());
         mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+        if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
         snapshot.after_oom(mem);
         if (m.timeline) {
           const profiles::Timeline tl = timeline.stop();
@@ -316,6 +325,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       mem.peak_bytes = rec.peak_bytes();
       mem.peak_by_category = category_map(rec.peak_by_category());
       mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+      if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
       if (m.timeline) {
         const profiles::Timeline tl = timeline.stop();
         write_timeline(job, tl, mem, device_activity.stop(tl, mem));
@@ -332,7 +342,11 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   }
   r.loss = loss;
   if (m.memory) {
-    mem.estimate_bytes = world == 1 ? estimate_cell_peak(c, at::get_num_threads()) : std::nullopt;
+    if (world == 1)
+      if (auto e = estimate_cell(c, at::get_num_threads())) {
+        mem.estimate_bytes = e->peak_bytes;
+        if (offloads) mem.estimate_host_bytes = e->host_bytes;
+      }
     r.memory = mem;
   }
   if (timed) r.time = time_stats(seconds, warmup);

@@ -13,6 +13,7 @@
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "impls/dist_common.h"
+#include "impls/offload.h"
 #include "profiles/cuda_build.h"
 
 namespace bpbench {
@@ -31,6 +32,9 @@ namespace {
 std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& job) {
   if (job.settings.device == "cuda" && profiles::cuda_device_count() == 0) return profiles::no_gpu_reason();
   if (auto why = strategy.unsupported(CellTraits{job.cell.objective, job.settings.world_size})) return why;
+  if (job.cell.offload != "none" && !strategy.uses_offload())
+    return fmt::format("{} keeps no layer checkpoints in a store it could offload (offload applies to {})",
+                       strategy.name(), fmt::join(offloading_strategy_names(), ", "));
   if (!is_distributed(strategy) && job.settings.world_size > 1)
     return fmt::format("runs in one process; world_size {} is for the -dist strategies",
                        job.settings.world_size);
@@ -99,6 +103,11 @@ ModelConfig model_config_of(const std::string& name, const json& rope) {
 }
 
 std::optional<int64_t> estimate_cell_peak(const Cell& c, int64_t threads) {
+  if (auto e = estimate_cell(c, threads)) return e->peak_bytes;
+  return std::nullopt;
+}
+
+std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads) {
   const auto& known = estimated_impls();
   if (c.seq_len < 1 || std::find(known.begin(), known.end(), c.impl) == known.end()) return std::nullopt;
   try {
@@ -113,7 +122,8 @@ std::optional<int64_t> estimate_cell_peak(const Cell& c, int64_t threads) {
     in.objective = c.objective;
     in.lora_rank = c.lora_rank;
     in.threads = threads;
-    return estimate_peak(in).peak_bytes;
+    in.offload = parse_offload(c.offload) == Offload::checkpoints;
+    return estimate_peak(in);
   } catch (const std::exception&) {  // a model that cannot be read: no estimate, and the cell says why
     return std::nullopt;
   }

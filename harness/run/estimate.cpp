@@ -42,6 +42,7 @@ struct Dims {
   bool qk;       // q/k RMSNorm
   int64_t r;     // LoRA rank (0: full fine-tuning)
   bool full;     // base weights (norms, LM head, embedding included) are trainable
+  bool offload;  // layer checkpoints in host memory (impls/offload.h)
 
   // dK/dV accumulators of streambp: float32 for a bfloat16 model, else the model dtype.
   int64_t acc() const { return s == 2 ? 4 : s; }
@@ -205,18 +206,35 @@ int64_t checkpoints_bytes(const Dims& D, int64_t count) {
   return count * D.N * D.T * D.d * D.s;
 }
 
+// Of `count` layer checkpoints alive at a phase, those on the device. Offloaded (impls/offload.h), two are
+// in the forward (the input being read and the output being built) and in a layer's backward (its own input
+// and the next one down, prefetched); one at the head (x_L: layer L-1's comes back after the head).
+int64_t on_device(const Dims& D, int64_t count, int64_t offloaded_on_device) {
+  return D.offload ? std::min<int64_t>(count, offloaded_on_device) : count;
+}
+
+// "layer inputs ...: K x N*T*d*s" for the checkpoints of a phase, with the offloaded ones named as such.
+void add_checkpoints(PhaseBuilder& p, const Dims& D, const std::string& which, int64_t count,
+                     int64_t offloaded_on_device = 2) {
+  const int64_t kept = on_device(D, count, offloaded_on_device);
+  p.add(kept == count ? fmt::format("{}: {} x N*T*d*s", which, count)
+                      : fmt::format("{}, {} of them on the device (the rest in host memory): {} x N*T*d*s",
+                                    which, kept, kept),
+        checkpoints_bytes(D, kept), true);
+}
+
 // ---- layer phases for whole-sequence re-forward (checkpoint, checkpoint-chunked-head, mst) ----------------
 
 // The attention backward of the top layer (the largest: every lower checkpoint is still alive). Kept: the
 // attention half of the layer for all T rows (o_proj's input already consumed), K and V's gradient (V itself
-// released), the kernel's saved output and logsumexp, the rope tables, three (N, T, d) gradients in flight,
+// released), the kernel's saved output and logsumexp, the rope tables, `flows` (N, T, d) gradients in flight,
 // and the kernel's backward (dQ, dK, dV, scratch).
-PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, const std::string& flow_note) {
+PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, int64_t flows,
+                                       const std::string& flow_note) {
   const int64_t rows = D.N * D.T;
   PhaseBuilder p("layer attention backward");
-  p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", checkpoints - 1, checkpoints),
-        checkpoints_bytes(D, checkpoints), true);
-  p.add("gradients in flight (" + flow_note + "): 3 x N*T*d*s", 3 * rows * D.d * D.s);
+  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", checkpoints - 1), checkpoints);
+  p.add(fmt::format("gradients in flight ({}): {} x N*T*d*s", flow_note, flows), flows * rows * D.d * D.s);
   p.add("attention half saved: N*T*attn_row", rows * D.attn_row());
   p.add("K path saved + K + dV: N*T*kv_row", rows * D.kv_row());
   p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
@@ -231,7 +249,7 @@ PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, const
 PhaseEstimate whole_mlp_backward(const Dims& D, int64_t checkpoints) {
   const int64_t rows = D.N * D.T;
   PhaseBuilder p("layer mlp backward");
-  p.add(fmt::format("layer inputs: {} x N*T*d*s", checkpoints), checkpoints_bytes(D, checkpoints), true);
+  add_checkpoints(p, D, "layer inputs", checkpoints);
   p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
   p.add("layer graph: N*T*(attn_row + attn_out_row + kv_row + mlp_row)",
         rows * (D.attn_row() + D.attn_out_row() + D.kv_row() + D.mlp_row()));
@@ -244,11 +262,21 @@ PhaseEstimate whole_mlp_backward(const Dims& D, int64_t checkpoints) {
 // rows, and one query chunk's attention (`rows` queries over all keys for the last chunk).
 PhaseEstimate checkpointed_forward_phase(const Dims& D, int64_t rows) {
   PhaseBuilder p("forward");
-  p.add(fmt::format("layer inputs x_0..x_{} and the output being built: {} x N*T*d*s", D.L - 1, D.L + 1),
-        checkpoints_bytes(D, D.L + 1), true);
+  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{} and the output being built", D.L - 1), D.L + 1);
   p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
-  p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
-  p.add("one chunk's attention: output, logsumexp (and a chunk's merge), scratch", D.attn_forward(rows, D.T));
+  // A chunk's high point is in its attention (with the kernel's scratch) or in its MLP, whose four (N, c, I)
+  // tensors are temporaries of one expression and live together (model.cpp, mlp_block): with whole-sequence
+  // chunks (checkpoint, mst) and a large I the MLP is higher.
+  const int64_t attention = D.N * rows * (D.d + D.Aq) * D.s + D.attn_forward(rows, D.T);
+  const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d + 4 * D.I + 2 * D.r) * D.s;
+  if (attention >= mlp) {
+    p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
+    p.add("one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
+          D.attn_forward(rows, D.T));
+  } else {
+    p.add("one chunk's MLP: q, x1, its norm, gate, silu(gate), up, product: N*c*(Aq + 2*d + 4*I [+ 2*r])*s",
+          mlp);
+  }
   return p.done();
 }
 
@@ -297,8 +325,7 @@ std::vector<PhaseEstimate> checkpoint_phases(const Dims& D, bool chunked_head, i
   out.push_back(checkpointed_forward_phase(D, D.T));
   {
     PhaseBuilder p(chunked_head ? "head chunk" : "head");
-    p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", D.L, D.L + 1), checkpoints_bytes(D, D.L + 1),
-          true);
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
     if (chunked_head)
       add_chunk_head(p, D, cl);
     else
@@ -306,7 +333,7 @@ std::vector<PhaseEstimate> checkpoint_phases(const Dims& D, bool chunked_head, i
     out.push_back(p.done());
   }
   out.push_back(whole_mlp_backward(D, D.L));
-  out.push_back(whole_attention_backward(D, D.L, "dy, x_in.grad, the residual's gradient"));
+  out.push_back(whole_attention_backward(D, D.L, 3, "dy, x_in.grad, the residual's gradient"));
   return out;
 }
 
@@ -316,8 +343,7 @@ std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
   out.push_back(checkpointed_forward_phase(D, D.T));
   {
     PhaseBuilder p("head chunk");
-    p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", D.L, D.L + 1), checkpoints_bytes(D, D.L + 1),
-          true);
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
     add_chunk_head(p, D, cl);
     out.push_back(p.done());
   }
@@ -325,7 +351,7 @@ std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
     // Attention re-forwarded whole and kept; the MLP recomputed and backpropagated one mini-sequence at a
     // time.
     PhaseBuilder p("layer mlp backward");
-    p.add(fmt::format("layer inputs: {} x N*T*d*s", D.L), checkpoints_bytes(D, D.L), true);
+    add_checkpoints(p, D, "layer inputs", D.L);
     p.add("x1, dy, dx1: 3 x N*T*d*s", 3 * rows * D.d * D.s);
     p.add("attention graph, all rows: N*T*(attn_row + attn_out_row + kv_row)",
           rows * (D.attn_row() + D.attn_out_row() + D.kv_row()));
@@ -337,7 +363,7 @@ std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
           D.mlp_backward(c, true));
     out.push_back(p.done());
   }
-  out.push_back(whole_attention_backward(D, D.L, "x1, dx1, x_in.grad"));
+  out.push_back(whole_attention_backward(D, D.L, 2, "dx1, x_in.grad; dy is released first"));
   return out;
 }
 
@@ -347,15 +373,14 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
   out.push_back(checkpointed_forward_phase(D, c));
   {
     PhaseBuilder p("head chunk");
-    p.add(fmt::format("layer inputs x_0..x_{}: {} x N*T*d*s", D.L, D.L + 1), checkpoints_bytes(D, D.L + 1),
-          true);
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
     add_chunk_head(p, D, cl);
     out.push_back(p.done());
   }
   // Alive through the top layer's chunks: the layer inputs below, dy and dx, the K/V path for all T rows with
   // its graph (attn_norm, k_norm, K, V), dK and dV, and the k rope tables.
   auto layer_base = [&](PhaseBuilder& p) {
-    p.add(fmt::format("layer inputs: {} x N*T*d*s", D.L), checkpoints_bytes(D, D.L), true);
+    add_checkpoints(p, D, "layer inputs", D.L);
     p.add("dy and dx: 2 x N*T*d*s", 2 * rows * D.d * D.s);
     p.add("K/V path graph, all rows: N*T*(rms(d) + d*s + kv_row)",
           rows * (D.rms(D.d, 1) + D.d * D.s + D.kv_row()));
@@ -428,6 +453,10 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   if (in.objective != "sft" && in.objective != "dpo" && in.objective != "grpo")
     throw std::invalid_argument(
         fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", in.objective));
+  if (in.offload && in.impl == "plain")
+    throw std::invalid_argument(
+        "estimate: plain keeps no layer checkpoints to offload (valid with offload: "
+        "checkpoint, checkpoint-chunked-head, mst, streambp)");
   if (in.seq_len <= 0 || in.sequences <= 0 || in.lora_rank < 0 || in.threads <= 0)
     throw std::invalid_argument("estimate: seq_len, sequences and threads must be > 0, lora_rank >= 0");
   in.config.validate();
@@ -452,6 +481,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   D.qk = c.qk_norm;
   D.r = in.lora_rank;
   D.full = in.lora_rank == 0;
+  D.offload = in.offload;
   const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
 
   MemoryEstimate e;
@@ -490,15 +520,20 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   e.peak_above_base = top->bytes;
   for (const auto& t : top->terms) e.checkpoints += t.checkpoint ? t.bytes : 0;
   e.peak_bytes = e.base + e.peak_above_base;
+  if (D.offload) {
+    e.host_bytes = checkpoints_bytes(D, D.L);    // one pinned buffer per layer input, reused every step
+    e.offload_traffic_bytes = 2 * e.host_bytes;  // each checkpoint out in the forward, back in the backward
+  }
   return e;
 }
 
 std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
   std::ostringstream o;
-  o << fmt::format("{} on {} ({}), T={}, N={}, partition={}, logits_partition={}, objective {}{}\n", in.impl,
-                   in.config.name, dtype_name(in.dtype), in.seq_len, in.sequences,
+  o << fmt::format("{} on {} ({}), T={}, N={}, partition={}, logits_partition={}, objective {}{}{}\n",
+                   in.impl, in.config.name, dtype_name(in.dtype), in.seq_len, in.sequences,
                    clamp_rows(in.partition, in.seq_len), clamp_rows(in.logits_partition, in.seq_len),
-                   in.objective, in.lora_rank > 0 ? fmt::format(", LoRA r={}", in.lora_rank) : "");
+                   in.objective, in.lora_rank > 0 ? fmt::format(", LoRA r={}", in.lora_rank) : "",
+                   in.offload ? ", checkpoints offloaded" : "");
   o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}\n", e.base, mib(e.base), e.params,
                    e.grads, e.batch);
   for (const auto& p : e.phases) {
@@ -508,6 +543,9 @@ std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
   }
   o << fmt::format("  peak {:>14} bytes ({}), {} above base, in the {}\n", e.peak_bytes, mib(e.peak_bytes),
                    mib(e.peak_above_base), e.dominant_phase);
+  if (in.offload)
+    o << fmt::format("  host {:>14} bytes ({}) of offloaded checkpoints; {} bytes ({}) copied per step\n",
+                     e.host_bytes, mib(e.host_bytes), e.offload_traffic_bytes, mib(e.offload_traffic_bytes));
   return o.str();
 }
 

@@ -32,6 +32,7 @@ struct EstimateInput {
   std::string objective = "sft";            // sft | dpo | grpo
   int64_t lora_rank = 0;                    // 0: full fine-tuning
   int64_t threads = 1;  // CPU threads: the fused attention kernel allocates a scratch block per thread
+  bool offload = false;  // layer checkpoints in host memory (impls/offload.h); not for plain
 };
 
 // One named tensor term of a phase: `bytes` in all (count x shape x element size).
@@ -60,6 +61,8 @@ struct MemoryEstimate {
   int64_t peak_bytes = 0;             // base + peak_above_base: comparable to the measured memory.peak_bytes
   std::string dominant_phase;         // the phase that sets the peak
   std::vector<PhaseEstimate> phases;  // every phase considered, in the order the strategy runs them
+  int64_t host_bytes = 0;             // offload: the host buffers of the layer checkpoints (else 0)
+  int64_t offload_traffic_bytes = 0;  // offload: bytes copied between device and host per step (PCIe)
 };
 
 // Throws std::invalid_argument for an impl without an estimate, a bad dtype, or non-positive T / N.

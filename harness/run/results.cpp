@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -77,6 +78,8 @@ json CellResult::to_json() const {
     if (memory->reserved_peak_bytes) j["memory"]["reserved_peak_bytes"] = *memory->reserved_peak_bytes;
     if (!memory->snapshot_file.empty()) j["memory"]["snapshot_file"] = memory->snapshot_file;
     if (!memory->device_activity.is_null()) j["memory"]["device_activity"] = memory->device_activity;
+    if (memory->host_peak_bytes) j["memory"]["host_peak_bytes"] = *memory->host_peak_bytes;
+    if (memory->estimate_host_bytes) j["memory"]["estimate_host_bytes"] = *memory->estimate_host_bytes;
   } else {
     j["memory"] = nullptr;
   }
@@ -148,6 +151,9 @@ CellResult CellResult::from_json(const json& j) {
     if (m.contains("reserved_peak_bytes") && m.at("reserved_peak_bytes").is_number_integer())
       mem.reserved_peak_bytes = m.at("reserved_peak_bytes").get<int64_t>();
     mem.snapshot_file = m.value("snapshot_file", std::string());
+    for (auto [key, field] : {std::pair{"host_peak_bytes", &MemoryResult::host_peak_bytes},
+                              std::pair{"estimate_host_bytes", &MemoryResult::estimate_host_bytes}})
+      if (m.contains(key) && m.at(key).is_number_integer()) mem.*field = m.at(key).get<int64_t>();
     mem.device_activity = m.value("device_activity", json());
     r.memory = mem;
   }
@@ -356,11 +362,20 @@ std::string outcome_summary(const CellResult& r) {
 }
 
 std::string render_table(const std::vector<CellResult>& cells) {
-  const std::vector<std::string> header = {"model",           "impl",   "objective",  "T",
-                                           "partition",       "status", "peak (MiB)", "above base (MiB)",
-                                           "time median (s)", "loss",   "grad rel L2"};
+  std::vector<std::string> header = {"model",           "impl",   "objective",  "T",
+                                     "partition",       "status", "peak (MiB)", "above base (MiB)",
+                                     "time median (s)", "loss",   "grad rel L2"};
   // Numbers align right, names left.
-  const std::vector<bool> right = {false, false, false, true, true, false, true, true, true, true, true};
+  std::vector<bool> right = {false, false, false, true, true, false, true, true, true, true, true};
+  // Offloaded cells' host bytes get a column of their own, beside the device's, only where there are some.
+  const bool any_host = std::any_of(cells.begin(), cells.end(), [](const CellResult& r) {
+    return r.memory && r.memory->host_peak_bytes.has_value();
+  });
+  constexpr size_t kHostColumn = 8;
+  if (any_host) {
+    header.insert(header.begin() + kHostColumn, "host (MiB)");
+    right.insert(right.begin() + kHostColumn, true);
+  }
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : cells) {
     const Cell& c = r.cell;
@@ -372,11 +387,16 @@ std::string render_table(const std::vector<CellResult>& cells) {
     const std::string length =
         r.max_len ? fmt::format("max {}{}", r.max_len->hit_upper ? ">=" : "", r.max_len->max_seq_len)
                   : std::to_string(c.seq_len);
-    rows.push_back({c.model, c.impl, c.objective, length, part, r.status,
+    const std::string impl = c.offload == "none" ? c.impl : c.impl + " +offload";
+    rows.push_back({c.model, impl, c.objective, length, part, r.status,
                     r.memory ? format_mib(r.memory->peak_bytes) : "-",
                     r.memory ? format_mib(r.memory->peak_bytes - r.memory->base_bytes) : "-",
                     r.time ? fmt::format("{:.3f}", r.time->median_s) : "-",
                     r.loss ? fmt::format("{:.6g}", *r.loss) : "-", rel ? fmt::format("{:.2e}", *rel) : "-"});
+    if (any_host)
+      rows.back().insert(rows.back().begin() + kHostColumn, r.memory && r.memory->host_peak_bytes
+                                                                ? format_mib(*r.memory->host_peak_bytes)
+                                                                : "-");
   }
   std::vector<size_t> width(header.size());
   for (size_t i = 0; i < header.size(); ++i) {

@@ -54,6 +54,9 @@ struct MemoryResult {
   std::string snapshot_file;  // CUDA: memory_viz pickle (with measure.timeline, or of an OOM); relative
   // With measure.device_activity: {"kernels", "memcpys", "memsets"} counted into trace_file, or {"error"}.
   nlohmann::json device_activity;
+  // offload: host bytes holding the layer checkpoints (profiles/host_memory.h), and their estimate; not part
+  // of peak_bytes, which is the device's.
+  std::optional<int64_t> host_peak_bytes, estimate_host_bytes;
 };
 
 // A max-sequence-length search's outcome with the settings it ran under (harness/maxlen.h).

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "harness/model/model.h"
+#include "harness/run/estimate.h"
 #include "harness/run/maxlen.h"
 #include "harness/run/results.h"
 #include "harness/run/scenario.h"
@@ -49,6 +50,8 @@ ModelConfig model_config_of(const std::string& name, const nlohmann::json& rope 
 // The analytic peak (harness/run/estimate.h) of a cell run with `threads` CPU threads; nullopt for an impl
 // without an estimate.
 std::optional<int64_t> estimate_cell_peak(const Cell& cell, int64_t threads);
+// The whole estimate (with offload's host bytes), under the same conditions.
+std::optional<MemoryEstimate> estimate_cell(const Cell& cell, int64_t threads);
 torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError
 int64_t default_threads();                               // every core
 

@@ -14,6 +14,7 @@
 #include "harness/objectives/objective.h"
 #include "harness/run/scenario.h"
 #include "harness/run/scenario_read.h"
+#include "impls/offload.h"
 #include "impls/strategy.h"
 
 namespace bpbench {
@@ -40,6 +41,8 @@ struct AxisDef {
   // that looks meant but is broken, returns false for one that is simply unknown.
   std::function<bool(const std::string& value, const std::string& where)> also_accepts = nullptr;
   const char* also_valid = nullptr;  // what also_accepts accepts, for "(valid: ...)"
+  // A key added after results files were first written: absent from a file's axes, it has its fallback.
+  bool absent_in_old_results = false;
 
   std::string valid() const {
     if (std::holds_alternative<std::string Cell::*>(member))
@@ -136,6 +139,9 @@ const std::vector<AxisDef>& axis_table() {
     add({"impl", &Cell::impl, true, nullptr, recorded_impl_names});
     add({"partition", &Cell::partition, false, nullptr, {}, 1, false, "seq_len"});
     add({"logits_partition", &Cell::logits_partition, false, nullptr, {}, 1, false, "seq_len"});
+    AxisDef offload{"offload", &Cell::offload, false, "none", [] { return offload_names(); }};
+    offload.absent_in_old_results = true;
+    add(offload);
     add({"lora_rank", &Cell::lora_rank, false, 0, {}, 0});
     add({"lora_alpha", &Cell::lora_alpha, false, 64.0, {}, 0, true});
     add({"group", &Cell::group, false, 8, {}, 1});
@@ -215,7 +221,11 @@ Cell Cell::from_axes(const json& axes) {
     if (!find_axis(key)) input_error(fmt::format("unknown grid key '{}'", key), join(grid_keys()));
   Cell c;
   for (const auto& d : axis_table()) {
-    if (!axes.contains(d.key)) input_error(fmt::format("axes: missing key '{}'", d.key), d.valid());
+    if (!axes.contains(d.key)) {
+      if (!d.absent_in_old_results) input_error(fmt::format("axes: missing key '{}'", d.key), d.valid());
+      d.assign(c, d.fallback);
+      continue;
+    }
     d.assign(c, d.check(axes.at(d.key), "axes." + d.key));
   }
   resolve_partitions(c);

@@ -5,7 +5,8 @@
 //   - one cell of every single-process strategy through the runner on CUDA: status ok, gradient error of
 //     float32 against float64 plain BP at round-off;
 //   - the bfloat16 RoPE tables of every RoPE type on CUDA equal the CPU's, at positions past 100k;
-//   - the fused CUDA RMSNorm kernel equals the float64 formula within bfloat16 rounding, gradients included.
+//   - the fused CUDA RMSNorm kernel equals the float64 formula within bfloat16 rounding, gradients included;
+//   - offloaded checkpoints (pinned buffers, copy stream, events) give the same gradients, step after step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "profiles/cuda_build.h"
+#include "profiles/host_memory.h"
 #include "tests/test_files.h"
 #include "tests/test_support.h"
 
@@ -77,6 +79,38 @@ TEST(Device, OneCellOfEveryStrategyRunsOnCuda) {
     EXPECT_EQ(cell.at("status"), "ok") << impl << ": " << cell.dump();
     EXPECT_TRUE(std::isfinite(cell.at("loss").get<double>())) << impl;
     EXPECT_LT(cell.at("grad_error").at("groups").at("all").at("rel_l2").get<double>(), 1e-4) << impl;
+  }
+}
+
+// Offloaded checkpoints on CUDA (impls/offload_cuda.cpp): pinned buffers, a copy stream, events. The same
+// gradients as on the device (float64: the copies are exact, so any difference is a race), over three steps
+// that reuse one store, with its pinned bytes on the host ledger and off the device.
+TEST(Device, OffloadedCheckpointsOnCudaGiveTheSameGradients) {
+  REQUIRE_GPU();
+  Model gpu = tiny_model({/*kv_heads=*/2, false}, torch::kDouble);
+  for (auto& p : gpu.named_parameters()) {
+    torch::NoGradGuard no_grad;
+    p.tensor.set_data(p.tensor.to(torch::kCUDA));
+  }
+  BatchSpec spec;
+  spec.examples = 2;
+  spec.seq_len = 301;
+  spec.vocab = gpu.config.vocab;
+  const auto objective = make_objective("sft");
+  Batch batch = objective->make_batch(spec, gpu, 64);
+  batch.input_ids = batch.input_ids.to(torch::kCUDA);
+  batch.targets = batch.targets.to(torch::kCUDA);
+  const int64_t host0 = profiles::host_live_bytes();
+  for (const std::string impl : {"streambp", "checkpoint", "mst"}) {
+    const StepResult ref = run_step(impl, gpu, batch, *objective, {64, 32});
+    auto store = make_checkpoint_store(Offload::checkpoints, torch::Device(torch::kCUDA));
+    for (int step = 0; step < 3; ++step) {
+      const StepResult got = run_step(impl, gpu, batch, *objective, {64, 32}, store.get());
+      expect_same_gradients(ref, got, 1e-12, fmt::format("{} offloaded on CUDA, step {}", impl, step));
+    }
+    EXPECT_EQ(profiles::host_live_bytes() - host0, gpu.config.layers * 2 * 301 * gpu.config.hidden * 8) << impl;
+    store.reset();
+    EXPECT_EQ(profiles::host_live_bytes(), host0) << impl << ": pinned buffers freed with their store";
   }
 }
 
