@@ -29,15 +29,18 @@ namespace {
 #define REQUIRE_GPU() \
   if (profiles::cuda_device_count() == 0) GTEST_SKIP() << profiles::no_gpu_reason() << ": GPU test skipped"
 
+// Every parameter of `model` moved to the GPU in place (the same Model, so its pieces see the moved tensors).
+void move_to_cuda(Model& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters()) p.tensor.set_data(p.tensor.to(torch::kCUDA));
+}
+
 TEST(Device, TinyModelLossAndGradientsOnCudaEqualCpu) {
   REQUIRE_GPU();
   for (const bool tied : {false, true}) {
     Model cpu = tiny_model({/*kv_heads=*/2, tied}, torch::kDouble);
     Model gpu = tiny_model({/*kv_heads=*/2, tied}, torch::kDouble);
-    for (auto& p : gpu.named_parameters()) {
-      torch::NoGradGuard no_grad;
-      p.tensor.set_data(p.tensor.to(torch::kCUDA));
-    }
+    move_to_cuda(gpu);
     BatchSpec spec;
     spec.examples = 2;
     spec.seq_len = 29;
@@ -88,10 +91,7 @@ TEST(Device, OneCellOfEveryStrategyRunsOnCuda) {
 TEST(Device, OffloadedCheckpointsOnCudaGiveTheSameGradients) {
   REQUIRE_GPU();
   Model gpu = tiny_model({/*kv_heads=*/2, false}, torch::kDouble);
-  for (auto& p : gpu.named_parameters()) {
-    torch::NoGradGuard no_grad;
-    p.tensor.set_data(p.tensor.to(torch::kCUDA));
-  }
+  move_to_cuda(gpu);
   BatchSpec spec;
   spec.examples = 2;
   spec.seq_len = 301;
@@ -108,7 +108,8 @@ TEST(Device, OffloadedCheckpointsOnCudaGiveTheSameGradients) {
       const StepResult got = run_step(impl, gpu, batch, *objective, {64, 32}, store.get());
       expect_same_gradients(ref, got, 1e-12, fmt::format("{} offloaded on CUDA, step {}", impl, step));
     }
-    EXPECT_EQ(profiles::host_live_bytes() - host0, gpu.config.layers * 2 * 301 * gpu.config.hidden * 8) << impl;
+    EXPECT_EQ(profiles::host_live_bytes() - host0, gpu.config.layers * 2 * 301 * gpu.config.hidden * 8)
+        << impl;
     store.reset();
     EXPECT_EQ(profiles::host_live_bytes(), host0) << impl << ": pinned buffers freed with their store";
   }
