@@ -4,8 +4,8 @@
 // The device peak is what budgets, tables and the paper talk about; host bytes go beside it
 // (memory.host_peak_bytes in the results). Two ways in, one ledger:
 // - On the CPU, where "device" and host are one memory, a HostMemoryScope tells the tracking allocator
-//   (memory.h) to charge what is allocated while it lives here instead of to the device counters. Offload then
-//   runs through the same code as on a GPU, and its effect on the device peak is measured exactly.
+//   (memory.h) to charge what is allocated while it lives here instead of to the device counters. Offload
+//   then runs through the same code as on a GPU, and its effect on the device peak is measured exactly.
 // - On CUDA, pinned buffers come from the pinned host allocator, which no recorder sees: the offload store
 //   (impls/offload_cuda.cpp) charges and releases its buffers here itself.
 // Host bytes are never held against the byte budget, which is the device's.

@@ -177,7 +177,8 @@ struct Analysis {
     auto it = impl_rank.find(impl);
     return it == impl_rank.end() ? impl_rank.size() : it->second;
   }
-  // Sorts row labels "impl[ ps=N][ lps=N][ +offload]" by the impl's first appearance, then by the partition numbers.
+  // Sorts row labels "impl[ ps=N][ lps=N][ +offload]" by the impl's first appearance, then by the partition
+  // numbers.
   void sort_labels(std::vector<std::string>& labels) const {
     auto key = [&](const std::string& l) {
       const std::string impl = l.substr(0, l.find(' '));

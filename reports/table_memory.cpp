@@ -23,9 +23,11 @@ std::string section_peak(const Analysis& a, bool plot_drawn) {
   for (const CellView* c : grid) any_offload = any_offload || is_offloaded(*c);
   s += any_estimate ? "; \"est.\" is the strategy's own estimate of the peak.\n" : ".\n";
   if (any_offload)
-    s += "\"+offload\" rows kept their layer checkpoints in host memory: their peak is the device's, and \"host\" "
-       "is what the checkpoints took in host memory.\n";
-  const auto keys = a.heading_keys({"impl", "seq_len", "partition", "logits_partition", "offload"}, {}, &grid);
+    s += "\"+offload\" rows kept their layer checkpoints in host memory: their peak is the device's, and "
+         "\"host\" "
+         "is what the checkpoints took in host memory.\n";
+  const auto keys =
+      a.heading_keys({"impl", "seq_len", "partition", "logits_partition", "offload"}, {}, &grid);
   for (const auto& [id, cells] :
        group_by(grid, [&](const CellView& c) { return axes_label(c.axes, keys); })) {
     s += fmt::format("\n### Peak memory: {}\n\n", heading(*cells.front(), keys));
@@ -35,7 +37,8 @@ std::string section_peak(const Analysis& a, bool plot_drawn) {
       std::string v = format_bytes(*c.peak);
       if (c.above_base) v += fmt::format(" (+{})", format_bytes(*c.above_base));
       if (c.estimate) v += fmt::format(", est. {}", format_bytes(*c.estimate));
-      if (const auto host = integer(c.memory, "host_peak_bytes")) v += fmt::format("; host {}", format_bytes(*host));
+      if (const auto host = integer(c.memory, "host_peak_bytes"))
+        v += fmt::format("; host {}", format_bytes(*host));
       return v;
     });
   }

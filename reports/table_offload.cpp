@@ -27,15 +27,20 @@ std::string section_offload(const Analysis& a) {
     if (!is_offloaded(*c)) plain.emplace(twin_key(*c), c);
 
   std::string s = "\n## Offloaded checkpoints: memory saved, time exposed\n\n";
-  s += "Each cell with `offload: checkpoints` beside the same cell with its checkpoints on the device. Exposed "
-       "copy time is the median BP time with offload less the one without: the copies compute did not hide.\n\n";
+  s += "Each cell with `offload: checkpoints` beside the same cell with its checkpoints on the device. "
+       "Exposed "
+       "copy time is the median BP time with offload less the one without: the copies compute did not "
+       "hide.\n\n";
   const auto keys = a.heading_keys({"offload"}, {"impl", "seq_len"}, &offloaded);
   std::vector<std::vector<std::string>> rows;
   for (const CellView* c : offloaded) {
     auto it = plain.find(twin_key(*c));
     const CellView* without = it == plain.end() ? nullptr : it->second;
     auto peak = [](const CellView* v) {
-      return !v ? std::string("no twin") : !v->ok() ? outcome_text(*v) : v->peak ? format_bytes(*v->peak) : kDash;
+      return !v         ? std::string("no twin")
+             : !v->ok() ? outcome_text(*v)
+             : v->peak  ? format_bytes(*v->peak)
+                        : kDash;
     };
     auto time = [](const CellView* v) -> std::string {
       return v && v->ok() && v->time_median ? format_time(*v->time_median) : kDash;

@@ -17,7 +17,8 @@ std::string section_time(const Analysis& a) {
   if (hi == 0) return s + "No timed cells.\n";
   s += fmt::format("Median seconds of one forward + backward over {} measured runs (after warm-up).\n",
                    lo == hi ? std::to_string(lo) : fmt::format("{} to {}", lo, hi));
-  const auto keys = a.heading_keys({"impl", "seq_len", "partition", "logits_partition", "offload"}, {}, &grid);
+  const auto keys =
+      a.heading_keys({"impl", "seq_len", "partition", "logits_partition", "offload"}, {}, &grid);
   for (const auto& [id, cells] :
        group_by(grid, [&](const CellView& c) { return axes_label(c.axes, keys); })) {
     s += fmt::format("\n### BP time (s): {}\n\n", heading(*cells.front(), keys));

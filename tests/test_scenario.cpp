@@ -248,7 +248,8 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
 
 // Results written before the offload axis existed still read, as offload "none"; other keys stay required.
 TEST(Scenario, AxesFromOlderResultsWithoutOffload) {
-  nlohmann::json axes = parse(R"({"grid": {"model": "tiny", "impl": "streambp", "seq_len": 40}})").expand()[0].axes();
+  nlohmann::json axes =
+      parse(R"({"grid": {"model": "tiny", "impl": "streambp", "seq_len": 40}})").expand()[0].axes();
   axes.erase("offload");
   EXPECT_EQ(Cell::from_axes(axes).offload, "none");
   axes.erase("lora_rank");

@@ -54,7 +54,8 @@ struct StepResult {
   std::vector<torch::Tensor> grads;  // float64 copies, one per trainable parameter (zeros if none arrived)
 };
 
-// `checkpoints`: the runner's checkpoint store (impls/offload.h), e.g. an offloading one; null: on the device.
+// `checkpoints`: the runner's checkpoint store (impls/offload.h), e.g. an offloading one; null: on the
+// device.
 inline StepResult run_step(const std::string& impl, Model& model, const Batch& batch,
                            const Objective& objective, Partitioning partition,
                            CheckpointStore* checkpoints = nullptr) {

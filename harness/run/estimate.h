@@ -31,7 +31,7 @@ struct EstimateInput {
   std::string impl;                         // plain | checkpoint | checkpoint-chunked-head | mst | streambp
   std::string objective = "sft";            // sft | dpo | grpo
   int64_t lora_rank = 0;                    // 0: full fine-tuning
-  int64_t threads = 1;  // CPU threads: the fused attention kernel allocates a scratch block per thread
+  int64_t threads = 1;   // CPU threads: the fused attention kernel allocates a scratch block per thread
   bool offload = false;  // layer checkpoints in host memory (impls/offload.h); not for plain
 };
 

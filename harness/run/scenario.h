@@ -70,7 +70,7 @@ struct Cell {
   int64_t batch = 1;    // B: SFT sequences, DPO pairs, GRPO prompts
   int64_t partition = 0, logits_partition = 0;
   std::string offload = "none";  // "none" | "checkpoints": layer checkpoints in host memory (impls/offload.h)
-  int64_t lora_rank = 0;  // 0: full fine-tuning
+  int64_t lora_rank = 0;         // 0: full fine-tuning
   double lora_alpha = 64;
   int64_t group = 8;        // GRPO completions per prompt
   int64_t prompt_len = -1;  // -1: T/8
