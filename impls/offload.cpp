@@ -18,6 +18,15 @@ using profiles::Category;
 using profiles::HostMemoryScope;
 using profiles::MemoryScope;
 
+// Removes and returns layer i's tensor from `slots`.
+torch::Tensor take_from(std::map<int64_t, torch::Tensor>& slots, int64_t i) {
+  auto it = slots.find(i);
+  if (it == slots.end()) throw std::logic_error(fmt::format("checkpoint store: layer {} was not put", i));
+  torch::Tensor x = std::move(it->second);
+  slots.erase(it);
+  return x;
+}
+
 // offload none: the checkpoints never leave the device.
 class DeviceStore final : public CheckpointStore {
  public:
@@ -25,14 +34,6 @@ class DeviceStore final : public CheckpointStore {
   void put(int64_t i, torch::Tensor x) override { kept_[i] = std::move(x); }
   void prefetch(int64_t) override {}
   torch::Tensor take(int64_t i) override { return take_from(kept_, i); }
-
-  static torch::Tensor take_from(std::map<int64_t, torch::Tensor>& slots, int64_t i) {
-    auto it = slots.find(i);
-    if (it == slots.end()) throw std::logic_error(fmt::format("checkpoint store: layer {} was not put", i));
-    torch::Tensor x = std::move(it->second);
-    slots.erase(it);
-    return x;
-  }
 
  private:
   std::map<int64_t, torch::Tensor> kept_;
@@ -51,7 +52,7 @@ class HostCopyStore final : public CheckpointStore {
   void put(int64_t i, torch::Tensor x) override {
     torch::NoGradGuard no_grad;
     torch::Tensor& buffer = host_[i];
-    if (!buffer.defined() || buffer.sizes() != x.sizes() || buffer.dtype() != x.dtype()) {
+    if (!host_buffer_fits(buffer, x)) {
       buffer = torch::Tensor();  // a different shape: release the old one first
       HostMemoryScope host;
       buffer = torch::empty_like(x, torch::MemoryFormat::Contiguous);
@@ -72,7 +73,7 @@ class HostCopyStore final : public CheckpointStore {
   torch::Tensor take(int64_t i) override {
     prefetch(i);
     held_.erase(i);
-    return DeviceStore::take_from(fetched_, i);
+    return take_from(fetched_, i);
   }
 
  private:

@@ -52,6 +52,12 @@ class CheckpointStore {
   virtual torch::Tensor take(int64_t i) = 0;
 };
 
+// Whether a store's host buffer can take x as it is (reused from the last step) or must be replaced: a
+// longer sequence or another dtype.
+inline bool host_buffer_fits(const torch::Tensor& buffer, const torch::Tensor& x) {
+  return buffer.defined() && buffer.sizes() == x.sizes() && buffer.dtype() == x.dtype();
+}
+
 // A store for `device`; offload checkpoints on CUDA needs a CUDA-enabled build (else std::runtime_error).
 std::unique_ptr<CheckpointStore> make_checkpoint_store(Offload offload, const torch::Device& device);
 

@@ -66,7 +66,7 @@ class PinnedStreamStore final : public CheckpointStore {
   void put(int64_t i, torch::Tensor x) override {
     torch::NoGradGuard no_grad;
     Slot& s = slot(i);
-    if (!s.host.defined() || s.host.sizes() != x.sizes() || s.host.dtype() != x.dtype()) {
+    if (!host_buffer_fits(s.host, x)) {
       s.host = torch::Tensor();
       s.host = pinned_like(x);
     }

@@ -286,6 +286,13 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
                       strategy.uses_offload() ? store.get() : nullptr};
   std::vector<double> seconds;
   MemoryResult mem;
+  // The measured step's high points, read where it ends and where it runs out of memory alike.
+  auto read_peaks = [&] {
+    mem.peak_bytes = rec.peak_bytes();
+    mem.peak_by_category = category_map(rec.peak_by_category());
+    mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+    if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
+  };
   double loss = std::numeric_limits<double>::quiet_NaN();
   // The step CUPTI traces is slower than the others: it runs once more and is not timed.
   const bool trace_device = m.timeline && m.device_activity && device.is_cuda();
@@ -310,10 +317,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         dt = timer->stop_seconds();
       } catch (...) {
         // Where the step stood when it ran out: its base and the highest point it reached within the budget.
-        mem.peak_bytes = rec.peak_bytes();
-        mem.peak_by_category = category_map(rec.peak_by_category());
-        mem.reserved_peak_bytes = rec.reserved_peak_bytes();
-        if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
+        read_peaks();
         snapshot.after_oom(mem);
         if (m.timeline) {
           const profiles::Timeline tl = timeline.stop();
@@ -322,10 +326,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         if (m.memory) r.memory = mem;
         throw;
       }
-      mem.peak_bytes = rec.peak_bytes();
-      mem.peak_by_category = category_map(rec.peak_by_category());
-      mem.reserved_peak_bytes = rec.reserved_peak_bytes();
-      if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
+      read_peaks();
       if (m.timeline) {
         const profiles::Timeline tl = timeline.stop();
         write_timeline(job, tl, mem, device_activity.stop(tl, mem));

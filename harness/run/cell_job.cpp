@@ -32,7 +32,7 @@ namespace {
 std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& job) {
   if (job.settings.device == "cuda" && profiles::cuda_device_count() == 0) return profiles::no_gpu_reason();
   if (auto why = strategy.unsupported(CellTraits{job.cell.objective, job.settings.world_size})) return why;
-  if (job.cell.offload != "none" && !strategy.uses_offload())
+  if (parse_offload(job.cell.offload) != Offload::none && !strategy.uses_offload())
     return fmt::format("{} keeps no layer checkpoints in a store it could offload (offload applies to {})",
                        strategy.name(), fmt::join(offloading_strategy_names(), ", "));
   if (!is_distributed(strategy) && job.settings.world_size > 1)
@@ -102,11 +102,6 @@ ModelConfig model_config_of(const std::string& name, const json& rope) {
   return config;
 }
 
-std::optional<int64_t> estimate_cell_peak(const Cell& c, int64_t threads) {
-  if (auto e = estimate_cell(c, threads)) return e->peak_bytes;
-  return std::nullopt;
-}
-
 std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads) {
   const auto& known = estimated_impls();
   if (c.seq_len < 1 || std::find(known.begin(), known.end(), c.impl) == known.end()) return std::nullopt;
@@ -122,7 +117,7 @@ std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads) {
     in.objective = c.objective;
     in.lora_rank = c.lora_rank;
     in.threads = threads;
-    in.offload = parse_offload(c.offload) == Offload::checkpoints;
+    in.offload = parse_offload(c.offload) != Offload::none;
     return estimate_peak(in);
   } catch (const std::exception&) {  // a model that cannot be read: no estimate, and the cell says why
     return std::nullopt;
