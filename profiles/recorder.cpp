@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
@@ -24,9 +26,33 @@ const std::vector<std::pair<std::string, Instance>>& recorders() {
   };
   return table;
 }
+
+std::mutex& override_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, Recorder*>& overrides() {
+  static std::map<std::string, Recorder*> m;
+  return m;
+}
 }  // namespace
 
+RecorderOverride::RecorderOverride(std::string device, Recorder& recorder) : device_(std::move(device)) {
+  std::lock_guard<std::mutex> lock(override_mutex());
+  overrides()[device_] = &recorder;
+}
+
+RecorderOverride::~RecorderOverride() {
+  std::lock_guard<std::mutex> lock(override_mutex());
+  overrides().erase(device_);
+}
+
 Recorder& recorder_for(const std::string& device) {
+  {
+    std::lock_guard<std::mutex> lock(override_mutex());
+    auto it = overrides().find(device);
+    if (it != overrides().end()) return *it->second;
+  }
   std::string valid;
   for (const auto& [name, instance] : recorders()) {
     if (name == device) return instance();

@@ -60,19 +60,41 @@ class Recorder {
   virtual Timeline stop_timeline() = 0;
 
   // What only a device allocator with a cache has (the CPU recorder: nothing, no-op, false).
+  // True where freed blocks stay reserved in a cache: a step that follows release_cached() pays for
+  // reserving its memory again, so the runner does not time it.
+  virtual bool caches_blocks() const { return false; }
   // The peak of memory reserved from the device (allocated plus the cache's slack) since reset_peak().
   virtual std::optional<int64_t> reserved_peak_bytes() const { return std::nullopt; }
-  // Returns cached blocks to the device: after an out-of-memory cell, so the next one starts clean.
+  // Returns cached blocks to the device. The runner calls it as each cell starts (so reserved bytes do not
+  // depend on the cells before) and before the measured step (so a budget, which a caching allocator checks
+  // only when it reserves a new segment, sees every byte the step needs).
   virtual void release_cached() {}
-  // Where the allocator's state is written when an allocation fails ("": nowhere), and writing it now: the
-  // pickle that https://pytorch.org/memory_viz opens. False where the recorder has no such snapshot.
+  // True where the recorder writes the allocator's state as the pickle that https://pytorch.org/memory_viz
+  // opens: where set_oom_snapshot_path() says when an allocation fails ("": nowhere), and by write_snapshot()
+  // now. While a timeline records, the allocator keeps the history that the pickle's "Active Memory Timeline"
+  // shows; stop_timeline() ends it on every path, so no later cell's pickle holds this one's history.
+  virtual bool writes_snapshots() const { return false; }
   virtual void set_oom_snapshot_path(const std::string& /*path*/) {}
   virtual bool write_snapshot(const std::string& /*path*/) { return false; }
 };
 
 // The recorder of a scenario's device ("cpu": the tracking CPU allocator, memory.h; "cuda": c10's CUDA
-// caching allocator, cuda_recorder.h). Throws std::invalid_argument naming the devices that have one, and
-// std::runtime_error for "cuda" where no GPU is usable.
+// caching allocator of the current device, cuda_recorder.h, so a rank asks for it after selecting its GPU).
+// Throws std::invalid_argument naming the devices that have one, and std::runtime_error for "cuda" where no
+// GPU is usable.
 Recorder& recorder_for(const std::string& device);
+
+// While it lives, recorder_for(device) returns `recorder` instead: the seam through which the tests check the
+// order of the runner's calls (a recorder that logs them around the CPU one), with no GPU.
+class RecorderOverride {
+ public:
+  RecorderOverride(std::string device, Recorder& recorder);
+  ~RecorderOverride();
+  RecorderOverride(const RecorderOverride&) = delete;
+  RecorderOverride& operator=(const RecorderOverride&) = delete;
+
+ private:
+  std::string device_;
+};
 
 }  // namespace bpbench::profiles
