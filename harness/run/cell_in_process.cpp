@@ -139,12 +139,13 @@ class TimelineGuard {
   bool on_;
 };
 
-// Where a CUDA cell's allocator state goes, DIR/NAME.memory_viz.pickle: written when an allocation fails, and
-// after the step when a timeline was asked for. Unset again when the cell ends, however it ends.
+// Where the allocator's state goes (CUDA: recorder.writes_snapshots()), DIR/NAME.memory_viz.pickle: written
+// when an allocation fails, and after the step when a timeline was asked for. Unset again when the cell ends,
+// however it ends.
 class SnapshotGuard {
  public:
-  SnapshotGuard(profiles::Recorder& recorder, const CellJob& job, bool cuda) : recorder_(recorder) {
-    if (!cuda || job.timeline_dir.empty() || job.timeline_name.empty()) return;
+  SnapshotGuard(profiles::Recorder& recorder, const CellJob& job) : recorder_(recorder) {
+    if (!recorder.writes_snapshots() || job.timeline_dir.empty() || job.timeline_name.empty()) return;
     name_ = job.timeline_name + ".memory_viz.pickle";
     path_ = (std::filesystem::path(job.timeline_dir) / name_).string();
     std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
@@ -234,13 +235,18 @@ torch::Tensor data_tokens(const CellJob& job, int64_t rows, int64_t vocab, CellR
 void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   const Cell& c = job.cell;
   const MeasureSpec& m = job.settings.measure;
-  const torch::Device device(job.settings.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  profiles::Recorder& rec = profiles::recorder_for(job.settings.device);
-  const auto timer = profiles::step_timer_for(job.settings.device);  // CUDA: events, no sync inside the step
+  // The communicator first: on a GPU it selects the rank's device, which the recorder and the timer follow.
   const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(&strategy);
   dist::Communicator* comm =
       dist_strategy ? &dist::communicator_or_init_from_env(job.settings.device) : nullptr;
   const int world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
+  // No index: the current device, the rank's.
+  const torch::Device device(job.settings.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  profiles::Recorder& rec = profiles::recorder_for(job.settings.device);
+  const auto timer = profiles::step_timer_for(job.settings.device);  // CUDA: events, no sync inside the step
+  // Each cell starts from an empty cache, so its reserved bytes do not depend on the cells before it.
+  rec.release_cached();
+  rec.reset_peak();
 
   Model model = [&] {
     MemoryScope scope(Category::params);
@@ -294,20 +300,28 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
   };
   double loss = std::numeric_limits<double>::quiet_NaN();
-  // The step CUPTI traces is slower than the others: it runs once more and is not timed.
+  // The memory step runs first after warm-up. It is timed too, unless it is slower than the others: where
+  // CUPTI traces it, or where the cache was emptied before it (its blocks are reserved afresh). Then it runs
+  // once more than `repeat` and is left out of the time statistics.
   const bool trace_device = m.timeline && m.device_activity && device.is_cuda();
-  for (int64_t run = 0; run < warmup + repeat + (trace_device ? 1 : 0); ++run) {
+  const bool memory_step_timed = !trace_device && !rec.caches_blocks();
+  const int64_t runs = warmup + repeat + (timed && !memory_step_timed ? 1 : 0);
+  for (int64_t run = 0; run < runs; ++run) {
     prepare_grads(params, dist_strategy != nullptr);
     if (comm) comm->barrier("before step");  // every rank starts its clock together
     const bool first_measured = run == warmup;
     torch::Tensor loss_t;
     double dt = 0;
     if (first_measured) {
+      // Blocks cached by the warm-up would be reused without the budget's check (a caching allocator checks
+      // it only when it reserves a segment): empty the cache first, so a step over the budget is "oom" here
+      // exactly as in a max-length probe, which starts with none.
+      rec.release_cached();
       rec.reset_peak();
       profiles::reset_host_peak();
       mem.base_bytes = rec.live_bytes();
       BudgetGuard budget(rec, m.budget_bytes);
-      SnapshotGuard snapshot(rec, job, device.is_cuda());
+      SnapshotGuard snapshot(rec, job);
       TimelineGuard timeline(rec, m.timeline);
       DeviceActivityGuard device_activity(trace_device);
       try {
@@ -328,9 +342,9 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       }
       read_peaks();
       if (m.timeline) {
+        snapshot.write_now(mem);  // while the allocator's history is on: stopping the timeline ends it
         const profiles::Timeline tl = timeline.stop();
         write_timeline(job, tl, mem, device_activity.stop(tl, mem));
-        snapshot.write_now(mem);
       }
     } else {
       sync_device(device);
@@ -339,7 +353,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       dt = timer->stop_seconds();
     }
     loss = loss_t.item<double>();
-    if (run >= warmup && !(trace_device && first_measured)) seconds.push_back(dt);
+    if (run >= warmup && (memory_step_timed || !first_measured)) seconds.push_back(dt);
   }
   r.loss = loss;
   if (m.memory) {
