@@ -3,7 +3,7 @@
 Usage:
   hf_side_by_side.py --model qwen3-8b --seq-len 8192 16384 --out out/hf/results.json
                      [--dtype bfloat16] [--device cuda] [--no-checkpointing] [--warmup 1] [--repeat 3]
-                     [--bpbench build/bpbench] [--seed 0] [--budget-bytes N]
+                     [--bpbench build/bpbench] [--seed 0] [--budget-bytes N] [--resume]
 
 The peer of the StreamBP paper's tables: transformers with SDPA attention and gradient checkpointing, SFT on one
 sequence of random tokens (labels = inputs, transformers' own shifted loss), random weights. The model is the
@@ -14,8 +14,12 @@ Measured as bpbench measures a cell, so that `bpbench report` and `bpbench compa
   - gradients exist before the measured step (as bpbench pre-allocates them), so base_bytes holds parameters
     and gradients; peak_bytes is torch.cuda.max_memory_allocated over the step (reset before it);
     reserved_peak_bytes is max_memory_reserved;
+  - the memory step follows the warm-up with the cache emptied first (the budget is checked only when the
+    allocator reserves memory, so blocks cached by the warm-up would escape it), and on CUDA it is not timed;
   - time: CUDA-synchronised wall clock of forward + backward, `warmup` steps then the median of `repeat`;
   - an out-of-memory step is a cell with status "oom"; the cache is emptied and the next length runs.
+With --resume, the lengths already in --out with status ok or oom (same model, dtype, impl, device and
+versions) are kept and not run again; a file of another model, device or version is refused.
 On the CPU, PyTorch keeps no allocator statistics: memory is null there (the loss and time are still
 recorded), which is what the CPU test of this script checks. The cells' impl is "hf-checkpoint" (or "hf"
 without checkpointing): peers that bpbench reads but never runs (impls/strategy.h).
@@ -55,6 +59,8 @@ def parse_args(argv):
                    help="cap the caching allocator at this many bytes (set_per_process_memory_fraction)")
     p.add_argument("--bpbench", default=os.path.join(os.path.dirname(__file__), "..", "build", "bpbench"))
     p.add_argument("--out", required=True, help="results.json to write")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the finished lengths of --out (status ok or oom) and run the rest")
     a = p.parse_args(argv)
     if any(t < 2 for t in a.seq_len):
         p.error("--seq-len: every length must be >= 2")
@@ -109,18 +115,20 @@ def measure_length(args, config, T, device, dtype, impl):
         generator = torch.Generator().manual_seed(args.seed)
         tokens = torch.randint(0, config.vocab_size, (1, T), generator=generator).to(device)
         times, loss = [], None
-        for run in range(args.warmup + args.repeat):
+        cuda = device.type == "cuda"
+        for run in range(args.warmup + args.repeat + (1 if cuda else 0)):
             model.zero_grad(set_to_none=False)
-            measured_memory = run == args.warmup and device.type == "cuda"
-            if measured_memory:
+            measured_memory = run == args.warmup and cuda
+            if measured_memory:  # as bpbench: from an empty cache, so the budget sees every byte; not timed
                 synchronize(device)
+                torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
                 base = torch.cuda.memory_allocated(device)
             synchronize(device)
             t0 = time.perf_counter()
             loss = one_step(model, tokens)
             synchronize(device)
-            if run >= args.warmup:
+            if run >= args.warmup and not measured_memory:
                 times.append(time.perf_counter() - t0)
             if measured_memory:
                 cell["memory"] = {"base_bytes": base, "peak_bytes": torch.cuda.max_memory_allocated(device),
@@ -179,6 +187,35 @@ def write_atomically(path, doc):
     os.replace(tmp, path)
 
 
+KEPT_STATUSES = ("ok", "oom")
+
+
+def resumable_cells(args, doc_meta, impl):
+    """The finished cells of --out that this run keeps ({seq_len: cell}); exits 2 for a file of another run."""
+    if not args.resume or not os.path.exists(args.out):
+        return {}
+    try:
+        with open(args.out) as f:
+            old = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"hf_side_by_side: cannot resume from {args.out}: {e} (valid: a results file this script wrote)")
+    was = old.get("meta", {})
+    for key in ("scenario_name", "versions"):
+        if was.get(key) != doc_meta[key]:
+            sys.exit(f"hf_side_by_side: cannot resume from {args.out}: its {key} is {was.get(key)!r}, this run's "
+                     f"{doc_meta[key]!r} (valid: the same model and versions, or another --out)")
+    if was.get("device", {}).get("name") != doc_meta["device"].get("name"):
+        sys.exit(f"hf_side_by_side: cannot resume from {args.out}: measured on {was.get('device', {}).get('name')!r},"
+                 f" this is {doc_meta['device'].get('name')!r} (valid: the same device, or another --out)")
+    kept = {}
+    for cell in old.get("cells", []):
+        axes = cell.get("axes", {})
+        if (cell.get("status") in KEPT_STATUSES and axes.get("impl") == impl and axes.get("dtype") == args.dtype
+                and axes.get("seq_len") in args.seq_len):
+            kept[axes["seq_len"]] = cell
+    return kept
+
+
 def main(argv):
     args = parse_args(argv)
     hf_logging.set_verbosity_error()
@@ -200,7 +237,13 @@ def main(argv):
                     "scenario_name": f"hf_side_by_side {args.model}", "scenario": None,
                     "hf_config": config_json},
            "cells": []}
+    kept = resumable_cells(args, doc["meta"], impl)
     for T in args.seq_len:
+        if T in kept:
+            doc["cells"].append(kept[T])
+            write_atomically(args.out, doc)
+            print(f"{impl} {args.model} T={T}: kept from {args.out} ({kept[T]['status']})", file=sys.stderr)
+            continue
         cell = measure_length(args, config, T, device, dtype, impl)
         doc["cells"].append(cell)
         write_atomically(args.out, doc)  # nothing measured is lost if a later length kills the process

@@ -10,12 +10,19 @@
 # is an H100 80GB's (80e9 bytes); on another GPU edit their budget_bytes (memory less the reserve their
 # descriptions state) and pass the same figure as BUDGET_BYTES for the peer. The max-length searches run last:
 # they take hours (every probe a fresh process).
+#
+# Resumable by default: every scenario runs with `bpbench run --resume` and every peer with --resume, so a
+# second call (after a preempted machine, a killed shell, a 10-minute device call) keeps every finished cell,
+# every finished probe of a max-length search and every finished peer length, and runs only the rest. A
+# results file of another build or GPU is refused rather than mixed in. RESUME=0 measures everything anew.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/reports/results/h100}"
 bpbench="${BPBENCH:-$root/build/bpbench}"
 python="${PYTHON:-python3}"
 budget="${BUDGET_BYTES:-80000000000}"
+resume=()
+[[ "${RESUME:-1}" == 0 ]] || resume=(--resume)
 all="llama_memory_time table1_time fig5_partition table7_grad_error streambp_trace offload_time
      table3_maxlen_dpo_grpo table3_maxlen_32b_lora table3_maxlen offload_maxlen"
 [[ -x "$bpbench" ]] || { echo "paper_gpu.sh: no bpbench at $bpbench (scripts/build.sh first, or BPBENCH=)" >&2; exit 2; }
@@ -25,13 +32,13 @@ peer() {  # NAME MODEL LENGTHS...: the Hugging Face side of a table
   local name="$1" model="$2"
   shift 2
   "$python" "$root/reports/hf_side_by_side.py" --model "$model" --seq-len "$@" --budget-bytes "$budget" \
-    --bpbench "$bpbench" --out "$out/$name/results.json"
+    --bpbench "$bpbench" --out "$out/$name/results.json" "${resume[@]}"
 }
 
 for s in ${ONLY:-$all}; do
   scenario="$root/scenarios/h100_$s.json"
   [[ -f "$scenario" ]] || { echo "paper_gpu.sh: no scenario $scenario (valid: $all)" >&2; exit 2; }
-  "$bpbench" run "$scenario" --out "$out/$s"
+  "$bpbench" run "$scenario" --out "$out/$s" "${resume[@]}"
   case "$s" in
     llama_memory_time)
       peer hf_llama llama3.1-8b 3072 6144 9216 18432

@@ -37,7 +37,7 @@ Measures how backpropagation strategies for long-sequence LLM training trade mem
 their gradients are exact.
 
 commands:
-  run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--quiet]
+  run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume] [--quiet]
                           run every cell of a scenario's grid; write DIR/results.json
   list [models|impls|objectives]
                           what a scenario's grid may name
@@ -57,17 +57,24 @@ options:
 Exit status: 0 success; 1 a cell failed with status "error"; 2 bad input (one line on stderr).
 )";
 
-const char* kRunHelp = R"(usage: bpbench run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--quiet]
+const char* kRunHelp =
+    R"(usage: bpbench run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume] [--quiet]
 
 Expands the scenario's grid (every combination of its values) and runs each cell: one forward + backward of the
 strategy `impl` under a memory recorder, timed over warmup + repeat runs, with the gradient error against plain
 backpropagation in float64 on the same weights and batch. DIR/results.json is rewritten (atomically) after every
-cell, so nothing measured is lost if the run is interrupted.
+cell (and every max-length probe), so nothing measured is lost if the run is interrupted; --resume goes on
+from there.
 
 options:
   --out DIR       output directory (default: out/<scenario name>)
   --threads N     intra-op threads (default: the scenario's "threads", else every core)
   --isolate       run each cell in its own bpbench process (default: the scenario's "isolate")
+  --resume        keep the cells of DIR/results.json that finished "ok" or "oom" and the finished probes of
+                  a max-length search, and run the rest ("error" and "skipped" cells run again); no file: run
+                  all. Refuses a file of another scenario or build (version, git commit, LibTorch, compiler,
+                  CUDA build, GPUs, driver)
+  --resume-any    --resume, keeping the matching cells of any results file (recorded in meta.resumed)
   --quiet         no progress lines on stderr
   -h, --help      this text
 
@@ -202,7 +209,7 @@ int64_t parse_threads(const std::string& text) {
 }
 
 int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>& argv) {
-  const std::string options = "--out DIR, --threads N, --isolate, --quiet, --help";
+  const std::string options = "--out DIR, --threads N, --isolate, --resume, --resume-any, --quiet, --help";
   std::optional<std::string> scenario_path, out_dir;
   RunOptions opt;
   bool quiet = false;
@@ -223,6 +230,10 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
       opt.threads = parse_threads(value("--threads"));
     } else if (a == "--isolate") {
       opt.isolate = true;
+    } else if (a == "--resume") {
+      opt.resume = opt.resume == ResumeMode::any ? ResumeMode::any : ResumeMode::same;
+    } else if (a == "--resume-any") {
+      opt.resume = ResumeMode::any;
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a.size() > 1 && a[0] == '-') {

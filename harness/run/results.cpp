@@ -113,9 +113,7 @@ json CellResult::to_json() const {
                    {"upper", max_len->search.upper},
                    {"error", max_len->error}};
     json probes = json::array();
-    for (const auto& p : max_len->probes)
-      probes.push_back(
-          {{"seq_len", p.seq_len}, {"status", p.status}, {"peak_bytes", p.peak_bytes}, {"reason", p.reason}});
+    for (const auto& p : max_len->probes) probes.push_back(probe_to_json(p));
     j["probes"] = probes;
   }
   if (!comm.is_null()) j["comm"] = comm;
@@ -197,15 +195,22 @@ CellResult CellResult::from_json(const json& j) {
     m.error = s.value("error", std::string());
     m.max_seq_len = j.at("max_seq_len").get<int64_t>();
     m.hit_upper = j.value("hit_upper", false);
-    for (const auto& p : j.value("probes", json::array()))
-      m.probes.push_back({p.at("seq_len").get<int64_t>(), p.at("status").get<std::string>(),
-                          p.value("peak_bytes", int64_t{0}), p.value("reason", std::string())});
+    for (const auto& p : j.value("probes", json::array())) m.probes.push_back(probe_from_json(p));
     r.max_len = m;
   }
   if (j.contains("comm")) r.comm = j.at("comm");
   r.world_size = j.value("world_size", int64_t{1});
   if (j.contains("ranks")) r.ranks = j.at("ranks");
   return r;
+}
+
+json probe_to_json(const Probe& p) {
+  return {{"seq_len", p.seq_len}, {"status", p.status}, {"peak_bytes", p.peak_bytes}, {"reason", p.reason}};
+}
+
+Probe probe_from_json(const json& j) {
+  return {j.at("seq_len").get<int64_t>(), j.at("status").get<std::string>(),
+          j.value("peak_bytes", int64_t{0}), j.value("reason", std::string())};
 }
 
 std::optional<double> CellResult::grad_rel_l2() const {
@@ -298,7 +303,9 @@ void write_json_atomically(const std::filesystem::path& path, const json& j) {
     throw std::runtime_error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path.string(), ec.message()));
 }
 
-ResultsWriter::ResultsWriter(const std::filesystem::path& dir, json meta, size_t cells_total) {
+ResultsWriter::ResultsWriter(const std::filesystem::path& dir, json meta, size_t cells_total,
+                             std::map<size_t, json> carried)
+    : cells_(std::move(carried)) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
@@ -309,8 +316,7 @@ ResultsWriter::ResultsWriter(const std::filesystem::path& dir, json meta, size_t
   doc_ = {{"schema", kResultsSchema},
           {"complete", false},
           {"cells_total", cells_total},
-          {"meta", std::move(meta)},
-          {"cells", json::array()}};
+          {"meta", std::move(meta)}};
   try {
     write();
   } catch (const std::exception& e) {
@@ -318,8 +324,21 @@ ResultsWriter::ResultsWriter(const std::filesystem::path& dir, json meta, size_t
   }
 }
 
+void ResultsWriter::add(size_t index, const CellResult& cell) {
+  cells_[index] = cell.to_json();
+  if (doc_.contains("in_progress") && doc_["in_progress"].value("index", size_t{0}) == index)
+    doc_.erase("in_progress");
+  write();
+}
+
 void ResultsWriter::add(const CellResult& cell) {
-  doc_["cells"].push_back(cell.to_json());
+  add(cells_.empty() ? 0 : cells_.rbegin()->first + 1, cell);
+}
+
+void ResultsWriter::set_in_progress(size_t index, const Cell& cell, const std::vector<Probe>& probes) {
+  json list = json::array();
+  for (const auto& p : probes) list.push_back(probe_to_json(p));
+  doc_["in_progress"] = {{"index", index}, {"axes", cell.axes()}, {"probes", list}};
   write();
 }
 
@@ -330,7 +349,11 @@ void ResultsWriter::finish() {
 }
 
 void ResultsWriter::write() {
-  write_json_atomically(path_, doc_);
+  json doc = doc_;
+  json cells = json::array();
+  for (const auto& [index, cell] : cells_) cells.push_back(cell);
+  doc["cells"] = std::move(cells);
+  write_json_atomically(path_, doc);
 }
 
 // ---- rendering

@@ -2,9 +2,11 @@
 //
 // results.json (schema "bpbench.results/1"):
 //   {"schema": "bpbench.results/1", "complete": bool, "cells_total": n,
+//    "in_progress": {"index", "axes", "probes": [...]} (a max-length search under way; absent otherwise),
 //    "meta": {"bpbench_version", "versions": {...}, "argv": [...], "device": {...}, "threads", "isolate",
 //             "git_commit", "start_time" (ISO 8601 UTC), "end_time" (once complete), "hostname",
-//             "scenario_name", "scenario": {the scenario object as written}},
+//             "scenario_name", "scenario": {the scenario object as written},
+//             "resumed": [{"time", "argv", "kept_cells", "kept_probes"}] (each `run --resume` sitting)},
 //    "cells": [{"axes": {every grid key}, "threads", "status": "ok"|"oom"|"skipped"|"error", "reason",
 //               "loss", "wall_s", "uses_partition", "uses_logits_partition",
 //               "rope": {the RoPE the model used, transformers' rope_parameters resolved (rope_config.h)} |
@@ -110,20 +112,31 @@ std::string cpu_description();  // "model name" from /proc/cpuinfo
 // sees either the previous complete file or the new one.
 void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& j);
 
-// DIR/results.json, rewritten after every cell so that nothing measured is ever lost.
+// DIR/results.json, rewritten after every cell (and every max-length probe) so that nothing measured is
+// ever lost. Cells are written in grid order, by their index in the grid.
 class ResultsWriter {
  public:
-  // Creates `dir` (InputError when it cannot) and writes a file with no cells yet.
-  ResultsWriter(const std::filesystem::path& dir, nlohmann::json meta, size_t cells_total);
-  void add(const CellResult& cell);
+  // Creates `dir` (InputError when it cannot) and writes the file with the `carried` cells (grid index ->
+  // the record as an earlier sitting wrote it: `run --resume`), none by default, in a single write.
+  ResultsWriter(const std::filesystem::path& dir, nlohmann::json meta, size_t cells_total,
+                std::map<size_t, nlohmann::json> carried = {});
+  void add(size_t index, const CellResult& cell);  // also ends that cell's probes in progress
+  void add(const CellResult& cell);                // at the index after the last one
+  // The finished probes of the max-length search of cell `index`, while it runs: "in_progress" in the file,
+  // {"index", "axes", "probes": [{"seq_len", "status", "peak_bytes", "reason"}]}, what `run --resume` keeps.
+  void set_in_progress(size_t index, const Cell& cell, const std::vector<Probe>& probes);
   void finish();  // marks the file complete and stamps the end time
   const std::filesystem::path& path() const { return path_; }
 
  private:
   void write();
   std::filesystem::path path_;
-  nlohmann::json doc_;
+  nlohmann::json doc_;  // everything but the cells
+  std::map<size_t, nlohmann::json> cells_;
 };
+
+nlohmann::json probe_to_json(const Probe& p);
+Probe probe_from_json(const nlohmann::json& j);
 
 std::string format_mib(int64_t bytes);                           // "123.4"
 std::string format_seconds(double s);                            // "12s", "3m04s", "1h02m"

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 
 #include "harness/objectives/data_file.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
+#include "profiles/cuda_build.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -46,8 +48,17 @@ void check_data_file(const Scenario& scenario, const std::vector<Cell>& cells) {
 
 }  // namespace
 
+void check_world_size(const std::string& device, int64_t world_size, int visible_gpus) {
+  if (device != "cuda" || world_size <= 1 || visible_gpus == 0 || world_size <= visible_gpus) return;
+  input_error(fmt::format("world_size: {} ranks on device cuda need {} GPUs; {} {} visible (NCCL runs one "
+                          "rank per GPU)",
+                          world_size, world_size, visible_gpus, visible_gpus == 1 ? "is" : "are"),
+              fmt::format("world_size <= {} here (CUDA_VISIBLE_DEVICES shows the GPUs)", visible_gpus));
+}
+
 CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
-                                   const std::function<void(const Probe&)>& on_probe) {
+                                   const std::function<void(const Probe&)>& on_probe,
+                                   const std::vector<Probe>& finished) {
   const MeasureSpec::MaxSeqLen spec = job.settings.measure.max_seq_len.value();
   CellResult r = result_for(job);
   const auto t0 = Clock::now();
@@ -103,6 +114,8 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
     }
   }
   auto probe = [&](int64_t T) {
+    for (const Probe& done : finished)
+      if (done.seq_len == T) return done;
     const CellResult pr = job.settings.world_size > 1 ? run_cell_distributed(at_length(T), exe)
                                                       : run_cell_isolated(at_length(T), exe);
     Probe p;
@@ -133,7 +146,23 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   std::set<std::string> models;
   for (const auto& c : cells)
     if (models.insert(c.model).second) model_config_of(c.model, scenario.settings.rope);
-  ResultsWriter writer(options.out_dir, collect_meta(scenario, options.argv, threads, isolate), cells.size());
+  check_world_size(scenario.settings.device, scenario.settings.world_size, profiles::cuda_device_count());
+  json meta = collect_meta(scenario, options.argv, threads, isolate);
+  const auto resumed = load_resume_state(std::filesystem::path(options.out_dir) / "results.json", scenario,
+                                         cells, meta, options.resume);
+  std::map<size_t, json> kept = resumed ? resumed->kept_cells : std::map<size_t, json>{};
+  // A kept cell's timeline files stay where they are; a new cell never writes over them (--resume-any of
+  // another grid can give a new cell a kept cell's index).
+  std::set<std::string> kept_timelines;
+  for (const auto& [index, cell] : kept)
+    if (cell.contains("memory") && cell.at("memory").is_object())
+      kept_timelines.insert(cell.at("memory").value("timeline_file", std::string()));
+  ResultsWriter writer(options.out_dir, resumed ? resumed->meta : std::move(meta), cells.size(), kept);
+  if (resumed && options.progress)
+    *options.progress << fmt::format(
+        "resuming {}: {} of {} cells kept{}, {} to run\n", writer.path().string(), kept.size(), cells.size(),
+        resumed->search_index ? fmt::format(" and {} probes of a search", resumed->search_probes.size()) : "",
+        cells.size() - kept.size());
 
   std::vector<std::string> label_keys = {"model", "impl", "objective", "seq_len"};
   for (const auto& key : scenario.varying_keys())
@@ -144,35 +173,56 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   const auto start = Clock::now();
   const bool search = scenario.settings.measure.max_seq_len.has_value();
   if (search) label_keys.erase(std::find(label_keys.begin(), label_keys.end(), "seq_len"));
+  size_t ran = 0;
+  const size_t to_run = cells.size() - kept.size();
   for (size_t i = 0; i < cells.size(); ++i) {
+    if (auto it = kept.find(i); it != kept.end()) {
+      CellResult r = CellResult::from_json(it->second);
+      if (options.progress)
+        *options.progress << fmt::format("[{}/{}] {} ... kept: {}\n", i + 1, cells.size(),
+                                         cells[i].label(label_keys), outcome_summary(r))
+                          << std::flush;
+      summary.cells.push_back(std::move(r));
+      continue;
+    }
     CellJob job;
     job.cell = cells[i];
     job.settings = scenario.settings;
     job.settings.threads = threads;
     job.timeline_dir = writer.path().parent_path().string();
     job.timeline_name = fmt::format("timelines/cell-{:03d}", i);
+    if (kept_timelines.count(job.timeline_name + ".json"))
+      job.timeline_name += fmt::format("-resumed-{}", resumed->meta.at("resumed").size());
     if (options.progress)
       *options.progress << fmt::format("[{}/{}] {} ... ", i + 1, cells.size(), cells[i].label(label_keys))
                         << std::flush;
+    const std::vector<Probe> finished =
+        resumed && resumed->search_index == i ? resumed->search_probes : std::vector<Probe>{};
+    std::vector<Probe> probes;  // this search's, finished ones first: the file's probes in progress
     auto on_probe = [&](const Probe& p) {
+      probes.push_back(p);
+      writer.set_in_progress(i, job.cell, probes);
       if (!options.progress) return;
+      const bool was_kept = std::any_of(finished.begin(), finished.end(),
+                                        [&](const Probe& f) { return f.seq_len == p.seq_len; });
       *options.progress << fmt::format(
-                               "\n    probe T={}: {}{} | elapsed {}", p.seq_len, p.status,
+                               "\n    probe T={}: {}{}{} | elapsed {}", p.seq_len, p.status,
                                p.peak_bytes ? fmt::format(" {} MiB peak", format_mib(p.peak_bytes)) : "",
-                               format_seconds(seconds_since(start)))
+                               was_kept ? " (kept)" : "", format_seconds(seconds_since(start)))
                         << std::flush;
     };
     const bool distributed = job.settings.world_size > 1 && is_distributed(*make_strategy(job.cell.impl));
-    CellResult r = search        ? search_cell_max_seq_len(job, options.self_exe, on_probe)
+    CellResult r = search        ? search_cell_max_seq_len(job, options.self_exe, on_probe, finished)
                    : distributed ? run_cell_distributed(job, options.self_exe)
                    : isolate     ? run_cell_isolated(job, options.self_exe)
                                  : run_cell(job);
     if (search && options.progress) *options.progress << "\n    ";
-    writer.add(r);
+    writer.add(i, r);
     if (r.status == "error") ++summary.errors;
+    ++ran;
     if (options.progress) {
       const double elapsed = seconds_since(start);
-      const double eta = elapsed / static_cast<double>(i + 1) * static_cast<double>(cells.size() - i - 1);
+      const double eta = elapsed / static_cast<double>(ran) * static_cast<double>(to_run - ran);
       *options.progress << fmt::format("{} | elapsed {}, ETA {}\n", outcome_summary(r),
                                        format_seconds(elapsed), format_seconds(eta))
                         << std::flush;

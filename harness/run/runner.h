@@ -23,6 +23,7 @@
 #include "harness/run/estimate.h"
 #include "harness/run/maxlen.h"
 #include "harness/run/results.h"
+#include "harness/run/resume.h"
 #include "harness/run/scenario.h"
 
 namespace bpbench {
@@ -61,9 +62,12 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe);
 // environment); returns rank 0's result with every rank's peak, time and communication under "ranks".
 CellResult run_cell_distributed(const CellJob& job, const std::string& exe);
 // The largest seq_len of the cell that fits measure.max_seq_len's budget, every probe a child process.
-// `on_probe` sees each probe as it finishes (progress lines).
+// `on_probe` sees each probe as it finishes (progress lines, the results file's probes in progress).
+// `finished`: probes an interrupted search already ran (run --resume); the search takes their outcome
+// instead of running them again, and so follows the path it took before.
 CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
-                                   const std::function<void(const Probe&)>& on_probe = {});
+                                   const std::function<void(const Probe&)>& on_probe = {},
+                                   const std::vector<Probe>& finished = {});
 
 struct RunOptions {
   std::string out_dir;                      // results.json goes here
@@ -73,6 +77,7 @@ struct RunOptions {
   std::vector<std::string> argv;            // recorded in meta
   std::ostream* progress = nullptr;         // a line per cell (stderr in the CLI); null: silent
   std::ostream* table = nullptr;            // the final table (stdout in the CLI); null: none
+  ResumeMode resume = ResumeMode::off;      // keep the finished cells of out_dir/results.json (resume.h)
 };
 
 struct RunSummary {
@@ -81,9 +86,14 @@ struct RunSummary {
   size_t errors = 0;  // cells with status "error"
 };
 
-// Expands the grid, runs every cell, rewrites results.json after each. Throws InputError for a bad output
-// dir.
+// Expands the grid, runs every cell (with options.resume, those not finished already), rewrites results.json
+// after each. Throws InputError for a bad output dir, a results file it cannot resume, or check_world_size.
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& options);
+
+// NCCL runs one rank per GPU (two ranks on one GPU hang or fail inside NCCL): on device cuda, world_size
+// ranks need as many visible GPUs. Throws InputError naming both numbers. With no GPU at all nothing is
+// refused: every CUDA cell is skipped with the reason, as on any machine without one.
+void check_world_size(const std::string& device, int64_t world_size, int visible_gpus);
 
 // The hidden `run-cell` subcommand: reads a CellJob from `job_path` ("-": stdin), prints one JSON result.
 int run_cell_main(const std::string& job_path);

@@ -1,0 +1,127 @@
+// resume.cpp: reading an earlier sitting's results.json for `bpbench run --resume` (what is kept: resume.h).
+#include "harness/run/resume.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "harness/run/results.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+
+namespace {
+
+const char* kResumeChoices = "--resume-any to keep its matching cells anyway, or another --out directory";
+
+// The first key whose value differs, "key: 'a' in the file, 'b' now".
+std::string first_difference(const json& was, const json& now) {
+  for (const auto& [key, value] : now.items()) {
+    const json old = was.contains(key) ? was.at(key) : json();
+    if (old != value)
+      return fmt::format("{}: {} in the file, {} now", key,
+                         old.dump(-1, ' ', false, json::error_handler_t::replace),
+                         value.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  return "";
+}
+
+}  // namespace
+
+json build_identity(const json& meta) {
+  const json versions = meta.value("versions", json::object());
+  return {{"bpbench", versions.value("bpbench", json())},
+          {"git_commit", meta.value("git_commit", json())},
+          {"torch", versions.value("torch", json())},
+          {"compiler", versions.value("compiler", json())},
+          {"cuda", versions.value("cuda", json())}};
+}
+
+std::optional<ResumeState> load_resume_state(const std::filesystem::path& results_path,
+                                             const Scenario& scenario, const std::vector<Cell>& cells,
+                                             const json& meta, ResumeMode mode) {
+  if (mode == ResumeMode::off || !std::filesystem::exists(results_path)) return std::nullopt;
+  const std::string where = results_path.string();
+  json doc;
+  try {
+    std::ifstream in(results_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    doc = json::parse(text.str());
+  } catch (const std::exception& e) {
+    input_error(fmt::format("cannot resume: '{}' is not valid JSON ({})", where, e.what()),
+                "a results.json written by bpbench run, or another --out directory");
+  }
+  if (!doc.is_object() || doc.value("schema", std::string()) != kResultsSchema || !doc.contains("cells") ||
+      !doc.at("cells").is_array() || !doc.contains("meta"))
+    input_error(fmt::format("cannot resume: '{}' is not a {} results file", where, kResultsSchema),
+                "a results.json written by bpbench run, or another --out directory");
+  const json& was = doc.at("meta");
+  if (mode == ResumeMode::same) {
+    if (was.value("scenario", json()) != scenario.source)
+      input_error(
+          fmt::format("cannot resume: '{}' holds scenario '{}', not this '{}' (the scenario files differ)",
+                      where, was.value("scenario_name", std::string("?")), scenario.name),
+          kResumeChoices);
+    const std::string diff = first_difference(build_identity(was), build_identity(meta));
+    if (!diff.empty())
+      input_error(fmt::format("cannot resume: '{}' was written by another build ({})", where, diff),
+                  kResumeChoices);
+  }
+
+  ResumeState state;
+  std::map<std::string, size_t> index_of;  // axes (dumped) -> grid index
+  for (size_t i = 0; i < cells.size(); ++i) index_of.emplace(cells[i].axes().dump(), i);
+  auto grid_index = [&](const json& axes) -> std::optional<size_t> {
+    try {
+      auto it = index_of.find(Cell::from_axes(axes).axes().dump());  // normalised as the grid writes it
+      if (it != index_of.end()) return it->second;
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+  };
+  for (const json& cell : doc.at("cells")) {
+    if (!cell.is_object() || !cell.contains("axes")) continue;
+    const auto index = grid_index(cell.at("axes"));
+    if (!index) continue;
+    const std::string status = cell.value("status", std::string());
+    if ((status == "ok" || status == "oom") && !state.kept_cells.count(*index))
+      state.kept_cells.emplace(*index, cell);
+    else
+      ++state.rerun_cells;
+  }
+  if (doc.contains("in_progress") && doc.at("in_progress").is_object()) {
+    const json& p = doc.at("in_progress");
+    const auto index = grid_index(p.value("axes", json()));
+    if (index && !state.kept_cells.count(*index)) {
+      for (const json& probe : p.value("probes", json::array())) {
+        Probe kept = probe_from_json(probe);
+        if (kept.status == "ok" || kept.status == "oom") state.search_probes.push_back(kept);
+      }
+      if (!state.search_probes.empty()) state.search_index = index;
+    }
+  }
+  // The same run goes on under its first meta; with --resume-any the file is this sitting's, and names
+  // where its kept cells came from.
+  json sitting = {{"time", meta.value("start_time", json())},
+                  {"argv", meta.value("argv", json::array())},
+                  {"kept_cells", state.kept_cells.size()},
+                  {"kept_probes", state.search_probes.size()}};
+  if (mode == ResumeMode::any) {
+    sitting["from"] = {{"scenario_name", was.value("scenario_name", json())},
+                       {"start_time", was.value("start_time", json())},
+                       {"build", build_identity(was)}};
+    state.meta = meta;
+  } else {
+    state.meta = was;
+    state.meta.erase("end_time");
+  }
+  if (!state.meta.contains("resumed") || !state.meta.at("resumed").is_array())
+    state.meta["resumed"] = json::array();
+  state.meta["resumed"].push_back(sitting);
+  return state;
+}
+
+}  // namespace bpbench

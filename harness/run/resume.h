@@ -1,0 +1,50 @@
+// resume.h: what `bpbench run --resume` keeps of an earlier sitting's DIR/results.json.
+//
+// A run rewrites results.json after every cell and every max-length probe, so a run killed at any moment
+// leaves a file whose cells are all finished. Resuming keeps the cells of the same grid that finished with
+// status "ok" or "oom" (they are measured, and measuring them again would give the same answer at the cost
+// of the time they took) and the finished probes of the search that was under way; "error" and "skipped"
+// cells run again (an error may have been a dead child or a fault since fixed; a skip costs nothing and may
+// not apply on this machine). The file must come from the same scenario and the same build: bpbench
+// version, git commit, LibTorch, compiler and CUDA build with its GPUs and driver, so that no table mixes
+// cells of two programs or two GPUs. `--resume-any` keeps the matching cells of any results file.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/run/maxlen.h"
+#include "harness/run/scenario.h"
+
+namespace bpbench {
+
+enum class ResumeMode {
+  off,   // a fresh results.json
+  same,  // keep the finished cells of the same scenario and build; refuse any other file
+  any,   // keep the finished cells whose axes are in this grid, whoever wrote the file
+};
+
+struct ResumeState {
+  nlohmann::json meta;                          // the earlier meta, this sitting added to "resumed"
+  std::map<size_t, nlohmann::json> kept_cells;  // grid index -> the record as written
+  std::optional<size_t> search_index;           // the max-length search that was under way
+  std::vector<Probe> search_probes;             // its finished probes ("ok" or "oom")
+  size_t rerun_cells = 0;                       // records of this grid that run again
+};
+
+// The part of a results file's meta that names the program that wrote it (see the header comment).
+nlohmann::json build_identity(const nlohmann::json& meta);
+
+// Reads `results_path` for a resumed run of `scenario` (whose grid is `cells`); `meta` is this sitting's
+// (collect_meta). Nullopt when there is no file: the run starts fresh. Throws InputError for a file that is
+// not a results file, or (mode same) one of another scenario or build, naming the difference.
+std::optional<ResumeState> load_resume_state(const std::filesystem::path& results_path,
+                                             const Scenario& scenario, const std::vector<Cell>& cells,
+                                             const nlohmann::json& meta, ResumeMode mode);
+
+}  // namespace bpbench
