@@ -25,11 +25,16 @@
 #include <mutex>
 #include <optional>
 
+#include <thread>
+#include <vector>
+
 #ifdef BPBENCH_WITH_CUDA
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL
 #endif
+#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -101,6 +106,51 @@ bool is_loopback(const std::string& addr) {
 }
 
 std::atomic<Communicator*> g_current{nullptr};
+
+// ---- device seconds of NCCL collectives (comm.h): two timing events on the current stream around each
+// ------- Only NCCL collectives are timed this way, and NCCL exists only in a CUDA build: the CPU-only
+// build's versions are never reached (create() refuses nccl there).
+#ifdef BPBENCH_WITH_CUDA
+struct SpanEvents {
+  c10::cuda::CUDAEvent start{cudaEventDefault}, end{cudaEventDefault};  // timing enabled
+};
+void record_start(SpanEvents& e, const torch::Device& device) {
+  e.start.record(c10::cuda::getCurrentCUDAStream(device.index()));
+}
+void record_end(SpanEvents& e, const torch::Device& device) {
+  e.end.record(c10::cuda::getCurrentCUDAStream(device.index()));
+}
+bool span_done(const SpanEvents& e) {
+  return e.end.query();
+}
+double span_seconds(const SpanEvents& e) {
+  return static_cast<double>(e.start.elapsed_time(e.end)) / 1000.0;
+}
+int visible_gpus() {
+  return static_cast<int>(c10::cuda::device_count());
+}
+#else
+struct SpanEvents {};
+void record_start(SpanEvents&, const torch::Device&) {}
+void record_end(SpanEvents&, const torch::Device&) {}
+bool span_done(const SpanEvents&) {
+  return true;
+}
+double span_seconds(const SpanEvents&) {
+  return 0.0;
+}
+int visible_gpus() {
+  return 0;
+}
+#endif
+
+// A queued NCCL collective whose device seconds are not read yet.
+struct PendingSpan {
+  Collective kind = Collective::barrier;
+  std::string what;
+  int64_t bytes = 0;
+  std::unique_ptr<SpanEvents> events;
+};
 
 }  // namespace
 
@@ -198,30 +248,87 @@ CommConfig CommConfig::from_env() {
 struct Communicator::Impl {
   CommConfig config;
   std::string backend;
+  torch::Device device{torch::kCPU};
   c10::intrusive_ptr<c10d::Store> store;  // declared before pg: destroyed after it
   c10::intrusive_ptr<Engine> pg;
   CommStats stats;
+  std::optional<PendingSpan> pending;              // nccl: the collective in flight, seconds not yet read
+  std::vector<std::unique_ptr<SpanEvents>> spare;  // events of settled collectives, recorded again later
 
   std::string who() const {
     return fmt::format("rank {} of {} ({})", config.rank, config.world_size, backend);
   }
 
+  std::string failure(Collective kind, const std::string& what, int64_t bytes, double after,
+                      const std::string& msg) const {
+    return fmt::format("{}: {} '{}' of {} failed after {:.1f} s: {}{}", who(), collective_name(kind), what,
+                       format_bytes(bytes), after, msg, hint_for(msg, config.timeout));
+  }
+
+  // Device-timed (comm.h): NCCL's collectives, but not its barrier, a host rendezvous.
+  bool device_timed(Collective kind) const { return backend == "nccl" && kind != Collective::barrier; }
+
   // Runs one collective: counts it, bounds it, turns any failure into one CommError line.
   template <class Body>
   void run(Collective kind, const std::string& what, int64_t bytes, Body&& body) {
+    const bool on_device = device_timed(kind);
+    if (on_device) settle_pending();  // one collective in flight: the previous one has run
     const auto t0 = Clock::now();
+    std::unique_ptr<SpanEvents> span;
     try {
+      if (on_device) {
+        span = take_events();
+        record_start(*span, device);
+      }
       body();
+      if (on_device) record_end(*span, device);
     } catch (const std::exception& e) {
-      const std::string msg = error_text(e);
-      throw CommError(fmt::format("{}: {} '{}' of {} failed after {:.1f} s: {}{}", who(),
-                                  collective_name(kind), what, format_bytes(bytes), seconds_since(t0), msg,
-                                  hint_for(msg, config.timeout)));
+      if (span) spare.push_back(std::move(span));
+      throw CommError(failure(kind, what, bytes, seconds_since(t0), error_text(e)));
     }
-    stats[kind].seconds += seconds_since(t0);
+    if (on_device)
+      pending = PendingSpan{kind, what, bytes, std::move(span)};
+    else
+      stats[kind].seconds += seconds_since(t0);
   }
 
-  void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(config.timeout); }
+  // After queuing a collective. nccl: the current stream waits for NCCL's; the host does not (no timeout
+  // argument: with one, WorkNCCL::wait blocks the host until the collective is done). gloo: the host waits,
+  // bounded.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) {
+    if (backend == "nccl")
+      work->wait();
+    else
+      work->wait(config.timeout);
+  }
+
+  std::unique_ptr<SpanEvents> take_events() {
+    if (spare.empty()) return std::make_unique<SpanEvents>();
+    auto e = std::move(spare.back());
+    spare.pop_back();
+    return e;
+  }
+
+  // Waits for the collective in flight to run on the GPU and adds its device seconds. The host yields
+  // rather than sleeps: a sleep's latency would hold back the host that feeds the GPU, and where settle()
+  // ends a step it would add to the step's time. Bounded by the timeout, a backstop behind NCCL's watchdog,
+  // which counts from when the collective was queued.
+  void settle_pending() {
+    if (!pending) return;
+    const auto t0 = Clock::now();
+    while (!span_done(*pending->events)) {
+      if (Clock::now() - t0 > config.timeout) {
+        const PendingSpan p = std::move(*pending);
+        pending.reset();
+        throw CommError(failure(p.kind, p.what, p.bytes, seconds_since(t0),
+                                "still running on the GPU when the timeout passed"));
+      }
+      std::this_thread::yield();
+    }
+    stats[pending->kind].seconds += span_seconds(*pending->events);
+    spare.push_back(std::move(pending->events));
+    pending.reset();
+  }
 
   void count(Collective kind, int64_t bytes, double wire_factor, const char* physical,
              int64_t physical_bytes) {
@@ -239,6 +346,20 @@ struct Communicator::Impl {
   }
 };
 
+void check_nccl_gpu(const std::string& who, int local_rank, int visible_gpus) {
+  if (visible_gpus == 0)
+    throw CommError(
+        fmt::format("{}: LOCAL_RANK {} needs a GPU, but 0 CUDA devices are visible (NCCL runs "
+                    "on GPUs only; use gloo)",
+                    who, local_rank));
+  if (local_rank < 0 || local_rank >= visible_gpus)
+    throw CommError(fmt::format(
+        "{}: LOCAL_RANK {} needs GPU {} of its own, but only {} CUDA device{} visible: NCCL cannot run two "
+        "ranks on one GPU; start at most {} rank{} per machine, or use gloo",
+        who, local_rank, local_rank, visible_gpus, visible_gpus == 1 ? " is" : "s are", visible_gpus,
+        visible_gpus == 1 ? "" : "s"));
+}
+
 std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
   if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size)
     throw CommError(
@@ -255,6 +376,14 @@ std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
     throw CommError(
         "distributed run: backend nccl needs a CUDA build of bpbench (BPBENCH_WITH_CUDA); use gloo");
 #endif
+  if (impl->backend == "nccl") {
+    // NCCL cannot run two ranks on one GPU (it hangs or fails deep in its initialisation): each local rank
+    // needs its own. Checked before the rendezvous, so the rank fails at once.
+    check_nccl_gpu(impl->who(), config.local_rank, visible_gpus());
+    impl->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(config.local_rank));
+  } else {
+    impl->device = torch::Device(cuda ? torch::kCUDA : torch::kCPU);
+  }
   const std::string where = config.store_file.empty()
                                 ? fmt::format("TCPStore {}:{}", config.master_addr, config.master_port)
                                 : fmt::format("FileStore {}", config.store_file);
@@ -285,8 +414,8 @@ std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
           c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, config.rank, config.world_size, opts);
     } else {
 #ifdef BPBENCH_WITH_CUDA
-      // One GPU per local rank; NCCL's own watchdog enforces the timeout on the device side.
-      c10::cuda::set_device(static_cast<c10::DeviceIndex>(config.local_rank % c10::cuda::device_count()));
+      // One GPU per local rank (checked above); NCCL's own watchdog enforces the timeout on the device side.
+      c10::cuda::set_device(impl->device.index());
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = config.timeout;
       impl->pg =
@@ -322,11 +451,20 @@ const std::string& Communicator::backend() const {
 std::chrono::milliseconds Communicator::timeout() const {
   return impl_->config.timeout;
 }
+torch::Device Communicator::device() const {
+  return impl_->device;
+}
 const CommStats& Communicator::stats() const {
   return impl_->stats;
 }
+void Communicator::settle() {
+  impl_->settle_pending();
+}
 void Communicator::reset_stats() {
-  impl_->stats = CommStats{};
+  Impl& s = *impl_;
+  if (s.pending) s.spare.push_back(std::move(s.pending->events));
+  s.pending.reset();
+  s.stats = CommStats{};
 }
 
 torch::Tensor Communicator::reduce_scatter(torch::Tensor input, ReduceOp op, const std::string& what) {
@@ -419,7 +557,10 @@ void Communicator::barrier(const std::string& what) {
   s.run(Collective::barrier, what, 0, [&] {
     c10d::BarrierOptions o;
     o.timeout = s.config.timeout;
-    s.wait(s.pg->barrier(o));
+    // NCCL's barrier is an all_reduce on a GPU it guesses from the rank unless told: this rank's.
+    if (s.backend == "nccl") o.device_ids = {s.device.index()};
+    // Both backends: the host waits, bounded (a rendezvous).
+    s.pg->barrier(o)->wait(s.config.timeout);
   });
   s.count(Collective::barrier, 0, 0.0, "barrier", 0);
 }

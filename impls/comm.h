@@ -17,6 +17,29 @@
 // Failures are bounded and loud: the store and the process group time out (default 60 s; env
 // BPBENCH_DIST_TIMEOUT_S), and any failure is rethrown as one CommError line naming the rank, the collective
 // and its context ("rank 1 of 2 (gloo): reduce_scatter 'layer 3 gradients' of 1.2 MB failed ...").
+//
+// Where the host waits, and what `seconds` is, per backend:
+//   gloo  Every collective completes on the host before its call returns (bounded by the timeout), so
+//         `seconds` is host wall time inside the call, waiting for peers included.
+//   nccl  A call queues the collective on NCCL's stream and makes the current (compute) stream wait for it
+//         (work->wait() without a timeout: a timeout would block the host until the collective is done, so
+//         that the GPU drains at every collective). `seconds` is device time, from two CUDA timing events on
+//         the current stream around the collective: the first completes when the collective's inputs are
+//         ready (where NCCL's stream starts from), the second when the current stream may go on past it.
+//         NCCL's stream is idle at each start (every earlier collective was joined at once), so this is the
+//         collective's own span on the device, waiting for peers included, and never the compute queued
+//         before it. One collective is in flight at a time: before queuing one, the host waits until the
+//         previous one has run and adds its seconds. By then the compute between the two is already queued,
+//         so the GPU never runs dry; and the host stays at most one collective ahead of the GPU, which
+//         matters because NCCL's watchdog counts a collective's timeout from when it was queued. The last
+//         collective's seconds are added by settle(), which the step calls once it is over. A collective
+//         that never finishes is ended by NCCL's watchdog after the process group's timeout; the host's own
+//         waits give up after the same timeout with a CommError naming the collective.
+//         barrier is the exception: a host rendezvous (the runner aligns the ranks' clocks with it), so it
+//         blocks the host, bounded by the timeout, and counts host wall time.
+//
+// NCCL cannot run two ranks on one GPU: rank LOCAL_RANK uses GPU LOCAL_RANK, and a LOCAL_RANK at or past the
+// number of visible GPUs is a CommError naming both numbers (never a hang in NCCL's initialisation).
 #pragma once
 
 #include <torch/torch.h>
@@ -45,7 +68,7 @@ struct CollectiveStats {
   std::string physical;        // the engine op that carried it ("all_reduce" for Gloo's reduce_scatter)
   int64_t physical_calls = 0;  // engine calls
   int64_t physical_bytes = 0;  // bytes of the engine op's buffer
-  double seconds = 0;          // wall time inside the collective, waiting included
+  double seconds = 0;          // gloo: host wall time; nccl: device time (see the header)
 };
 
 struct CommStats {
@@ -86,9 +109,15 @@ struct CommConfig {
 // The default timeout: BPBENCH_DIST_TIMEOUT_S when set, else 60 s.
 std::chrono::milliseconds default_timeout();
 
+// nccl: throws CommError unless GPU `local_rank` exists among `visible_gpus` (NCCL cannot run two ranks on
+// one GPU); `who` starts the message ("rank 1 of 2 (nccl)"). Communicator::create calls it before the
+// rendezvous.
+void check_nccl_gpu(const std::string& who, int local_rank, int visible_gpus);
+
 class Communicator {
  public:
   // Joins the group: blocks until every rank has arrived or the timeout passes (then throws CommError).
+  // nccl: first makes GPU LOCAL_RANK current; a LOCAL_RANK with no GPU of its own is a CommError.
   static std::unique_ptr<Communicator> create(const CommConfig& config);
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -98,6 +127,10 @@ class Communicator {
   int world_size() const;
   const std::string& backend() const;  // "gloo" | "nccl"
   std::chrono::milliseconds timeout() const;
+  // Where this rank's tensors live: cuda:LOCAL_RANK for nccl (made the current device by create()); for gloo
+  // the configured device, cpu (or cuda, the current one, where a caller hands Gloo CUDA tensors). The
+  // runner creates the rank's memory recorder and timer for this device.
+  torch::Device device() const;
 
   // `input` (n) contiguous, n a multiple of world_size. Returns this rank's shard (n / R): elements
   // [rank n/R, (rank+1) n/R) of the elementwise reduction over ranks. `input` is clobbered (Gloo reduces it
@@ -109,8 +142,14 @@ class Communicator {
   void broadcast(torch::Tensor& tensor, int root, const std::string& what);      // in place, contiguous
   void barrier(const std::string& what);
 
+  // Counts of every collective so far; seconds of every collective but the last one queued on nccl, whose
+  // seconds settle() adds.
   const CommStats& stats() const;
-  void reset_stats();
+  // nccl: waits (host, bounded by the timeout) until the last collective queued has run on the GPU, and adds
+  // its device seconds to stats(). Call it when a step is over, never inside one: the wait drains the GPU.
+  // Throws CommError naming a collective that has not finished within the timeout. gloo: nothing to do.
+  void settle();
+  void reset_stats();  // zeroes stats() and forgets collectives not yet settled
 
  private:
   struct Impl;

@@ -210,6 +210,7 @@ struct DistStep::Group {
 DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strategy_(strategy), in_(in) {
   const Model& m = in.model;
   comm_ = &communicator_or_init_from_env(m.device().is_cuda() ? "cuda" : "cpu");
+  comm_->settle();  // a collective queued before the step (nccl) is not this step's
   comm_before_ = comm_->stats();
   const int R = comm_->world_size();
   auto& st = *strategy_.state_;
@@ -419,6 +420,7 @@ torch::Tensor DistStep::finish(const torch::Tensor& local_loss) {
     loss = local_loss.detach().to(torch::kDouble).reshape({1}).clone();
     comm_->all_reduce(loss, grad_op_, "loss");  // SFT: shares add up; others: mean of equal-sized means
   }
+  comm_->settle();  // nccl: the device seconds of the step's last collective (comm.h)
   st.last_comm = comm_->stats().since(comm_before_);
   st.comm = comm_;
   return loss.reshape({}).to(local_loss.scalar_type());

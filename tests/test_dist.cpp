@@ -445,6 +445,60 @@ TEST(DistComm, ClientWithoutMasterTimesOutWithAClearError) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
 }
 
+// NCCL cannot run two ranks on one GPU: a LOCAL_RANK without a GPU of its own is refused before the
+// rendezvous, with both numbers, never mapped onto a GPU another rank has (local_rank % device count).
+TEST(DistComm, NcclRefusesALocalRankWithoutItsOwnGpu) {
+  auto message = [](int local_rank, int gpus) -> std::string {
+    try {
+      dist::check_nccl_gpu("rank 1 of 2 (nccl)", local_rank, gpus);
+    } catch (const dist::CommError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(message(0, 1), "(accepted)");
+  EXPECT_EQ(message(3, 4), "(accepted)");
+  EXPECT_EQ(
+      message(1, 1),
+      "rank 1 of 2 (nccl): LOCAL_RANK 1 needs GPU 1 of its own, but only 1 CUDA device is visible: NCCL "
+      "cannot run two ranks on one GPU; start at most 1 rank per machine, or use gloo");
+  EXPECT_NE(message(4, 4).find("only 4 CUDA devices are visible"), std::string::npos) << message(4, 4);
+  EXPECT_NE(message(-1, 2).find("LOCAL_RANK -1"), std::string::npos);
+  EXPECT_EQ(message(0, 0),
+            "rank 1 of 2 (nccl): LOCAL_RANK 0 needs a GPU, but 0 CUDA devices are visible (NCCL runs on GPUs "
+            "only; use gloo)");
+
+  // Through create() on this machine: refused at once, before any rendezvous (nobody listens on the port).
+  if (torch::cuda::device_count() > 1) GTEST_SKIP() << "this machine has a GPU per rank";
+  dist::CommConfig config;
+  config.rank = 1;
+  config.world_size = 2;
+  config.local_rank = static_cast<int>(torch::cuda::device_count());
+  config.backend = "nccl";
+  config.master_port = free_local_port();
+  config.timeout = std::chrono::seconds(30);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    dist::Communicator::create(config);
+    ADD_FAILURE() << "nccl without a GPU of its own was accepted";
+  } catch (const dist::CommError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(msg.find("CUDA device") != std::string::npos ||
+                msg.find("needs a CUDA build") != std::string::npos)
+        << msg;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST(DistComm, GlooOnCpuReportsItsDevice) {
+  dist::CommConfig config;
+  config.master_port = free_local_port();
+  config.timeout = std::chrono::seconds(20);
+  auto comm = dist::Communicator::create(config);
+  EXPECT_EQ(comm->device(), torch::Device(torch::kCPU));
+  comm->settle();  // gloo: nothing in flight, returns at once
+}
+
 TEST(DistComm, StrategiesRefuseACellWithoutAProcessGroup) {
   if (dist::current_communicator() || dist::CommConfig::env_present()) GTEST_SKIP() << "a group exists";
   for (const std::string impl : {"streambp-dist", "checkpoint-dist"}) {
