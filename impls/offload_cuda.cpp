@@ -9,9 +9,18 @@
 // Every copy is on one copy stream, so a step's put(i) into host_i is ordered after the previous step's
 // prefetch out of it.
 //
+// A step that throws (out of memory in a layer's backward) leaves a prefetched tensor that take() never
+// handed over: its block belongs to the compute stream, and the copy stream may still be writing it. The
+// store then records the copy stream on it before letting it go, so the allocator reuses the block only once
+// that copy is done (recording it at every prefetch would do the same, but would also hold back the block of
+// every taken checkpoint until the next prefetch's copy is done). The store lives on after such a step: the
+// next put(i) starts layer i afresh. Destroying the store waits for the copy stream first: its pinned
+// buffers may still be a copy's source or target.
+//
 // Pinned buffers are cudaHostAlloc'ed at their exact size, once per cell, not taken from PyTorch's pinned
 // caching allocator: that one rounds each block up to a power of two, which for offload's sizes (a 300k-token
-// Qwen3-8B checkpoint is 2.3 GiB) nearly doubles the host memory needed.
+// Qwen3-8B checkpoint is 2.3 GiB) nearly doubles the host memory needed. The events are created once per
+// store (the cell's) and recorded again at every put and prefetch.
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -61,21 +70,37 @@ torch::Tensor pinned_like(const torch::Tensor& like) {
 
 class PinnedStreamStore final : public CheckpointStore {
  public:
+  PinnedStreamStore() = default;
+  PinnedStreamStore(const PinnedStreamStore&) = delete;
+  PinnedStreamStore& operator=(const PinnedStreamStore&) = delete;
+
+  ~PinnedStreamStore() override {
+    // The pinned buffers die with the slots: no copy may still read or write them. (A destructor must not
+    // throw; a failed synchronize leaves nothing better to do than carry on.)
+    try {
+      if (copy_) copy_->synchronize();
+    } catch (...) {
+    }
+  }
+
   Offload offload() const override { return Offload::checkpoints; }
 
   void put(int64_t i, torch::Tensor x) override {
     torch::NoGradGuard no_grad;
     Slot& s = slot(i);
+    const auto index = x.device().index();
+    const auto compute = c10::cuda::getCurrentCUDAStream(index);
+    const auto copy = copy_stream(index);
+    abandon_fetch(s, copy);  // a step that threw may have left one: it holds an earlier put's contents
     if (!host_buffer_fits(s.host, x)) {
+      // The old buffer may be a pending copy's source (a prefetch that a failed step never took).
+      if (s.host.defined()) copy.synchronize();
       s.host = torch::Tensor();
       s.host = pinned_like(x);
     }
     s.options = x.options();
-    const auto compute = c10::cuda::getCurrentCUDAStream(x.device().index());
-    const auto copy = copy_stream(x.device().index());
-    at::cuda::CUDAEvent computed;
-    computed.record(compute);
-    computed.block(copy);
+    computed_.record(compute);
+    computed_.block(copy);
     {
       c10::cuda::CUDAStreamGuard on_copy(copy);
       s.host.copy_(x, /*non_blocking=*/true);
@@ -98,9 +123,8 @@ class PinnedStreamStore final : public CheckpointStore {
       MemoryScope scope(Category::checkpoints);
       s.device = torch::empty(s.host.sizes(), s.options);
     }
-    at::cuda::CUDAEvent allocated;
-    allocated.record(compute);
-    allocated.block(copy);
+    allocated_.record(compute);
+    allocated_.block(copy);
     {
       c10::cuda::CUDAStreamGuard on_copy(copy);
       s.device.copy_(s.host, /*non_blocking=*/true);
@@ -139,8 +163,22 @@ class PinnedStreamStore final : public CheckpointStore {
     return *copy_;
   }
 
+  // Lets go of a prefetched tensor that take() never handed over. Its block was allocated on the compute
+  // stream and is written on the copy stream; recording the copy stream on it keeps the allocator from
+  // reusing the block before that write is done.
+  static void abandon_fetch(Slot& s, const c10::cuda::CUDAStream& copy) {
+    if (s.device.defined()) {
+      c10::cuda::CUDACachingAllocator::recordStream(s.device.storage().data_ptr(), copy);
+      s.device = torch::Tensor();
+    }
+    s.coming = false;
+  }
+
   std::map<int64_t, std::unique_ptr<Slot>> slots_;  // events are not copyable
   std::optional<c10::cuda::CUDAStream> copy_;
+  // Recorded again by every put (compute: x is ready) and prefetch (compute: the new block is free to
+  // write); a wait already queued on an event keeps the point it was queued for.
+  at::cuda::CUDAEvent computed_, allocated_;
 };
 
 }  // namespace

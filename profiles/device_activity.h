@@ -5,6 +5,11 @@
 // Asked for by measure.device_activity (with measure.timeline, device cuda). Collecting costs a buffer per
 // few thousand records and some launch overhead, which is why it is off unless asked: a step traced this way
 // is not the step whose time the results report (the timed repeats run without it).
+//
+// What a trace may lack is counted, never silently lost: records CUPTI dropped for want of buffer space, and
+// records flushed before their activity had ended (no end time; left out of the trace). Stopping waits for
+// the device first, so that after a step that threw (out of memory, with work still queued) every queued
+// kernel has ended and the second count stays zero unless the device itself failed.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +32,16 @@ struct DeviceActivity {
 // another profiler holding it); `why` then says which.
 bool start_device_activity(std::string* why = nullptr);
 
-// Flushes CUPTI's buffers, stops collecting and returns the records in start order, with times in
-// milliseconds since `origin`. Empty if nothing was collecting.
+// Waits for the device, flushes CUPTI's buffers, stops collecting and returns the complete records in start
+// order, with times in milliseconds since `origin`. Empty if nothing was collecting.
 std::vector<DeviceActivity> stop_device_activity(TraceClock::time_point origin);
+
+// What the last collection could not return (zeros before any, and where none could start).
+struct DeviceActivityLosses {
+  int64_t dropped = 0;     // records CUPTI dropped for want of buffer space (cuptiActivityGetNumDroppedRecords)
+  int64_t incomplete = 0;  // records without an end time at the flush: left out of stop's result
+};
+// The counts of the collection that the last stop_device_activity() ended.
+DeviceActivityLosses last_device_activity_losses();
 
 }  // namespace bpbench::profiles

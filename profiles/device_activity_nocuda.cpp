@@ -12,4 +12,8 @@ std::vector<DeviceActivity> stop_device_activity(TraceClock::time_point /*origin
   return {};
 }
 
+DeviceActivityLosses last_device_activity_losses() {
+  return {};
+}
+
 }  // namespace bpbench::profiles

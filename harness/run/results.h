@@ -54,7 +54,8 @@ struct MemoryResult {
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
   std::optional<int64_t> reserved_peak_bytes;       // CUDA: the caching allocator's reserved peak
   std::string snapshot_file;  // CUDA: memory_viz pickle (with measure.timeline, or of an OOM); relative
-  // With measure.device_activity: {"kernels", "memcpys", "memsets"} counted into trace_file, or {"error"}.
+  // With measure.device_activity: {"kernels", "memcpys", "memsets"} counted into trace_file and the records
+  // the trace lacks, {"dropped" (by CUPTI, no buffer space), "incomplete" (no end time)}; or {"error"}.
   nlohmann::json device_activity;
   // offload: host bytes holding the layer checkpoints (profiles/host_memory.h), and their estimate; not part
   // of peak_bytes, which is the device's.
