@@ -276,6 +276,214 @@ TEST(Estimate, CommandPrintsEveryImpl) {
   EXPECT_THROW(estimate_command({"--model", "nope", "--seq-len", "64"}, sink), std::invalid_argument);
 }
 
+// ---- the CUDA variant (device "cuda"): analytic, checked here against the formulas of reports/ESTIMATE.md
+// --
+//
+// Only the attention terms differ from the CPU variant: PyTorch's CUDA kernels allocate other buffers in
+// their backward (flash_api.cpp mha_bwd; attention_backward.cu _efficient_attention_backward), and the
+// memory-efficient kernel takes K and V repeated to Hq heads (attention_gpu.cpp). Each test states the bytes
+// by hand from the shapes. `small` has GQA (Hq 4, Hkv 2, hd 64, Aq 256, Akv 128) with a head dim both CUDA
+// kernels take; T = 200 is not a multiple of 128, so flash's rounding shows.
+
+const PhaseEstimate& phase_named(const MemoryEstimate& e, const std::string& name) {
+  for (const auto& p : e.phases)
+    if (p.name == name) return p;
+  throw std::runtime_error("no phase '" + name + "'");
+}
+
+// Bytes of the terms of `p` whose name starts with `prefix` (0: none).
+int64_t term_bytes(const PhaseEstimate& p, const std::string& prefix) {
+  int64_t bytes = 0;
+  for (const auto& t : p.terms)
+    if (t.name.rfind(prefix, 0) == 0) bytes += t.bytes;
+  return bytes;
+}
+
+EstimateInput small_cell(torch::ScalarType dtype, const std::string& impl, int64_t T,
+                         const std::string& device) {
+  EstimateInput in;
+  in.config = find_model_preset("small");
+  in.seq_len = T;
+  in.sequences = 2;
+  in.dtype = dtype;
+  in.impl = impl;
+  in.threads = 1;
+  in.device = device;
+  return in;
+}
+
+// The CPU fused kernel's backward scratch with one thread over R = E = T (what the CUDA variant drops): query
+// blocks of qb = 64 rows (T in [192, 768)) by kb = min(T, 512) keys; scores and their gradient in float32
+// (plus bfloat16 copies for a bfloat16 model) and a float32 row sum.
+int64_t cpu_backward_scratch(int64_t T, int64_t s) {
+  const int64_t qb = 64, kb = std::min<int64_t>(T, 512);
+  return 2 * qb * kb * (4 + (s == 2 ? s : 0)) + qb * 4;
+}
+
+// bfloat16 runs FlashAttention-2. Its backward holds, beside dQ, dK, dV, a float32 dq accumulator
+// (N, round128(T), Hq, hd_r) and softmax_d (N, Hq, round128(T)) float32, and with GQA dK/dV expanded to Hq
+// heads (N, T, Hq, hd) each; it has no per-thread scratch. Flash saves what the CPU kernel saves, so nothing
+// else changes.
+TEST(EstimateCuda, FlashBackwardHoldsDqAccumulatorAndExpandedDkDv) {
+  const int64_t N = 2, T = 200, T128 = 256, Hq = 4, hd = 64, Aq = 256, s = 2;
+  const MemoryEstimate cpu = estimate_peak(small_cell(torch::kBFloat16, "checkpoint", T, "cpu"));
+  const MemoryEstimate cuda = estimate_peak(small_cell(torch::kBFloat16, "checkpoint", T, "cuda"));
+  EXPECT_EQ(cpu.attention_kernel, "cpu-fused");
+  EXPECT_EQ(cuda.attention_kernel, "flash");
+  const int64_t dq_accum = N * T128 * Hq * hd * 4;  // hd_r = 64, already a multiple of 32
+  const int64_t softmax_d = N * Hq * T128 * 4;
+  const int64_t expanded = 2 * N * T * Aq * s;  // dk_expanded, dv_expanded
+  EXPECT_EQ(dq_accum, 524288);
+  EXPECT_EQ(softmax_d, 8192);
+  EXPECT_EQ(expanded, 409600);
+  const auto &cuda_attn = phase_named(cuda, "layer attention backward"),
+             &cpu_attn = phase_named(cpu, "layer attention backward");
+  EXPECT_EQ(term_bytes(cuda_attn, "flash backward: float32 dq accumulator"), dq_accum);
+  EXPECT_EQ(term_bytes(cuda_attn, "flash backward: softmax_d"), softmax_d);
+  EXPECT_EQ(term_bytes(cuda_attn, "flash backward, GQA: dK, dV expanded to Hq heads"), expanded);
+  EXPECT_EQ(cuda_attn.bytes - cpu_attn.bytes, dq_accum + softmax_d + expanded - cpu_backward_scratch(T, s));
+  for (const char* name : {"head", "layer mlp backward"})
+    EXPECT_EQ(phase_named(cuda, name).bytes, phase_named(cpu, name).bytes) << name;
+  EXPECT_EQ(cuda.base, cpu.base);
+
+  // Without GQA dk_expanded and dv_expanded are dK and dV themselves: no term.
+  EstimateInput mha = small_cell(torch::kBFloat16, "checkpoint", T, "cuda");
+  mha.config.kv_heads = mha.config.heads;
+  EXPECT_EQ(term_bytes(phase_named(estimate_peak(mha), "layer attention backward"), "flash backward, GQA"),
+            0);
+
+  // A StreamBP chunk is one call of c queries over its e keys (flash is bottom-right causal: no prefix and
+  // diagonal calls): T = 256, c = 64, the last chunk sees all 256 keys; its accumulator is 128 rows.
+  EstimateInput chunked = small_cell(torch::kBFloat16, "streambp", 256, "cuda");
+  chunked.partition = 64;
+  chunked.logits_partition = 64;
+  const MemoryEstimate streamed = estimate_peak(chunked);
+  const auto& chunk = phase_named(streamed, "layer attention backward");
+  const int64_t c = 64, e = 256, Akv = 128;
+  EXPECT_EQ(term_bytes(chunk, "attention backward (flash): dO, dQ, dK, dV"),
+            N * (2 * c * Aq + 2 * e * Akv) * s);
+  EXPECT_EQ(term_bytes(chunk, "flash backward: float32 dq accumulator"), N * 128 * Hq * hd * 4);
+  EXPECT_EQ(term_bytes(chunk, "flash backward, GQA: dK, dV expanded to Hq heads"), 2 * N * e * Aq * s);
+  EXPECT_EQ(term_bytes(chunk, "attention backward, two calls"), 0);  // the CPU kernel's
+}
+
+// float32 runs the memory-efficient kernel, which takes K and V repeated to Hq heads: the graph saves those
+// copies instead of K and V (2 x N*T*(Aq - Akv)*s more wherever a layer's graph is alive), its backward
+// returns dK/dV per query head (as much again), and it allocates delta and a float32 dQ workspace instead of
+// the CPU kernel's scratch. StreamBP holds K and V itself, so its chunk graph adds the repeated K[:e], V[:e];
+// the no-grad forward holds them for each chunk's call.
+TEST(EstimateCuda, EfficientFloat32RepeatsKvToQueryHeads) {
+  const int64_t N = 2, T = 200, Hq = 4, Aq = 256, Akv = 128, s = 4;
+  const MemoryEstimate cpu = estimate_peak(small_cell(torch::kFloat, "checkpoint", T, "cpu"));
+  const MemoryEstimate cuda = estimate_peak(small_cell(torch::kFloat, "checkpoint", T, "cuda"));
+  EXPECT_EQ(cuda.attention_kernel, "efficient");
+  const int64_t repeat_extra = 2 * N * T * (Aq - Akv) * s;  // repeated K, V (Hq heads) in place of K, V
+  EXPECT_EQ(repeat_extra, 409600);
+  // kernel_backward.h, float32 on sm80+, hd 64: the 64x64 kernel; per (sequence, head) ceil(T/64) = 4
+  // GradQTempStorage tiles of 16 + 64*64*4 bytes. delta: (N, Hq, T) float32; building it for float32 holds a
+  // float32 (N, T, Hq, hd) product, its sum and the copy at once.
+  const int64_t workspace = N * Hq * 4 * (16 + 64 * 64 * 4), delta = N * Hq * T * 4;
+  const int64_t scratch = std::max(N * T * Aq * 4 + 2 * delta, delta + workspace);
+  EXPECT_EQ(scratch, 531200);
+  const auto &cuda_attn = phase_named(cuda, "layer attention backward"),
+             &cpu_attn = phase_named(cpu, "layer attention backward");
+  EXPECT_EQ(term_bytes(cuda_attn, "K path saved + K, V repeated to Hq heads"),
+            term_bytes(cpu_attn, "K path saved + K + dV") + repeat_extra);
+  EXPECT_EQ(term_bytes(cuda_attn, "attention backward (efficient): dO, dQ, and dK, dV per query head"),
+            N * (2 * T * Aq + 2 * T * Aq) * s);
+  EXPECT_EQ(term_bytes(cuda_attn, "efficient backward: delta and float32 dQ workspace"), scratch);
+  EXPECT_EQ(cuda_attn.bytes - cpu_attn.bytes,
+            repeat_extra + repeat_extra + scratch - cpu_backward_scratch(T, s));
+  EXPECT_EQ(phase_named(cuda, "layer mlp backward").bytes - phase_named(cpu, "layer mlp backward").bytes,
+            repeat_extra);
+  // plain: every layer's graph holds the repeated K and V.
+  const MemoryEstimate plain_cpu = estimate_peak(small_cell(torch::kFloat, "plain", T, "cpu"));
+  const MemoryEstimate plain_cuda = estimate_peak(small_cell(torch::kFloat, "plain", T, "cuda"));
+  EXPECT_EQ(phase_named(plain_cuda, "head").bytes - phase_named(plain_cpu, "head").bytes,
+            find_model_preset("small").layers * repeat_extra);
+
+  // StreamBP, T = 4096, c = 256: the no-grad forward's last chunk holds K, V repeated over all T keys, and
+  // each chunk's graph the repeated K[:e], V[:e] (e = T for the last one) beside StreamBP's own K and V.
+  EstimateInput sbp = small_cell(torch::kFloat, "streambp", 4096, "cuda");
+  sbp.partition = 256;
+  sbp.logits_partition = 256;
+  const MemoryEstimate streamed = estimate_peak(sbp);
+  const int64_t repeat_all = 2 * N * 4096 * Aq * s;
+  EXPECT_EQ(repeat_all, 16777216);
+  EXPECT_EQ(term_bytes(phase_named(streamed, "forward"), "the efficient kernel's K and V repeated"),
+            repeat_all);
+  EXPECT_EQ(
+      term_bytes(phase_named(streamed, "layer attention backward"), "chunk graph: the efficient kernel's"),
+      repeat_all);
+  EXPECT_EQ(term_bytes(phase_named(streamed, "layer mlp backward"), "chunk graph: the efficient kernel's"),
+            repeat_all);
+  sbp.device = "cpu";
+  EXPECT_EQ(term_bytes(phase_named(estimate_peak(sbp), "forward"), "the efficient kernel's"), 0);
+
+  // Without GQA the kernel gets K and V as they are (views, no copy): no repeat anywhere.
+  EstimateInput mha = small_cell(torch::kFloat, "streambp", 4096, "cuda");
+  mha.config.kv_heads = mha.config.heads;
+  mha.partition = 256;
+  mha.logits_partition = 256;
+  const MemoryEstimate no_gqa = estimate_peak(mha);
+  for (const auto& p : no_gqa.phases)
+    EXPECT_EQ(term_bytes(p, "chunk graph: the efficient kernel's") + term_bytes(p, "the efficient kernel's"),
+              0)
+        << p.name;
+}
+
+TEST(EstimateCuda, RejectsDevicesAndKernelsItDoesNotModel) {
+  auto message = [](const EstimateInput& in) -> std::string {
+    try {
+      estimate_peak(in);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(no exception)";
+  };
+  EstimateInput in = small_cell(torch::kFloat, "streambp", 256, "gpu");
+  EXPECT_EQ(message(in), "estimate: unknown device 'gpu' (valid: cpu, cuda)");
+  in.device = "cuda";
+  in.dtype = torch::kDouble;  // CUDA float64: the math kernel, scores materialised
+  EXPECT_NE(message(in).find("runs the math attention kernel"), std::string::npos) << message(in);
+  in.dtype = torch::kBFloat16;
+  in.config = find_model_preset("tiny");  // hd 6: not a multiple of 8, math again
+  EXPECT_NE(message(in).find("runs the math attention kernel"), std::string::npos) << message(in);
+  in.config = find_model_preset("small");
+  in.config.head_dim = 264;  // beyond flash's 256: the efficient kernel in bfloat16
+  EXPECT_NE(message(in).find("memory-efficient kernel in half precision"), std::string::npos) << message(in);
+  in.config = find_model_preset("tiny");
+  in.device = "cpu";  // on CPU every kernel case is the fused kernel
+  in.dtype = torch::kDouble;
+  EXPECT_NO_THROW(estimate_peak(in));
+}
+
+TEST(EstimateCuda, CommandTakesDevice) {
+  std::ostringstream cuda, cpu;
+  const std::vector<std::string> args = {"--model",     "small",   "--seq-len",          "1024",
+                                         "--partition", "256",     "--logits-partition", "256",
+                                         "--dtype",     "bfloat16"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = args;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  EXPECT_EQ(estimate_command(with({"--device", "cuda"}), cuda), 0);
+  EXPECT_EQ(estimate_command(args, cpu), 0);
+  EXPECT_NE(cuda.str().find("on cuda: flash attention"), std::string::npos) << cuda.str();
+  EXPECT_EQ(cpu.str().find("cuda"), std::string::npos) << cpu.str();  // the CPU output is as it was
+  std::ostringstream verbose;
+  estimate_command(with({"--device", "cuda", "--impl", "checkpoint", "--verbose"}), verbose);
+  EXPECT_NE(verbose.str().find("flash backward: float32 dq accumulator"), std::string::npos) << verbose.str();
+  std::ostringstream sink;
+  try {
+    estimate_command(with({"--device", "gpu"}), sink);
+    ADD_FAILURE() << "--device gpu was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "estimate: unknown device 'gpu' (valid: cpu, cuda)");
+  }
+}
+
 // ---- against the tracking allocator: fast grids
 // ------------------------------------------------------------
 

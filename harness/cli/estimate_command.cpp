@@ -18,7 +18,8 @@ namespace bpbench {
 const char* kEstimateHelp =
     R"(usage: bpbench estimate --model NAME --seq-len T [--impl I[,I...]] [--batch B] [--group G]
                         [--partition C] [--logits-partition CL] [--dtype D] [--objective O]
-                        [--lora-rank R] [--threads N] [--offload none|checkpoints] [--verbose]
+                        [--lora-rank R] [--threads N] [--offload none|checkpoints]
+                        [--device cpu|cuda] [--verbose]
 
 The analytic peak memory of one forward + backward of each strategy (default: all of them), from the model's
 dimensions: base (parameters, gradients, batch) plus the largest phase above it (forward, head, a layer's MLP
@@ -40,6 +41,10 @@ options:
                           kernel keeps a scratch block per thread
   --offload O             none | checkpoints: the layer checkpoints in host memory; adds the host bytes
                           and the bytes copied per step (default none; every impl but plain)
+  --device D              cpu | cuda: whose attention kernel the terms model (default cpu, the variant
+                          measured to the byte). cuda: FlashAttention-2 for bfloat16, the memory-efficient
+                          kernel for float32, as PyTorch 2.11 allocates them (not yet measured on a GPU);
+                          float64 there runs the math kernel, which is not estimated
   --verbose               every phase and term
 )";
 
@@ -71,7 +76,7 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
           "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
-          "--verbose; each with a value but --verbose)",
+          "--device, --verbose; each with a value but --verbose)",
           a));
     const std::string& v = args[++i];
     if (a == "--model")
@@ -96,7 +101,11 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       in.threads = integer(a, v);
     else if (a == "--offload")
       in.offload = parse_offload(v) == Offload::checkpoints;
-    else if (a == "--dtype") {
+    else if (a == "--device") {
+      if (v != "cpu" && v != "cuda")
+        throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", v));
+      in.device = v;
+    } else if (a == "--dtype") {
       if (v == "float32")
         in.dtype = torch::kFloat;
       else if (v == "bfloat16")
@@ -126,6 +135,10 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
     in.impl = name;
     rows.emplace_back(name, estimate_peak(in));
   }
+  if (!verbose && in.device == "cuda" && !rows.empty())
+    out << fmt::format(
+        "on cuda: {} attention (terms from PyTorch 2.11's source, not yet measured on a GPU)\n",
+        rows.front().second.attention_kernel);
   if (!verbose)
     out << fmt::format("{:<24} {:>16} {:>16}{}  {}\n", "impl", "peak bytes", "above base",
                        in.offload ? fmt::format(" {:>16}", "host bytes") : "", "dominant phase");

@@ -1,8 +1,10 @@
 // attention.cpp: causal_attention (ops.h), which picks a kernel (attention_kernels.h) by device and dtype.
 //
 // CPU: always the fused CPU kernel (float64, float32, bfloat16). CUDA: flash for bfloat16/float16 (the
-// fastest, GQA without a repeat), the memory-efficient kernel for float32 (the paper's fp32 columns), and
-// math for float64 (no fused CUDA kernel takes it; float64 on a GPU is for exactness checks, not length).
+// fastest; K/V stay per kv head, though its backward expands dK/dV to Hq heads while it runs), the
+// memory-efficient kernel for float32 (the paper's fp32 columns; it takes K/V repeated to Hq heads), and math
+// for float64 (no fused CUDA kernel takes it; float64 on a GPU is for exactness checks, not length: it holds
+// N x Hq x c x e scores).
 #include <cmath>
 
 #include "harness/model/attention_kernels.h"

@@ -17,7 +17,9 @@ constexpr int64_t kCausalFromBottomRight = 2;  // the memory-efficient kernel's 
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               double scale) {
   const int64_t c = q.size(2), e = k.size(2);
-  // GQA native: Hq a multiple of Hkv, dK/dV returned per kv head.
+  // GQA native in the forward: K/V stay per kv head (Hq a multiple of Hkv). Not in the backward: mha_bwd
+  // (flash_api.cpp) computes dK/dV per query head into (N, e, Hq, hd) buffers and sums each group before it
+  // returns them per kv head, beside a float32 dq accumulator (N, round128(c), Hq, hd_r).
   auto out = std::get<0>(at::_flash_attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                       /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e, 0.0,
                                                       /*is_causal=*/true, /*return_debug_mask=*/false,
@@ -30,7 +32,9 @@ torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2), group = hq / hkv;
   // This kernel wants as many kv heads as query heads: repeat each kv head `group` times (e x Aq elements,
-  // never scores); autograd sums dK/dV back over each group through the expand.
+  // never scores); autograd sums dK/dV back over each group through the expand. With g > 1 the repeats are
+  // copies, N x e x Aq each for K and V, and they are what the kernel saves for its backward, whose dK/dV
+  // come back per query head: float32 GQA on CUDA holds K/V at Hq heads (reports/ESTIMATE.md, "On CUDA").
   auto per_query_head = [&](const torch::Tensor& t) {
     auto rows = t.transpose(1, 2);  // (N, e, Hkv, hd)
     if (group == 1) return rows;

@@ -1,6 +1,8 @@
 // attention_kernels.h: the kernels behind causal_attention (ops.h), one per device and dtype, and the rule
 // that picks one. Each takes the contract's shapes and alignment; none builds a score matrix except `math`,
-// kept for what no fused kernel takes (float64 on CUDA, odd head sizes on CUDA).
+// kept for what no fused kernel takes (float64 on CUDA, odd head sizes on CUDA). "No repeat of K/V" holds on
+// CPU and in flash's forward only: the efficient kernel takes K/V repeated to Hq heads, and flash's backward
+// expands dK/dV to Hq heads while it runs (reports/ESTIMATE.md, "On CUDA", counts both).
 //
 // Legend (model_config.h): N batch, Hq query heads, Hkv kv heads, c query rows, e keys, hd head size.
 #pragma once
@@ -13,8 +15,8 @@ namespace bpbench {
 
 enum class AttentionKernel {  // attention.cpp's table follows this order
   cpu_fused,  // attention_cpu.cpp: PyTorch's fused CPU kernel, prefix and diagonal merged by logsumexp
-  flash,      // attention_gpu.cpp: FlashAttention-2 (bfloat16, float16), bottom-right causal, GQA native
-  efficient,  // attention_gpu.cpp: memory-efficient kernel (float32 too), CausalFromBottomRight mask type
+  flash,      // attention_gpu.cpp: FlashAttention-2 (bfloat16, float16), bottom-right causal, K/V per kv head
+  efficient,  // attention_gpu.cpp: memory-efficient kernel (float32 too), bottom-right, K/V repeated to Hq
   math,       // attention_math.cpp: grouped matmul + softmax; materialises N x Hq x c x e scores
 };
 

@@ -1,5 +1,6 @@
-// attention_math.cpp: the math kernel (attention_kernels.h): what no fused kernel takes, on CUDA.
-// It materialises the scores, N x Hq x c x e, and their probabilities: a fallback, never a default.
+// attention_math.cpp: the math kernel (attention_kernels.h): what no fused kernel takes, on CUDA (float64,
+// head sizes not a multiple of 8). It materialises the scores, N x Hq x c x e, and their probabilities: the
+// one kernel that does, and one the analytic estimate (harness/run/estimate.h) does not model.
 #include <limits>
 
 #include "harness/model/attention_kernels.h"

@@ -193,6 +193,10 @@ class DeviceActivityGuard {
       records = profiles::stop_device_activity(timeline.origin);
       json counts = {{"kernels", 0}, {"memcpys", 0}, {"memsets", 0}};
       for (const auto& a : records) counts[a.kind + "s"] = counts[a.kind + "s"].get<int64_t>() + 1;
+      // What the trace lacks, said beside what it holds (device_activity.h).
+      const auto losses = profiles::last_device_activity_losses();
+      counts["dropped"] = losses.dropped;
+      counts["incomplete"] = losses.incomplete;
       result_ = counts;
     }
     mem.device_activity = result_;
@@ -358,7 +362,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   r.loss = loss;
   if (m.memory) {
     if (world == 1)
-      if (auto e = estimate_cell(c, at::get_num_threads())) {
+      if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device)) {
         mem.estimate_bytes = e->peak_bytes;
         if (offloads) mem.estimate_host_bytes = e->host_bytes;
       }

@@ -17,6 +17,20 @@
 //     allocate a scratch block per thread (attn_forward_scratch, attn_backward_scratch); the backward
 //     allocates dQ, dK and dV. A StreamBP chunk runs it twice (prefix keys, diagonal block) and merges;
 //   the MLP keeps gate, silu(gate), up and their product (4 I s); LoRA keeps x A^T (r s) per adapted linear.
+//
+// On CUDA (device "cuda") only the attention terms change, to the kernel causal_attention runs there
+// (attention_kernels.h), as PyTorch 2.11 allocates them (not yet checked against a GPU measurement):
+//   flash (bfloat16): saves what the CPU kernel saves (q, K, V as views, output, float32 logsumexp); one call
+//     per chunk (bottom-right causal: no prefix/diagonal split, no merge); no per-thread scratch. Its
+//     backward (flash_attn/flash_api.cpp, mha_bwd) allocates dQ, dK, dV and, while the kernel runs, a float32
+//     dq accumulator (N, round128(c), Hq, hd_r), softmax_d (N, Hq, round128(c)) float32 and, with GQA, dK/dV
+//     expanded to Hq heads (N, e, Hq, hd) each, summed per kv head before it returns;
+//   efficient (float32): K and V are repeated to Hq heads (attention_gpu.cpp; a copy when g > 1), and those
+//     copies are what the graph saves (K and V themselves are freed, except where StreamBP holds them). Its
+//     backward (attention_backward.cu, _efficient_attention_backward) returns dK/dV per query head (the
+//     repeat's backward sums them) and allocates delta (N, Hq, c) float32, computed for float32 from a
+//     float32 (N, c, Hq, hd) product, and a workspace of float32 dQ tiles (kernel_backward.h,
+//     workspace_size). Under no grad it computes no logsumexp.
 #include "harness/run/estimate.h"
 
 #include <fmt/format.h>
@@ -29,6 +43,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "harness/model/attention_kernels.h"
 
 namespace bpbench {
 
@@ -43,6 +59,11 @@ struct Dims {
   int64_t r;     // LoRA rank (0: full fine-tuning)
   bool full;     // base weights (norms, LM head, embedding included) are trainable
   bool offload;  // layer checkpoints in host memory (impls/offload.h)
+  // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
+  bool flash = false;      // FlashAttention-2: bfloat16
+  bool efficient = false;  // the memory-efficient kernel: float32
+  bool cuda() const { return flash || efficient; }
+  bool gqa() const { return Hq != Hkv; }
 
   // dK/dV accumulators of streambp: float32 for a bfloat16 model, else the model dtype.
   int64_t acc() const { return s == 2 ? 4 : s; }
@@ -58,6 +79,10 @@ struct Dims {
   }
   // K/V path, per key row: k_norm's saved tensors, then K (after RoPE) and V.
   int64_t kv_row() const { return (qk ? kept(Akv) + rms(Akv, Hkv) : 0) + 2 * Akv * s; }
+  // The same as a layer's graph keeps it. The efficient CUDA kernel saves K and V repeated to Hq heads (a
+  // copy when g > 1), and nothing else holds K and V in a whole-layer graph, so they are Aq wide there;
+  // everywhere else kv_row().
+  int64_t kv_row_graph() const { return efficient && gqa() ? kv_row() + 2 * (Aq - Akv) * s : kv_row(); }
   // MLP half, per row: x1 (as post_norm's input), post_norm, its output n, gate, silu, up, product; LoRA x
   // A^T.
   int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s; }
@@ -66,7 +91,7 @@ struct Dims {
   int64_t attn_out_row() const { return Aq * s + Hq * f; }
   // Everything one layer's autograd graph keeps per row: attention, its output, K/V, MLP, and the layer's
   // input (when rms_norm keeps it).
-  int64_t layer_row() const { return attn_row() + attn_out_row() + kv_row() + mlp_row() + kept(d); }
+  int64_t layer_row() const { return attn_row() + attn_out_row() + kv_row_graph() + mlp_row() + kept(d); }
   // The final norm's saved tensors and its output h (kept by the LM head only when W_lm is trainable: with
   // LoRA the frozen head saves nothing of its input).
   int64_t final_norm_row() const { return rms(d, 1) + (full ? d * s : 0); }
@@ -113,10 +138,48 @@ struct Dims {
     return std::max(N * rows * I * s + (full ? d * I * s : 0) + dy_copy, 2 * N * rows * I * s);
   }
   // No-grad forward of attention over `rows` queries: the output and logsumexp and the kernel's scratch;
-  // a chunk (keys > rows) also holds both calls' outputs and logsumexps while they are merged in f.
+  // a chunk (keys > rows) also holds both calls' outputs and logsumexps while they are merged in f. CUDA: one
+  // call, no scratch (cuda_forward_output + kv_repeat).
   int64_t attn_forward(int64_t rows, int64_t keys) const {
+    if (cuda()) return cuda_forward_output(rows) + kv_repeat(keys);
     if (keys == rows) return N * rows * attn_out_row() + attn_forward_scratch(rows, keys);
     return N * rows * (3 * Aq * s + 2 * Aq * f + 5 * Hq * f) + attn_forward_scratch(rows, keys);
+  }
+
+  // ---- CUDA (PyTorch 2.11's kernels; reports/ESTIMATE.md, "On CUDA") ----
+  static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+  static int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+  // The efficient kernel's K and V repeated to Hq heads over `keys` keys: 2 x (N, e, Hq, hd) in s, a copy
+  // (attention_gpu.cpp, per_query_head) only when g > 1. Saved for the backward when grad is on.
+  int64_t kv_repeat(int64_t keys) const { return efficient && gqa() ? 2 * N * keys * Aq * s : 0; }
+  // No-grad output of one call: flash (N, c, Hq, hd) in s and the logsumexp (N, Hq, c) float32 (always
+  // computed); efficient the output only (compute_log_sumexp is false under no grad).
+  int64_t cuda_forward_output(int64_t rows) const { return N * rows * (Aq * s + (flash ? Hq * 4 : 0)); }
+  // flash_api.cpp, mha_bwd (non-deterministic): dq_accum (N, round128(c), Hq, hd_r) float32, with hd_r = hd
+  // rounded up to 32 (to 64 above 128), and softmax_d (N, Hq, round128(c)) float32.
+  int64_t flash_dq_accum(int64_t rows) const {
+    return N * round_up(rows, 128) * Hq * round_up(hd, hd <= 128 ? 32 : 64) * 4;
+  }
+  int64_t flash_softmax_d(int64_t rows) const { return N * Hq * round_up(rows, 128) * 4; }
+  // mha_bwd with num_heads != num_heads_k: dk_expanded, dv_expanded (N, e, Hq, hd) in s, summed per group
+  // into dK, dV (N, e, Hkv, hd) before it returns.
+  int64_t flash_expanded(int64_t keys) const { return gqa() ? 2 * N * keys * Aq * s : 0; }
+  // The float32 backward kernel cutlassB picks on sm80+ (the first that takes hd): 64x64 for hd <= 64, else
+  // 128x64 (kBlockSizeI = 128) when its shared memory fits the GPU (assumed: H100; see ESTIMATE.md).
+  int64_t efficient_block_rows() const { return hd <= 64 ? 64 : 128; }
+  // kernel_backward.h, workspace_size for float32 (kNeedsAccumGradQ: split keys; no gK/gV staging): per
+  // (sequence, query head) ceil(c/BI) x ceil(hd/64) GradQTempStorage tiles of a 16-byte lock and BI x 64
+  // floats.
+  int64_t efficient_workspace(int64_t rows) const {
+    const int64_t bi = efficient_block_rows();
+    return N * Hq * ceil_div(rows, bi) * ceil_div(hd, 64) * (16 + bi * 64 * 4);
+  }
+  // _efficient_attention_backward for float32 (kKernelComputesDelta is false): delta = (dO * O).sum(-1)
+  // .transpose().contiguous(), whose float32 (N, c, Hq, hd) product, (N, c, Hq) sum and (N, Hq, c) copy live
+  // together, then delta with the workspace.
+  int64_t efficient_scratch(int64_t rows) const {
+    const int64_t delta = N * Hq * rows * 4;
+    return std::max(N * rows * Aq * 4 + 2 * delta, delta + efficient_workspace(rows));
   }
 };
 
@@ -223,6 +286,36 @@ void add_checkpoints(PhaseBuilder& p, const Dims& D, const std::string& which, i
         checkpoints_bytes(D, kept), true);
 }
 
+// CUDA: the attention backward as one kernel call of `rows` queries over `keys` keys (named R and E in the
+// terms): dO coming in, the kernel's dQ, dK, dV, and its own buffers while it runs.
+void add_cuda_attention_backward(PhaseBuilder& p, const Dims& D, int64_t rows, int64_t keys, const char* R,
+                                 const char* E) {
+  if (D.flash) {
+    p.add(fmt::format("attention backward (flash): dO, dQ, dK, dV: N*({0}*2*Aq + {1}*2*Akv)*s", R, E),
+          D.N * (2 * rows * D.Aq + 2 * keys * D.Akv) * D.s);
+    p.add(fmt::format("flash backward: float32 dq accumulator: N*round128({})*Hq*hd_r*4", R),
+          D.flash_dq_accum(rows));
+    p.add(fmt::format("flash backward: softmax_d: N*Hq*round128({})*4", R), D.flash_softmax_d(rows));
+    p.add(fmt::format("flash backward, GQA: dK, dV expanded to Hq heads: 2 x N*{}*Aq*s", E),
+          D.flash_expanded(keys));
+  } else {
+    p.add(fmt::format(
+              "attention backward (efficient): dO, dQ, and dK, dV per query head: N*({0}*2*Aq + {1}*2*Aq)*s",
+              R, E),
+          D.N * (2 * rows * D.Aq + 2 * keys * D.Aq) * D.s);
+    p.add(fmt::format("efficient backward: delta and float32 dQ workspace: max(N*{0}*Aq*4 + 2 x N*Hq*{0}*4, "
+                      "N*Hq*{0}*4 + workspace)",
+                      R),
+          D.efficient_scratch(rows));
+  }
+}
+
+// "K path saved + K + V" of a whole-layer graph (kv_row_graph), named for what the efficient kernel saves.
+const char* kv_graph_name(const Dims& D) {
+  return D.efficient && D.gqa() ? "K path saved + K, V repeated to Hq heads (saved by the efficient kernel)"
+                                : "K path saved + K + dV";
+}
+
 // ---- layer phases for whole-sequence re-forward (checkpoint, checkpoint-chunked-head, mst) ----------------
 
 // The attention backward of the top layer (the largest: every lower checkpoint is still alive). Kept: the
@@ -236,10 +329,13 @@ PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, int64
   add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", checkpoints - 1), checkpoints);
   p.add(fmt::format("gradients in flight ({}): {} x N*T*d*s", flow_note, flows), flows * rows * D.d * D.s);
   p.add("attention half saved: N*T*attn_row", rows * D.attn_row());
-  p.add("K path saved + K + dV: N*T*kv_row", rows * D.kv_row());
+  p.add(fmt::format("{}: N*T*kv_row", kv_graph_name(D)), rows * D.kv_row_graph());
   p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
   p.add("attention output + logsumexp: N*T*(Aq*s + Hq*f)", rows * D.attn_out_row());
-  p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
+  if (D.cuda())
+    add_cuda_attention_backward(p, D, D.T, D.T, "T", "T");
+  else
+    p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
   return p.done();
 }
 
@@ -252,7 +348,7 @@ PhaseEstimate whole_mlp_backward(const Dims& D, int64_t checkpoints) {
   add_checkpoints(p, D, "layer inputs", checkpoints);
   p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
   p.add("layer graph: N*T*(attn_row + attn_out_row + kv_row + mlp_row)",
-        rows * (D.attn_row() + D.attn_out_row() + D.kv_row() + D.mlp_row()));
+        rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph() + D.mlp_row()));
   p.add("rope tables", 2 * D.rope(D.T));
   p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
   return p.done();
@@ -271,8 +367,15 @@ PhaseEstimate checkpointed_forward_phase(const Dims& D, int64_t rows) {
   const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d + 4 * D.I + 2 * D.r) * D.s;
   if (attention >= mlp) {
     p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
-    p.add("one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
-          D.attn_forward(rows, D.T));
+    if (!D.cuda()) {
+      p.add("one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
+            D.attn_forward(rows, D.T));
+    } else {
+      p.add(D.flash ? "one chunk's attention (flash): output, logsumexp: N*c*(Aq*s + Hq*4)"
+                    : "one chunk's attention (efficient, no grad: no logsumexp): output: N*c*Aq*s",
+            D.cuda_forward_output(rows));
+      p.add("the efficient kernel's K and V repeated to Hq heads: 2 x N*T*Aq*s", D.kv_repeat(D.T));
+    }
   } else {
     p.add("one chunk's MLP: q, x1, its norm, gate, silu(gate), up, product: N*c*(Aq + 2*d + 4*I [+ 2*r])*s",
           mlp);
@@ -311,10 +414,13 @@ std::vector<PhaseEstimate> plain_phases(const Dims& D) {
     p.add(
         "top layer: its input, attention half and output, K path: N*T*(kept(d) + attn_row + attn_out_row + "
         "kv_row)",
-        rows * (D.kept(D.d) + D.attn_row() + D.attn_out_row() + D.kv_row()));
+        rows * (D.kept(D.d) + D.attn_row() + D.attn_out_row() + D.kv_row_graph()));
     p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
     p.add("top layer rope tables", 2 * D.rope(D.T));
-    p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
+    if (D.cuda())
+      add_cuda_attention_backward(p, D, D.T, D.T, "T", "T");
+    else
+      p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
     out.push_back(p.done());
   }
   return out;
@@ -354,7 +460,7 @@ std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
     add_checkpoints(p, D, "layer inputs", D.L);
     p.add("x1, dy, dx1: 3 x N*T*d*s", 3 * rows * D.d * D.s);
     p.add("attention graph, all rows: N*T*(attn_row + attn_out_row + kv_row)",
-          rows * (D.attn_row() + D.attn_out_row() + D.kv_row()));
+          rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph()));
     p.add("rope tables", 2 * D.rope(D.T));
     // Its input x1[s:e] is a view of x1 (counted above): the graph adds only what mlp_row has beyond it.
     p.add("one mini-sequence's MLP graph and output: N*c*(mlp_row - kept(d) + d*s)",
@@ -378,7 +484,8 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
     out.push_back(p.done());
   }
   // Alive through the top layer's chunks: the layer inputs below, dy and dx, the K/V path for all T rows with
-  // its graph (attn_norm, k_norm, K, V), dK and dV, and the k rope tables.
+  // its graph (attn_norm, k_norm, K, V), dK and dV, and the k rope tables. StreamBP holds K and V themselves
+  // (leaves), so on CUDA's efficient kernel a chunk's graph adds the repeated K[:e], V[:e] on top.
   auto layer_base = [&](PhaseBuilder& p) {
     add_checkpoints(p, D, "layer inputs", D.L);
     p.add("dy and dx: 2 x N*T*d*s", 2 * rows * D.d * D.s);
@@ -395,6 +502,8 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
       p.add("chunk graph: N*c*(attn_row + attn_out_row + mlp_row)",
             D.N * r * (D.attn_row() + D.attn_out_row() + D.mlp_row()));
       p.add("chunk gradient in flight: N*c*d*s", D.N * r * D.d * D.s);
+      p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
+            D.kv_repeat(e));
       p.add("q rope tables", D.rope(r));
       p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
             D.mlp_backward(r, true));
@@ -408,8 +517,14 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
             D.N * r * (D.attn_row() + D.attn_out_row()));
       p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
       p.add("q rope tables", D.rope(r));
-      p.add("attention backward, two calls: dQ, dK, dV pieces, merged: see chunk_attn_backward",
-            D.chunk_attn_backward(r, e));
+      if (D.cuda()) {
+        p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
+              D.kv_repeat(e));
+        add_cuda_attention_backward(p, D, r, e, "c", "e");
+      } else {
+        p.add("attention backward, two calls: dQ, dK, dV pieces, merged: see chunk_attn_backward",
+              D.chunk_attn_backward(r, e));
+      }
       auto ph = p.done();
       if (ph.bytes > attn.bytes) attn = ph;
     }
@@ -459,7 +574,25 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
         "checkpoint, checkpoint-chunked-head, mst, streambp)");
   if (in.seq_len <= 0 || in.sequences <= 0 || in.lora_rank < 0 || in.threads <= 0)
     throw std::invalid_argument("estimate: seq_len, sequences and threads must be > 0, lora_rank >= 0");
+  if (in.device != "cpu" && in.device != "cuda")
+    throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", in.device));
   in.config.validate();
+  element_bytes(in.dtype);  // throws for a dtype the estimate does not take
+  // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp).
+  const AttentionKernel kernel =
+      attention_kernel_for(in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU),
+                           in.dtype, in.config.head_dim);
+  if (in.device == "cuda" && kernel == AttentionKernel::math)
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} with head dim {} runs the math attention kernel (N x Hq x c x e "
+                    "scores), which the estimate does not model (modelled on cuda: bfloat16 on flash, "
+                    "float32 on the memory-efficient kernel, head dim a multiple of 8)",
+                    dtype_name(in.dtype), in.config.head_dim));
+  if (kernel == AttentionKernel::efficient && in.dtype != torch::kFloat)
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} with head dim {} runs the memory-efficient kernel in half "
+                    "precision, which the estimate does not model (flash takes head dims up to 256)",
+                    dtype_name(in.dtype), in.config.head_dim));
 
   const ModelConfig& c = in.config;
   Dims D{};
@@ -482,9 +615,12 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   D.r = in.lora_rank;
   D.full = in.lora_rank == 0;
   D.offload = in.offload;
+  D.flash = kernel == AttentionKernel::flash;
+  D.efficient = kernel == AttentionKernel::efficient;
   const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
 
   MemoryEstimate e;
+  e.attention_kernel = attention_kernel_name(kernel);
   const int64_t base_params = c.parameter_count(), adapters = D.full ? 0 : lora_adapter_params(c, D.r);
   e.params = (base_params + adapters) * D.s;
   e.grads = (D.full ? base_params : adapters) * D.s;
@@ -529,11 +665,12 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
 
 std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
   std::ostringstream o;
-  o << fmt::format("{} on {} ({}), T={}, N={}, partition={}, logits_partition={}, objective {}{}{}\n",
+  o << fmt::format("{} on {} ({}), T={}, N={}, partition={}, logits_partition={}, objective {}{}{}{}\n",
                    in.impl, in.config.name, dtype_name(in.dtype), in.seq_len, in.sequences,
                    clamp_rows(in.partition, in.seq_len), clamp_rows(in.logits_partition, in.seq_len),
                    in.objective, in.lora_rank > 0 ? fmt::format(", LoRA r={}", in.lora_rank) : "",
-                   in.offload ? ", checkpoints offloaded" : "");
+                   in.offload ? ", checkpoints offloaded" : "",
+                   in.device == "cuda" ? fmt::format(", on cuda ({} attention)", e.attention_kernel) : "");
   o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}\n", e.base, mib(e.base), e.params,
                    e.grads, e.batch);
   for (const auto& p : e.phases) {

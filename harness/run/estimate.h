@@ -8,6 +8,12 @@
 // (profiles/memory.h), which counts every LibTorch tensor allocation: base (params + grads + batch, live when
 // the step starts) plus the step's peak above it. The formulas, and which tensor each term is, are in
 // reports/ESTIMATE.md.
+//
+// `device` picks the attention kernel the terms model (harness/model/attention_kernels.h): on "cpu" the fused
+// CPU kernel (the variant measured to the byte); on "cuda" FlashAttention-2 (bfloat16) or the
+// memory-efficient kernel (float32), whose backward buffers differ (flash: a float32 dq accumulator and, with
+// GQA, dK/dV expanded to Hq heads; efficient: K/V repeated to Hq heads). Every other term is the same on
+// both: the CUDA variant is derived from PyTorch's source, not yet measured.
 #pragma once
 
 #include <torch/torch.h>
@@ -33,6 +39,9 @@ struct EstimateInput {
   int64_t lora_rank = 0;                    // 0: full fine-tuning
   int64_t threads = 1;   // CPU threads: the fused attention kernel allocates a scratch block per thread
   bool offload = false;  // layer checkpoints in host memory (impls/offload.h); not for plain
+  // cpu | cuda: whose attention kernel the terms model. cuda takes bfloat16 (flash) and float32 (efficient)
+  // with a head dim that is a multiple of 8; float64 there runs the math kernel, which is not modelled.
+  std::string device = "cpu";
 };
 
 // One named tensor term of a phase: `bytes` in all (count x shape x element size).
@@ -60,12 +69,14 @@ struct MemoryEstimate {
   int64_t peak_above_base = 0;        // the largest phase
   int64_t peak_bytes = 0;             // base + peak_above_base: comparable to the measured memory.peak_bytes
   std::string dominant_phase;         // the phase that sets the peak
+  std::string attention_kernel;       // what the attention terms model: cpu-fused, flash or efficient
   std::vector<PhaseEstimate> phases;  // every phase considered, in the order the strategy runs them
   int64_t host_bytes = 0;             // offload: the host buffers of the layer checkpoints (else 0)
   int64_t offload_traffic_bytes = 0;  // offload: bytes copied between device and host per step (PCIe)
 };
 
-// Throws std::invalid_argument for an impl without an estimate, a bad dtype, or non-positive T / N.
+// Throws std::invalid_argument for an impl without an estimate, a bad dtype or device, non-positive T / N, or
+// a CUDA cell whose attention kernel is not modelled (math: float64 or a head dim not a multiple of 8).
 MemoryEstimate estimate_peak(const EstimateInput& in);
 
 // N for an objective: sft B, dpo 2B, grpo B*G.

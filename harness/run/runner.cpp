@@ -97,10 +97,10 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
   if (spec.budget_bytes) {
     const int64_t threads = job.settings.threads > 0 ? job.settings.threads : default_threads();
     auto fits = [&](int64_t T) {
-      auto e = estimate_cell(at_length(T).cell, threads);
+      auto e = estimate_cell(at_length(T).cell, threads, job.settings.device);
       return e && e->peak_bytes <= *spec.budget_bytes;
     };
-    if (estimate_cell(at_length(spec.granularity).cell, threads)) {
+    if (estimate_cell(at_length(spec.granularity).cell, threads, job.settings.device)) {
       int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
       while (lo < hi) {
         const int64_t mid = (lo + hi + 1) / 2;

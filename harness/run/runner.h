@@ -48,9 +48,11 @@ struct CellJob {
 Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
                  const nlohmann::json& rope = nullptr);
 ModelConfig model_config_of(const std::string& name, const nlohmann::json& rope = nullptr);  // no weights
-// The analytic estimate (harness/run/estimate.h) of a cell run with `threads` CPU threads: its peak, and
-// offload's host bytes; nullopt for an impl without an estimate.
-std::optional<MemoryEstimate> estimate_cell(const Cell& cell, int64_t threads);
+// The analytic estimate (harness/run/estimate.h) of a cell run with `threads` CPU threads on `device` (cpu |
+// cuda: whose attention kernel the terms model): its peak, and offload's host bytes; nullopt for an impl
+// without an estimate, or a CUDA cell on the math kernel (float64).
+std::optional<MemoryEstimate> estimate_cell(const Cell& cell, int64_t threads,
+                                            const std::string& device = "cpu");
 torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError
 int64_t default_threads();                               // every core
 
