@@ -7,6 +7,8 @@
 #      .venv (with transformers, the model oracle). The first time this downloads about 3 GB and takes about
 #      5 GB of disk (torch's CUDA 13 libraries). Where .venv does not exist and python3 already imports a
 #      torch 2.x (the GPU machines: their own torch, and no network), that one is used and nothing is installed.
+#   3. The peers of reports/peers/ (the official StreamBP, Liger, cut-cross-entropy): scripts/setup_peers.sh,
+#      pinned and hashed, into .peers/ (about 15 MB download).
 # CMake then finds LibTorch through that Python (scripts/cmake/dependencies.cmake). The CUDA 13 toolkit
 # (nvcc, CUPTI, NVTX3) is expected at /usr/local/cuda (or CUDAToolkit_ROOT), of the wheel's CUDA major version.
 set -euo pipefail
@@ -47,14 +49,19 @@ for line in open(sys.argv[1]):
 PY
 }
 
+# The main environment, then the peers beside it (scripts/setup_peers.sh: their own pins, in .peers/).
 venv="$root/.venv"
-if [ -x "$venv/bin/python" ]; then
-  satisfies_pins "$venv/bin/python" && exit 0
-elif python3 -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; then
-  echo "setup: using python3's own torch $(python3 -c 'import torch; print(torch.__version__)'); nothing installed" >&2
-  exit 0
-else
-  python3 -m venv "$venv"
-fi
-echo "setup: installing scripts/requirements.txt into .venv (first time: ~3 GB download, ~5 GB disk)" >&2
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/scripts/requirements.txt"
+install_venv() {
+  if [ -x "$venv/bin/python" ]; then
+    satisfies_pins "$venv/bin/python" && return 0
+  elif python3 -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; then
+    echo "setup: using python3's own torch $(python3 -c 'import torch; print(torch.__version__)'); nothing installed" >&2
+    return 0
+  else
+    python3 -m venv "$venv"
+  fi
+  echo "setup: installing scripts/requirements.txt into .venv (first time: ~3 GB download, ~5 GB disk)" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/scripts/requirements.txt"
+}
+install_venv
+bash "$root/scripts/setup_peers.sh"
