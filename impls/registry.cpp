@@ -49,7 +49,7 @@ std::vector<std::string> offloading_strategy_names() {
 }
 
 std::vector<std::string> peer_names() {
-  return {"hf-checkpoint", "hf"};
+  return {"hf-checkpoint", "hf", "streambp-official", "liger-flce", "cce"};
 }
 
 bool is_peer(const std::string& impl) {

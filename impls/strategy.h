@@ -63,8 +63,10 @@ std::vector<std::string> strategy_names();
 std::vector<std::string> offloading_strategy_names();  // those whose uses_offload() is true
 
 // Peers: implementations outside bpbench whose results bpbench reads (report, compare) but never runs,
-// written in bpbench's results schema by reports/hf_side_by_side.py: "hf-checkpoint" (transformers, SDPA,
-// gradient checkpointing) and "hf" (transformers, SDPA, no checkpointing).
+// written in bpbench's results schema by the scripts of reports/peers/: "hf-checkpoint" and "hf"
+// (transformers, SDPA, with and without gradient checkpointing; hf_checkpoint.py), "streambp-official" (the
+// authors' StreamBP from PyPI; streambp_official.py), "liger-flce" and "cce" (fused linear cross-entropy
+// kernels on transformers' checkpointing; liger_flce.py, cce.py).
 std::vector<std::string> peer_names();
 bool is_peer(const std::string& impl);
 // strategy_names() then peer_names(): what a results file's impl axis may hold.

@@ -275,8 +275,9 @@ Scenario parse_scenario(const json& j) {
     if (a.key == "impl")
       for (const auto& v : a.values)
         if (is_peer(v.get<std::string>()))
-          input_error(fmt::format("grid.impl: '{}' is a peer measured in transformers by "
-                                  "reports/hf_side_by_side.py, not a strategy bpbench runs",
+          input_error(fmt::format("grid.impl: '{}' is a peer measured outside bpbench by a script of "
+                                  "reports/peers/ (reports/hf_side_by_side.py for hf-checkpoint), not a "
+                                  "strategy bpbench runs",
                                   v.get<std::string>()),
                       fmt::format("{}", fmt::join(strategy_names(), ", ")));
   if (s.settings.measure.device_activity && !(s.settings.measure.timeline && s.settings.device == "cuda"))
