@@ -12,6 +12,8 @@ mkdir -p "$prefix" "$log_dir"
 for deb in "$root"/.deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: none"; } | tee "$log_dir/gpu.txt"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$log_dir/gpu.txt"
+# The peers (reports/peers/) into .peers from the carried wheels, for paper_gpu.sh and their tests.
+PYTHON="$(command -v python3)" bash "$root/scripts/setup_peers.sh" 2>&1 | tee "$log_dir/peers.log"
 cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBPBENCH_PYTHON="$(command -v python3)" \
   -DBPBENCH_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/x86_64-linux-gnu/cmake" \
   2>&1 | tee "$log_dir/configure.log"

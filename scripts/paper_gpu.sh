@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The StreamBP paper's tables on your GPU: every scenarios/h100_*.json, Hugging Face (transformers, SDPA,
-# gradient checkpointing) measured beside the Llama-3.1-8B and Qwen3-8B cells, and one report per table.
+# gradient checkpointing) measured beside the Llama-3.1-8B and Qwen3-8B cells, and one report per table. The
+# `peers` table puts bpbench's Qwen3-8B cells beside every peer of reports/peers/ (the official StreamBP, Hugging
+# Face checkpointing, Liger FLCE and cut-cross-entropy; scripts/setup_peers.sh installs them).
 #
 #   scripts/paper_gpu.sh [OUT_DIR]          (default reports/results/h100)
 #   ONLY="llama_memory_time table7_grad_error" scripts/paper_gpu.sh   # a subset, by scenario name less h100_
@@ -23,7 +25,7 @@ python="${PYTHON:-python3}"
 budget="${BUDGET_BYTES:-80000000000}"
 resume=()
 [[ "${RESUME:-1}" == 0 ]] || resume=(--resume)
-all="llama_memory_time table1_time fig5_partition table7_grad_error streambp_trace offload_time
+all="llama_memory_time peers table1_time fig5_partition table7_grad_error streambp_trace offload_time
      table3_maxlen_dpo_grpo table3_maxlen_32b_lora table3_maxlen offload_maxlen"
 [[ -x "$bpbench" ]] || { echo "paper_gpu.sh: no bpbench at $bpbench (scripts/build.sh first, or BPBENCH=)" >&2; exit 2; }
 mkdir -p "$out"
@@ -31,8 +33,14 @@ mkdir -p "$out"
 peer() {  # NAME MODEL LENGTHS...: the Hugging Face side of a table
   local name="$1" model="$2"
   shift 2
-  "$python" "$root/reports/hf_side_by_side.py" --model "$model" --seq-len "$@" --budget-bytes "$budget" \
-    --bpbench "$bpbench" --out "$out/$name/results.json" "${resume[@]}"
+  run_peer hf_checkpoint "$name" --model "$model" --seq-len "$@"
+}
+
+run_peer() {  # SCRIPT NAME OPTIONS...: reports/peers/SCRIPT.py into OUT/NAME
+  local script="$1" name="$2"
+  shift 2
+  "$python" "$root/reports/peers/$script.py" "$@" --budget-bytes "$budget" --bpbench "$bpbench" \
+    --out "$out/$name/results.json" "${resume[@]}"
 }
 
 for s in ${ONLY:-$all}; do
@@ -43,6 +51,15 @@ for s in ${ONLY:-$all}; do
     llama_memory_time)
       peer hf_llama llama3.1-8b 3072 6144 9216 18432
       "$bpbench" report "$out/$s" "$out/hf_llama" --out "$out/$s/report" ;;
+    peers)
+      lengths=(8192 16384 32768)  # scenarios/h100_peers.json's
+      run_peer streambp_official streambp_official --model qwen3-8b --seq-len "${lengths[@]}" \
+        --partition 1024 --logits-partition 1024
+      run_peer hf_checkpoint hf_peers --model qwen3-8b --seq-len "${lengths[@]}"
+      run_peer liger_flce liger_flce --model qwen3-8b --seq-len "${lengths[@]}"
+      run_peer cce cce --model qwen3-8b --seq-len "${lengths[@]}"
+      "$bpbench" report "$out/$s" "$out/streambp_official" "$out/hf_peers" "$out/liger_flce" "$out/cce" \
+        --out "$out/$s/report" ;;
     table3_maxlen)
       # Hugging Face's longest Qwen3-8B step, bracketed: the paper's checkpointing reaches 20k.
       peer hf_qwen3_8b qwen3-8b 8192 16384 20480 24576
