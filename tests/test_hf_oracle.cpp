@@ -7,10 +7,8 @@
 // The oracle runs under the Python that CMake found LibTorch through (BPBENCH_PYTHON: the project's .venv,
 // with the pinned transformers). Where that Python has no transformers (a GPU machine's own torch), the tests
 // skip with that reason; under CI (CI=true) they fail instead, so the oracle never silently goes missing.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -22,6 +20,7 @@
 
 #include "harness/model/hf_model.h"
 #include "harness/model/safetensors.h"
+#include "tests/python_output.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {
@@ -57,46 +56,17 @@ const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chun
 constexpr Partitioning kPartition{/*rows=*/7, /*logits_rows=*/5};
 constexpr double kTolerance = 1e-10;
 
-// The oracle's output for the current hf_oracle.py. ctest runs every test in its own process, so the output
-// is cached in the build tree under the script's hash, made once under a file lock and moved into place
-// whole. Empty `skip` and `error` mean `dir` holds it.
-struct OracleRun {
-  fs::path dir;
-  std::string skip, error;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-const OracleRun& oracle() {
-  static const OracleRun run = [] {
-    OracleRun r;
+// The oracle's output for the current hf_oracle.py (python_output.h: made once per build tree).
+const PythonOutput& oracle() {
+  static const PythonOutput run = [] {
     const std::string python = BPBENCH_PYTHON;
-    const fs::path script = fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "hf_oracle.py";
-    const fs::path cache = fs::path(BPBENCH_BINARY_DIR) / "hf_oracle";
-    r.dir = cache / fmt::format("{:016x}", std::hash<std::string>{}(python + read_file(script)));
-    fs::create_directories(cache);
-    const int lock = ::open((cache / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-    ::flock(lock, LOCK_EX);
-    if (!fs::exists(r.dir / "cases.json")) {
-      if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0) {
-        r.skip = fmt::format("{} cannot import transformers (run scripts/setup.sh): oracle not run", python);
-      } else {
-        const fs::path tmp = r.dir.string() + ".tmp", log = r.dir.string() + ".log";
-        fs::remove_all(tmp);
-        const std::string cmd =
-            fmt::format("'{}' '{}' '{}' >'{}' 2>&1", python, script.string(), tmp.string(), log.string());
-        if (std::system(cmd.c_str()) != 0)
-          r.error = fmt::format("hf_oracle.py failed:\n{}", read_file(log));
-        else
-          fs::rename(tmp, r.dir);
-      }
-    }
-    ::flock(lock, LOCK_UN);
-    ::close(lock);
-    return r;
+    const bool has_transformers =
+        std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) == 0;
+    return cached_python_output(
+        "hf_oracle", {fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "hf_oracle.py"}, "", "cases.json",
+        has_transformers
+            ? ""
+            : fmt::format("{} cannot import transformers (run scripts/setup.sh): oracle not run", python));
   }();
   return run;
 }
@@ -116,7 +86,7 @@ std::vector<OracleCell> oracle_cells() {
 class HfOracle : public ::testing::TestWithParam<OracleCell> {
  protected:
   void SetUp() override {
-    const OracleRun& run = oracle();
+    const PythonOutput& run = oracle();
     if (!run.skip.empty()) {
       const char* ci = std::getenv("CI");
       if (ci && std::string(ci) == "true") FAIL() << run.skip << " (under CI the oracle must run)";
@@ -178,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, HfOracle, ::testing::ValuesIn(oracle_cells()), [
 });
 
 TEST(HfOracleCases, TheOracleWroteExactlyTheCasesTestedHere) {
-  const OracleRun& run = oracle();
+  const PythonOutput& run = oracle();
   if (!run.skip.empty()) GTEST_SKIP() << run.skip;
   ASSERT_TRUE(run.error.empty()) << run.error;
   std::ifstream in(run.dir / "cases.json");

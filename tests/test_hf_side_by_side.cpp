@@ -97,6 +97,32 @@ TEST(HfSideBySide, CpuRunWritesResultsThatBpbenchReports) {
   EXPECT_NE(merged.find("| hf-checkpoint |"), std::string::npos) << merged;
 }
 
+// Liger and cut-cross-entropy are Triton kernels: on the CPU each length is a "skipped" cell with the reason,
+// which the report shows, never a number.
+TEST(HfSideBySide, TritonPeersAreSkippedOnTheCpuWithTheReason) {
+  const std::string python = BPBENCH_PYTHON;
+  if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)
+    GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
+  TempDir tmp;
+  for (const std::string peer : {"liger_flce", "cce"}) {
+    const fs::path script = fs::path(BPBENCH_SOURCE_DIR) / "reports" / "peers" / (peer + ".py");
+    const std::string results = tmp.file(peer + "/results.json"), log = tmp.file("log");
+    const std::string cmd = fmt::format(
+        "'{}' '{}' --model tiny --device cpu --dtype float32 --seq-len 16 33 --bpbench '{}' --out '{}' "
+        ">'{}' 2>&1",
+        python, script.string(), BPBENCH_BINARY, results, log);
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(log).rdbuf();
+    const nlohmann::json doc = load_results(results);
+    ASSERT_EQ(doc["cells"].size(), 2u) << peer;
+    for (const auto& cell : doc["cells"]) {
+      EXPECT_EQ(cell["axes"]["impl"], peer == "cce" ? "cce" : "liger-flce");
+      EXPECT_EQ(cell["status"], "skipped") << peer;
+      EXPECT_EQ(cell["reason"], "Triton kernels: GPU only (--device cuda)") << peer;
+      EXPECT_TRUE(cell["loss"].is_null() && cell["time"].is_null() && cell["memory"].is_null()) << peer;
+    }
+  }
+}
+
 TEST(HfSideBySide, AScenarioCannotRunAPeer) {
   try {
     parse_scenario_text(R"({"grid": {"model": "tiny", "impl": ["plain", "hf-checkpoint"], "seq_len": 32}})",
