@@ -33,6 +33,14 @@ def streambp_version():
     return metadata.version("streambp")
 
 
+def forget_previous():
+    """Drops every model wrapped before: the official code keeps each StreamModel as a key of its module-level
+    `stream_buffer` dict, so without this a script measuring several lengths would hold every earlier model's
+    parameters on the GPU, and each length's memory would include them."""
+    stream_model.stream_buffer.clear()
+    stream_model.global_dict.clear()
+
+
 def wrap(model, partition, logits_partition):
     """The official wrapping, as its README runs it: StreamModel (changes `model` in place), then
     gradient_checkpointing_enable() (without it only the logits are chunked), then train(). Its forward runs the

@@ -54,6 +54,7 @@ def config(config_json):
 
 
 def build(config, args, device, dtype):
+    official_streambp.forget_previous()  # before this length's model exists: the last one's is freed first
     model = common.causal_lm(config, dtype, device)
     model.train()
     sm = official_streambp.wrap(model, args.partition, args.logits_partition)
