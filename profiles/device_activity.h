@@ -38,7 +38,7 @@ std::vector<DeviceActivity> stop_device_activity(TraceClock::time_point origin);
 
 // What the last collection could not return (zeros before any, and where none could start).
 struct DeviceActivityLosses {
-  int64_t dropped = 0;     // records CUPTI dropped for want of buffer space (cuptiActivityGetNumDroppedRecords)
+  int64_t dropped = 0;  // records CUPTI dropped for want of buffer space (cuptiActivityGetNumDroppedRecords)
   int64_t incomplete = 0;  // records without an end time at the flush: left out of stop's result
 };
 // The counts of the collection that the last stop_device_activity() ended.

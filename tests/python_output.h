@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -16,17 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_files.h"
+
 namespace bpbench::testing {
 
 struct PythonOutput {
   std::filesystem::path dir;
   std::string skip, error;
 };
-
-inline std::string file_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // Runs `python SCRIPT OUT_DIR EXTRA_ARGS` unless `cache` already holds its output (OUT_DIR/`done_file`).
 // `sources`: the script and every file it loads (their contents key the cache). `skip_reason`, when not
@@ -62,6 +60,17 @@ inline PythonOutput cached_python_output(const std::string& cache,
   ::flock(lock, LOCK_UN);
   ::close(lock);
   return r;
+}
+
+// For a fixture's SetUp: the test skips when the script could not run here (`run.skip`), but fails under CI
+// (CI=true), where `what` must run; a script that failed fails the test with its log.
+inline void require_python_output(const PythonOutput& run, const std::string& what) {
+  if (!run.skip.empty()) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") FAIL() << run.skip << " (under CI " << what << " must run)";
+    GTEST_SKIP() << run.skip;
+  }
+  ASSERT_TRUE(run.error.empty()) << run.error;
 }
 
 }  // namespace bpbench::testing

@@ -26,13 +26,6 @@ struct Outcome {
   std::string out, err;
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 size_t count_lines(const std::string& s) {
   size_t n = 0;
   for (char c : s) n += c == '\n';
@@ -59,8 +52,8 @@ class Cli : public ::testing::Test {
     const int raw = std::system(cmd.c_str());
     Outcome o;
     o.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-    o.out = slurp(out);
-    o.err = slurp(err);
+    o.out = testing::file_text(out);
+    o.err = testing::file_text(err);
     return o;
   }
 
@@ -224,7 +217,7 @@ TEST_F(Cli, RunWritesResultsProgressAndTable) {
   EXPECT_NE(o.err.find("ETA"), std::string::npos) << o.err;
   EXPECT_NE(o.out.find("| model | impl "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("grad rel L2"), std::string::npos) << o.out;
-  const auto results = nlohmann::json::parse(slurp(dir_ / "res" / "results.json"));
+  const auto results = nlohmann::json::parse(testing::file_text(dir_ / "res" / "results.json"));
   EXPECT_EQ(results.at("schema"), "bpbench.results/1");
   ASSERT_EQ(results.at("cells").size(), 2u);
   EXPECT_EQ(results.at("meta").at("argv")[1], "run");

@@ -7,12 +7,20 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "harness/model/model_config.h"
 
 namespace bpbench::testing {
+
+// The whole text of a file ("" when it cannot be read).
+inline std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 // A fresh directory named after the running test (and this process), removed with everything in it.
 class TempDir {

@@ -85,15 +85,7 @@ std::vector<OracleCell> oracle_cells() {
 
 class HfOracle : public ::testing::TestWithParam<OracleCell> {
  protected:
-  void SetUp() override {
-    const PythonOutput& run = oracle();
-    if (!run.skip.empty()) {
-      const char* ci = std::getenv("CI");
-      if (ci && std::string(ci) == "true") FAIL() << run.skip << " (under CI the oracle must run)";
-      GTEST_SKIP() << run.skip;
-    }
-    ASSERT_TRUE(run.error.empty()) << run.error;
-  }
+  void SetUp() override { require_python_output(oracle(), "the oracle"); }
 };
 
 // The batch the oracle used for `objective`: its ids (right-padded with 0) and shifted targets; DPO's rows

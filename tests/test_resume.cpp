@@ -32,17 +32,10 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The parsed file, or null while it does not exist (or is being replaced).
 json read_json(const fs::path& p) {
   try {
-    return json::parse(slurp(p));
+    return json::parse(testing::file_text(p));
   } catch (const std::exception&) {
     return nullptr;
   }
@@ -133,7 +126,7 @@ TEST_F(Resume, ARunKilledMidCellEndsWithTheCellsOfAnUninterruptedRunNoneMeasured
 
   ASSERT_EQ(run(scenario, dir_ / "cut", {"--resume"}), 0);
   const json resumed = read_json(dir_ / "cut" / "results.json");
-  const std::string log = slurp(dir_ / "cut.log");
+  const std::string log = testing::file_text(dir_ / "cut.log");
   EXPECT_TRUE(resumed.at("complete").get<bool>());
   EXPECT_NE(log.find(fmt::format("{} of 8 cells kept", kept)), std::string::npos) << log;
   EXPECT_EQ(count_matches(log, R"(\.\.\. kept: ok)"), kept) << log;
@@ -162,7 +155,7 @@ TEST_F(Resume, ARunKilledMidCellEndsWithTheCellsOfAnUninterruptedRunNoneMeasured
   ASSERT_EQ(run(scenario, dir_ / "cut", {"--resume"}), 0);
   const json again = read_json(dir_ / "cut" / "results.json");
   EXPECT_EQ(again.at("cells"), resumed.at("cells"));
-  EXPECT_EQ(count_matches(slurp(dir_ / "cut.log"), R"(\.\.\. kept: ok)"), 8u);
+  EXPECT_EQ(count_matches(testing::file_text(dir_ / "cut.log"), R"(\.\.\. kept: ok)"), 8u);
 }
 
 // One search of several child probes: a kill lands between probes or in one.
@@ -187,7 +180,7 @@ TEST_F(Resume, AKilledMaxLengthSearchKeepsItsFinishedProbes) {
 
   ASSERT_EQ(run(scenario, dir_ / "cut", {"--resume"}), 0);
   const json resumed = read_json(dir_ / "cut" / "results.json");
-  const std::string log = slurp(dir_ / "cut.log");
+  const std::string log = testing::file_text(dir_ / "cut.log");
   EXPECT_FALSE(resumed.contains("in_progress"));
   const json& cell = resumed.at("cells").at(0);
   EXPECT_EQ(cell.at("max_seq_len"), whole.at("cells").at(0).at("max_seq_len"));

@@ -50,15 +50,7 @@ const PythonOutput& official_check() {
 
 class StreambpOfficial : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const PythonOutput& run = official_check();
-    if (!run.skip.empty()) {
-      const char* ci = std::getenv("CI");
-      if (ci && std::string(ci) == "true") FAIL() << run.skip << " (under CI the peer must run)";
-      GTEST_SKIP() << run.skip;
-    }
-    ASSERT_TRUE(run.error.empty()) << run.error;
-  }
+  void SetUp() override { require_python_output(official_check(), "the peer"); }
 };
 
 struct CaseResult {
@@ -145,7 +137,8 @@ TEST_F(StreambpOfficial, ItsResultsReportBesideABpbenchRun) {
   for (const char* section : {"| streambp |", "| streambp-official |"})
     EXPECT_NE(md.find(section), std::string::npos) << section << "\n" << md;
   // Its gradient-error rows, for each case: the right-padded one's loss off by 1/N = 1/32 relative.
-  EXPECT_NE(md.find("| streambp-official fp64 Er_abs | streambp-official fp64 Er_rel |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| streambp-official fp64 Er_abs | streambp-official fp64 Er_rel |"), std::string::npos)
+      << md;
   EXPECT_NE(md.find("3.13e-02 |"), std::string::npos) << md;
 }
 

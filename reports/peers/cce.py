@@ -8,41 +8,15 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fused_loss  # noqa: E402  (first: puts .peers/kernels on sys.path)
-import hf_checkpoint  # noqa: E402
+import fused_loss  # noqa: E402  (puts .peers/kernels on sys.path)
 
 
-def impl(args):
-    return "cce"
-
-
-def version():
-    from importlib import metadata
-    try:
-        return metadata.version("cut-cross-entropy")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def describe(args):
-    return fused_loss.describe("cut-cross-entropy", version())
-
-
-def versions():
-    return {"transformers": fused_loss.transformers.__version__, "cut-cross-entropy": version()}
-
-
-def unavailable(args):
-    return fused_loss.unavailable(args, "cut_cross_entropy")
-
-
-config = hf_checkpoint.config
-
-
-def build(config, args, device, dtype):
+def cce_loss():
     from cut_cross_entropy import linear_cross_entropy
-    return fused_loss.build(config, args, device, dtype, lambda h, w, t: linear_cross_entropy(h, w, t))
+    return linear_cross_entropy
 
+
+PEER = fused_loss.FusedLossPeer("cce", "cut-cross-entropy", "cut_cross_entropy", "cut-cross-entropy", cce_loss)
 
 if __name__ == "__main__":
-    sys.exit(fused_loss.run(__name__, "cce", __doc__, sys.argv[1:]))
+    sys.exit(PEER.main("cce", __doc__, sys.argv[1:]))

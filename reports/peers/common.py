@@ -19,7 +19,7 @@ versions) are kept and not run again; a file of another model, device or version
 On the CPU, PyTorch keeps no allocator statistics: memory is null there (the loss and time are still
 recorded), and not pretended.
 
-A peer module defines:
+A peer module (or an object with the same attributes: fused_loss.FusedLossPeer) defines:
   impl(args) -> str             the cells' impl (a name bpbench reads but never runs: impls/strategy.h)
   describe(args) -> str         meta.peer: what ran, with versions
   versions() -> dict            versions that identify the peer's code (resume refuses another)

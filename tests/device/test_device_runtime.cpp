@@ -12,14 +12,12 @@
 #include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "harness/run/dist_launch.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "impls/comm.h"
@@ -85,25 +83,12 @@ TEST(DeviceRuntime, AnOutOfMemoryCellLeavesHistoryOff) {
   EXPECT_FALSE(c10::cuda::CUDACachingAllocator::isHistoryEnabled());
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(DeviceRuntime, NcclCollectiveLeavesTheHostFreeAndCountsItsOwnDeviceTime) {
   REQUIRE_GPU();
   dist::CommConfig config;
   config.backend = "nccl";
   config.device = "cuda";
-  config.master_port = free_port();
+  config.master_port = free_local_port();
   config.timeout = std::chrono::seconds(60);
   auto comm = dist::Communicator::create(config);  // a world of one: rank 0 on GPU 0
   EXPECT_EQ(comm->device(), torch::Device(torch::kCUDA, 0));
