@@ -55,7 +55,7 @@ class CheckpointDist final : public dist::DistStrategy {
       step.open(step.layer(i));
       {
         MemoryScope scope(Category::activations);
-        auto x_in = xs[i].detach().requires_grad_(true);
+        auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
         xs[i] = torch::Tensor();
         m.layer(i, x_in).backward(dy);
         dy = x_in.grad();  // (N, T, d)

@@ -45,7 +45,8 @@ torch::Tensor layers_backward(const Model& model, CheckpointStore& store, torch:
                               const LayerBackward& backward) {
   for (int64_t i = model.config.layers - 1; i >= 0; --i) {
     PhaseScope phase(fmt::format("layer {} backward", i));
-    auto x_in = store.take(i).detach().requires_grad_(true);  // the store's copy lives on only as x_in
+    // The store's copy lives on only as x_in. No input gradient where nothing below trains (LoRA's layer 0).
+    auto x_in = store.take(i).detach().requires_grad_(model.input_gradient_needed(i));
     store.prefetch(i - 1);
     dy = backward(i, x_in, std::move(dy));
   }
@@ -123,8 +124,9 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
     dk = torch::zeros_like(k_leaf, k_leaf.options().dtype(acc));
     dv = torch::zeros_like(v_leaf, v_leaf.options().dtype(acc));
   }
+  const bool wants_dx = x_in.requires_grad();  // not for LoRA's layer 0 (Model::input_gradient_needed)
   torch::Tensor dx;
-  {
+  if (wants_dx) {
     MemoryScope scope(Category::activations);
     dx = torch::empty_like(x_in);
   }
@@ -134,13 +136,13 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
     {
       PhaseScope phase(fmt::format("chunk {}", j));
       MemoryScope scope(Category::activations);
-      auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(true);   // (N, c, d)
-      auto k_vis = k_leaf.detach().narrow(2, 0, e).requires_grad_(true);  // (N, Hkv, e, hd)
+      auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
+      auto k_vis = k_leaf.detach().narrow(2, 0, e).requires_grad_(true);     // (N, Hkv, e, hd)
       auto v_vis = v_leaf.detach().narrow(2, 0, e).requires_grad_(true);
       auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);                       // (N, Hq, c, hd)
       auto y = model.mlp_block(i, model.attention_block(i, x_rows, q, KV{k_vis, v_vis}));  // (N, c, d)
       y.backward(dy.narrow(1, s, c));
-      dx.narrow(1, s, c).copy_(x_rows.grad());
+      if (wants_dx) dx.narrow(1, s, c).copy_(x_rows.grad());
       dk.narrow(2, 0, e).add_(k_vis.grad());
       dv.narrow(2, 0, e).add_(v_vis.grad());
     }
@@ -152,7 +154,7 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
     MemoryScope scope(Category::kv);
     torch::autograd::backward({kv.k, kv.v}, {dk.to(kv.k.scalar_type()), dv.to(kv.v.scalar_type())});
   }
-  dx.add_(x_in.grad());
+  if (wants_dx) dx.add_(x_in.grad());
   return dx;
 }
 

@@ -29,6 +29,8 @@ CheckpointStore& checkpoint_store(const StepInputs& in, std::unique_ptr<Checkpoi
 // The backward through the layers, from the top: for i = L-1..0 (phase "layer i backward"), x_i is taken from
 // `store` as a leaf requiring grad, layer i-1's is prefetched, and dy <- backward(i, x_i, dy), which returns
 // dL/dx_i. Returns dL/dx_0. Nothing is prefetched before it (offload.h: the head holds no layer input).
+// Where nothing below layer i trains (LoRA's layer 0, Model::input_gradient_needed) x_i requires no grad and
+// backward returns an undefined tensor, as plain BP computes no such gradient.
 using LayerBackward = std::function<torch::Tensor(int64_t i, const torch::Tensor& x_in, torch::Tensor dy)>;
 torch::Tensor layers_backward(const Model& model, CheckpointStore& store, torch::Tensor dy,
                               const LayerBackward& backward);
@@ -55,9 +57,10 @@ torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x,
 // StreamBP's backward of layer i (the algorithm: streambp.cpp): K/V once for all T rows, then forward and at
 // once backward per chunk of `rows` rows (phases "chunk j"), then the K/V path backward once. x_in (N, T, d)
 // is the layer's input as a leaf requiring grad, dy (N, T, d) the gradient of its output (released after the
-// last chunk). Returns dx = dL/dx_in (N, T, d); layer i's weight gradients accumulate in their .grad.
-// between_chunks(j), when given, runs after chunk j whenever another chunk follows, once chunk j's
-// activations are freed: streambp-dist's naive_comm reduces the layer's partial gradients there.
+// last chunk). Returns dx = dL/dx_in (N, T, d), or an undefined tensor where x_in requires no grad (LoRA's
+// layer 0); layer i's weight gradients accumulate in their .grad. between_chunks(j), when given, runs after
+// chunk j whenever another chunk follows, once chunk j's activations are freed: streambp-dist's naive_comm
+// reduces the layer's partial gradients there.
 torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
                                       torch::Tensor dy, int64_t rows,
                                       const std::function<void(int64_t j)>& between_chunks = {});

@@ -60,7 +60,7 @@ class StreamBPDist final : public dist::DistStrategy {
       PhaseScope phase(fmt::format("layer {} backward", i));
       step.gather_layer(i);  // shard_params: once for all chunks
       step.open(step.layer(i));
-      auto x_in = xs[i].detach().requires_grad_(true);
+      auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
       xs[i] = torch::Tensor();
       // naive_comm: what the design avoids, a reduction per chunk (the last one waits for the K/V backward).
       std::function<void(int64_t)> between_chunks;

@@ -158,6 +158,19 @@ bool Model::has_lora() const {
   return !layers.empty() && layers[0].q.lora_a.defined();
 }
 
+bool Model::input_gradient_needed(int64_t layer) const {
+  if (embed_weight.requires_grad()) return true;
+  for (int64_t i = 0; i < layer; ++i) {
+    const auto& w = layers[static_cast<size_t>(i)];
+    for (const torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.post_norm})
+      if (t->defined() && t->requires_grad()) return true;
+    for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down})
+      for (const torch::Tensor* t : {&l->weight, &l->bias, &l->lora_a, &l->lora_b})
+        if (t->defined() && t->requires_grad()) return true;
+  }
+  return false;
+}
+
 void Model::set_requires_grad(bool full_finetune) {
   for (auto& p : named_parameters()) p.tensor.requires_grad_(p.group == ParamGroup::lora || full_finetune);
 }

@@ -77,6 +77,10 @@ class Model {
   std::vector<NamedParameter> trainable_parameters() const;
   void set_requires_grad(bool full_finetune);  // full: every base weight; else only LoRA adapters
   bool has_lora() const;
+  // Whether the gradient of layer i's input is wanted: something below it (the embedding, an earlier layer)
+  // is trained. Not so for layer 0 of a LoRA model, whose frozen embedding takes none: plain BP never
+  // computes it there, and a strategy that re-enters layer 0 from a detached input must not either.
+  bool input_gradient_needed(int64_t layer) const;
   // Attach rank-r adapters to q, k, v, o, gate, up, down (A random, B zero: output unchanged at init).
   void add_lora(int64_t rank, double alpha, uint64_t seed);
 
