@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "harness/model/attention_kernels.h"
+#include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 
 namespace bpbench {
@@ -48,8 +49,9 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   TORCH_CHECK(e >= c, "causal_attention: ", c, " queries need at least as many keys, got ", e);
   TORCH_CHECK(hq % hkv == 0, "causal_attention: ", hq, " query heads are not groups of ", hkv, " kv heads");
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  // (N, Hq, c, hd)
-  auto out = entry(attention_kernel_for(q.device(), q.scalar_type(), hd)).run(q, k, v, scale);
+  const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd);
+  auto out = entry(kernel).run(q, k, v, scale);  // (N, Hq, c, hd)
+  count_attention(n, hq, c, e, hd, /*dense_kernel=*/kernel == AttentionKernel::math, out);
   return out.transpose(1, 2).reshape({n, c, hq * hd});
 }
 

@@ -5,15 +5,26 @@
 
 #include <cmath>
 
+#include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 #include "harness/model/rope.h"
 
 namespace bpbench {
 
-torch::Tensor Linear::operator()(const torch::Tensor& x, bool lora_enabled) const {
+namespace {
+// Every matmul of the model goes through here: the FLOP counter's seam (flop_count.h).
+torch::Tensor counted_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias = {}) {
   auto y = torch::nn::functional::linear(x, weight, bias);
+  count_linear(x, weight, y);
+  return y;
+}
+}  // namespace
+
+torch::Tensor Linear::operator()(const torch::Tensor& x, bool lora_enabled) const {
+  auto y = counted_linear(x, weight, bias);
   if (lora_enabled && lora_a.defined())
-    y = y + lora_scale * torch::nn::functional::linear(torch::nn::functional::linear(x, lora_a), lora_b);
+    y = y + lora_scale * counted_linear(counted_linear(x, lora_a), lora_b);
   return y;
 }
 
@@ -265,7 +276,7 @@ torch::Tensor Model::final_norm(const torch::Tensor& x) const {
 }
 
 torch::Tensor Model::lm_head(const torch::Tensor& h) const {
-  return torch::nn::functional::linear(h, lm_head_weight);
+  return counted_linear(h, lm_head_weight);
 }
 
 }  // namespace bpbench
