@@ -18,6 +18,9 @@ nlohmann::json cuda_build_info();
 // The number of CUDA devices usable now (0 without a GPU or driver, or in a CPU-only build).
 int cuda_device_count();
 
+// The current CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"); empty without one.
+std::string cuda_device_name();
+
 // Why a GPU cell or test cannot run here, in one line: "no CUDA device (CUDA 13.0 build, driver none)".
 std::string no_gpu_reason();
 

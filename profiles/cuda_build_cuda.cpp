@@ -37,6 +37,15 @@ nlohmann::json cuda_build_info() {
           {"devices", cuda_device_count()}};
 }
 
+std::string cuda_device_name() {
+  int device = 0;
+  cudaDeviceProp props{};
+  if (cuda_device_count() == 0 || cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&props, device) != cudaSuccess)
+    return "";
+  return props.name;
+}
+
 std::string no_gpu_reason() {
   return fmt::format("no CUDA device (CUDA {} build, driver {})", BPBENCH_BUILD_CUDA, driver_version());
 }

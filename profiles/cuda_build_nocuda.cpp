@@ -11,6 +11,10 @@ nlohmann::json cuda_build_info() {
   return {{"enabled", false}, {"cuda", "none (CPU-only LibTorch)"}, {"devices", 0}};
 }
 
+std::string cuda_device_name() {
+  return "";
+}
+
 std::string no_gpu_reason() {
   return "no CUDA in this build (a CPU-only LibTorch)";
 }

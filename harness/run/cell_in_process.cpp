@@ -14,8 +14,10 @@
 #include <new>
 #include <sstream>
 
+#include "harness/model/flop_count.h"
 #include "harness/objectives/data_file.h"
 #include "harness/objectives/objective.h"
+#include "harness/run/gpu_peak.h"
 #include "harness/run/grad_error.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
@@ -23,6 +25,7 @@
 #include "impls/offload.h"
 #include "impls/strategy.h"
 #include "profiles/chrome_trace.h"
+#include "profiles/cuda_build.h"
 #include "profiles/device_activity.h"
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
@@ -225,6 +228,29 @@ void write_timeline(const CellJob& job, const profiles::Timeline& timeline, Memo
   mem.trace_file = job.timeline_name + ".trace.json";
 }
 
+// The step's FLOPs and their rate: TFLOP/s over the median time, and on a GPU in the peak table MFU and HFU.
+ComputeResult compute_result(const FlopCounts& counts, const std::optional<TimeResult>& time,
+                             const torch::Device& device, at::ScalarType dtype) {
+  ComputeResult c;
+  c.counts = counts;
+  const double seconds = time ? time->median_s : 0.0;
+  if (seconds > 0) c.tflops_per_s = static_cast<double>(counts.hardware()) / seconds / 1e12;
+  if (!device.is_cuda()) return c;
+  const std::string name = profiles::cuda_device_name();
+  if (auto peak = gpu_peak(name, dtype)) {
+    c.peak = {
+        {"gpu", name}, {"precision", peak->precision}, {"tflops", peak->tflops}, {"source", peak->source}};
+    if (seconds > 0) {
+      c.mfu = static_cast<double>(counts.model()) / seconds / 1e12 / peak->tflops;
+      c.hfu = *c.tflops_per_s / peak->tflops;
+    }
+  } else {
+    c.peak = {{"gpu", name},
+              {"error", fmt::format("no peak known for '{}' (known: {})", name, known_gpus())}};
+  }
+  return c;
+}
+
 // Token ids from the scenario's data file for `rows` sequences of the cell's length; records what was read.
 torch::Tensor data_tokens(const CellJob& job, int64_t rows, int64_t vocab, CellResult& r) {
   TokenData d = load_token_data(job.settings.data_path, job.cell.seq_len, vocab);
@@ -304,6 +330,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
   };
   double loss = std::numeric_limits<double>::quiet_NaN();
+  std::optional<FlopCounts> flops;
   // The memory step runs first after warm-up. It is timed too, unless it is slower than the others: where
   // CUPTI traces it, or where the cache was emptied before it (its blocks are reserved afresh). Then it runs
   // once more than `repeat` and is left out of the time statistics.
@@ -314,6 +341,9 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     prepare_grads(params, dist_strategy != nullptr);
     if (comm) comm->barrier("before step");  // every rank starts its clock together
     const bool first_measured = run == warmup;
+    // FLOPs are counted on the first run (a warm-up where there is one): every run executes the same ops.
+    std::optional<FlopCounter> counter;
+    if (run == 0) counter.emplace();
     torch::Tensor loss_t;
     double dt = 0;
     if (first_measured) {
@@ -357,6 +387,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
       dt = timer->stop_seconds();
     }
     loss = loss_t.item<double>();
+    if (counter) flops = counter->counts();  // complete: backward() returns once autograd ran every node
     if (run >= warmup && (memory_step_timed || !first_measured)) seconds.push_back(dt);
   }
   r.loss = loss;
@@ -369,6 +400,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     r.memory = mem;
   }
   if (timed) r.time = time_stats(seconds, warmup);
+  if (flops) r.compute = compute_result(*flops, r.time, device, model.dtype());
   if (dist_strategy) r.comm = dist_strategy->last_step_comm().to_json();
   if (m.grad_error_reference.empty()) return;
   if (dist_strategy) {  // collective: every rank takes part; rank 0 compares with plain BP on the global

@@ -55,6 +55,45 @@ std::string hostname() {
 // ---- CellResult
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// FlopCounts' fields by their JSON name, in flop_count.h's order.
+constexpr std::pair<const char*, int64_t FlopCounts::*> kFlopFields[] = {
+    {"forward_matmul", &FlopCounts::forward_matmul},
+    {"forward_attention", &FlopCounts::forward_attention},
+    {"backward_matmul", &FlopCounts::backward_matmul},
+    {"backward_attention", &FlopCounts::backward_attention},
+    {"recompute_matmul", &FlopCounts::recompute_matmul},
+    {"recompute_attention", &FlopCounts::recompute_attention},
+    {"attention_rescore", &FlopCounts::attention_rescore},
+    {"attention_masked", &FlopCounts::attention_masked},
+    {"attention_dense", &FlopCounts::attention_dense}};
+
+json compute_to_json(const ComputeResult& c) {
+  json counts = json::object();
+  for (const auto& [name, field] : kFlopFields) counts[name] = c.counts.*field;
+  return {{"model_flops", c.counts.model()},
+          {"hardware_flops", c.counts.hardware()},
+          {"tflops_per_s", opt_number(c.tflops_per_s)},
+          {"mfu", opt_number(c.mfu)},
+          {"hfu", opt_number(c.hfu)},
+          {"peak", c.peak},
+          {"counts", counts}};
+}
+
+ComputeResult compute_from_json(const json& j) {
+  ComputeResult c;
+  const json& counts = j.at("counts");
+  for (const auto& [name, field] : kFlopFields) c.counts.*field = counts.at(name).get<int64_t>();
+  c.tflops_per_s = read_opt_number(j, "tflops_per_s");
+  c.mfu = read_opt_number(j, "mfu");
+  c.hfu = read_opt_number(j, "hfu");
+  c.peak = j.value("peak", json());
+  return c;
+}
+
+}  // namespace
+
 json CellResult::to_json() const {
   json j;
   j["axes"] = cell.axes();
@@ -104,6 +143,7 @@ json CellResult::to_json() const {
   } else {
     j["grad_error"] = nullptr;
   }
+  j["compute"] = compute ? compute_to_json(*compute) : json(nullptr);
   if (!data.is_null()) j["data"] = data;
   if (max_len) {
     j["max_seq_len"] = max_len->max_seq_len;
@@ -185,6 +225,7 @@ CellResult CellResult::from_json(const json& j) {
     }
     r.grad_error = ge;
   }
+  if (j.contains("compute") && j.at("compute").is_object()) r.compute = compute_from_json(j.at("compute"));
   if (j.contains("data")) r.data = j.at("data");
   if (j.contains("max_seq_len") && j.contains("search")) {
     const json& s = j.at("search");

@@ -25,7 +25,12 @@
 //               [...]} | null, "grad_error": {"reference": "float64", "reference_loss", "loss_abs_error",
 //                              "groups": {"embed"|"attention"|"mlp"|"norms"|"lm_head"|"lora"|"all":
 //                                         {"er_abs", "er_rel", "max_abs", "rel_l2", "count"}}}
-//                             | {"reference", "error": "why it could not be computed"} | null}]}
+//                             | {"reference", "error": "why it could not be computed"} | null,
+//               "compute": {"model_flops", "hardware_flops" (the step's FLOPs, counted on its first run:
+//                           harness/model/flop_count.h), "tflops_per_s" (hardware FLOPs / median time) |
+//                           null, "mfu", "hfu" (CUDA: model / hardware FLOPs per second over "peak") | null,
+//                           "peak": {"gpu", "precision", "tflops", "source"} | {"gpu", "error"} | null,
+//                           "counts": {every FlopCounts field}} | null}]}
 // JSON holds bytes and seconds; MiB / GiB (2^20 / 2^30) appear only in rendered text.
 #pragma once
 
@@ -37,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/flop_count.h"
 #include "harness/run/grad_error.h"
 #include "harness/run/maxlen.h"
 #include "harness/run/scenario.h"
@@ -80,6 +86,14 @@ struct GradErrorResult {
   std::string error;  // non-empty: the reference could not be computed, groups are empty
 };
 
+// The step's FLOPs and the rate they ran at (reports/ESTIMATE.md, "FLOPs").
+struct ComputeResult {
+  FlopCounts counts;                   // counted on the cell's first step (every step runs the same ops)
+  std::optional<double> tflops_per_s;  // hardware FLOPs / median step time, 1e12 FLOP/s; null: not timed
+  std::optional<double> mfu, hfu;      // model / hardware FLOP/s over peak.tflops; CUDA with a known peak
+  nlohmann::json peak;  // gpu_peak.h: {"gpu", "precision", "tflops", "source"}, or {"gpu", "error"}
+};
+
 struct CellResult {
   Cell cell;
   int64_t threads = 0;
@@ -92,6 +106,7 @@ struct CellResult {
   std::optional<MemoryResult> memory;
   std::optional<TimeResult> time;
   std::optional<GradErrorResult> grad_error;
+  std::optional<ComputeResult> compute;
   nlohmann::json data;                  // {"file", "sha256", "sequences"} or null: synthetic tokens
   std::optional<MaxLenRecord> max_len;  // a max-sequence-length search cell
   int64_t world_size = 1;
