@@ -10,6 +10,7 @@
 
 #include "harness/model/model_config.h"
 #include "harness/run/estimate.h"
+#include "harness/run/estimate_flops.h"
 #include "harness/run/runner.h"
 #include "impls/offload.h"
 
@@ -23,8 +24,10 @@ const char* kEstimateHelp =
 
 The analytic peak memory of one forward + backward of each strategy (default: all of them), from the model's
 dimensions: base (parameters, gradients, batch) plus the largest phase above it (forward, head, a layer's MLP
-or attention backward), counted as the harness's CPU tracking allocator counts LibTorch tensors. Formulas:
-reports/ESTIMATE.md.
+or attention backward), counted as the harness's CPU tracking allocator counts LibTorch tensors. Then the
+step's FLOPs, as a run counts them: model (the network's own forward + backward), hardware (what the strategy
+runs: recomputation and the attention kernel's rescoring included), and attention as a kernel that computes
+every score of its key range would run it (the paper's accounting). Formulas: reports/ESTIMATE.md.
 
 options:
   --model NAME            a preset (bpbench list models)
@@ -131,9 +134,11 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       if (!item.empty()) names.push_back(item);
   }
   std::vector<std::pair<std::string, MemoryEstimate>> rows;
+  std::vector<FlopCounts> flops;
   for (const auto& name : names) {  // all validated before anything is printed
     in.impl = name;
     rows.emplace_back(name, estimate_peak(in));
+    flops.push_back(estimate_flops(in));
   }
   if (!verbose && in.device == "cuda" && !rows.empty())
     out << fmt::format(
@@ -149,6 +154,15 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
     else
       out << fmt::format("{:<24} {:>16} {:>16}{}  {}\n", name, e.peak_bytes, e.peak_above_base,
                          in.offload ? fmt::format(" {:>16}", e.host_bytes) : "", e.dominant_phase);
+  }
+  out << fmt::format("\n{:<24} {:>20} {:>20} {:>9} {:>20}\n", "impl", "model FLOPs", "hardware FLOPs",
+                     "overhead", "dense attention");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const FlopCounts& f = flops[i];
+    const double overhead =
+        100.0 * static_cast<double>(f.hardware() - f.model()) / static_cast<double>(f.model());
+    out << fmt::format("{:<24} {:>20} {:>20} {:>8.1f}% {:>20}\n", rows[i].first, f.model(), f.hardware(),
+                       overhead, f.attention_dense);
   }
   return 0;
 }

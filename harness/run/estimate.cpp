@@ -560,7 +560,7 @@ int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group
       fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", objective));
 }
 
-MemoryEstimate estimate_peak(const EstimateInput& in) {
+void check_estimate_input(const EstimateInput& in) {
   const auto& impls = estimated_impls();
   if (std::find(impls.begin(), impls.end(), in.impl) == impls.end())
     throw std::invalid_argument(
@@ -578,6 +578,10 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", in.device));
   in.config.validate();
   element_bytes(in.dtype);  // throws for a dtype the estimate does not take
+}
+
+MemoryEstimate estimate_peak(const EstimateInput& in) {
+  check_estimate_input(in);
   // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp).
   const AttentionKernel kernel =
       attention_kernel_for(in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU),

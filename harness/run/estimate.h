@@ -79,6 +79,10 @@ struct MemoryEstimate {
 // a CUDA cell whose attention kernel is not modelled (math: float64 or a head dim not a multiple of 8).
 MemoryEstimate estimate_peak(const EstimateInput& in);
 
+// Throws std::invalid_argument naming what is wrong with `in` (unknown impl, objective, device or dtype,
+// non-positive sizes, offload with plain). Both estimates start with it.
+void check_estimate_input(const EstimateInput& in);
+
 // N for an objective: sft B, dpo 2B, grpo B*G.
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group);
 

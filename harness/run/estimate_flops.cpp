@@ -1,0 +1,124 @@
+// estimate_flops.cpp: estimate_flops.h. Each strategy's FLOPs as the ops it runs, in its own order:
+//   model work (every strategy): one forward with grad of the L layers and the head, and its backward
+//   recomputation by strategy:
+//     plain                    none
+//     checkpoint(-chunked-head) the L layers once more without grad (their forward), queries in one block
+//     mst                      the same, plus the head without grad (its chunked loss sums) and every MLP
+//                              once more without grad (its mini-sequence forward)
+//     streambp                 the L layers without grad in chunks of `partition` queries
+//     DPO, with a streamed head (checkpoint-chunked-head, streambp): the head once more without grad (the
+//                              sequence sums its non-linear loss needs first)
+// Legend (model_config.h): N sequences, T tokens, d hidden, I intermediate, V vocab, L layers, Hq and Hkv
+// heads, hd head size, r LoRA rank, c partition rows.
+#include "harness/run/estimate_flops.h"
+
+#include <algorithm>
+
+#include "harness/model/attention_kernels.h"
+
+namespace bpbench {
+
+namespace {
+
+struct LinearShape {
+  int64_t in, out;
+  bool input_grad;  // does the backward compute dX (flop_count.h: only where the input needs a gradient)
+};
+
+// One layer's seven projections; `first_lora_layer`: LoRA's layer 0, whose q/k/v inputs need no gradient.
+std::vector<LinearShape> layer_linears(const ModelConfig& c, bool first_lora_layer) {
+  const int64_t d = c.hidden, aq = c.heads * c.head_dim, akv = c.kv_heads * c.head_dim, I = c.intermediate;
+  const bool qkv_dx = !first_lora_layer;
+  return {{d, aq, qkv_dx}, {d, akv, qkv_dx}, {d, akv, qkv_dx}, {aq, d, true},
+          {d, I, true},    {d, I, true},     {I, d, true}};
+}
+
+// The MLP's three (gate, up, down): what MsT's mini-sequence pass runs again.
+std::vector<LinearShape> mlp_linears(const ModelConfig& c) {
+  auto all = layer_linears(c, false);
+  return {all.begin() + 4, all.end()};
+}
+
+// Forward FLOPs of `linears` over `rows` rows, LoRA adapters (rank r) included.
+int64_t forward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
+  int64_t f = 0;
+  for (const auto& l : linears) f += 2 * rows * (l.in * l.out + r * (l.in + l.out));
+  return f;
+}
+
+// Their backward: full fine-tuning dX + dW; LoRA: the base dX, dA (+ its dX), dB and dU.
+int64_t backward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
+  int64_t b = 0;
+  for (const auto& l : linears) {
+    const int64_t dx = l.input_grad ? 1 : 0;
+    if (r == 0)
+      b += 2 * rows * l.in * l.out * (dx + 1);
+    else
+      b += 2 * rows * (l.in * l.out * dx + l.in * r * (1 + dx) + r * l.out * 2);
+  }
+  return b;
+}
+
+}  // namespace
+
+FlopCounts estimate_flops(const EstimateInput& in) {
+  check_estimate_input(in);
+  const ModelConfig& c = in.config;
+  const int64_t N = in.sequences, T = in.seq_len, L = c.layers, r = in.lora_rank;
+  const bool full = r == 0;
+  const int64_t rows = N * T;
+  const int64_t per_pair = N * c.heads * c.head_dim;
+  const bool dense_kernel =
+      attention_kernel_for(in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU),
+                           in.dtype, c.head_dim) == AttentionKernel::math;
+  FlopCounts f;
+
+  // Attention: one call per query block of `block` rows over the keys up to its end.
+  auto attention_calls = [&](int64_t block, bool with_grad) {
+    for (int64_t s = 0; s < T; s += block) {
+      const int64_t q = std::min(block, T - s), e = s + q;
+      const int64_t visible = causal_pairs(q, e), all = q * e, masked = dense_kernel ? all - visible : 0;
+      f.attention_dense += 4 * per_pair * all;
+      f.attention_masked += 4 * per_pair * masked;
+      (with_grad ? f.forward_attention : f.recompute_attention) += 4 * per_pair * visible;
+      if (!with_grad) continue;
+      f.backward_attention += 8 * per_pair * visible;
+      f.attention_dense += 8 * per_pair * all;
+      f.attention_masked += 8 * per_pair * masked;
+      if (!dense_kernel) f.attention_rescore += 2 * per_pair * visible;
+    }
+  };
+  const std::vector<LinearShape> head = {{c.hidden, c.vocab, true}};
+  const int64_t head_forward = forward_matmul(head, rows, 0);
+
+  // The model's work, the same for every strategy.
+  for (int64_t i = 0; i < L; ++i) {
+    const auto linears = layer_linears(c, !full && i == 0);
+    f.forward_matmul += forward_matmul(linears, rows, r);
+    f.backward_matmul += backward_matmul(linears, rows, r);
+  }
+  f.forward_matmul += head_forward;
+  f.backward_matmul += head_forward * (full ? 2 : 1);  // dX, and dW where the head is trained
+
+  // Where each strategy runs its attention with grad: whole, or in chunks of `partition` queries.
+  const bool streambp = in.impl == "streambp";
+  const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
+  const int64_t grad_block = streambp ? partition : T;
+  for (int64_t i = 0; i < L; ++i) attention_calls(grad_block, true);
+
+  if (in.impl == "plain") return f;
+  // The no-grad forward of the layers: K/V for all rows, queries in blocks (layer_in_chunks).
+  for (int64_t i = 0; i < L; ++i) {
+    f.recompute_matmul += forward_matmul(layer_linears(c, false), rows, r);
+    attention_calls(grad_block, false);
+  }
+  if (in.impl == "mst") {
+    f.recompute_matmul += head_forward;
+    f.recompute_matmul += L * forward_matmul(mlp_linears(c), rows, r);
+  }
+  const bool streamed_head = in.impl == "checkpoint-chunked-head" || streambp;
+  if (streamed_head && in.objective == "dpo") f.recompute_matmul += head_forward;
+  return f;
+}
+
+}  // namespace bpbench
