@@ -43,6 +43,13 @@ CellView view_cell(const json& c, size_t index) {
   v.hit_upper = flag(c, "hit_upper");
   v.probes = field(c, "probes").is_array() ? field(c, "probes") : json();
   v.grad_error = field(c, "grad_error").is_object() ? field(c, "grad_error") : json();
+  const json& compute = field(c, "compute");
+  v.model_flops = integer(compute, "model_flops");
+  v.hardware_flops = integer(compute, "hardware_flops");
+  v.dense_attention_flops = integer(field(compute, "counts"), "attention_dense");
+  v.tflops_per_s = number(compute, "tflops_per_s");
+  v.mfu = number(compute, "mfu");
+  v.hfu = number(compute, "hfu");
   v.ranks = field(c, "ranks").is_array() ? field(c, "ranks") : json();
   v.max_length = v.max_seq_len.has_value() || v.probes.is_array() || !v.seq_len.has_value();
   return v;
@@ -81,6 +88,14 @@ std::string outcome_text(const CellView& c) {
   if (c.status == "skipped") return "skipped: " + shorten(c.reason);
   if (c.status == "error") return "error: " + shorten(c.reason);
   return c.status.empty() ? std::string(kDash) : c.status;
+}
+
+std::string rate_text(const CellView& c) {
+  if (!c.tflops_per_s) return "";
+  std::string s = fmt::format("{:.3g} TFLOP/s", *c.tflops_per_s);
+  if (c.mfu) s += fmt::format(", MFU {:.1f}%", 100 * *c.mfu);
+  if (c.hfu) s += fmt::format(", HFU {:.1f}%", 100 * *c.hfu);
+  return s;
 }
 
 // ---- grouping ---------------------------------------------------------------------------------------------

@@ -53,8 +53,11 @@ struct CellView {
   std::optional<double> time_median;
   int64_t time_count = 0;
   std::optional<int64_t> max_seq_len;
-  json probes;              // array or null
-  json grad_error;          // object or null
+  json probes;      // array or null
+  json grad_error;  // object or null
+  // "compute" (results.h): FLOPs of the step and their rate; nullopt where the results have none.
+  std::optional<int64_t> model_flops, hardware_flops, dense_attention_flops;
+  std::optional<double> tflops_per_s, mfu, hfu;
   json ranks;               // a distributed cell: one record per rank (peak, time, comm), else null
   bool max_length = false;  // a max-length search: "max_seq_len"/"probes", or no seq_len axis
   bool hit_upper = false;   // the search stopped at its upper limit: the maximum is at least max_seq_len
@@ -71,6 +74,10 @@ struct CellView {
 
 // What a cell that did not run shows instead of a value.
 std::string outcome_text(const CellView& c);
+
+// The rate a cell's step ran at, for beside its time: "4.52 TFLOP/s", on a GPU with a known peak
+// "412 TFLOP/s, MFU 38.1%, HFU 46.0%"; "" where the results have no rate.
+std::string rate_text(const CellView& c);
 
 // ---- grouping ---------------------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ usage: plot.py PLOT_DATA.json OUT_DIR
 
 Writes, for each section present in the data (see reports/README.md for its format):
   OUT_DIR/peak_vs_seq_len.png   peak BP memory vs sequence length, one line per strategy (paper Figure 3)
-  OUT_DIR/partition_sweep.png   BP time (left axis) and peak memory (right axis) vs partition size (Figure 5)
+  OUT_DIR/partition_sweep.png   BP time (left axis) and peak memory (right axis) vs partition size (Figure 5),
+                                beside hardware FLOPs and the attention's dense-mask FLOPs vs partition size
   OUT_DIR/timeline.png          live memory over time stacked by category, with phase marks (Figures 1 and 8)
 and prints the name of each file written. All the selection happens in C++; this script only draws.
 
@@ -107,8 +108,9 @@ def plot_peak(data, out_dir, plt):
 
 def plot_partition(data, out_dir, plt):
     panels = data["panels"]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 4.8 * len(panels)), squeeze=False)
-    for ax, panel in zip(axes.flat, panels):
+    fig, axes = plt.subplots(len(panels), 2, figsize=(14, 4.8 * len(panels)), squeeze=False)
+    for (ax, flops_ax), panel in zip(axes, panels):
+        plot_partition_flops(flops_ax, panel)
         twin = ax.twinx()
         peaks = [p for s in panel["series"] for p in s["peak_bytes"] if p is not None]
         div, unit = byte_unit(max(peaks + [1]))
@@ -132,8 +134,29 @@ def plot_partition(data, out_dir, plt):
         ax.grid(True, alpha=0.3)
         ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper center",
                   bbox_to_anchor=(0.5, -0.17), ncol=min(len(handles), 4), frameon=False)
-    fig.suptitle("BP time and peak memory vs partition size")
+    fig.suptitle("BP time, peak memory and FLOPs vs partition size")
     return save(fig, out_dir, "partition_sweep.png", plt)
+
+
+def plot_partition_flops(ax, panel):
+    """Right of each sweep: hardware FLOPs (solid) and dense-mask attention FLOPs (dotted) per partition."""
+    xs = []
+    for i, s in enumerate(panel["series"]):
+        colour = "C%d" % (i % 10)
+        xs += s["partition"]
+        for key, style, what in (("hardware_flops", "o-", "hardware"), ("dense_attention_flops", "^:",
+                                                                          "dense attention")):
+            points = [(x, f / 1e9) for x, f in zip(s["partition"], s.get(key, [])) if f is not None]
+            if points:
+                ax.plot(*zip(*points), style, color=colour, label="%s %s" % (s["label"], what))
+    log2_ticks(ax, xs)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(panel.get("xlabel", "partition size (tokens)"))
+    ax.set_ylabel("GFLOP per step")
+    ax.set_title("FLOPs: hardware (solid), attention as a dense-mask kernel runs it (dotted)", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
 
 
 def plot_timeline(data, out_dir, plt):

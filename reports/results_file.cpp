@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -116,6 +117,15 @@ std::string format_time(double s) {
   if (a >= 10) return fmt::format("{:.1f}", s);
   if (a >= 1) return fmt::format("{:.2f}", s);
   return fmt::format("{:.3g}", s);
+}
+
+std::string format_flops(int64_t flops) {
+  const double f = static_cast<double>(flops);
+  const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+  size_t i = 0;
+  double scaled = f;
+  while (std::fabs(scaled) >= 1000 && i + 1 < std::size(prefixes)) scaled /= 1000, ++i;
+  return fmt::format("{:.3g} {}FLOP", scaled, prefixes[i]);
 }
 
 std::string axis_value_text(const json& v) {

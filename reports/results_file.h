@@ -29,6 +29,8 @@ void check_results(const nlohmann::json& doc, const std::string& origin);
 std::string format_bytes(int64_t bytes);
 // Seconds with three significant figures or so: "123", "12.3", "1.23", "0.123", "0.00123".
 std::string format_time(double seconds);
+// FLOPs with SI prefixes and up to three significant figures: "999 FLOP", "6.7 MFLOP", "1.23 PFLOP".
+std::string format_flops(int64_t flops);
 // A grid value as text: integral numbers without ".0", strings bare, booleans true/false.
 std::string axis_value_text(const nlohmann::json& v);
 // Axis keys in display order: the scenario's grid_keys() order first, then any others alphabetically.

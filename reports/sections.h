@@ -23,6 +23,10 @@ json peak_plot_data(const Analysis& a);
 // table_time.cpp: Table 1, the median BP time per strategy and sequence length.
 std::string section_time(const Analysis& a);
 
+// table_flops.cpp: FLOPs per step of every cell that counted them: model, hardware, the overhead of
+// recomputation, the attention as a dense-mask kernel runs it, and the rate.
+std::string section_flops(const Analysis& a);
+
 // table_partition.cpp: Figure 5's tables, BP time and peak per partition size, for every partition sweep.
 std::string section_partition(const Analysis& a, bool plot_drawn);
 // table_partition.cpp: Figure 5's curves (partition_sweep in plot_data.json).

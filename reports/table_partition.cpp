@@ -1,5 +1,5 @@
-// table_partition.cpp: Figure 5, BP time and peak memory vs partition size, for every partition sweep: its
-// tables and its curves, both read from the same sweeps.
+// table_partition.cpp: Figure 5, BP time, peak memory and FLOPs vs partition size, for every partition sweep:
+// its tables and its curves, both read from the same sweeps.
 #include <fmt/format.h>
 
 #include <map>
@@ -66,12 +66,13 @@ std::string sweep_title(const Analysis& a, const Sweep& sw) {
 }  // namespace
 
 std::string section_partition(const Analysis& a, bool plot_drawn) {
-  std::string s = "\n## BP time and peak memory vs partition size (Figure 5)\n\n";
+  std::string s = "\n## BP time, peak memory and FLOPs vs partition size (Figure 5)\n\n";
   const auto sweeps = find_sweeps(a);
   if (sweeps.empty())
     return s + "No partition sweep in these results (a grid with several \"partition\" values).\n";
   if (plot_drawn) s += "![BP time and peak vs partition size](partition_sweep.png)\n\n";
-  s += "Each entry: median BP time, peak memory.\n";
+  s += "Each entry: median BP time, peak memory, hardware FLOPs and (in brackets) the attention's FLOPs as a "
+       "dense-mask kernel would run it, the paper's accounting (\"FLOPs per step\" says what each counts).\n";
   for (const auto& sw : sweeps) {
     s += fmt::format("\n### {}\n\n", sweep_title(a, sw));
     std::set<int64_t> parts;
@@ -93,8 +94,10 @@ std::string section_partition(const Analysis& a, bool plot_drawn) {
           row.push_back(outcome_text(c));
           continue;
         }
-        row.push_back(fmt::format("{} s, {}", c.time_median ? format_time(*c.time_median) : kDash,
-                                  c.peak ? format_bytes(*c.peak) : kDash));
+        row.push_back(fmt::format("{} s, {}, {} ({})", c.time_median ? format_time(*c.time_median) : kDash,
+                                  c.peak ? format_bytes(*c.peak) : kDash,
+                                  c.hardware_flops ? format_flops(*c.hardware_flops) : kDash,
+                                  c.dense_attention_flops ? format_flops(*c.dense_attention_flops) : kDash));
       }
       rows.push_back(row);
     }
@@ -108,15 +111,17 @@ json partition_plot_data(const Analysis& a) {
   for (const auto& sw : find_sweeps(a)) {
     json series = json::array();
     for (const auto& [len, m] : sw.by_len) {
-      json s = {{"label", fmt::format("T={}", len)},
-                {"partition", json::array()},
-                {"time_s", json::array()},
-                {"peak_bytes", json::array()}};
+      json s = {{"label", fmt::format("T={}", len)}, {"partition", json::array()},
+                {"time_s", json::array()},           {"peak_bytes", json::array()},
+                {"hardware_flops", json::array()},   {"dense_attention_flops", json::array()}};
       for (const auto& [p, c] : m) {
         if (!c->ok()) continue;
         s["partition"].push_back(p);
         s["time_s"].push_back(c->time_median ? json(*c->time_median) : json(nullptr));
         s["peak_bytes"].push_back(c->peak ? json(*c->peak) : json(nullptr));
+        s["hardware_flops"].push_back(c->hardware_flops ? json(*c->hardware_flops) : json(nullptr));
+        s["dense_attention_flops"].push_back(c->dense_attention_flops ? json(*c->dense_attention_flops)
+                                                                      : json(nullptr));
       }
       if (!s["partition"].empty()) series.push_back(s);
     }

@@ -15,8 +15,11 @@ std::string section_time(const Analysis& a) {
   for (const CellView* c : grid)
     if (c->time_median) lo = std::min(lo, c->time_count), hi = std::max(hi, c->time_count);
   if (hi == 0) return s + "No timed cells.\n";
-  s += fmt::format("Median seconds of one forward + backward over {} measured runs (after warm-up).\n",
-                   lo == hi ? std::to_string(lo) : fmt::format("{} to {}", lo, hi));
+  s += fmt::format(
+      "Median seconds of one forward + backward over {} measured runs (after warm-up), and in brackets the "
+      "hardware FLOPs it ran per second (on a GPU with a known peak: MFU, model FLOPs over the peak, and "
+      "HFU, hardware FLOPs over it; \"FLOPs per step\" below has the counts).\n",
+      lo == hi ? std::to_string(lo) : fmt::format("{} to {}", lo, hi));
   const auto keys =
       a.heading_keys({"impl", "seq_len", "partition", "logits_partition", "offload"}, {}, &grid);
   for (const auto& [id, cells] :
@@ -24,7 +27,10 @@ std::string section_time(const Analysis& a) {
     s += fmt::format("\n### BP time (s): {}\n\n", heading(*cells.front(), keys));
     s += impl_by_seq_len_table(a, cells, [](const CellView& c) -> std::string {
       if (!c.ok()) return outcome_text(c);
-      return c.time_median ? format_time(*c.time_median) : kDash;
+      if (!c.time_median) return kDash;
+      const std::string rate = rate_text(c);
+      return rate.empty() ? format_time(*c.time_median)
+                          : fmt::format("{} ({})", format_time(*c.time_median), rate);
     });
   }
   return s;

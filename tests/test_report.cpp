@@ -96,7 +96,7 @@ TEST_F(Report, RendersThePaperTablesFromTheFixture) {
   EXPECT_NE(peak.find("by category"), std::string::npos) << peak;
 
   // Figure 5 as a table, and Table 7 with Er_abs / Er_rel per group in scientific notation.
-  const std::string sweep = section(md, "BP time and peak memory vs partition size (Figure 5)");
+  const std::string sweep = section(md, "BP time, peak memory and FLOPs vs partition size (Figure 5)");
   EXPECT_NE(sweep.find("| partition | T=2048 |"), std::string::npos) << sweep;
   const std::string t7 = section(md, "Gradient error (Table 7)");
   EXPECT_NE(t7.find("| group | plain fp32 Er_abs | plain fp32 Er_rel |"), std::string::npos) << t7;
@@ -250,6 +250,45 @@ TEST_F(Report, TimelineFromASeparateFileAndAbsentFields) {
   EXPECT_EQ(run({(dir_ / "run").string(), "--timeline-cell", "1"}), 2);
 }
 
+// Cells with "compute" (the fixture predates it): TFLOP/s beside each time, MFU where the cell has one, the
+// FLOPs table with the overhead, and FLOPs in the partition sweep.
+TEST_F(Report, FlopsBesideTimesInTheirTableAndInThePartitionSweep) {
+  json results = load_results(kFixture);
+  int with_compute = 0;
+  for (json& c : results["cells"]) {
+    if (c["status"] != "ok" || !c["time"].is_object()) continue;
+    const int64_t model = 3'000'000'000, hardware = c["axes"]["impl"] == "plain" ? model : 4'500'000'000;
+    c["compute"] = {{"model_flops", model},
+                    {"hardware_flops", hardware},
+                    {"tflops_per_s", 2.5},
+                    {"mfu", nullptr},
+                    {"hfu", nullptr},
+                    {"peak", nullptr},
+                    {"counts", {{"attention_dense", 1'200'000'000}}}};
+    if (c["axes"]["impl"] == "checkpoint") c["compute"]["mfu"] = 0.412, c["compute"]["hfu"] = 0.618;
+    ++with_compute;
+  }
+  ASSERT_GT(with_compute, 0);
+  const std::string md = render_report_markdown(results, kFixture.parent_path());
+  const std::string t1 = section(md, "BP time (Table 1)");
+  EXPECT_EQ(row(t1, "plain"), "| plain | 6.10 (2.5 TFLOP/s) | 12.8 (2.5 TFLOP/s) | oom |") << t1;
+  EXPECT_NE(t1.find("2.5 TFLOP/s, MFU 41.2%, HFU 61.8%"), std::string::npos) << t1;
+  const std::string flops = section(md, "FLOPs per step");
+  EXPECT_NE(flops.find("| impl | T | model | hardware | overhead | dense attention | rate |"),
+            std::string::npos)
+      << flops;
+  EXPECT_NE(flops.find("| plain | 512 | 3 GFLOP | 3 GFLOP | +0.0% | 1.2 GFLOP | 2.5 TFLOP/s |"),
+            std::string::npos)
+      << flops;
+  EXPECT_NE(flops.find("| 3 GFLOP | 4.5 GFLOP | +50.0% |"), std::string::npos) << flops;
+  const std::string sweep = section(md, "BP time, peak memory and FLOPs vs partition size (Figure 5)");
+  EXPECT_NE(sweep.find(", 4.5 GFLOP (1.2 GFLOP) |"), std::string::npos) << sweep;
+  // The fixture alone: the section says why it has no table.
+  EXPECT_NE(section(render_report_markdown(load_results(kFixture), kFixture.parent_path()), "FLOPs per step")
+                .find("No cell counted its FLOPs"),
+            std::string::npos);
+}
+
 TEST(ReportFormat, BytesAndTimes) {
   EXPECT_EQ(format_bytes(int64_t{1} << 30), "1.00 GiB");
   EXPECT_EQ(format_bytes(int64_t{3} << 30), "3.00 GiB");
@@ -262,6 +301,10 @@ TEST(ReportFormat, BytesAndTimes) {
   EXPECT_EQ(format_time(12.34), "12.3");
   EXPECT_EQ(format_time(1.234), "1.23");
   EXPECT_EQ(format_time(0.001234), "0.00123");
+  EXPECT_EQ(format_flops(999), "999 FLOP");
+  EXPECT_EQ(format_flops(6'702'846), "6.7 MFLOP");
+  EXPECT_EQ(format_flops(int64_t{4'404'023'296}), "4.4 GFLOP");
+  EXPECT_EQ(format_flops(int64_t{1'230'000'000'000'000}), "1.23 PFLOP");
   EXPECT_EQ(axis_value_text(json(64.0)), "64");
   EXPECT_EQ(axis_value_text(json(0.1)), "0.1");
 }
