@@ -3,7 +3,8 @@
 // skipped, never failed, never missing from the count. scripts/gpu_build_and_test.sh runs them on a GPU.
 //   - the tiny model's loss and every gradient on CUDA equal the CPU's (float64: to round-off);
 //   - one cell of every single-process strategy through the runner on CUDA: status ok, gradient error of
-//     float32 against float64 plain BP at round-off;
+//     float32 against float64 plain BP at round-off, FLOPs counted on CUDA (backward hooks on autograd's
+//     device thread) equal to the estimate's, the GPU's name and, for a GPU in the peak table, MFU and HFU;
 //   - the bfloat16 RoPE tables of every RoPE type on CUDA equal the CPU's, at positions past 100k;
 //   - the fused CUDA RMSNorm kernel equals the float64 formula within bfloat16 rounding, gradients included;
 //   - offloaded checkpoints (pinned buffers, copy stream, events) give the same gradients, step after step.
@@ -16,6 +17,7 @@
 
 #include "harness/model/ops.h"
 #include "harness/model/rope.h"
+#include "harness/run/estimate_flops.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "profiles/cuda_build.h"
@@ -82,6 +84,28 @@ TEST(Device, OneCellOfEveryStrategyRunsOnCuda) {
     EXPECT_EQ(cell.at("status"), "ok") << impl << ": " << cell.dump();
     EXPECT_TRUE(std::isfinite(cell.at("loss").get<double>())) << impl;
     EXPECT_LT(cell.at("grad_error").at("groups").at("all").at("rel_l2").get<double>(), 1e-4) << impl;
+
+    EstimateInput in;
+    in.config = find_model_preset("tiny");
+    in.seq_len = 61;
+    in.partition = 16;
+    in.logits_partition = 8;
+    in.impl = impl;
+    in.device = "cuda";
+    const FlopCounts expected = estimate_flops(in);
+    const auto& compute = cell.at("compute");
+    EXPECT_EQ(compute.at("model_flops").get<int64_t>(), expected.model()) << impl;
+    EXPECT_EQ(compute.at("hardware_flops").get<int64_t>(), expected.hardware()) << impl;
+    // tiny's head size 6 is not a multiple of 8: the math kernel, which computes every masked score.
+    EXPECT_GT(compute.at("counts").at("attention_masked").get<int64_t>(), 0) << impl;
+    const auto& peak = compute.at("peak");
+    EXPECT_FALSE(peak.at("gpu").get<std::string>().empty()) << impl << ": " << peak.dump();
+    if (peak.contains("tflops")) {  // a GPU in the table (harness/run/gpu_peak.cpp)
+      const double mfu = compute.at("mfu").get<double>(), hfu = compute.at("hfu").get<double>();
+      EXPECT_GT(mfu, 0.0) << impl;
+      EXPECT_LT(hfu, 1.0) << impl;
+      EXPECT_GE(hfu, mfu) << impl;
+    }
   }
 }
 
