@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -49,6 +50,79 @@ TEST_P(CausalAttention, EqualsMaskedAttentionInValuesAndGradients) {
         << name << " max error " << (got - want).abs().max().item<double>();
 }
 
+// Sliding windows (Gemma 3's local layers): narrower than, equal to and wider than the queries, 1 (each row
+// sees itself only), and as wide as the keys (no window in effect); whole sequences and chunks; GQA; query
+// counts past the CPU kernel's banded block of 256 rows. Values and dQ/dK/dV in float64.
+class WindowedAttention : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int64_t>> {};
+
+TEST_P(WindowedAttention, EqualsMaskedAttentionInValuesAndGradients) {
+  const auto [c, e, group, window] = GetParam();
+  const int64_t n = 2, kv_heads = 2, hd = 8;
+  torch::manual_seed(11);
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  auto q = torch::randn({n, kv_heads * group, c, hd}, options).requires_grad_();
+  auto k = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
+  auto v = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
+  auto q_ref = q.detach().clone().requires_grad_(), k_ref = k.detach().clone().requires_grad_(),
+       v_ref = v.detach().clone().requires_grad_();
+  auto out = causal_attention(q, k, v, window);
+  auto expected = masked_attention(q_ref, k_ref, v_ref, window);
+  ASSERT_EQ(out.sizes(), expected.sizes());
+  EXPECT_TRUE(torch::allclose(out, expected, 1e-12, 1e-12)) << (out - expected).abs().max().item<double>();
+  auto upstream = torch::randn(out.sizes(), options);
+  out.backward(upstream);
+  expected.backward(upstream);
+  for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
+                                        {"dK", k.grad(), k_ref.grad()},
+                                        {"dV", v.grad(), v_ref.grad()}})
+    EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12))
+        << name << " max error " << (got - want).abs().max().item<double>();
+  // The same on the math kernel (CUDA's for float32 windows), run here on the CPU.
+  auto math = math_attention(q.detach(), k.detach(), v.detach(), 1.0 / std::sqrt(8.0), window)
+                  .transpose(1, 2)
+                  .reshape(out.sizes());
+  EXPECT_TRUE(torch::allclose(math, expected.detach(), 1e-12, 1e-12)) << "math kernel";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WindowedAttention,
+                         ::testing::Values(std::tuple{13, 13, 2, 4}, std::tuple{13, 13, 1, 1},
+                                           std::tuple{13, 13, 4, 13}, std::tuple{5, 17, 2, 3},
+                                           std::tuple{5, 17, 2, 5}, std::tuple{5, 17, 1, 9},
+                                           std::tuple{1, 9, 2, 4}, std::tuple{300, 300, 2, 37},
+                                           std::tuple{290, 333, 2, 300}));
+
+// A sliding chunk needs keys only from its first row's window start: cut there, it equals the same rows of
+// the whole sequence, which is what StreamBP will rely on.
+TEST(WindowedAttention, AChunkWithKeysCutAtItsWindowEqualsItsRowsOfTheWholeSequence) {
+  const int64_t e = 29, window = 6;
+  torch::manual_seed(5);
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  auto q = torch::randn({1, 4, e, 8}, options), k = torch::randn({1, 2, e, 8}, options),
+       v = torch::randn({1, 2, e, 8}, options);
+  auto whole = causal_attention(q, k, v, window);  // (1, e, 4 * 8)
+  for (int64_t s : {0, 3, 10, 23}) {
+    const int64_t end = std::min<int64_t>(e, s + 7), key0 = std::max<int64_t>(0, s - window + 1);
+    auto chunk = causal_attention(q.narrow(2, s, end - s), k.narrow(2, key0, end - key0),
+                                  v.narrow(2, key0, end - key0), window);
+    EXPECT_TRUE(torch::allclose(chunk, whole.narrow(1, s, end - s), 1e-12, 1e-12)) << "chunk at " << s;
+  }
+}
+
+TEST(WindowedAttention, VisiblePairsCountEachRowsWindow) {
+  for (int64_t c : {1, 4, 13})
+    for (int64_t e : {13, 20})
+      for (int64_t w : {0, 1, 3, 13, 40}) {
+        if (c > e) continue;
+        int64_t pairs = 0;
+        for (int64_t i = 0; i < c; ++i) {
+          const int64_t p = e - c + i;
+          pairs += w > 0 ? std::min(w, p + 1) : p + 1;
+        }
+        EXPECT_EQ(visible_pairs(c, e, w), pairs) << c << " " << e << " " << w;
+        EXPECT_GE(executed_pairs(AttentionKernel::cpu_fused, c, e, w), pairs);
+      }
+}
+
 // A StreamBP chunk, rows [s, e) against keys [0, e), is exactly those rows of whole-sequence attention over
 // [0, e): the alignment checked against the model itself, independently of the reference above.
 TEST(CausalAttention, AChunkEqualsItsRowsOfTheWholeSequence) {
@@ -86,7 +160,7 @@ TEST(CausalAttention, NeverAllocatesAScoreMatrix) {
   q.mutable_grad().reset();
   recorder.reset_peak();
   const int64_t before_math = recorder.live_bytes();
-  math_attention(q, k, v, 0.25).transpose(1, 2).reshape({n, c, heads * hd}).backward(upstream);
+  math_attention(q, k, v, 0.25, 0).transpose(1, 2).reshape({n, c, heads * hd}).backward(upstream);
   EXPECT_GE(recorder.peak_bytes() - before_math, scores);
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "harness/cli/estimate_command.h"
+#include "harness/model/attention_kernels.h"
 #include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 #include "harness/run/estimate_flops.h"
@@ -96,6 +97,26 @@ TEST(FlopCounter, AttentionCountsTheVisiblePairsOfAChunk) {
   EXPECT_EQ(f.backward_attention, 8 * unit * pairs);
   EXPECT_EQ(f.attention_rescore, 2 * unit * pairs);  // the CPU kernel is fused: its backward rescores
   EXPECT_EQ(f.attention_masked, 0);
+  EXPECT_EQ(f.attention_dense, 12 * unit * c * e);
+}
+
+// Under a sliding window the model's work is the pairs inside each row's window; the CPU kernel's banded
+// blocks compute a little more (their masked corners), tallied as masked.
+TEST(FlopCounter, WindowedAttentionCountsEachRowsWindow) {
+  const int64_t n = 1, hq = 2, hkv = 1, c = 40, e = 50, hd = 8, window = 7;
+  auto q = torch::randn({n, hq, c, hd}, torch::kDouble).requires_grad_(true);
+  auto k = torch::randn({n, hkv, e, hd}, torch::kDouble).requires_grad_(true);
+  auto v = torch::randn({n, hkv, e, hd}, torch::kDouble).requires_grad_(true);
+  FlopCounter counter;
+  causal_attention(q, k, v, window).sum().backward();
+  const FlopCounts f = counter.counts();
+  const int64_t unit = n * hq * hd, visible = c * window;  // every row sits past its window's start
+  const int64_t executed = c * (c + window - 1);           // one block: keys [e - c - w + 1, e)
+  EXPECT_EQ(visible_pairs(c, e, window), visible);
+  EXPECT_EQ(f.forward_attention, 4 * unit * visible);
+  EXPECT_EQ(f.backward_attention, 8 * unit * visible);
+  EXPECT_EQ(f.attention_masked, 12 * unit * (executed - visible));
+  EXPECT_EQ(f.attention_rescore, 2 * unit * executed);
   EXPECT_EQ(f.attention_dense, 12 * unit * c * e);
 }
 

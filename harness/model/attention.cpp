@@ -5,6 +5,7 @@
 // memory-efficient kernel for float32 (the paper's fp32 columns; it takes K/V repeated to Hq heads), and math
 // for float64 (no fused CUDA kernel takes it; float64 on a GPU is for exactness checks, not length: it holds
 // N x Hq x c x e scores).
+#include <algorithm>
 #include <cmath>
 
 #include "harness/model/attention_kernels.h"
@@ -14,7 +15,8 @@
 namespace bpbench {
 
 namespace {
-using KernelFn = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double);
+using KernelFn = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double,
+                                   int64_t);
 struct KernelEntry {
   const char* name;
   KernelFn run;
@@ -33,25 +35,47 @@ const char* attention_kernel_name(AttentionKernel kernel) {
   return entry(kernel).name;
 }
 
-AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim) {
+AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim,
+                                     int64_t window) {
   if (!device.is_cuda()) return AttentionKernel::cpu_fused;
   // Both CUDA kernels want 8-element aligned head rows; flash takes head sizes up to 256.
   const bool aligned = head_dim % 8 == 0;
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
   if (half && aligned && head_dim <= 256) return AttentionKernel::flash;
-  if ((half || dtype == at::kFloat) && aligned) return AttentionKernel::efficient;
+  if ((half || dtype == at::kFloat) && aligned && window <= 0) return AttentionKernel::efficient;
   return AttentionKernel::math;
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+int64_t visible_pairs(int64_t c, int64_t e, int64_t window) {
+  if (window <= 0 || window >= e) return causal_pairs(c, e);
+  // Rows at key positions p = e - c .. e - 1 see min(window, p + 1) keys: those with p + 1 <= window see p
+  // + 1.
+  const int64_t first = e - c, short_end = std::min(e, window);  // rows p in [first, short_end) see p + 1
+  const int64_t short_rows = std::max<int64_t>(0, short_end - first);
+  const int64_t short_pairs = short_rows * (first + 1) + short_rows * (short_rows - 1) / 2;
+  return short_pairs + (c - short_rows) * window;
+}
+
+int64_t executed_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t window) {
+  if (kernel == AttentionKernel::math) return c * e;
+  if (kernel == AttentionKernel::cpu_fused && window > 0 && window < e)
+    return cpu_window_executed_pairs(c, e, window);
+  return visible_pairs(c, e, window);
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t window) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2);
   TORCH_CHECK(e >= c, "causal_attention: ", c, " queries need at least as many keys, got ", e);
   TORCH_CHECK(hq % hkv == 0, "causal_attention: ", hq, " query heads are not groups of ", hkv, " kv heads");
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd);
-  auto out = entry(kernel).run(q, k, v, scale);  // (N, Hq, c, hd)
-  count_attention(n, hq, c, e, hd, /*dense_kernel=*/kernel == AttentionKernel::math, out);
+  const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd, window);
+  auto out = entry(kernel).run(q, k, v, scale, window);  // (N, Hq, c, hd)
+  count_attention(n, hq, hd,
+                  AttentionPairs{visible_pairs(c, e, window), executed_pairs(kernel, c, e, window), c * e,
+                                 /*rescored=*/kernel != AttentionKernel::math},
+                  out);
   return out.transpose(1, 2).reshape({n, c, hq * hd});
 }
 

@@ -10,6 +10,17 @@
 // The backward is the kernel's own, once per block, given the MERGED o and lse: it recomputes each block's
 // probabilities as exp(s - lse) (true probabilities over all e keys) and D = rowsum(dO * o), so the two
 // calls give exactly dQ's two terms and dK/dV for their own key rows.
+//
+// Under a sliding window (window < e) a row sees only its last `window` keys, which no causal flag expresses,
+// and the prefix/diagonal split would leave rows that see no prefix key at all (the kernel returns lse = 0
+// for a fully masked row, not -inf, which would spoil the merge). So the queries run in blocks of at most
+// kWindowBlockRows rows, each one call over just the keys its rows can see, [first row's window start, last
+// row's position], with an additive float mask of that block's size (0 visible, -inf hidden; every row sees
+// itself). Blocks are disjoint rows: outputs are concatenated, and autograd sums their dK/dV.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
 #include "harness/model/attention_kernels.h"
 #include "harness/model/ops.h"
 
@@ -67,8 +78,56 @@ class ChunkAttention : public torch::autograd::Function<ChunkAttention> {
 
 }  // namespace
 
+namespace {
+
+// Rows per banded block: the mask is at most kWindowBlockRows x (kWindowBlockRows + window - 1) floats.
+constexpr int64_t kWindowBlockRows = 256;
+
+// Calls `block(row0, rows, key0, keys)` for every banded query block of a windowed call, in order.
+template <class BlockFn>
+void for_each_window_block(int64_t c, int64_t e, int64_t window, BlockFn block) {
+  for (int64_t row0 = 0; row0 < c; row0 += kWindowBlockRows) {
+    const int64_t rows = std::min(kWindowBlockRows, c - row0);
+    const int64_t first_pos = e - c + row0, last_pos = first_pos + rows - 1;
+    const int64_t key0 = std::max<int64_t>(0, first_pos - window + 1);
+    block(row0, rows, key0, last_pos + 1 - key0);
+  }
+}
+
+torch::Tensor windowed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 double scale, int64_t window) {
+  const int64_t c = q.size(2), e = k.size(2);
+  const auto mask_dtype = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  std::vector<torch::Tensor> outs;
+  for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
+    // Row r sits at key position p = e - c + row0 + r; key j of the block at key0 + j. Visible: p - w < key
+    // <= p.
+    auto options = torch::TensorOptions().dtype(torch::kLong);
+    auto pos = torch::arange(e - c + row0, e - c + row0 + rows, options).unsqueeze(1);  // (rows, 1)
+    auto key = torch::arange(key0, key0 + keys, options).unsqueeze(0);                  // (1, keys)
+    auto visible = (key <= pos).logical_and(key > pos - window);
+    auto mask = torch::zeros({rows, keys}, torch::TensorOptions().dtype(mask_dtype))
+                    .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
+    outs.push_back(std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(
+        q.narrow(2, row0, rows), k.narrow(2, key0, keys), v.narrow(2, key0, keys), 0.0, /*is_causal=*/false,
+        mask, scale)));
+  });
+  return outs.size() == 1 ? outs.front() : torch::cat(outs, 2);
+}
+
+}  // namespace
+
+int64_t cpu_window_executed_pairs(int64_t c, int64_t e, int64_t window) {
+  int64_t pairs = 0;
+  for_each_window_block(c, e, window,
+                        [&](int64_t, int64_t rows, int64_t, int64_t keys) { pairs += rows * keys; });
+  return pairs;
+}
+
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale) {
+                                  double scale, int64_t window) {
+  // Every row sees all its keys when there are no more keys than the window: plain causal.
+  if (window > 0 && window < k.size(2)) return windowed_attention(q, k, v, scale, window);
   // A whole sequence needs no merge: the kernel's own causal mask is right, and its derivative is PyTorch's.
   if (q.size(2) == k.size(2))
     return std::get<0>(

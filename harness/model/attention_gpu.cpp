@@ -15,20 +15,28 @@ constexpr int64_t kCausalFromBottomRight = 2;  // the memory-efficient kernel's 
 }
 
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale) {
+                              double scale, int64_t window) {
   const int64_t c = q.size(2), e = k.size(2);
   // GQA native in the forward: K/V stay per kv head (Hq a multiple of Hkv). Not in the backward: mha_bwd
   // (flash_api.cpp) computes dK/dV per query head into (N, e, Hq, hd) buffers and sums each group before it
   // returns them per kv head, beside a float32 dq accumulator (N, round128(c), Hq, hd_r).
-  auto out = std::get<0>(at::_flash_attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                      /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e, 0.0,
-                                                      /*is_causal=*/true, /*return_debug_mask=*/false,
-                                                      std::optional<double>(scale)));
+  auto out = std::get<0>(at::_flash_attention_forward(
+      q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+      /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e, 0.0,
+      /*is_causal=*/true, /*return_debug_mask=*/false, std::optional<double>(scale),
+      // FA2's local rule, bottom-right aligned like its causal one:
+      // row i sees keys i + e - c - left .. i + e - c. Its
+      // autograd node keeps the window for the backward.
+      window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt,
+      window > 0 ? std::optional<int64_t>(0) : std::nullopt));
   return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
 }
 
 torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale) {
+                                  double scale, int64_t window) {
+  // attention_kernel_for sends windows elsewhere: this kernel's autograd node drops the window for the
+  // backward.
+  TORCH_CHECK(window <= 0, "efficient_attention: no sliding window (the math kernel takes it)");
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2), group = hq / hkv;
   // This kernel wants as many kv heads as query heads: repeat each kv head `group` times (e x Aq elements,

@@ -22,17 +22,31 @@ enum class AttentionKernel {  // attention.cpp's table follows this order
 
 const char* attention_kernel_name(AttentionKernel kernel);
 
-// The kernel causal_attention uses for queries on `device` of `dtype` with head size `head_dim`.
-AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim);
+// The kernel causal_attention uses for queries on `device` of `dtype` with head size `head_dim`, with a
+// sliding `window` (> 0) or none (0). A window on CUDA in float32 runs the math kernel: the memory-efficient
+// kernel takes a window, but PyTorch's autograd node for it does not keep it for the backward.
+AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim,
+                                     int64_t window = 0);
 
 // q (N, Hq, c, hd), k and v (N, Hkv, e, hd), c <= e -> (N, Hq, c, hd); differentiable in q, k and v.
+// window > 0: query row i (at key position e - c + i) sees keys e - c + i - window + 1 .. e - c + i only.
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale);
+                                  double scale, int64_t window);
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale);
+                              double scale, int64_t window);
 torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale);
+                                  double scale, int64_t window);
 torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             double scale);
+                             double scale, int64_t window);
+
+// Per (sequence, query head): the (query, key) pairs a call with c queries over the e keys ending with them
+// sees, under a sliding `window` (0: none): sum over rows of min(window, e - c + i + 1).
+int64_t visible_pairs(int64_t c, int64_t e, int64_t window);
+// The pairs `kernel` computes for such a call: the visible ones for the fused kernels (they skip masked
+// tiles; partial tiles not counted), c x e for math, and for the CPU kernel under a window the rectangles of
+// its banded query blocks (attention_cpu.cpp).
+int64_t executed_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t window);
+// attention_cpu.cpp: the CPU kernel's banded blocks under a window, as the kernel runs them.
+int64_t cpu_window_executed_pairs(int64_t c, int64_t e, int64_t window);
 
 }  // namespace bpbench

@@ -89,13 +89,12 @@ void count_linear(const torch::Tensor& x, const torch::Tensor& weight, const tor
   if (work.matmul > 0) on_backward(y, std::move(tally), work);
 }
 
-void count_attention(int64_t sequences, int64_t query_heads, int64_t c, int64_t e, int64_t head_dim,
-                     bool dense_kernel, const torch::Tensor& out) {
+void count_attention(int64_t sequences, int64_t query_heads, int64_t head_dim, const AttentionPairs& pairs,
+                     const torch::Tensor& out) {
   auto tally = active_tally();
   if (!tally) return;
   const int64_t per_pair = sequences * query_heads * head_dim;  // x pairs: one (query, key) dot product
-  const int64_t visible = causal_pairs(c, e), all = c * e;
-  const int64_t masked = dense_kernel ? all - visible : 0;
+  const int64_t visible = pairs.visible, all = pairs.all, masked = pairs.executed - pairs.visible;
   tally->attention_dense += 4 * per_pair * all;
   tally->attention_masked += 4 * per_pair * masked;
   if (!torch::GradMode::is_enabled()) {
@@ -108,7 +107,7 @@ void count_attention(int64_t sequences, int64_t query_heads, int64_t c, int64_t 
   work.attention = 8 * per_pair * visible;
   work.dense = 8 * per_pair * all;
   work.masked = 8 * per_pair * masked;
-  work.rescore = dense_kernel ? 0 : 2 * per_pair * visible;  // the math kernel kept its scores
+  work.rescore = pairs.rescored ? 2 * per_pair * pairs.executed : 0;  // the math kernel kept its scores
   on_backward(out, std::move(tally), work);
 }
 

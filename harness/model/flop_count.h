@@ -15,9 +15,9 @@
 //     forward  4 hd p   (Q K^T and P V over the visible pairs)
 //     backward 8 hd p   (dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q)
 //     fused kernels (CPU, flash, memory-efficient) skip masked tiles but recompute Q K^T in their backward:
-//       + 2 hd p, tallied as `attention_rescore`
-//     the math kernel computes every one of its r scores and keeps them: + 4 hd (r - p) forward and
-//       8 hd (r - p) backward, tallied as `attention_masked`
+//       + 2 hd x (the pairs they compute), tallied as `attention_rescore`
+//     a kernel that computes x > p pairs (the math kernel: all r; the CPU kernel under a sliding window: its
+//       banded blocks) adds 4 hd (x - p) forward and 8 hd (x - p) backward, tallied as `attention_masked`
 //   `attention_dense` tallies each call at r (forward 4 hd r, backward 8 hd r): what an implementation that
 //   computes every score of its key range under an explicit mask runs, the paper's accounting (its Section 3:
 //   a StreamBP chunk scores its prefix only, about half of a full Q K^T). Partial tiles on the diagonal are
@@ -73,10 +73,17 @@ class FlopCounter {
 // y = x W^T (the bias is not counted): x (..., K), weight (N, K), y (..., N).
 void count_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y);
 
-// Causal attention of c queries over the e keys ending with them (ops.h's contract), run by a kernel that
-// computes only the visible scores (`dense_kernel` false) or all c x e of them (true).
-void count_attention(int64_t sequences, int64_t query_heads, int64_t c, int64_t e, int64_t head_dim,
-                     bool dense_kernel, const torch::Tensor& out);
+// One attention call's (query, key) pairs per (sequence, query head).
+struct AttentionPairs {
+  int64_t visible = 0;   // what the rule lets the queries see: the model's work
+  int64_t executed = 0;  // what the kernel computes (>= visible: masked scores it did not skip)
+  int64_t all = 0;       // c x e: what a dense-mask kernel computes
+  bool rescored = true;  // the kernel's backward computes Q K^T again (every fused kernel; not math)
+};
+
+// An attention call of ops.h's contract (out: its output, for the backward's hook).
+void count_attention(int64_t sequences, int64_t query_heads, int64_t head_dim, const AttentionPairs& pairs,
+                     const torch::Tensor& out);
 
 // Per (sequence, query head): the (query, key) pairs c queries see over the e keys ending with them.
 inline int64_t causal_pairs(int64_t c, int64_t e) {

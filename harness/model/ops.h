@@ -35,6 +35,12 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // sequence, c < e one StreamBP chunk. GQA without a repeat of K/V: dK/dV come out already summed over each
 // group. No kernel builds a score matrix (Hq x c x e) or a mask: the kernels are fused (attention.cpp says
 // which runs where; attention_kernels.h lists them).
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// window > 0: sliding-window attention (Gemma 3's local layers, transformers' sliding_window_overlay): the
+// query at position p sees keys p - window + 1 .. p only. Positions still count back from the last key, so
+// the keys may start anywhere at or before the first query's window (a StreamBP chunk [s, e) may pass keys
+// from max(0, s - window + 1) on). The CPU kernel then runs banded query blocks with a small float mask each
+// (attention_cpu.cpp); flash takes the window itself.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t window = 0);
 
 }  // namespace bpbench

@@ -68,16 +68,17 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   const bool full = r == 0;
   const int64_t rows = N * T;
   const int64_t per_pair = N * c.heads * c.head_dim;
-  const bool dense_kernel =
-      attention_kernel_for(in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU),
-                           in.dtype, c.head_dim) == AttentionKernel::math;
+  const AttentionKernel kernel = attention_kernel_for(
+      in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), in.dtype, c.head_dim);
+  const bool rescored = kernel != AttentionKernel::math;
   FlopCounts f;
 
   // Attention: one call per query block of `block` rows over the keys up to its end.
   auto attention_calls = [&](int64_t block, bool with_grad) {
     for (int64_t s = 0; s < T; s += block) {
       const int64_t q = std::min(block, T - s), e = s + q;
-      const int64_t visible = causal_pairs(q, e), all = q * e, masked = dense_kernel ? all - visible : 0;
+      const int64_t visible = visible_pairs(q, e, 0), executed = executed_pairs(kernel, q, e, 0), all = q * e;
+      const int64_t masked = executed - visible;
       f.attention_dense += 4 * per_pair * all;
       f.attention_masked += 4 * per_pair * masked;
       (with_grad ? f.forward_attention : f.recompute_attention) += 4 * per_pair * visible;
@@ -85,7 +86,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
       f.backward_attention += 8 * per_pair * visible;
       f.attention_dense += 8 * per_pair * all;
       f.attention_masked += 8 * per_pair * masked;
-      if (!dense_kernel) f.attention_rescore += 2 * per_pair * visible;
+      if (rescored) f.attention_rescore += 2 * per_pair * executed;
     }
   };
   const std::vector<LinearShape> head = {{c.hidden, c.vocab, true}};

@@ -2,10 +2,12 @@
 // compiled in every CUDA build):
 //   - each CUDA attention kernel (flash for bfloat16, memory-efficient for float32, math for float64) equals
 //     plainly masked attention in values and dQ/dK/dV for whole sequences, StreamBP chunks (c < e,
-//     bottom-right), single rows and GQA groups of 1, 2 and 4;
+//     bottom-right), single rows and GQA groups of 1, 2 and 4; and under a sliding window (flash's left
+//     window for bfloat16, the math kernel for float32 and float64), chunks with keys cut at their window;
 //   - the CUDA recorder: live, peak and per-category bytes follow the caching allocator, block for block;
 //     a budget turns an allocation past it into c10::OutOfMemoryError and writes the memory_viz snapshot;
 //   - CUPTI activity: a copy and a matrix product show as a memcpy and kernels, inside the collection window.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -68,6 +70,44 @@ TEST_P(CudaAttention, EqualsMaskedAttentionInValuesAndGradients) {
     const double scale = std::max(1.0, want.abs().max().item<double>());
     EXPECT_LE((g - want).abs().max().item<double>(), 4 * tol * scale) << kernel << " " << name;
   }
+}
+
+// Sliding windows on CUDA: flash (bfloat16) with window_size_left = w - 1, the math kernel for float32/64.
+TEST(CudaWindowedAttention, SlidingWindowEqualsMaskedAttentionInValuesAndGradients) {
+  REQUIRE_GPU();
+  const int64_t n = 1, kv_heads = 2, group = 2, hd = 64;
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kDouble})
+    for (const auto& [c, e, window] :
+         {std::tuple<int64_t, int64_t, int64_t>{97, 97, 16}, {31, 131, 40}, {64, 103, 64}, {1, 50, 7}}) {
+      torch::manual_seed(13);
+      const auto cpu = torch::TensorOptions().dtype(torch::kDouble);
+      auto on_gpu = [&](const torch::Tensor& t) {
+        return t.to(torch::kCUDA, dtype).detach().requires_grad_();
+      };
+      auto q = on_gpu(torch::randn({n, c, kv_heads * group, hd}, cpu).transpose(1, 2));
+      auto k = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
+      auto v = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
+      auto q_ref = q.detach().cpu().to(torch::kDouble).requires_grad_(),
+           k_ref = k.detach().cpu().to(torch::kDouble).requires_grad_(),
+           v_ref = v.detach().cpu().to(torch::kDouble).requires_grad_();
+      auto out = causal_attention(q, k, v, window);
+      auto expected = masked_attention(q_ref, k_ref, v_ref, window);
+      const double tol = dtype == torch::kBFloat16 ? 2e-2 : dtype == torch::kFloat ? 1e-4 : 1e-10;
+      const std::string what = fmt::format(
+          "{} c={} e={} w={}", attention_kernel_name(attention_kernel_for(q.device(), dtype, hd, window)), c,
+          e, window);
+      EXPECT_TRUE(torch::allclose(out.cpu().to(torch::kDouble), expected, tol, tol)) << what;
+      auto upstream = torch::randn(expected.sizes(), cpu);
+      out.backward(upstream.to(torch::kCUDA, dtype));
+      expected.backward(upstream);
+      for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
+                                            {"dK", k.grad(), k_ref.grad()},
+                                            {"dV", v.grad(), v_ref.grad()}}) {
+        const double scale = std::max(1.0, want.abs().max().item<double>());
+        EXPECT_LE((got.cpu().to(torch::kDouble) - want).abs().max().item<double>(), 4 * tol * scale)
+            << what << " " << name;
+      }
+    }
 }
 
 std::string cuda_attention_name(
