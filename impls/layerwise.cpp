@@ -137,14 +137,16 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
       PhaseScope phase(fmt::format("chunk {}", j));
       MemoryScope scope(Category::activations);
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
-      auto k_vis = k_leaf.detach().narrow(2, 0, e).requires_grad_(true);     // (N, Hkv, e, hd)
-      auto v_vis = v_leaf.detach().narrow(2, 0, e).requires_grad_(true);
+      // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window otherwise
+      const int64_t k0 = model.first_visible_key(i, s);
+      auto k_vis = k_leaf.detach().narrow(2, k0, e - k0).requires_grad_(true);
+      auto v_vis = v_leaf.detach().narrow(2, k0, e - k0).requires_grad_(true);
       auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);                       // (N, Hq, c, hd)
       auto y = model.mlp_block(i, model.attention_block(i, x_rows, q, KV{k_vis, v_vis}));  // (N, c, d)
       y.backward(dy.narrow(1, s, c));
       if (wants_dx) dx.narrow(1, s, c).copy_(x_rows.grad());
-      dk.narrow(2, 0, e).add_(k_vis.grad());
-      dv.narrow(2, 0, e).add_(v_vis.grad());
+      dk.narrow(2, k0, e - k0).add_(k_vis.grad());
+      dv.narrow(2, k0, e - k0).add_(v_vis.grad());
     }
     if (between_chunks && e < T) between_chunks(j);
   }

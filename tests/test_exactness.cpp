@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "harness/model/flop_count.h"
+#include "harness/run/estimate.h"
+#include "harness/run/estimate_flops.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {
@@ -103,6 +106,79 @@ INSTANTIATE_TEST_SUITE_P(StreamBP, Exactness,
                          case_name);
 INSTANTIATE_TEST_SUITE_P(MsT, Exactness, ::testing::ValuesIn(streaming_matrix("mst", {"sft", "grpo"})),
                          case_name);
+
+// Sliding-window layers (Gemma 3's local attention): layer 0 slides, layer 1 attends over the whole prefix.
+// Windows narrower than, equal to and wider than the partition, 2 and as long as T (window 1, where each row
+// sees only itself, makes dQ and dK exactly zero: round-off against zero, which a relative test cannot judge;
+// tests/test_attention.cpp covers it);
+// StreamBP's chunks then take K/V from their window start only, and dK/dV must still be exact. Every
+// objective each strategy runs; the strategies' counted FLOPs equal the estimate's under the window too.
+class WindowedExactness : public ::testing::TestWithParam<std::tuple<std::string, int64_t, int64_t>> {};
+
+TEST_P(WindowedExactness, EveryStrategyMatchesPlainInFloat64) {
+  const auto& [objective_name, window, partition] = GetParam();
+  Model model = tiny_model({2, false});
+  model.config.sliding_window = window;
+  model.config.sliding_layers = {true, false};
+  auto objective = make_objective(objective_name);
+  Batch batch = objective->make_batch(spec_for(objective_name, model.config.vocab), model, 5);
+  auto ref = run_step("plain", model, batch, *objective, {kT, kT});
+  EstimateInput in;
+  in.config = model.config;
+  in.seq_len = kT;
+  in.sequences = batch.sequences();
+  in.partition = partition;
+  in.logits_partition = 3;
+  in.dtype = torch::kDouble;
+  in.objective = objective_name;
+  for (const std::string impl : {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"}) {
+    if (make_strategy(impl)->unsupported({objective_name, 1})) continue;
+    const std::string what =
+        fmt::format("{} {} window {} partition {}", impl, objective_name, window, partition);
+    FlopCounter counter;
+    expect_same_gradients(ref, run_step(impl, model, batch, *objective, {partition, 3}), kTol, what);
+    in.impl = impl;
+    EXPECT_EQ(counter.counts().hardware(), estimate_flops(in).hardware()) << what;
+    EXPECT_EQ(counter.counts().model(), estimate_flops(in).model()) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, WindowedExactness,
+                         ::testing::Values(std::tuple{"sft", 3, 5}, std::tuple{"sft", 5, 5},
+                                           std::tuple{"sft", 8, 5}, std::tuple{"sft", 2, 4},
+                                           std::tuple{"sft", kT, 7}, std::tuple{"dpo", 4, 7},
+                                           std::tuple{"grpo", 6, 4}, std::tuple{"sft", 2, 1}),
+                         [](const auto& info) {
+                           return fmt::format("{}_w{}_p{}", std::get<0>(info.param), std::get<1>(info.param),
+                                              std::get<2>(info.param));
+                         });
+
+// A sliding window makes a StreamBP chunk's attention smaller: it sees min(w, p + 1) keys per row, so the
+// model's attention FLOPs fall, and the memory estimate, which does not model windows yet, says so rather
+// than guess.
+TEST(WindowedExactness, WindowsCutAttentionFlopsAndTheMemoryEstimateRefusesThem) {
+  Model model = tiny_model({2, false});
+  auto objective = make_objective("sft");
+  Batch batch = objective->make_batch(spec_for("sft", model.config.vocab), model, 5);
+  auto attention = [&] {
+    FlopCounter counter;
+    run_step("streambp", model, batch, *objective, {4, 3});
+    return counter.counts().model_attention();
+  };
+  const int64_t full = attention();
+  model.config.sliding_window = 3;
+  model.config.sliding_layers = {true, true};
+  const int64_t windowed = attention();
+  EXPECT_LT(windowed, full);
+  EstimateInput in;
+  in.config = model.config;
+  in.seq_len = kT;
+  in.impl = "streambp";
+  EXPECT_THROW(estimate_peak(in), std::invalid_argument);
+  EXPECT_NO_THROW(estimate_flops(in));
+  model.config.sliding_layers = {true};  // not one flag per layer
+  EXPECT_THROW(model.config.validate(), std::invalid_argument);
+}
 
 // Attention bias (Qwen2.5) and no q/k norm (Llama) take other code paths in the pieces.
 TEST(Exactness, StreamBPWithAttentionBiasAndNoQkNorm) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "harness/model/flop_count.h"
@@ -238,7 +239,7 @@ torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t p
 
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                      const KV& kv) const {
-  auto o = causal_attention(q, kv.k, kv.v);  // (N, c, Hq*hd)
+  auto o = causal_attention(q, kv.k, kv.v, config.window_of(i));  // (N, c, Hq*hd)
   return x_rows + layers[i].o(o, lora_enabled);
 }
 
@@ -265,10 +266,16 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
     const int64_t c = std::min(rows, T - s), e = s + c;
     auto x_rows = x.narrow(1, s, c);
     auto q = project_q(i, attn_norm(i, x_rows), s, T);
-    KV visible{kv.k.narrow(2, 0, e), kv.v.narrow(2, 0, e)};
+    const int64_t k0 = first_visible_key(i, s);
+    KV visible{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)};
     y.narrow(1, s, c).copy_(mlp_block(i, attention_block(i, x_rows, q, visible)));
   }
   return y;
+}
+
+int64_t Model::first_visible_key(int64_t i, int64_t s) const {
+  const int64_t window = config.window_of(i);
+  return window > 0 ? std::max<int64_t>(0, s - window + 1) : 0;
 }
 
 torch::Tensor Model::final_norm(const torch::Tensor& x) const {

@@ -107,6 +107,12 @@ int64_t ModelConfig::parameter_count() const {
   return embed + (tie_embeddings ? 0 : embed) + layers * per_layer + hidden;
 }
 
+bool ModelConfig::has_sliding_layers() const {
+  for (bool s : sliding_layers)
+    if (s) return true;
+  return false;
+}
+
 void ModelConfig::validate() const {
   auto require = [&](bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(fmt::format("model '{}': {}", name, what));
@@ -118,6 +124,9 @@ void ModelConfig::validate() const {
   require(head_dim % 2 == 0, "head_dim must be even (RoPE rotates pairs)");
   require(rms_eps > 0 && rope.theta > 0, "rms_eps and rope theta must be > 0");
   require(rope.type != RopeType::kDynamic || head_dim > 2, "dynamic RoPE needs head_dim > 2");
+  require(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == layers,
+          "sliding_layers must name every layer (or none)");
+  require(!has_sliding_layers() || sliding_window > 0, "sliding layers need a sliding_window > 0");
 }
 
 const std::vector<ModelConfig>& model_presets() {

@@ -30,6 +30,18 @@ struct ModelConfig {
   bool tie_embeddings = false;
   bool qk_norm = false;         // Qwen3: RMSNorm over hd on every q and k head
   bool attention_bias = false;  // Qwen2.5: bias on the q, k, v projections
+  // Sliding-window attention: layer i attends over its last `sliding_window` keys (ops.h, causal_attention)
+  // where sliding_layers[i] is set (Gemma 3's local layers). Empty: every layer attends over the whole
+  // prefix.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
+
+  // The window of layer i's attention: sliding_window for a sliding layer, 0 (none) for a full one.
+  int64_t window_of(int64_t layer) const {
+    const auto i = static_cast<size_t>(layer);
+    return i < sliding_layers.size() && sliding_layers[i] ? sliding_window : 0;
+  }
+  bool has_sliding_layers() const;
 
   int64_t group() const { return heads / kv_heads; }
   // Parameters of the full model (no LoRA), counting a tied embedding once.

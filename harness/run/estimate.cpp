@@ -582,6 +582,11 @@ void check_estimate_input(const EstimateInput& in) {
 
 MemoryEstimate estimate_peak(const EstimateInput& in) {
   check_estimate_input(in);
+  if (in.config.has_sliding_layers())
+    throw std::invalid_argument(fmt::format(
+        "estimate: model '{}' has sliding-window layers, whose attention terms the memory estimate does not "
+        "model yet (its FLOPs are estimated)",
+        in.config.name));
   // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp).
   const AttentionKernel kernel =
       attention_kernel_for(in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU),

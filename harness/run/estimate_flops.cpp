@@ -68,17 +68,20 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   const bool full = r == 0;
   const int64_t rows = N * T;
   const int64_t per_pair = N * c.heads * c.head_dim;
-  const AttentionKernel kernel = attention_kernel_for(
-      in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), in.dtype, c.head_dim);
-  const bool rescored = kernel != AttentionKernel::math;
+  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
   FlopCounts f;
 
-  // Attention: one call per query block of `block` rows over the keys up to its end.
-  auto attention_calls = [&](int64_t block, bool with_grad) {
+  // Layer i's attention: one call per query block of `block` rows over the keys up to its end, from the
+  // block's window start under a sliding window (Model::first_visible_key).
+  auto attention_calls = [&](int64_t i, int64_t block, bool with_grad) {
+    const int64_t window = c.window_of(i);
+    const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, window);
+    const bool rescored = kernel != AttentionKernel::math;
     for (int64_t s = 0; s < T; s += block) {
-      const int64_t q = std::min(block, T - s), e = s + q;
-      const int64_t visible = visible_pairs(q, e, 0), executed = executed_pairs(kernel, q, e, 0), all = q * e;
-      const int64_t masked = executed - visible;
+      const int64_t q = std::min(block, T - s), key0 = window > 0 ? std::max<int64_t>(0, s - window + 1) : 0;
+      const int64_t e = s + q - key0;  // the keys the call gets
+      const int64_t visible = visible_pairs(q, e, window), executed = executed_pairs(kernel, q, e, window);
+      const int64_t all = q * e, masked = executed - visible;
       f.attention_dense += 4 * per_pair * all;
       f.attention_masked += 4 * per_pair * masked;
       (with_grad ? f.forward_attention : f.recompute_attention) += 4 * per_pair * visible;
@@ -105,13 +108,13 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   const bool streambp = in.impl == "streambp";
   const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
   const int64_t grad_block = streambp ? partition : T;
-  for (int64_t i = 0; i < L; ++i) attention_calls(grad_block, true);
+  for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, true);
 
   if (in.impl == "plain") return f;
   // The no-grad forward of the layers: K/V for all rows, queries in blocks (layer_in_chunks).
   for (int64_t i = 0; i < L; ++i) {
     f.recompute_matmul += forward_matmul(layer_linears(c, false), rows, r);
-    attention_calls(grad_block, false);
+    attention_calls(i, grad_block, false);
   }
   if (in.impl == "mst") {
     f.recompute_matmul += head_forward;
