@@ -76,10 +76,6 @@ class ChunkAttention : public torch::autograd::Function<ChunkAttention> {
   }
 };
 
-}  // namespace
-
-namespace {
-
 // Rows per banded block: the mask is at most kWindowBlockRows x (kWindowBlockRows + window - 1) floats.
 constexpr int64_t kWindowBlockRows = 256;
 
@@ -100,8 +96,7 @@ torch::Tensor windowed_attention(const torch::Tensor& q, const torch::Tensor& k,
   const auto mask_dtype = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   std::vector<torch::Tensor> outs;
   for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
-    // Row r sits at key position p = e - c + row0 + r; key j of the block at key0 + j. Visible: p - w < key
-    // <= p.
+    // Row r sits at key position p = e - c + row0 + r, key j at key0 + j; visible: p - w < key <= p.
     auto options = torch::TensorOptions().dtype(torch::kLong);
     auto pos = torch::arange(e - c + row0, e - c + row0 + rows, options).unsqueeze(1);  // (rows, 1)
     auto key = torch::arange(key0, key0 + keys, options).unsqueeze(0);                  // (1, keys)
