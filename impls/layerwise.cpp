@@ -138,7 +138,7 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
       MemoryScope scope(Category::activations);
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
       // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window otherwise
-      const int64_t k0 = model.first_visible_key(i, s);
+      const int64_t k0 = model.config.first_visible_key(i, s);
       auto k_vis = k_leaf.detach().narrow(2, k0, e - k0).requires_grad_(true);
       auto v_vis = v_leaf.detach().narrow(2, k0, e - k0).requires_grad_(true);
       auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);                       // (N, Hq, c, hd)

@@ -20,26 +20,27 @@
 namespace bpbench::testing {
 namespace {
 
-// (c, e, query heads per kv head)
-class CausalAttention : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
-
-TEST_P(CausalAttention, EqualsMaskedAttentionInValuesAndGradients) {
-  const auto [c, e, group] = GetParam();
+// causal_attention against masked_attention in float64 on random inputs of these shapes: values, and dQ, dK
+// and dV under one upstream gradient (so dK/dV summed over each GQA group are compared directly). Fills
+// `used`, when given, with the inputs and the reference's output for further checks.
+struct AttentionCase {
+  torch::Tensor q, k, v, expected;
+};
+void expect_matches_masked_attention(int64_t c, int64_t e, int64_t group, int64_t window, uint64_t seed,
+                                     AttentionCase* used = nullptr) {
   const int64_t n = 2, kv_heads = 2, hd = 8;
-  torch::manual_seed(7);
+  torch::manual_seed(seed);
   const auto options = torch::TensorOptions().dtype(torch::kDouble);
   auto q = torch::randn({n, kv_heads * group, c, hd}, options).requires_grad_();
   auto k = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
   auto v = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
   auto q_ref = q.detach().clone().requires_grad_(), k_ref = k.detach().clone().requires_grad_(),
        v_ref = v.detach().clone().requires_grad_();
-
-  auto out = causal_attention(q, k, v);
-  auto expected = masked_attention(q_ref, k_ref, v_ref);
+  auto out = causal_attention(q, k, v, window);
+  auto expected = masked_attention(q_ref, k_ref, v_ref, window);
+  if (used) *used = {q.detach(), k.detach(), v.detach(), expected.detach()};
   ASSERT_EQ(out.sizes(), expected.sizes());
   EXPECT_TRUE(torch::allclose(out, expected, 1e-12, 1e-12)) << (out - expected).abs().max().item<double>();
-
-  // One upstream gradient for both, so dQ, dK and dV (summed over each GQA group) are compared directly.
   auto upstream = torch::randn(out.sizes(), options);
   out.backward(upstream);
   expected.backward(upstream);
@@ -50,6 +51,14 @@ TEST_P(CausalAttention, EqualsMaskedAttentionInValuesAndGradients) {
         << name << " max error " << (got - want).abs().max().item<double>();
 }
 
+// (c, e, query heads per kv head)
+class CausalAttention : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+
+TEST_P(CausalAttention, EqualsMaskedAttentionInValuesAndGradients) {
+  const auto [c, e, group] = GetParam();
+  expect_matches_masked_attention(c, e, group, /*window=*/0, /*seed=*/7);
+}
+
 // Sliding windows (Gemma 3's local layers): narrower than, equal to and wider than the queries, 1 (each row
 // sees itself only), and as wide as the keys (no window in effect); whole sequences and chunks; GQA; query
 // counts past the CPU kernel's banded block of 256 rows. Values and dQ/dK/dV in float64.
@@ -57,31 +66,12 @@ class WindowedAttention : public ::testing::TestWithParam<std::tuple<int64_t, in
 
 TEST_P(WindowedAttention, EqualsMaskedAttentionInValuesAndGradients) {
   const auto [c, e, group, window] = GetParam();
-  const int64_t n = 2, kv_heads = 2, hd = 8;
-  torch::manual_seed(11);
-  const auto options = torch::TensorOptions().dtype(torch::kDouble);
-  auto q = torch::randn({n, kv_heads * group, c, hd}, options).requires_grad_();
-  auto k = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
-  auto v = torch::randn({n, kv_heads, e, hd}, options).requires_grad_();
-  auto q_ref = q.detach().clone().requires_grad_(), k_ref = k.detach().clone().requires_grad_(),
-       v_ref = v.detach().clone().requires_grad_();
-  auto out = causal_attention(q, k, v, window);
-  auto expected = masked_attention(q_ref, k_ref, v_ref, window);
-  ASSERT_EQ(out.sizes(), expected.sizes());
-  EXPECT_TRUE(torch::allclose(out, expected, 1e-12, 1e-12)) << (out - expected).abs().max().item<double>();
-  auto upstream = torch::randn(out.sizes(), options);
-  out.backward(upstream);
-  expected.backward(upstream);
-  for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
-                                        {"dK", k.grad(), k_ref.grad()},
-                                        {"dV", v.grad(), v_ref.grad()}})
-    EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12))
-        << name << " max error " << (got - want).abs().max().item<double>();
+  AttentionCase t;
+  expect_matches_masked_attention(c, e, group, window, /*seed=*/11, &t);
   // The same on the math kernel (CUDA's for float32 windows), run here on the CPU.
-  auto math = math_attention(q.detach(), k.detach(), v.detach(), 1.0 / std::sqrt(8.0), window)
-                  .transpose(1, 2)
-                  .reshape(out.sizes());
-  EXPECT_TRUE(torch::allclose(math, expected.detach(), 1e-12, 1e-12)) << "math kernel";
+  auto math =
+      math_attention(t.q, t.k, t.v, 1.0 / std::sqrt(8.0), window).transpose(1, 2).reshape(t.expected.sizes());
+  EXPECT_TRUE(torch::allclose(math, t.expected, 1e-12, 1e-12)) << "math kernel";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, WindowedAttention,

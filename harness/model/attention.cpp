@@ -63,6 +63,11 @@ int64_t executed_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t win
   return visible_pairs(c, e, window);
 }
 
+AttentionPairs attention_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t window) {
+  return {visible_pairs(c, e, window), executed_pairs(kernel, c, e, window), c * e,
+          /*rescored=*/kernel != AttentionKernel::math};
+}
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                int64_t window) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
@@ -72,10 +77,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd, window);
   auto out = entry(kernel).run(q, k, v, scale, window);  // (N, Hq, c, hd)
-  count_attention(n, hq, hd,
-                  AttentionPairs{visible_pairs(c, e, window), executed_pairs(kernel, c, e, window), c * e,
-                                 /*rescored=*/kernel != AttentionKernel::math},
-                  out);
+  count_attention(n, hq, hd, attention_pairs(kernel, c, e, window), out);
   return out.transpose(1, 2).reshape({n, c, hq * hd});
 }
 

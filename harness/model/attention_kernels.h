@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include "harness/model/flop_count.h"
+
 namespace bpbench {
 
 enum class AttentionKernel {  // attention.cpp's table follows this order
@@ -46,6 +48,9 @@ int64_t visible_pairs(int64_t c, int64_t e, int64_t window);
 // tiles; partial tiles not counted), c x e for math, and for the CPU kernel under a window the rectangles of
 // its banded query blocks (attention_cpu.cpp).
 int64_t executed_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t window);
+// Everything the FLOP counter needs of one call of `kernel` (flop_count.h): visible, executed and all pairs,
+// and whether its backward rescores.
+AttentionPairs attention_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t window);
 // attention_cpu.cpp: the CPU kernel's banded blocks under a window, as the kernel runs them.
 int64_t cpu_window_executed_pairs(int64_t c, int64_t e, int64_t window);
 

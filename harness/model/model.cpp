@@ -266,16 +266,11 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
     const int64_t c = std::min(rows, T - s), e = s + c;
     auto x_rows = x.narrow(1, s, c);
     auto q = project_q(i, attn_norm(i, x_rows), s, T);
-    const int64_t k0 = first_visible_key(i, s);
+    const int64_t k0 = config.first_visible_key(i, s);
     KV visible{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)};
     y.narrow(1, s, c).copy_(mlp_block(i, attention_block(i, x_rows, q, visible)));
   }
   return y;
-}
-
-int64_t Model::first_visible_key(int64_t i, int64_t s) const {
-  const int64_t window = config.window_of(i);
-  return window > 0 ? std::max<int64_t>(0, s - window + 1) : 0;
 }
 
 torch::Tensor Model::final_norm(const torch::Tensor& x) const {

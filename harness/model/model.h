@@ -100,9 +100,6 @@ class Model {
   torch::Tensor layer(int64_t i, const torch::Tensor& x) const;  // all rows: (N, T, d) -> (N, T, d)
   // The same layer under no grad with queries in chunks of `rows` (K, V once for all rows): no T x T scores.
   torch::Tensor layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const;
-  // The first key the query rows from position s on can see in layer i: 0, or under a sliding window the
-  // window start of row s (a chunk's attention needs K/V from there only).
-  int64_t first_visible_key(int64_t i, int64_t s) const;
   torch::Tensor final_norm(const torch::Tensor& x) const;
   torch::Tensor lm_head(const torch::Tensor& h) const;       // (N, c, d) -> (N, c, V) in the model dtype
   torch::Tensor head_logits(const torch::Tensor& x) const {  // final_norm then lm_head

@@ -42,6 +42,12 @@ struct ModelConfig {
     return i < sliding_layers.size() && sliding_layers[i] ? sliding_window : 0;
   }
   bool has_sliding_layers() const;
+  // The first key the query rows from position s on can see in layer i: 0, or under a sliding window the
+  // window start of row s (a chunk's attention needs K/V from there only).
+  int64_t first_visible_key(int64_t layer, int64_t s) const {
+    const int64_t window = window_of(layer);
+    return window > 0 && s - window + 1 > 0 ? s - window + 1 : 0;
+  }
 
   int64_t group() const { return heads / kv_heads; }
   // Parameters of the full model (no LoRA), counting a tied embedding once.

@@ -72,16 +72,15 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   FlopCounts f;
 
   // Layer i's attention: one call per query block of `block` rows over the keys up to its end, from the
-  // block's window start under a sliding window (Model::first_visible_key).
+  // block's window start under a sliding window (ModelConfig::first_visible_key).
   auto attention_calls = [&](int64_t i, int64_t block, bool with_grad) {
     const int64_t window = c.window_of(i);
     const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, window);
-    const bool rescored = kernel != AttentionKernel::math;
     for (int64_t s = 0; s < T; s += block) {
-      const int64_t q = std::min(block, T - s), key0 = window > 0 ? std::max<int64_t>(0, s - window + 1) : 0;
-      const int64_t e = s + q - key0;  // the keys the call gets
-      const int64_t visible = visible_pairs(q, e, window), executed = executed_pairs(kernel, q, e, window);
-      const int64_t all = q * e, masked = executed - visible;
+      const int64_t q = std::min(block, T - s), e = s + q - c.first_visible_key(i, s);  // keys the call gets
+      const AttentionPairs pairs = attention_pairs(kernel, q, e, window);
+      const int64_t visible = pairs.visible, executed = pairs.executed, all = pairs.all;
+      const int64_t masked = executed - visible;
       f.attention_dense += 4 * per_pair * all;
       f.attention_masked += 4 * per_pair * masked;
       (with_grad ? f.forward_attention : f.recompute_attention) += 4 * per_pair * visible;
@@ -89,7 +88,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
       f.backward_attention += 8 * per_pair * visible;
       f.attention_dense += 8 * per_pair * all;
       f.attention_masked += 8 * per_pair * masked;
-      if (rescored) f.attention_rescore += 2 * per_pair * executed;
+      if (pairs.rescored) f.attention_rescore += 2 * per_pair * executed;
     }
   };
   const std::vector<LinearShape> head = {{c.hidden, c.vocab, true}};

@@ -36,78 +36,55 @@ namespace {
 class CudaAttention : public ::testing::TestWithParam<std::tuple<at::ScalarType, int64_t, int64_t, int64_t>> {
 };
 
-TEST_P(CudaAttention, EqualsMaskedAttentionInValuesAndGradients) {
-  REQUIRE_GPU();
-  const auto [dtype, c, e, group] = GetParam();
-  const int64_t n = 2, kv_heads = 2, hd = 64;
-  torch::manual_seed(11);
+// causal_attention on CUDA against masked_attention in float64 on the same rounded inputs, laid out as the
+// model lays them out ((N, rows, H, hd) storage viewed as (N, H, rows, hd)): values, and dQ/dK/dV under one
+// upstream gradient, relative to each gradient's scale (bfloat16 gradients sum e products).
+void expect_cuda_matches_masked(at::ScalarType dtype, int64_t n, int64_t c, int64_t e, int64_t group,
+                                int64_t window, uint64_t seed) {
+  const int64_t kv_heads = 2, hd = 64;
+  torch::manual_seed(seed);
   const auto cpu = torch::TensorOptions().dtype(torch::kDouble);
-  // The model's layout: (N, rows, H, hd) storage viewed as (N, H, rows, hd).
-  auto q64 = torch::randn({n, c, kv_heads * group, hd}, cpu).transpose(1, 2);
-  auto k64 = torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2);
-  auto v64 = torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2);
   auto on_gpu = [&](const torch::Tensor& t) { return t.to(torch::kCUDA, dtype).detach().requires_grad_(); };
-  auto q = on_gpu(q64), k = on_gpu(k64), v = on_gpu(v64);
+  auto q = on_gpu(torch::randn({n, c, kv_heads * group, hd}, cpu).transpose(1, 2));
+  auto k = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
+  auto v = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
   // The reference sees exactly the rounded inputs the kernel sees.
   auto q_ref = q.detach().cpu().to(torch::kDouble).requires_grad_(),
        k_ref = k.detach().cpu().to(torch::kDouble).requires_grad_(),
        v_ref = v.detach().cpu().to(torch::kDouble).requires_grad_();
-
-  auto out = causal_attention(q, k, v);
-  auto expected = masked_attention(q_ref, k_ref, v_ref);
+  auto out = causal_attention(q, k, v, window);
+  auto expected = masked_attention(q_ref, k_ref, v_ref, window);
   const double tol = dtype == torch::kBFloat16 ? 2e-2 : dtype == torch::kFloat ? 1e-4 : 1e-10;
-  const auto kernel = attention_kernel_name(attention_kernel_for(q.device(), dtype, hd));
+  const std::string what =
+      fmt::format("{} c={} e={} w={}",
+                  attention_kernel_name(attention_kernel_for(q.device(), dtype, hd, window)), c, e, window);
   EXPECT_TRUE(torch::allclose(out.cpu().to(torch::kDouble), expected, tol, tol))
-      << kernel << " max error " << (out.cpu().to(torch::kDouble) - expected).abs().max().item<double>();
+      << what << " max error " << (out.cpu().to(torch::kDouble) - expected).abs().max().item<double>();
   auto upstream = torch::randn(expected.sizes(), cpu);
   out.backward(upstream.to(torch::kCUDA, dtype));
   expected.backward(upstream);
   for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
                                         {"dK", k.grad(), k_ref.grad()},
                                         {"dV", v.grad(), v_ref.grad()}}) {
-    auto g = got.cpu().to(torch::kDouble);
-    // bfloat16 gradients sum e products: compare relative to the gradient's scale.
     const double scale = std::max(1.0, want.abs().max().item<double>());
-    EXPECT_LE((g - want).abs().max().item<double>(), 4 * tol * scale) << kernel << " " << name;
+    EXPECT_LE((got.cpu().to(torch::kDouble) - want).abs().max().item<double>(), 4 * tol * scale)
+        << what << " " << name;
   }
+}
+
+TEST_P(CudaAttention, EqualsMaskedAttentionInValuesAndGradients) {
+  REQUIRE_GPU();
+  const auto [dtype, c, e, group] = GetParam();
+  expect_cuda_matches_masked(dtype, /*n=*/2, c, e, group, /*window=*/0, /*seed=*/11);
 }
 
 // Sliding windows on CUDA: flash (bfloat16) with window_size_left = w - 1, the math kernel for float32/64.
 TEST(CudaWindowedAttention, SlidingWindowEqualsMaskedAttentionInValuesAndGradients) {
   REQUIRE_GPU();
-  const int64_t n = 1, kv_heads = 2, group = 2, hd = 64;
   for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kDouble})
     for (const auto& [c, e, window] :
-         {std::tuple<int64_t, int64_t, int64_t>{97, 97, 16}, {31, 131, 40}, {64, 103, 64}, {1, 50, 7}}) {
-      torch::manual_seed(13);
-      const auto cpu = torch::TensorOptions().dtype(torch::kDouble);
-      auto on_gpu = [&](const torch::Tensor& t) {
-        return t.to(torch::kCUDA, dtype).detach().requires_grad_();
-      };
-      auto q = on_gpu(torch::randn({n, c, kv_heads * group, hd}, cpu).transpose(1, 2));
-      auto k = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
-      auto v = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
-      auto q_ref = q.detach().cpu().to(torch::kDouble).requires_grad_(),
-           k_ref = k.detach().cpu().to(torch::kDouble).requires_grad_(),
-           v_ref = v.detach().cpu().to(torch::kDouble).requires_grad_();
-      auto out = causal_attention(q, k, v, window);
-      auto expected = masked_attention(q_ref, k_ref, v_ref, window);
-      const double tol = dtype == torch::kBFloat16 ? 2e-2 : dtype == torch::kFloat ? 1e-4 : 1e-10;
-      const std::string what = fmt::format(
-          "{} c={} e={} w={}", attention_kernel_name(attention_kernel_for(q.device(), dtype, hd, window)), c,
-          e, window);
-      EXPECT_TRUE(torch::allclose(out.cpu().to(torch::kDouble), expected, tol, tol)) << what;
-      auto upstream = torch::randn(expected.sizes(), cpu);
-      out.backward(upstream.to(torch::kCUDA, dtype));
-      expected.backward(upstream);
-      for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
-                                            {"dK", k.grad(), k_ref.grad()},
-                                            {"dV", v.grad(), v_ref.grad()}}) {
-        const double scale = std::max(1.0, want.abs().max().item<double>());
-        EXPECT_LE((got.cpu().to(torch::kDouble) - want).abs().max().item<double>(), 4 * tol * scale)
-            << what << " " << name;
-      }
-    }
+         {std::tuple<int64_t, int64_t, int64_t>{97, 97, 16}, {31, 131, 40}, {64, 103, 64}, {1, 50, 7}})
+      expect_cuda_matches_masked(dtype, /*n=*/1, c, e, /*group=*/2, window, /*seed=*/13);
 }
 
 std::string cuda_attention_name(
