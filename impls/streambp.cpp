@@ -12,7 +12,7 @@
 //   b. per chunk [s, e) of `partition` rows, forward then at once backward:
 //        q  = rope(q_norm(attn_norm(x_i[s:e]) Wq)) at positions s..e-1        (N, Hq, c, hd)
 //        x1 = x_i[s:e] + o_proj(attention(q, K[:e], V[:e]))                  query p sees keys 0..p
-//        y  = x1 + mlp(post_norm(x1))                                         (N, c, d)
+//        y  = x1 + mlp(mlp_norm(x1))                                         (N, c, d)
 //        backward y with dY[s:e]: weight grads accumulate in .grad, dx[s:e] through the q and residual
 //        paths, dK[:e], dV[:e] per kv head (attention groups queries by kv head: no GQA repeat, ever)
 //   c. backward the K/V path once with dK, dV: adds into dx (every row) and Wk, Wv, k_norm, input norm.

@@ -1,5 +1,5 @@
 // test_hf_oracle.cpp: Hugging Face transformers as the external oracle. tests/oracle/hf_oracle.py builds tiny
-// random Qwen3 and Llama models in transformers, saves them with save_pretrained, and computes their SFT and
+// random Qwen3, Qwen2, Llama and Gemma 3 models in transformers, saves them with save_pretrained, and computes their SFT and
 // DPO losses and every parameter's gradient in true float64. Here each directory goes through bpbench's own
 // HF loader, and every strategy must give transformers' loss and every gradient to 1e-10 relative. This
 // proves that bpbench's model is the model users train, not only that its strategies agree with each other.
@@ -49,6 +49,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"yarn_every_option", {"sft"}},
     {"yarn_attention_factor_implicit_factor", {"sft"}},
     {"yarn_hub_4x", {"sft"}},
+    {"gemma3_mixed", {"sft", "dpo"}},
+    {"gemma3_hub_4x", {"sft"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 

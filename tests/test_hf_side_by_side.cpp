@@ -41,6 +41,16 @@ TEST(HfConfig, EveryPresetReadsBackAsItself) {
     EXPECT_EQ(back.qk_norm, preset.qk_norm);
     EXPECT_EQ(back.attention_bias, preset.attention_bias);
     EXPECT_EQ(back.parameter_count(), preset.parameter_count());
+    EXPECT_EQ(back.sliding_layers, preset.sliding_layers);
+    if (preset.has_sliding_layers()) {
+      EXPECT_EQ(back.sliding_window, preset.sliding_window);
+    }
+    EXPECT_EQ(back.sliding_rope, preset.sliding_rope);
+    EXPECT_EQ(back.attention_scale(), preset.attention_scale());
+    EXPECT_EQ(back.unit_offset_norms, preset.unit_offset_norms);
+    EXPECT_EQ(back.sandwich_norms, preset.sandwich_norms);
+    EXPECT_EQ(back.activation, preset.activation);
+    EXPECT_EQ(back.scale_embeddings, preset.scale_embeddings);
   }
 }
 

@@ -128,14 +128,21 @@ bool is_help(const std::string& a) {
 }
 
 void list_models(std::ostream& out) {
-  out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE):\n";
+  out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE; sliding-window layers):\n";
   for (const auto& m : model_presets()) {
     const int64_t n = m.parameter_count();
+    std::string sliding;
+    if (m.has_sliding_layers()) {
+      int64_t count = 0;
+      for (int64_t i = 0; i < m.layers; ++i) count += m.window_of(i) > 0;
+      sliding = fmt::format("; {} of {} layers slide over {} keys{}", count, m.layers, m.sliding_window,
+                            m.sliding_rope ? ", RoPE " + rope_summary(*m.sliding_rope) : "");
+    }
     out << fmt::format(
         "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} "
-        "V={:<6}{:<5}  RoPE {}\n",
+        "V={:<6}{:<5}  RoPE {}{}\n",
         m.name, n, static_cast<double>(n) / 1e9, m.layers, m.hidden, m.intermediate, m.heads, m.kv_heads,
-        m.head_dim, m.vocab, m.tie_embeddings ? " tied" : "", rope_summary(m.rope));
+        m.head_dim, m.vocab, m.tie_embeddings ? " tied" : "", rope_summary(m.rope), sliding);
   }
 }
 

@@ -69,12 +69,12 @@ AttentionPairs attention_pairs(AttentionKernel kernel, int64_t c, int64_t e, int
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window) {
+                               int64_t window, double scale) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2);
   TORCH_CHECK(e >= c, "causal_attention: ", c, " queries need at least as many keys, got ", e);
   TORCH_CHECK(hq % hkv == 0, "causal_attention: ", hq, " query heads are not groups of ", hkv, " kv heads");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  if (scale <= 0.0) scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd, window);
   auto out = entry(kernel).run(q, k, v, scale, window);  // (N, Hq, c, hd)
   count_attention(n, hq, hd, attention_pairs(kernel, c, e, window), out);

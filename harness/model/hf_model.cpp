@@ -11,6 +11,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "harness/model/hf_config_reader.h"
+#include "harness/model/hf_gemma3.h"
 #include "harness/model/rope_config.h"
 #include "harness/model/safetensors.h"
 
@@ -27,12 +29,14 @@ struct Architecture {
   bool qk_norm;
   bool attention_bias;            // on q, k, v only
   int64_t default_max_positions;  // transformers' max_position_embeddings default
+  bool gemma3;                    // the rest of the config is Gemma 3's (hf_gemma3.cpp)
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"Qwen3ForCausalLM", "qwen3", true, false, 32768},
-    {"Qwen2ForCausalLM", "qwen2", false, true, 32768},
-    {"LlamaForCausalLM", "llama", false, false, 2048},
+    {"Qwen3ForCausalLM", "qwen3", true, false, 32768, false},
+    {"Qwen2ForCausalLM", "qwen2", false, true, 32768, false},
+    {"LlamaForCausalLM", "llama", false, false, 2048, false},
+    {"Gemma3ForCausalLM", "gemma3_text", true, false, 131072, true},
 };
 
 // Lexical, not canonical: Hugging Face cache snapshots are symlink farms and the name should stay the user's.
@@ -43,70 +47,28 @@ std::string dir_basename(const std::string& dir) {
   return slash == std::string::npos ? s : s.substr(slash + 1);
 }
 
-class ConfigReader {
- public:
-  ConfigReader(std::string path, const json& j) : path_(std::move(path)), j_(j) {}
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error(fmt::format("Hugging Face config '{}': {}", path_, what));
+const Architecture& architecture(const ConfigReader& r) {
+  const json* archs = r.find("architectures");
+  if (archs) {
+    if (!archs->is_array() || archs->empty()) r.fail("\"architectures\" must be a non-empty list");
+    for (const auto& a : *archs)
+      for (const auto& known : kArchitectures)
+        if (a.is_string() && a.get<std::string>() == known.name) return known;
+    for (const auto& a : *archs)
+      if (a == "Gemma3ForConditionalGeneration")
+        r.fail(
+            "Gemma3ForConditionalGeneration is Gemma 3's multimodal checkpoint (4b, 12b, 27b), whose text "
+            "weights live under language_model.*; bpbench loads the text model Gemma3ForCausalLM (model_type "
+            "gemma3_text): use a text-only checkpoint, or the presets gemma3-4b, gemma3-12b, gemma3-27b");
+    r.fail(
+        fmt::format("unsupported architecture {} (supported: {})", archs->dump(), hf_architecture_names()));
   }
-
-  // Absent and null both mean "use the default" (HF writes null for unset optional fields).
-  const json* find(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
-    const json* v = find(key);
-    if (!v) {
-      if (!fallback) fail(fmt::format("missing \"{}\"", key));
-      return *fallback;
-    }
-    if (!v->is_number_integer()) fail(fmt::format("\"{}\" must be an integer, got {}", key, v->dump()));
-    return v->get<int64_t>();
-  }
-
-  double number(const char* key, double fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_number()) fail(fmt::format("\"{}\" must be a number, got {}", key, v->dump()));
-    return v->get<double>();
-  }
-
-  bool boolean(const char* key, bool fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) fail(fmt::format("\"{}\" must be true or false, got {}", key, v->dump()));
-    return v->get<bool>();
-  }
-
-  std::string string(const char* key) const {
-    const json* v = find(key);
-    return v && v->is_string() ? v->get<std::string>() : std::string();
-  }
-
-  const Architecture& architecture() const {
-    const json* archs = find("architectures");
-    if (archs) {
-      if (!archs->is_array() || archs->empty()) fail("\"architectures\" must be a non-empty list");
-      for (const auto& a : *archs)
-        for (const auto& known : kArchitectures)
-          if (a.is_string() && a.get<std::string>() == known.name) return known;
-      fail(
-          fmt::format("unsupported architecture {} (supported: {})", archs->dump(), hf_architecture_names()));
-    }
-    const std::string type = string("model_type");
-    for (const auto& known : kArchitectures)
-      if (type == known.model_type) return known;
-    fail(fmt::format("unsupported architecture: no \"architectures\" and model_type '{}' (supported: {})",
+  const std::string type = r.string("model_type");
+  for (const auto& known : kArchitectures)
+    if (type == known.model_type) return known;
+  r.fail(fmt::format("unsupported architecture: no \"architectures\" and model_type '{}' (supported: {})",
                      type, hf_architecture_names()));
-  }
-
- private:
-  std::string path_;
-  const json& j_;
-};
+}
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -145,27 +107,31 @@ ModelConfig read_hf_config(const std::string& dir) {
   if (!j.is_object())
     throw std::runtime_error(fmt::format("Hugging Face config '{}': not a JSON object", path));
   ConfigReader r(path, j);
-  const Architecture& arch = r.architecture();
+  const Architecture& arch = architecture(r);
 
   // Refuse what Model cannot express instead of silently loading a different network.
   if (!arch.attention_bias && r.boolean("attention_bias", false))
     r.fail(fmt::format("attention_bias = true on {} biases o_proj too, which bpbench does not model",
                        arch.name));
   if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
-  if (r.boolean("use_sliding_window", false))
-    r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
-  if (const json* layer_types = r.find("layer_types")) {
-    if (!layer_types->is_array()) r.fail("\"layer_types\" must be a list");
-    for (const auto& t : *layer_types)
-      if (t != "full_attention")
-        r.fail(fmt::format("\"layer_types\" entry {} is not supported (only \"full_attention\")", t.dump()));
+  if (!arch.gemma3) {  // Qwen's sliding window applies to the top layers only, which bpbench does not model
+    if (r.boolean("use_sliding_window", false))
+      r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
+    if (const json* layer_types = r.find("layer_types")) {
+      if (!layer_types->is_array()) r.fail("\"layer_types\" must be a list");
+      for (const auto& t : *layer_types)
+        if (t != "full_attention")
+          r.fail(
+              fmt::format("\"layer_types\" entry {} is not supported (only \"full_attention\")", t.dump()));
+    }
   }
   // transformers drops attention probabilities in training when it is set; bpbench's steps are deterministic.
   if (const double dropout = r.number("attention_dropout", 0.0); dropout != 0.0)
     r.fail(
         fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)", dropout));
   const std::string act = r.string("hidden_act");
-  if (!act.empty() && act != "silu") r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
+  if (!arch.gemma3 && !act.empty() && act != "silu")
+    r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
 
   ModelConfig c;
   c.name = dir_basename(dir);
@@ -176,16 +142,21 @@ ModelConfig read_hf_config(const std::string& dir) {
   c.heads = r.integer("num_attention_heads");
   c.kv_heads = r.integer("num_key_value_heads", c.heads);
   if (c.heads <= 0) r.fail("\"num_attention_heads\" must be > 0");
-  c.head_dim = r.integer("head_dim", c.hidden / c.heads);
-  try {
-    c.rope = rope_from_hf_config(j, arch.default_max_positions);
-  } catch (const std::invalid_argument& e) {
-    r.fail(e.what());
-  }
+  // Gemma3TextConfig defaults head_dim to 256, not hidden / heads.
+  c.head_dim = r.integer("head_dim", arch.gemma3 ? 256 : c.hidden / c.heads);
   c.rms_eps = r.number("rms_norm_eps", 1e-6);
-  c.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  c.tie_embeddings = r.boolean("tie_word_embeddings", /*transformers' default=*/arch.gemma3);
   c.qk_norm = arch.qk_norm;
   c.attention_bias = arch.attention_bias;
+  if (arch.gemma3) {
+    read_gemma3_config(r, c);
+  } else {
+    try {
+      c.rope = rope_from_hf_config(j, arch.default_max_positions);
+    } catch (const std::invalid_argument& e) {
+      r.fail(e.what());
+    }
+  }
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
@@ -195,6 +166,7 @@ ModelConfig read_hf_config(const std::string& dir) {
 }
 
 json hf_config_json(const ModelConfig& c) {
+  if (c.sandwich_norms) return gemma3_config_json(c);
   const Architecture& arch = c.qk_norm          ? kArchitectures[0]
                              : c.attention_bias ? kArchitectures[1]
                                                 : kArchitectures[2];
@@ -248,7 +220,13 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
       slots.push_back({p + "self_attn.q_norm.weight", {hd}, &w.q_norm});
       slots.push_back({p + "self_attn.k_norm.weight", {hd}, &w.k_norm});
     }
-    slots.push_back({p + "post_attention_layernorm.weight", {d}, &w.post_norm});
+    if (c.sandwich_norms) {  // Gemma 3: a norm before and after each block (Model::named_parameters order)
+      slots.push_back({p + "post_attention_layernorm.weight", {d}, &w.attn_output_norm});
+      slots.push_back({p + "pre_feedforward_layernorm.weight", {d}, &w.mlp_norm});
+      slots.push_back({p + "post_feedforward_layernorm.weight", {d}, &w.mlp_output_norm});
+    } else {
+      slots.push_back({p + "post_attention_layernorm.weight", {d}, &w.mlp_norm});
+    }
     linear(p + "mlp.gate_proj", w.gate, I, d, false);
     linear(p + "mlp.up_proj", w.up, I, d, false);
     linear(p + "mlp.down_proj", w.down, d, I, false);

@@ -55,8 +55,9 @@ torch::Tensor normal_init(torch::IntArrayRef shape, const torch::TensorOptions& 
   return (torch::randn(shape, options.dtype(torch::kFloat)) * 0.02).to(options.dtype());
 }
 
-torch::Tensor ones_init(int64_t n, const torch::TensorOptions& options) {
-  return torch::ones({n}, options);
+// A norm weight that leaves its input unscaled: 1, or 0 where the norm scales by (1 + w) (Gemma 3).
+torch::Tensor identity_norm_init(int64_t n, const ModelConfig& config, const torch::TensorOptions& options) {
+  return config.unit_offset_norms ? torch::zeros({n}, options) : torch::ones({n}, options);
 }
 
 Linear make_linear(int64_t out, int64_t in, bool bias, const torch::TensorOptions& options) {
@@ -89,22 +90,26 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
   m.embed_weight = normal_init({config.vocab, d}, opts);
   for (int64_t i = 0; i < config.layers; ++i) {
     LayerWeights w;
-    w.input_norm = ones_init(d, opts);
+    w.input_norm = identity_norm_init(d, config, opts);
     w.q = make_linear(config.heads * hd, d, config.attention_bias, opts);
     w.k = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
     w.v = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
     w.o = make_linear(d, config.heads * hd, false, opts);
     if (config.qk_norm) {
-      w.q_norm = ones_init(hd, opts);
-      w.k_norm = ones_init(hd, opts);
+      w.q_norm = identity_norm_init(hd, config, opts);
+      w.k_norm = identity_norm_init(hd, config, opts);
     }
-    w.post_norm = ones_init(d, opts);
+    if (config.sandwich_norms) {
+      w.attn_output_norm = identity_norm_init(d, config, opts);
+      w.mlp_output_norm = identity_norm_init(d, config, opts);
+    }
+    w.mlp_norm = identity_norm_init(d, config, opts);
     w.gate = make_linear(config.intermediate, d, false, opts);
     w.up = make_linear(config.intermediate, d, false, opts);
     w.down = make_linear(d, config.intermediate, false, opts);
     m.layers.push_back(std::move(w));
   }
-  m.final_norm_weight = ones_init(d, opts);
+  m.final_norm_weight = identity_norm_init(d, config, opts);
   m.lm_head_weight = config.tie_embeddings ? m.embed_weight : normal_init({config.vocab, d}, opts);
   m.set_requires_grad(true);
   return m;
@@ -123,7 +128,9 @@ Model Model::converted(const torch::TensorOptions& options) const {
   };
   convert(m.embed_weight);
   for (auto& w : m.layers) {
-    for (torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.post_norm}) convert(*t);
+    for (torch::Tensor* t :
+         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm})
+      convert(*t);
     for (Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) convert_linear(*l);
   }
   convert(m.final_norm_weight);
@@ -149,7 +156,13 @@ std::vector<NamedParameter> Model::named_parameters() const {
       out.push_back({p + "self_attn.q_norm.weight", ParamGroup::norms, w.q_norm});
       out.push_back({p + "self_attn.k_norm.weight", ParamGroup::norms, w.k_norm});
     }
-    out.push_back({p + "post_attention_layernorm.weight", ParamGroup::norms, w.post_norm});
+    if (w.attn_output_norm.defined()) {  // Gemma 3's names: a norm before and after each block
+      out.push_back({p + "post_attention_layernorm.weight", ParamGroup::norms, w.attn_output_norm});
+      out.push_back({p + "pre_feedforward_layernorm.weight", ParamGroup::norms, w.mlp_norm});
+      out.push_back({p + "post_feedforward_layernorm.weight", ParamGroup::norms, w.mlp_output_norm});
+    } else {
+      out.push_back({p + "post_attention_layernorm.weight", ParamGroup::norms, w.mlp_norm});
+    }
     add_linear(out, p + "mlp.gate_proj", w.gate, ParamGroup::mlp);
     add_linear(out, p + "mlp.up_proj", w.up, ParamGroup::mlp);
     add_linear(out, p + "mlp.down_proj", w.down, ParamGroup::mlp);
@@ -174,7 +187,8 @@ bool Model::input_gradient_needed(int64_t layer) const {
   if (embed_weight.requires_grad()) return true;
   for (int64_t i = 0; i < layer; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
-    for (const torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.post_norm})
+    for (const torch::Tensor* t :
+         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm})
       if (t->defined() && t->requires_grad()) return true;
     for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down})
       for (const torch::Tensor* t : {&l->weight, &l->bias, &l->lora_a, &l->lora_b})
@@ -206,12 +220,26 @@ void Model::add_lora(int64_t rank, double alpha, uint64_t seed) {
 
 // ---- forward pieces ---------------------------------------------------------------------------------------
 
+double Model::embedding_scale() const {
+  if (!config.scale_embeddings) return 1.0;
+  const double scale = std::sqrt(static_cast<double>(config.hidden));
+  if (dtype() == torch::kDouble) return scale;
+  // transformers keeps the factor as a float32 buffer and casts it to the weights' dtype before multiplying.
+  return torch::scalar_tensor(static_cast<float>(scale), torch::kFloat).to(dtype()).item<double>();
+}
+
 torch::Tensor Model::embed(const torch::Tensor& ids) const {
-  return torch::embedding(embed_weight, ids);
+  auto x = torch::embedding(embed_weight, ids);
+  return config.scale_embeddings ? x * embedding_scale() : x;
+}
+
+torch::Tensor Model::norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  return config.unit_offset_norms ? unit_offset_rms_norm(x, weight, config.rms_eps)
+                                  : rms_norm(x, weight, config.rms_eps, norm_kernel);
 }
 
 torch::Tensor Model::attn_norm(int64_t i, const torch::Tensor& x) const {
-  return rms_norm(x, layers[i].input_norm, config.rms_eps, norm_kernel);
+  return norm(x, layers[i].input_norm);
 }
 
 namespace {
@@ -224,8 +252,8 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t heads, int64_t hd) {
 KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
   const auto& w = layers[i];
   auto k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
-  if (w.k_norm.defined()) k = rms_norm(k, w.k_norm, config.rms_eps, norm_kernel);
-  k = apply_rope(k, 0, h.size(1), config.rope);
+  if (w.k_norm.defined()) k = norm(k, w.k_norm);
+  k = apply_rope(k, 0, h.size(1), config.rope_of(i));
   auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
   return {k, v};
 }
@@ -233,21 +261,26 @@ KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
   const auto& w = layers[i];
   auto q = split_heads(w.q(h_rows, lora_enabled), config.heads, config.head_dim);  // (N, Hq, c, hd)
-  if (w.q_norm.defined()) q = rms_norm(q, w.q_norm, config.rms_eps, norm_kernel);
-  return apply_rope(q, pos0, seq_len, config.rope);
+  if (w.q_norm.defined()) q = norm(q, w.q_norm);
+  return apply_rope(q, pos0, seq_len, config.rope_of(i));
 }
 
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                      const KV& kv) const {
-  auto o = causal_attention(q, kv.k, kv.v, config.window_of(i));  // (N, c, Hq*hd)
-  return x_rows + layers[i].o(o, lora_enabled);
+  const auto& w = layers[i];
+  auto o = causal_attention(q, kv.k, kv.v, config.window_of(i), config.attention_scale());  // (N, c, Hq*hd)
+  auto y = w.o(o, lora_enabled);                                                            // (N, c, d)
+  return x_rows + (w.attn_output_norm.defined() ? norm(y, w.attn_output_norm) : y);
 }
 
 torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   const auto& w = layers[i];
-  auto n = rms_norm(x, w.post_norm, config.rms_eps, norm_kernel);
-  auto act = torch::silu(w.gate(n, lora_enabled)) * w.up(n, lora_enabled);  // (N, rows, I)
-  return x + w.down(act, lora_enabled);
+  auto n = norm(x, w.mlp_norm);
+  auto gate = w.gate(n, lora_enabled);  // (N, rows, I)
+  auto act = (config.activation == Activation::gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) *
+             w.up(n, lora_enabled);    // (N, rows, I)
+  auto y = w.down(act, lora_enabled);  // (N, rows, d)
+  return x + (w.mlp_output_norm.defined() ? norm(y, w.mlp_output_norm) : y);
 }
 
 torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
@@ -274,7 +307,7 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
 }
 
 torch::Tensor Model::final_norm(const torch::Tensor& x) const {
-  return rms_norm(x, final_norm_weight, config.rms_eps, norm_kernel);
+  return norm(x, final_norm_weight);
 }
 
 torch::Tensor Model::lm_head(const torch::Tensor& h) const {

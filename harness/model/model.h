@@ -1,4 +1,4 @@
-// model.h: a Qwen3 / Qwen2.5 / Llama-family decoder as named parameters plus small forward pieces.
+// model.h: a Qwen3 / Qwen2.5 / Llama-family or Gemma 3 decoder as named parameters plus small forward pieces.
 //
 // Strategies compose these pieces; none re-implements attention or the MLP. One layer, split the way StreamBP
 // needs it (legend in model_config.h):
@@ -6,10 +6,13 @@
 //   h      = attn_norm(i, x)                       x: (N, rows, d)
 //   K, V   = project_kv(i, h_all)                  (N, Hkv, T, hd) each: RoPE'd, k-normed keys; values
 //   q      = project_q(i, h_rows, s, T)            (N, Hq, c, hd): rows [s, e) of a T-token sequence
-//   x1     = attention_block(i, x_rows, q, K[:e], V[:e])   x_rows + o_proj(causal_attention(q, K, V))
-//   y      = mlp_block(i, x1)                      x1 + down(silu(gate(n)) * up(n)), n = post_norm(x1)
+//   x1     = attention_block(i, x_rows, q, K[k0:e], V[k0:e])   x_rows + o_proj(causal_attention(q, K, V))
+//   y      = mlp_block(i, x1)                      x1 + down(act(gate(n)) * up(n)), n = mlp_norm(x1)
 //
-// layer(i, x) is all of it over every row; head_logits(x) = final_norm then the LM head.
+// Gemma 3 norms each block's output again before the residual add (x_rows + attn_output_norm(o_proj(..)),
+// x1 + mlp_output_norm(down(..))), scales its norms by (1 + w), its embeddings by sqrt(d), and its sliding
+// layers see keys from k0 = first_visible_key(i, s) on. layer(i, x) is all of it over every row;
+// head_logits(x) = final_norm then the LM head.
 #pragma once
 
 #include <torch/torch.h>
@@ -37,8 +40,13 @@ struct LayerWeights {
   torch::Tensor input_norm;      // (d)
   Linear q, k, v, o;             // (Hq*hd, d), (Hkv*hd, d), (Hkv*hd, d), (d, Hq*hd)
   torch::Tensor q_norm, k_norm;  // (hd) each, or undefined without qk_norm
-  torch::Tensor post_norm;       // (d)
-  Linear gate, up, down;         // (I, d), (I, d), (d, I)
+  // Gemma 3's sandwich norms, (d) each, undefined elsewhere: on the attention output (its
+  // "post_attention_layernorm") and on the MLP output ("post_feedforward_layernorm").
+  torch::Tensor attn_output_norm, mlp_output_norm;
+  // (d): the MLP's input norm ("post_attention_layernorm" in Qwen and Llama, "pre_feedforward_layernorm" in
+  // Gemma 3).
+  torch::Tensor mlp_norm;
+  Linear gate, up, down;  // (I, d), (I, d), (d, I)
 };
 
 // The parameter groups of the gradient-error report.
@@ -65,7 +73,8 @@ class Model {
   bool lora_enabled = true;                 // false: the reference policy of DPO/GRPO in LoRA mode
   NormKernel norm_kernel = NormKernel::hf;  // every RMSNorm of the model (ops.h)
 
-  // Seeded random init made directly on `options`' device and dtype (std 0.02 for matrices, norms at 1).
+  // Seeded random init made directly on `options`' device and dtype (std 0.02 for matrices, norms at the
+  // identity: 1, or 0 under Gemma 3's (1 + w)).
   static Model random(const ModelConfig& config, const torch::TensorOptions& options, uint64_t seed);
 
   // A copy of every weight converted to `options` (device and dtype), ties and requires_grad kept. The
@@ -88,7 +97,10 @@ class Model {
   torch::Device device() const { return embed_weight.device(); }
 
   // ---- forward pieces -------------------------------------------------------------------------------------
-  torch::Tensor embed(const torch::Tensor& ids) const;  // (N, T) int64 -> (N, T, d)
+  torch::Tensor embed(const torch::Tensor& ids) const;  // (N, T) int64 -> (N, T, d), scaled for Gemma 3
+  // Gemma 3's embedding factor sqrt(d) as transformers applies it: rounded to float32, then to the model
+  // dtype (exact in float64, whose reference stays float64). 1 for the other families.
+  double embedding_scale() const;
   torch::Tensor attn_norm(int64_t i, const torch::Tensor& x) const;
   // Keys and values of all T rows, at positions 0 .. T-1.
   KV project_kv(int64_t i, const torch::Tensor& h) const;
@@ -101,7 +113,9 @@ class Model {
   // The same layer under no grad with queries in chunks of `rows` (K, V once for all rows): no T x T scores.
   torch::Tensor layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const;
   torch::Tensor final_norm(const torch::Tensor& x) const;
-  torch::Tensor lm_head(const torch::Tensor& h) const;       // (N, c, d) -> (N, c, V) in the model dtype
+  torch::Tensor lm_head(const torch::Tensor& h) const;  // (N, c, d) -> (N, c, V) in the model dtype
+  // Every RMSNorm of the model: ops.h's rms_norm, or Gemma 3's (1 + w) form.
+  torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor head_logits(const torch::Tensor& x) const {  // final_norm then lm_head
     return lm_head(final_norm(x));
   }

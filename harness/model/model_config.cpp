@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <stdexcept>
 
 namespace bpbench {
@@ -53,6 +54,44 @@ ModelConfig llama3(std::string name, int64_t d, int64_t inter, int64_t layers, i
   return c;
 }
 
+// Gemma 3 (transformers' gemma3_text, as the published config.json files state it): every sixth layer
+// global (layer i global iff (i + 1) % 6 == 0), the rest sliding over `window` keys with RoPE theta 10k;
+// global layers theta 1M, linearly scaled x8 from 4b on; tied head, eps 1e-6.
+ModelConfig gemma3(std::string name, int64_t vocab, int64_t d, int64_t inter, int64_t layers, int64_t heads,
+                   int64_t kv_heads, int64_t head_dim, int64_t window, double query_pre_attn_scalar,
+                   int64_t max_positions, double global_rope_factor) {
+  ModelConfig c;
+  c.name = std::move(name);
+  c.vocab = vocab;
+  c.hidden = d;
+  c.intermediate = inter;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.rope.theta = 1e6;
+  c.rope.max_positions = max_positions;
+  if (global_rope_factor != 1.0) {
+    c.rope.type = RopeType::kLinear;
+    c.rope.factor = global_rope_factor;
+  }
+  RopeConfig local;
+  local.theta = 1e4;
+  local.max_positions = max_positions;
+  c.sliding_rope = local;
+  c.rms_eps = 1e-6;
+  c.tie_embeddings = true;
+  c.qk_norm = true;
+  c.sliding_window = window;
+  for (int64_t i = 0; i < layers; ++i) c.sliding_layers.push_back((i + 1) % 6 != 0);
+  c.unit_offset_norms = true;
+  c.sandwich_norms = true;
+  c.activation = Activation::gelu_tanh;
+  c.scale_embeddings = true;
+  c.query_pre_attn_scalar = query_pre_attn_scalar;
+  return c;
+}
+
 std::vector<ModelConfig> build_presets() {
   ModelConfig tiny;  // every feature switched on, dimensions small enough for finite differences
   tiny.name = "tiny";
@@ -80,9 +119,18 @@ std::vector<ModelConfig> build_presets() {
   small.rope.max_positions = 32768;
   small.qk_norm = true;
 
+  // Gemma 3 shaped, small enough for unit tests: both layer types, a window shorter than the test
+  // sequences, GQA, a query scale that is not the head size's.
+  ModelConfig tiny_gemma = gemma3("tiny-gemma3", 97, 24, 40, 3, 4, 2, 6, 5, 10.0, 32768, 1.0);
+  tiny_gemma.sliding_layers = {true, false, true};
+  // Gemma 3 shaped CPU demo: `small`'s size, five sliding layers (window 128) and one global, as in 1b.
+  ModelConfig small_gemma = gemma3("small-gemma3", 32000, 256, 768, 6, 4, 1, 64, 128, 64.0, 32768, 1.0);
+
   return {
       tiny,
       small,
+      tiny_gemma,
+      small_gemma,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -91,6 +139,10 @@ std::vector<ModelConfig> build_presets() {
       qwen3("qwen3-32b", 5120, 25600, 64, 64, false),
       llama3("llama3.1-8b", 4096, 14336, 32, 128, false, 8.0),
       llama3("llama3.2-1b", 2048, 8192, 16, 64, true, 32.0),
+      gemma3("gemma3-1b", 262144, 1152, 6912, 26, 4, 1, 256, 512, 256.0, 32768, 1.0),
+      gemma3("gemma3-4b", 262208, 2560, 10240, 34, 8, 4, 256, 1024, 256.0, 131072, 8.0),
+      gemma3("gemma3-12b", 262208, 3840, 15360, 48, 16, 8, 256, 1024, 256.0, 131072, 8.0),
+      gemma3("gemma3-27b", 262208, 5376, 21504, 62, 32, 16, 128, 1024, 168.0, 131072, 8.0),
   };
 }
 
@@ -101,10 +153,19 @@ int64_t ModelConfig::parameter_count() const {
   const int64_t kv = 2 * (hidden * kv_heads * head_dim + (attention_bias ? kv_heads * head_dim : 0));
   const int64_t o = heads * head_dim * hidden;
   const int64_t mlp = 3 * hidden * intermediate;
-  const int64_t norms = 2 * hidden + (qk_norm ? 2 * head_dim : 0);
+  const int64_t norms = (sandwich_norms ? 4 : 2) * hidden + (qk_norm ? 2 * head_dim : 0);
   const int64_t per_layer = q + kv + o + mlp + norms;
   const int64_t embed = vocab * hidden;
   return embed + (tie_embeddings ? 0 : embed) + layers * per_layer + hidden;
+}
+
+const char* activation_name(Activation a) {
+  return a == Activation::gelu_tanh ? "gelu_pytorch_tanh" : "silu";
+}
+
+double ModelConfig::attention_scale() const {
+  const double scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(head_dim);
+  return 1.0 / std::sqrt(scalar);
 }
 
 bool ModelConfig::has_sliding_layers() const {
@@ -127,6 +188,8 @@ void ModelConfig::validate() const {
   require(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == layers,
           "sliding_layers must name every layer (or none)");
   require(!has_sliding_layers() || sliding_window > 0, "sliding layers need a sliding_window > 0");
+  require(query_pre_attn_scalar >= 0, "query_pre_attn_scalar must be > 0 (or 0: head_dim)");
+  require(!sliding_rope || sliding_rope->theta > 0, "the sliding layers' rope theta must be > 0");
 }
 
 const std::vector<ModelConfig>& model_presets() {

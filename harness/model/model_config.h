@@ -1,4 +1,4 @@
-// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama-family decoder, and the named presets.
+// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama-family or Gemma 3 decoder, and the named presets.
 //
 // Dimension legend used across bpbench (shape comments everywhere use these names):
 //   N   sequences in a step (SFT: batch B; DPO: 2B, chosen rows then rejected; GRPO: B*G)
@@ -9,12 +9,18 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/model/rope_config.h"
 
 namespace bpbench {
+
+// The MLP's gate activation: SiLU (Qwen, Llama) or GELU with the tanh approximation (Gemma 3's
+// gelu_pytorch_tanh).
+enum class Activation { silu, gelu_tanh };
+const char* activation_name(Activation a);
 
 struct ModelConfig {
   std::string name;
@@ -35,6 +41,20 @@ struct ModelConfig {
   // prefix.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;
+  // Gemma 3 (transformers' gemma3_text); Qwen and Llama leave these at their defaults.
+  // The RoPE of sliding layers where it differs from `rope` (Gemma 3's local theta 10k); absent: `rope`.
+  std::optional<RopeConfig> sliding_rope;
+  bool unit_offset_norms = false;  // every RMSNorm scales by (1 + w), w zero-centred, cast once at the end
+  bool sandwich_norms = false;     // attention and MLP outputs are normed again before the residual add
+  Activation activation = Activation::silu;
+  bool scale_embeddings = false;       // embeddings x sqrt(d), the factor first rounded to the model dtype
+  double query_pre_attn_scalar = 0.0;  // attention scale query_pre_attn_scalar^-1/2; 0: head_dim^-1/2
+
+  const RopeConfig& rope_of(int64_t layer) const {
+    return sliding_rope && window_of(layer) > 0 ? *sliding_rope : rope;
+  }
+  // The softmax scale of the attention scores.
+  double attention_scale() const;
 
   // The window of layer i's attention: sliding_window for a sliding layer, 0 (none) for a full one.
   int64_t window_of(int64_t layer) const {

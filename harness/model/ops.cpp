@@ -34,4 +34,11 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * normed.to(input_dtype);
 }
 
+torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const auto input_dtype = x.scalar_type(), compute = compute_dtype(input_dtype);
+  auto xc = x.to(compute);
+  auto normed = xc * torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (normed * (1.0 + weight.to(compute))).to(input_dtype);
+}
+
 }  // namespace bpbench

@@ -28,6 +28,11 @@ NormKernel parse_norm_kernel(const std::string& name);
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                        NormKernel kernel = NormKernel::hf);
 
+// Gemma 3's RMSNorm (transformers' Gemma3RMSNorm): x upcast to compute_dtype, normalised, scaled by (1 + w)
+// in compute_dtype, cast back once at the end. The weight is zero-centred; no fused kernel takes this form,
+// so it is always the composite (norm_kernel selects among Qwen and Llama norms only).
+torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
 // Causal attention for a block of queries that are the LAST rows of the key range:
 //   q: (N, Hq, c, hd) at global positions e-c .. e-1;   k, v: (N, Hkv, e, hd) at positions 0 .. e-1
 //   -> (N, c, Hq * hd)
@@ -40,7 +45,8 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // the keys may start anywhere at or before the first query's window (a StreamBP chunk [s, e) may pass keys
 // from max(0, s - window + 1) on). The CPU kernel then runs banded query blocks with a small float mask each
 // (attention_cpu.cpp); flash takes the window itself.
+// scale: the softmax scale of the scores; 0 means hd^-1/2 (Gemma 3 passes query_pre_attn_scalar^-1/2).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window = 0);
+                               int64_t window = 0, double scale = 0.0);
 
 }  // namespace bpbench

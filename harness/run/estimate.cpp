@@ -83,7 +83,7 @@ struct Dims {
   // copy when g > 1), and nothing else holds K and V in a whole-layer graph, so they are Aq wide there;
   // everywhere else kv_row().
   int64_t kv_row_graph() const { return efficient && gqa() ? kv_row() + 2 * (Aq - Akv) * s : kv_row(); }
-  // MLP half, per row: x1 (as post_norm's input), post_norm, its output n, gate, silu, up, product; LoRA x
+  // MLP half, per row: x1 (as mlp_norm's input), mlp_norm, its output n, gate, silu, up, product; LoRA x
   // A^T.
   int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s; }
   // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and

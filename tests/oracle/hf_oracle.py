@@ -26,8 +26,8 @@ import sys
 import torch
 from safetensors.torch import save_file
 from torch.overrides import TorchFunctionMode
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.utils import logging as hf_logging
 
 
@@ -50,6 +50,12 @@ class Float64Casts(TorchFunctionMode):
 # enough that each scaling's regimes all occur (llama3: high, medium and low frequencies; yarn: a partial ramp),
 # in both config forms: the directory as transformers 5 saves it ("rope_parameters"), and a config.json
 # rewritten by hand into the 4.x form of the Hub's checkpoints (top-level "rope_theta" + "rope_scaling").
+# Gemma 3 (Gemma3ForCausalLM): sliding and full layers mixed, windows shorter than T (and shorter and longer
+# than the test's partition of 7 rows), each layer type with its own RoPE (the full layers' linearly scaled),
+# query_pre_attn_scalar other than head_dim, tied and untied heads, and the Hub's legacy form (rope_theta,
+# rope_local_base_freq, rope_scaling, sliding_window_pattern instead of layer_types). Their padding is shorter
+# than the window: a padded query whose whole window is padding is a fully masked row, which transformers'
+# float32 softmax (loss_f32_casts) turns into NaN, and 0 x NaN reaches the real rows through V.
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -81,6 +87,21 @@ def hub_form(rope_theta, rope_scaling, **top):
                       transformers_version="4.51.3", **top)
         return config
     return rewrite
+
+
+GEMMA3_ROPE = {"sliding_attention": dict(rope_type="default", rope_theta=2e4),
+               "full_attention": dict(rope_type="linear", factor=4.0, rope_theta=5e5)}
+
+
+def gemma3_hub_form(config):
+    """The legacy form of the Hub's Gemma 3 config.json files: layer types from sliding_window_pattern, the
+    thetas at the top level, the full layers' scaling in rope_scaling."""
+    for key in ("rope_parameters", "layer_types", "dtype", "transformers_version"):
+        config.pop(key, None)
+    config.update(sliding_window_pattern=2, rope_theta=5e5, rope_local_base_freq=2e4,
+                  rope_scaling={"rope_type": "linear", "factor": 4.0}, torch_dtype="bfloat16",
+                  transformers_version="4.50.0")
+    return config
 
 
 CASES = {
@@ -133,6 +154,18 @@ CASES = {
     "yarn_hub_4x": Case(Qwen3ForCausalLM, Qwen3Config, dict(QWEN3_GQA3, tie_word_embeddings=True), 29, [29, 23],
         SFT, hub_form(1000000, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
                       max_position_embeddings=40960)),
+    "gemma3_mixed": Case(Gemma3ForCausalLM, Gemma3TextConfig, dict(
+        vocab_size=89, hidden_size=32, intermediate_size=56, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12, sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1e4),
+                         "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=1e6)},
+        tie_word_embeddings=True), 29, [29, 26], SFT_DPO),
+    "gemma3_hub_4x": Case(Gemma3ForCausalLM, Gemma3TextConfig, dict(
+        vocab_size=79, hidden_size=48, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=11,
+        layer_types=["sliding_attention", "full_attention"] * 2, rope_parameters=GEMMA3_ROPE,
+        tie_word_embeddings=False), 23, [23, 17], SFT, gemma3_hub_form),
 }
 
 
@@ -159,6 +192,12 @@ def save(case, model, model_dir):
         with open(path, "w") as f:
             json.dump(written, f, indent=2)
     config = case.config_cls.from_pretrained(model_dir, attn_implementation="eager")
+    if case.model_cls is Gemma3ForCausalLM:
+        # Per layer type: the file, in either form, must give back the model's own RoPE and layer types.
+        assert config.layer_types == model.config.layer_types, (config.layer_types, model.config.layer_types)
+        for layer_type, stated in model.config.rope_parameters.items():
+            assert config.rope_parameters[layer_type] == stated, (config.rope_parameters, stated)
+        return config
     # transformers must read the RoPE the file states, in either form, or the case would test nothing.
     stated = dict(written.get("rope_parameters") or written.get("rope_scaling") or {})
     stated.setdefault("rope_theta", written.get("rope_theta"))
