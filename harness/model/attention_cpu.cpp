@@ -16,7 +16,8 @@
 // for a fully masked row, not -inf, which would spoil the merge). So the queries run in blocks of at most
 // kWindowBlockRows rows, each one call over just the keys its rows can see, [first row's window start, last
 // row's position], with an additive float mask of that block's size (0 visible, -inf hidden; every row sees
-// itself). Blocks are disjoint rows: outputs are concatenated, and autograd sums their dK/dV.
+// itself). Blocks are disjoint rows: one node (WindowedAttention) writes their outputs into one tensor and,
+// backward, their dQ rows into dQ and sums their dK/dV into dK/dV.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -90,25 +91,72 @@ void for_each_window_block(int64_t c, int64_t e, int64_t window, BlockFn block) 
   }
 }
 
-torch::Tensor windowed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 double scale, int64_t window) {
-  const int64_t c = q.size(2), e = k.size(2);
-  const auto mask_dtype = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-  std::vector<torch::Tensor> outs;
-  for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
-    // Row r sits at key position p = e - c + row0 + r, key j at key0 + j; visible: p - w < key <= p.
-    auto options = torch::TensorOptions().dtype(torch::kLong);
-    auto pos = torch::arange(e - c + row0, e - c + row0 + rows, options).unsqueeze(1);  // (rows, 1)
-    auto key = torch::arange(key0, key0 + keys, options).unsqueeze(0);                  // (1, keys)
-    auto visible = (key <= pos).logical_and(key > pos - window);
-    auto mask = torch::zeros({rows, keys}, torch::TensorOptions().dtype(mask_dtype))
-                    .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
-    outs.push_back(std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(
-        q.narrow(2, row0, rows), k.narrow(2, key0, keys), v.narrow(2, key0, keys), 0.0, /*is_causal=*/false,
-        mask, scale)));
-  });
-  return outs.size() == 1 ? outs.front() : torch::cat(outs, 2);
+// The additive mask of one banded block: row r sits at key position p = pos0 + r, key j at key0 + j;
+// visible: p - window < key <= p (0), hidden: -inf.
+torch::Tensor window_mask(int64_t pos0, int64_t rows, int64_t key0, int64_t keys, int64_t window,
+                          torch::ScalarType dtype) {
+  auto options = torch::TensorOptions().dtype(torch::kLong);
+  auto pos = torch::arange(pos0, pos0 + rows, options).unsqueeze(1);  // (rows, 1)
+  auto key = torch::arange(key0, key0 + keys, options).unsqueeze(0);  // (1, keys)
+  auto visible = (key <= pos).logical_and(key > pos - window);
+  return torch::zeros({rows, keys}, torch::TensorOptions().dtype(dtype))
+      .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
 }
+
+// One autograd node for all blocks: each block's output and logsumexp are written into one output and one
+// logsumexp, which is all the backward keeps besides q, K and V (the masks are rebuilt there). Per-block
+// nodes would each keep their mask and output, and the concatenation a second copy of the output.
+class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, int64_t window) {
+    const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3), e = k.size(2);
+    // The kernel's own output layout, (N, c, Hq, hd) seen as (N, Hq, c, hd): causal_attention's reshape to
+    // (N, c, Hq*hd) stays a view.
+    auto out = torch::empty({n, c, hq, hd}, q.options()).transpose(1, 2);
+    torch::Tensor lse;  // (N, Hq, c), in the kernel's accumulation dtype
+    for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
+      auto mask = window_mask(e - c + row0, rows, key0, keys, window, mask_dtype(q));
+      auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(
+          q.narrow(2, row0, rows), k.narrow(2, key0, keys), v.narrow(2, key0, keys), 0.0,
+          /*is_causal=*/false, mask, scale);
+      out.narrow(2, row0, rows).copy_(o);
+      if (!lse.defined()) lse = torch::empty({n, hq, c}, l.options());
+      lse.narrow(2, row0, rows).copy_(l);
+    });
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["window"] = window;
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const int64_t window = ctx->saved_data["window"].toInt();
+    const int64_t c = q.size(2), e = k.size(2);
+    const auto& grad_out = grads[0];
+    auto dq = torch::empty_like(q);
+    auto dk = torch::zeros_like(k), dv = torch::zeros_like(v);
+    for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
+      auto mask = window_mask(e - c + row0, rows, key0, keys, window, mask_dtype(q));
+      auto [dq_block, dk_block, dv_block] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          grad_out.narrow(2, row0, rows), q.narrow(2, row0, rows), k.narrow(2, key0, keys),
+          v.narrow(2, key0, keys), out.narrow(2, row0, rows), lse.narrow(2, row0, rows), 0.0,
+          /*is_causal=*/false, mask, scale);
+      dq.narrow(2, row0, rows).copy_(dq_block);
+      dk.narrow(2, key0, keys).add_(dk_block);
+      dv.narrow(2, key0, keys).add_(dv_block);
+    });
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  static torch::ScalarType mask_dtype(const torch::Tensor& q) {
+    return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  }
+};
 
 }  // namespace
 
@@ -122,7 +170,7 @@ int64_t cpu_window_executed_pairs(int64_t c, int64_t e, int64_t window) {
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   double scale, int64_t window) {
   // Every row sees all its keys when there are no more keys than the window: plain causal.
-  if (window > 0 && window < k.size(2)) return windowed_attention(q, k, v, scale, window);
+  if (window > 0 && window < k.size(2)) return WindowedAttention::apply(q, k, v, scale, window);
   // A whole sequence needs no merge: the kernel's own causal mask is right, and its derivative is PyTorch's.
   if (q.size(2) == k.size(2))
     return std::get<0>(
