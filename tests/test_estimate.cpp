@@ -529,6 +529,59 @@ TEST(Estimate, MatchesSmallVocab) {
       }
 }
 
+// Gemma 3: (1 + w) norms saving their normalised input in f, the norms on each block's output, and sliding
+// layers whose attention runs in banded blocks (whole sequences) or over K/V from the window start (StreamBP
+// chunks). tiny-gemma3 over every dtype, objective and LoRA; then Gemma-shaped `small` with a 512-token
+// vocabulary, where the layer phases set the peak, with windows narrower than, equal to and wider than the
+// partition, and whole-sequence calls of more than one banded block (T > 256).
+// Known gaps (reports/ESTIMATE.md, "Gemma 3"): not yet the 2% of the other families. Measured: within 5.1%
+// everywhere but mst's attention backward on tiny-gemma3 (over by up to 10.9%); the bounds below are those
+// measurements rounded up, so that a regression shows.
+double gemma3_tolerance(const std::string& impl) {
+  return impl == "mst" ? 0.11 : 0.055;
+}
+
+TEST(Estimate, MatchesTinyGemma3) {
+  for (const auto& impl : estimated_impls())
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble})
+      for (const std::string objective : {"sft", "dpo", "grpo"})
+        for (const int64_t rank : {0, 4}) {
+          if (impl == "mst" && objective == "dpo") continue;
+          CellSpec c;
+          c.config = find_model_preset("tiny-gemma3");
+          c.config.sliding_window = 24;
+          c.impl = impl;
+          c.dtype = dtype;
+          c.objective = objective;
+          c.examples = 2;
+          c.seq_len = 96;
+          c.partition = 32;
+          c.logits_partition = 16;
+          c.lora_rank = rank;
+          check_cell(c, gemma3_tolerance(impl));
+        }
+}
+
+TEST(Estimate, MatchesSmallGemma3Vocab) {
+  for (const auto& impl : estimated_impls())
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16})
+      for (const int64_t window : {64, 128, 300})
+        for (const auto& [T, p] : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 128}}) {
+          CellSpec c;
+          c.config = find_model_preset("small-gemma3");
+          c.config.name = "small-gemma3-v512";
+          c.config.vocab = 512;
+          c.config.sliding_window = window;
+          c.impl = impl;
+          c.dtype = dtype;
+          c.examples = 1;
+          c.seq_len = T;
+          c.partition = p;
+          c.logits_partition = 128;
+          check_cell(c, gemma3_tolerance(impl));
+        }
+}
+
 // Offloaded checkpoints: the same phases with two layer inputs on the device, the rest as host bytes (exact),
 // for every strategy that offloads, objective and a short last chunk.
 TEST(Estimate, MatchesOffloaded) {

@@ -50,15 +50,25 @@ namespace bpbench {
 
 namespace {
 
+// The topmost layer of one attention type (full, or sliding over `window` keys): the layer whose attention
+// backward is that type's high point, with every lower checkpoint alive.
+struct AttentionLayer {
+  int64_t index;
+  int64_t window;  // 0: full causal attention
+};
+
 struct Dims {
   int64_t N, T, d, I, V, L, Hq, Hkv, hd, Aq, Akv;
-  int64_t s, f;  // element bytes: model dtype, compute dtype
-  int64_t P;     // CPU threads (the attention kernel's scratch is per thread)
-  bool up;       // s != f: norms and softmax copy their input to float32
-  bool qk;       // q/k RMSNorm
-  int64_t r;     // LoRA rank (0: full fine-tuning)
-  bool full;     // base weights (norms, LM head, embedding included) are trainable
-  bool offload;  // layer checkpoints in host memory (impls/offload.h)
+  int64_t s, f;              // element bytes: model dtype, compute dtype
+  int64_t P;                 // CPU threads (the attention kernel's scratch is per thread)
+  bool up;                   // s != f: norms and softmax copy their input to float32
+  bool qk;                   // q/k RMSNorm
+  int64_t r;                 // LoRA rank (0: full fine-tuning)
+  bool full;                 // base weights (norms, LM head, embedding included) are trainable
+  bool offload;              // layer checkpoints in host memory (impls/offload.h)
+  bool gemma_norms = false;  // Gemma 3's (1 + w) norms: the normalised x is saved in f, not s
+  bool sandwich = false;     // Gemma 3's norms on the attention and MLP outputs
+  std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
   // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
   bool flash = false;      // FlashAttention-2: bfloat16
   bool efficient = false;  // the memory-efficient kernel: float32
@@ -71,11 +81,21 @@ struct Dims {
   int64_t kept(int64_t w) const { return up ? 0 : w * s; }
   // rms_norm over `w` (with `heads` rsqrt values per row) keeps, besides its input and output: the normalised
   // x (when the weight is trainable), the float32 copy of x (bfloat16), the rsqrt.
-  int64_t rms(int64_t w, int64_t heads) const { return (full ? w * s : 0) + (up ? w * f : 0) + heads * f; }
+  int64_t rms(int64_t w, int64_t heads) const {
+    return (full ? w * (gemma_norms ? f : s) : 0) + (up ? w * f : 0) + heads * f;
+  }
+  // Gemma 3's norm on a block's output (its input is the o_proj or down projection's output, kept by it).
+  int64_t output_norm() const { return sandwich ? kept(d) + rms(d, 1) : 0; }
+  // Its backward, the first step of a block's backward while the whole block graph is alive: in f, the
+  // incoming gradient's copy (bfloat16), the gradients of the normalised x and of x, the mean's expanded
+  // gradient and pow's temporaries.
+  int64_t output_norm_backward(int64_t rows) const {
+    return sandwich ? N * rows * d * (4 + (up ? 1 : 0)) * f : 0;
+  }
   // Attention half of a layer, per query row: attn_norm (+ its output h), the q path (q_norm), qg. LoRA: x
   // A^T of q, k, v, o.
   int64_t attn_row() const {
-    return rms(d, 1) + d * s + (qk ? kept(Aq) + rms(Aq, Hq) : 0) + Aq * s + 4 * r * s;
+    return rms(d, 1) + d * s + (qk ? kept(Aq) + rms(Aq, Hq) : 0) + Aq * s + 4 * r * s + output_norm();
   }
   // K/V path, per key row: k_norm's saved tensors, then K (after RoPE) and V.
   int64_t kv_row() const { return (qk ? kept(Akv) + rms(Akv, Hkv) : 0) + 2 * Akv * s; }
@@ -85,7 +105,7 @@ struct Dims {
   int64_t kv_row_graph() const { return efficient && gqa() ? kv_row() + 2 * (Aq - Akv) * s : kv_row(); }
   // MLP half, per row: x1 (as mlp_norm's input), mlp_norm, its output n, gate, silu, up, product; LoRA x
   // A^T.
-  int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s; }
+  int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s + output_norm(); }
   // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and
   // the logsumexp.
   int64_t attn_out_row() const { return Aq * s + Hq * f; }
@@ -135,13 +155,48 @@ struct Dims {
   // and that copy released; the product's gradient plus the two factors' gradients: one more N*rows*I).
   int64_t mlp_backward(int64_t rows, bool strided_dy) const {
     const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
-    return std::max(N * rows * I * s + (full ? d * I * s : 0) + dy_copy, 2 * N * rows * I * s);
+    return std::max({N * rows * I * s + (full ? d * I * s : 0) + dy_copy, 2 * N * rows * I * s,
+                     output_norm_backward(rows)});
   }
+  // ---- sliding windows (attention_cpu.cpp, WindowedAttention) ----
+  // The keys a call of `rows` queries over the `keys` ending with them gets: a sliding layer's StreamBP chunk
+  // takes K/V from its window start (ModelConfig::first_visible_key) only.
+  static int64_t visible_keys(int64_t rows, int64_t keys, int64_t window) {
+    return window > 0 ? std::min(keys, rows + window - 1) : keys;
+  }
+  // The CPU kernel runs banded blocks of at most 256 query rows over the keys they see, when the window is
+  // shorter than the keys; the largest block has min(256, rows) rows and up to rows + window - 1 keys.
+  bool windowed(int64_t keys, int64_t window) const { return !cuda() && window > 0 && window < keys; }
+  static int64_t window_block_rows(int64_t rows) { return std::min<int64_t>(rows, 256); }
+  static int64_t window_block_keys(int64_t rows, int64_t keys, int64_t window) {
+    return std::min(keys, window_block_rows(rows) + window - 1);
+  }
+  // One block's call besides what the whole call keeps: its additive mask (rb x kb in f) and, forward, its
+  // output and logsumexp before they are copied into the call's; backward its dQ rows and dK/dV over its
+  // keys.
+  int64_t window_block_forward(int64_t rows, int64_t keys, int64_t window) const {
+    const int64_t rb = window_block_rows(rows), kb = window_block_keys(rows, keys, window);
+    return rb * kb * f + N * rb * attn_out_row() + attn_forward_scratch(rb, kb);
+  }
+  int64_t window_block_backward(int64_t rows, int64_t keys, int64_t window) const {
+    const int64_t rb = window_block_rows(rows), kb = window_block_keys(rows, keys, window);
+    return rb * kb * f + N * (rb * Aq + 2 * kb * Akv) * s + attn_backward_scratch(rb, kb);
+  }
+  // The attention backward of `rows` queries over `keys` keys (already cut to the window) as the CPU kernel
+  // runs it: whole sequence, a chunk's two calls, or banded blocks under a window (dO coming in, dQ, dK, dV).
+  int64_t cpu_attn_backward(int64_t rows, int64_t keys, int64_t window) const {
+    if (windowed(keys, window))
+      return N * (2 * rows * Aq + 2 * keys * Akv) * s + window_block_backward(rows, keys, window);
+    return keys == rows ? attn_backward(rows) : chunk_attn_backward(rows, keys);
+  }
+
   // No-grad forward of attention over `rows` queries: the output and logsumexp and the kernel's scratch;
-  // a chunk (keys > rows) also holds both calls' outputs and logsumexps while they are merged in f. CUDA: one
-  // call, no scratch (cuda_forward_output + kv_repeat).
-  int64_t attn_forward(int64_t rows, int64_t keys) const {
+  // a chunk (keys > rows) also holds both calls' outputs and logsumexps while they are merged in f; a
+  // windowed call one block's mask, output and scratch. CUDA: one call, no scratch (cuda_forward_output +
+  // kv_repeat).
+  int64_t attn_forward(int64_t rows, int64_t keys, int64_t window = 0) const {
     if (cuda()) return cuda_forward_output(rows) + kv_repeat(keys);
+    if (windowed(keys, window)) return N * rows * attn_out_row() + window_block_forward(rows, keys, window);
     if (keys == rows) return N * rows * attn_out_row() + attn_forward_scratch(rows, keys);
     return N * rows * (3 * Aq * s + 2 * Aq * f + 5 * Hq * f) + attn_forward_scratch(rows, keys);
   }
@@ -310,6 +365,28 @@ void add_cuda_attention_backward(PhaseBuilder& p, const Dims& D, int64_t rows, i
   }
 }
 
+// The CPU attention backward of `rows` queries over `keys` keys of layer type `window` (cpu_attn_backward).
+void add_cpu_attention_backward(PhaseBuilder& p, const Dims& D, int64_t rows, int64_t keys, int64_t window,
+                                const char* R) {
+  if (D.windowed(keys, window))
+    p.add(
+        fmt::format("attention backward, sliding window {} (banded blocks): dO, dQ, dK, dV, and one block's "
+                    "mask, dQ/dK/dV and scratch",
+                    window),
+        D.cpu_attn_backward(rows, keys, window));
+  else if (keys == rows)
+    p.add(fmt::format("attention backward: dO, dQ, dK, dV: N*{}*(2*Aq + 2*Akv)*s + scratch", R),
+          D.cpu_attn_backward(rows, keys, window));
+  else
+    p.add("attention backward, two calls: dQ, dK, dV pieces, merged: see chunk_attn_backward",
+          D.cpu_attn_backward(rows, keys, window));
+}
+
+// The larger of two estimates of one phase (the same phase at another layer or chunk).
+void keep_larger(PhaseEstimate& best, PhaseEstimate candidate) {
+  if (candidate.bytes > best.bytes) best = std::move(candidate);
+}
+
 // "K path saved + K + V" of a whole-layer graph (kv_row_graph), named for what the efficient kernel saves.
 const char* kv_graph_name(const Dims& D) {
   return D.efficient && D.gqa() ? "K path saved + K, V repeated to Hq heads (saved by the efficient kernel)"
@@ -322,9 +399,9 @@ const char* kv_graph_name(const Dims& D) {
 // attention half of the layer for all T rows (o_proj's input already consumed), K and V's gradient (V itself
 // released), the kernel's saved output and logsumexp, the rope tables, `flows` (N, T, d) gradients in flight,
 // and the kernel's backward (dQ, dK, dV, scratch).
-PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, int64_t flows,
+PhaseEstimate whole_attention_backward(const Dims& D, const AttentionLayer& layer, int64_t flows,
                                        const std::string& flow_note) {
-  const int64_t rows = D.N * D.T;
+  const int64_t rows = D.N * D.T, checkpoints = layer.index + 1;
   PhaseBuilder p("layer attention backward");
   add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", checkpoints - 1), checkpoints);
   p.add(fmt::format("gradients in flight ({}): {} x N*T*d*s", flow_note, flows), flows * rows * D.d * D.s);
@@ -335,7 +412,7 @@ PhaseEstimate whole_attention_backward(const Dims& D, int64_t checkpoints, int64
   if (D.cuda())
     add_cuda_attention_backward(p, D, D.T, D.T, "T", "T");
   else
-    p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
+    add_cpu_attention_backward(p, D, D.T, D.T, layer.window, "T");
   return p.done();
 }
 
@@ -356,31 +433,50 @@ PhaseEstimate whole_mlp_backward(const Dims& D, int64_t checkpoints) {
 
 // No-grad checkpointed forward at the top layer: the stored inputs, the output being built, K and V for all
 // rows, and one query chunk's attention (`rows` queries over all keys for the last chunk).
-PhaseEstimate checkpointed_forward_phase(const Dims& D, int64_t rows) {
+PhaseEstimate checkpointed_forward_layer(const Dims& D, int64_t rows, const AttentionLayer& layer) {
   PhaseBuilder p("forward");
-  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{} and the output being built", D.L - 1), D.L + 1);
+  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{} and the output being built", layer.index),
+                  layer.index + 2);
   p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
+  const int64_t keys = Dims::visible_keys(rows, D.T, layer.window);
   // A chunk's high point is in its attention (with the kernel's scratch) or in its MLP, whose four (N, c, I)
   // tensors are temporaries of one expression and live together (model.cpp, mlp_block): with whole-sequence
   // chunks (checkpoint, mst) and a large I the MLP is higher.
-  const int64_t attention = D.N * rows * (D.d + D.Aq) * D.s + D.attn_forward(rows, D.T);
+  const int64_t attention = D.N * rows * (D.d + D.Aq) * D.s + D.attn_forward(rows, keys, layer.window);
   const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d + 4 * D.I + 2 * D.r) * D.s;
   if (attention >= mlp) {
     p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
     if (!D.cuda()) {
-      p.add("one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
-            D.attn_forward(rows, D.T));
+      p.add(D.windowed(keys, layer.window)
+                ? "one chunk's attention: output, logsumexp, and one banded block's mask, output, scratch"
+                : "one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
+            D.attn_forward(rows, keys, layer.window));
     } else {
       p.add(D.flash ? "one chunk's attention (flash): output, logsumexp: N*c*(Aq*s + Hq*4)"
                     : "one chunk's attention (efficient, no grad: no logsumexp): output: N*c*Aq*s",
             D.cuda_forward_output(rows));
-      p.add("the efficient kernel's K and V repeated to Hq heads: 2 x N*T*Aq*s", D.kv_repeat(D.T));
+      p.add("the efficient kernel's K and V repeated to Hq heads: 2 x N*e*Aq*s", D.kv_repeat(keys));
     }
   } else {
     p.add("one chunk's MLP: q, x1, its norm, gate, silu(gate), up, product: N*c*(Aq + 2*d + 4*I [+ 2*r])*s",
           mlp);
   }
   return p.done();
+}
+
+// The no-grad forward's high point: at the topmost layer of each attention type.
+PhaseEstimate checkpointed_forward_phase(const Dims& D, int64_t rows) {
+  PhaseEstimate best;
+  for (const auto& layer : D.attention_layers) keep_larger(best, checkpointed_forward_layer(D, rows, layer));
+  return best;
+}
+
+// The whole-sequence attention backward's high point over the attention types.
+PhaseEstimate whole_attention_backward(const Dims& D, int64_t flows, const std::string& flow_note) {
+  PhaseEstimate best;
+  for (const auto& layer : D.attention_layers)
+    keep_larger(best, whole_attention_backward(D, layer, flows, flow_note));
+  return best;
 }
 
 // ---- strategies -------------------------------------------------------------------------------------------
@@ -407,10 +503,11 @@ std::vector<PhaseEstimate> plain_phases(const Dims& D) {
     p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
     out.push_back(p.done());
   }
-  {
+  PhaseEstimate attention;
+  for (const auto& layer : D.attention_layers) {
     PhaseBuilder p("layer attention backward");
-    p.add(fmt::format("autograd graph of the {} lower layers", D.L - 1),
-          (D.L - 1) * layer_graph - (D.L > 1 ? frozen_first_norm : 0), true);
+    p.add(fmt::format("autograd graph of the {} lower layers", layer.index),
+          layer.index * layer_graph - (layer.index > 0 ? frozen_first_norm : 0), true);
     p.add(
         "top layer: its input, attention half and output, K path: N*T*(kept(d) + attn_row + attn_out_row + "
         "kv_row)",
@@ -420,9 +517,10 @@ std::vector<PhaseEstimate> plain_phases(const Dims& D) {
     if (D.cuda())
       add_cuda_attention_backward(p, D, D.T, D.T, "T", "T");
     else
-      p.add("attention backward: dO, dQ, dK, dV: N*T*(2*Aq + 2*Akv)*s + scratch", D.attn_backward(D.T));
-    out.push_back(p.done());
+      add_cpu_attention_backward(p, D, D.T, D.T, layer.window, "T");
+    keep_larger(attention, p.done());
   }
+  out.push_back(attention);
   return out;
 }
 
@@ -439,7 +537,7 @@ std::vector<PhaseEstimate> checkpoint_phases(const Dims& D, bool chunked_head, i
     out.push_back(p.done());
   }
   out.push_back(whole_mlp_backward(D, D.L));
-  out.push_back(whole_attention_backward(D, D.L, 3, "dy, x_in.grad, the residual's gradient"));
+  out.push_back(whole_attention_backward(D, 3, "dy, x_in.grad, the residual's gradient"));
   return out;
 }
 
@@ -469,7 +567,7 @@ std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
           D.mlp_backward(c, true));
     out.push_back(p.done());
   }
-  out.push_back(whole_attention_backward(D, D.L, 2, "dx1, x_in.grad; dy is released first"));
+  out.push_back(whole_attention_backward(D, 2, "dx1, x_in.grad; dy is released first"));
   return out;
 }
 
@@ -486,47 +584,47 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
   // Alive through the top layer's chunks: the layer inputs below, dy and dx, the K/V path for all T rows with
   // its graph (attn_norm, k_norm, K, V), dK and dV, and the k rope tables. StreamBP holds K and V themselves
   // (leaves), so on CUDA's efficient kernel a chunk's graph adds the repeated K[:e], V[:e] on top.
-  auto layer_base = [&](PhaseBuilder& p) {
-    add_checkpoints(p, D, "layer inputs", D.L);
+  auto layer_base = [&](PhaseBuilder& p, const AttentionLayer& layer) {
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", layer.index), layer.index + 1);
     p.add("dy and dx: 2 x N*T*d*s", 2 * rows * D.d * D.s);
     p.add("K/V path graph, all rows: N*T*(rms(d) + d*s + kv_row)",
           rows * (D.rms(D.d, 1) + D.d * D.s + D.kv_row()));
     p.add("dK, dV accumulators: 2 x N*T*Akv*acc", 2 * rows * D.Akv * D.acc());
     p.add("k rope tables: 2*T*hd*s", D.rope(D.T));
   };
+  const AttentionLayer& top = D.attention_layers.front();
   PhaseEstimate mlp, attn;
   for (auto [r, e] : critical_chunks(D.T, c)) {
     {
       PhaseBuilder p("layer mlp backward");
-      layer_base(p);
+      layer_base(p, top);
       p.add("chunk graph: N*c*(attn_row + attn_out_row + mlp_row)",
             D.N * r * (D.attn_row() + D.attn_out_row() + D.mlp_row()));
       p.add("chunk gradient in flight: N*c*d*s", D.N * r * D.d * D.s);
       p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
-            D.kv_repeat(e));
+            D.kv_repeat(Dims::visible_keys(r, e, top.window)));
       p.add("q rope tables", D.rope(r));
       p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
             D.mlp_backward(r, true));
-      auto ph = p.done();
-      if (ph.bytes > mlp.bytes) mlp = ph;
+      keep_larger(mlp, p.done());
     }
-    {
+    for (const auto& layer : D.attention_layers) {
+      // A sliding layer's chunk sees K/V from its window start on: e' = min(e, c + window - 1) keys.
+      const int64_t keys = Dims::visible_keys(r, e, layer.window);
       PhaseBuilder p("layer attention backward");
-      layer_base(p);
+      layer_base(p, layer);
       p.add("chunk attention half, output, logsumexp: N*c*(attn_row + attn_out_row)",
             D.N * r * (D.attn_row() + D.attn_out_row()));
       p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
       p.add("q rope tables", D.rope(r));
       if (D.cuda()) {
         p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
-              D.kv_repeat(e));
-        add_cuda_attention_backward(p, D, r, e, "c", "e");
+              D.kv_repeat(keys));
+        add_cuda_attention_backward(p, D, r, keys, "c", "e");
       } else {
-        p.add("attention backward, two calls: dQ, dK, dV pieces, merged: see chunk_attn_backward",
-              D.chunk_attn_backward(r, e));
+        add_cpu_attention_backward(p, D, r, keys, layer.window, "c");
       }
-      auto ph = p.done();
-      if (ph.bytes > attn.bytes) attn = ph;
+      keep_larger(attn, p.done());
     }
   }
   out.push_back(mlp);
@@ -582,15 +680,17 @@ void check_estimate_input(const EstimateInput& in) {
 
 MemoryEstimate estimate_peak(const EstimateInput& in) {
   check_estimate_input(in);
-  if (in.config.has_sliding_layers())
+  // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
+  // layer may get another one (float32 on CUDA: math).
+  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, in.config.head_dim);
+  if (in.config.has_sliding_layers() &&
+      attention_kernel_for(device, in.dtype, in.config.head_dim, in.config.sliding_window) != kernel)
     throw std::invalid_argument(fmt::format(
-        "estimate: model '{}' has sliding-window layers, whose attention terms the memory estimate does not "
-        "model yet (its FLOPs are estimated)",
-        in.config.name));
-  // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp).
-  const AttentionKernel kernel =
-      attention_kernel_for(in.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU),
-                           in.dtype, in.config.head_dim);
+        "estimate: on cuda, {} sliding-window layers run the math attention kernel (N x Hq x c x e scores; "
+        "the memory-efficient kernel's backward drops the window), which the estimate does not model "
+        "(modelled: bfloat16 on flash)",
+        dtype_name(in.dtype)));
   if (in.device == "cuda" && kernel == AttentionKernel::math)
     throw std::invalid_argument(
         fmt::format("estimate: on cuda, {} with head dim {} runs the math attention kernel (N x Hq x c x e "
@@ -624,6 +724,15 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   D.r = in.lora_rank;
   D.full = in.lora_rank == 0;
   D.offload = in.offload;
+  D.gemma_norms = c.unit_offset_norms;
+  D.sandwich = c.sandwich_norms;
+  // The topmost layer of each attention type: the top layer's, then the other type's topmost if any.
+  D.attention_layers.push_back({c.layers - 1, c.window_of(c.layers - 1)});
+  for (int64_t i = c.layers - 2; i >= 0; --i)
+    if ((c.window_of(i) > 0) != (D.attention_layers.front().window > 0)) {
+      D.attention_layers.push_back({i, c.window_of(i)});
+      break;
+    }
   D.flash = kernel == AttentionKernel::flash;
   D.efficient = kernel == AttentionKernel::efficient;
   const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
