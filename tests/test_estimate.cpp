@@ -534,13 +534,6 @@ TEST(Estimate, MatchesSmallVocab) {
 // chunks). tiny-gemma3 over every dtype, objective and LoRA; then Gemma-shaped `small` with a 512-token
 // vocabulary, where the layer phases set the peak, with windows narrower than, equal to and wider than the
 // partition, and whole-sequence calls of more than one banded block (T > 256).
-// Known gaps (reports/ESTIMATE.md, "Gemma 3"): not yet the 2% of the other families. Measured: within 5.1%
-// everywhere but mst's attention backward on tiny-gemma3 (over by up to 10.9%); the bounds below are those
-// measurements rounded up, so that a regression shows.
-double gemma3_tolerance(const std::string& impl) {
-  return impl == "mst" ? 0.11 : 0.055;
-}
-
 TEST(Estimate, MatchesTinyGemma3) {
   for (const auto& impl : estimated_impls())
     for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble})
@@ -558,7 +551,7 @@ TEST(Estimate, MatchesTinyGemma3) {
           c.partition = 32;
           c.logits_partition = 16;
           c.lora_rank = rank;
-          check_cell(c, gemma3_tolerance(impl));
+          check_cell(c, 0.02);
         }
 }
 
@@ -578,7 +571,7 @@ TEST(Estimate, MatchesSmallGemma3Vocab) {
           c.seq_len = T;
           c.partition = p;
           c.logits_partition = 128;
-          check_cell(c, gemma3_tolerance(impl));
+          check_cell(c, 0.02);
         }
 }
 

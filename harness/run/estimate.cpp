@@ -86,11 +86,11 @@ struct Dims {
   }
   // Gemma 3's norm on a block's output (its input is the o_proj or down projection's output, kept by it).
   int64_t output_norm() const { return sandwich ? kept(d) + rms(d, 1) : 0; }
-  // Its backward, the first step of a block's backward while the whole block graph is alive: in f, the
-  // incoming gradient's copy (bfloat16), the gradients of the normalised x and of x, the mean's expanded
-  // gradient and pow's temporaries.
+  // Its backward, the first step of a block's backward while the whole block graph is alive: four (N, rows,
+  // d) tensors in f above what it holds, five when its weight is frozen (LoRA), for float32 and bfloat16
+  // alike (measured with the tracking allocator: 16 and 20 bytes per element).
   int64_t output_norm_backward(int64_t rows) const {
-    return sandwich ? N * rows * d * (4 + (up ? 1 : 0)) * f : 0;
+    return sandwich ? N * rows * d * (full ? 4 : 5) * f : 0;
   }
   // Attention half of a layer, per query row: attn_norm (+ its output h), the q path (q_norm), qg. LoRA: x
   // A^T of q, k, v, o.
@@ -155,8 +155,14 @@ struct Dims {
   // and that copy released; the product's gradient plus the two factors' gradients: one more N*rows*I).
   int64_t mlp_backward(int64_t rows, bool strided_dy) const {
     const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
-    return std::max({N * rows * I * s + (full ? d * I * s : 0) + dy_copy, 2 * N * rows * I * s,
-                     output_norm_backward(rows)});
+    // Gemma 3: the MLP output norm's backward comes first, with its saved tensors (which MLP phases count
+    // apart from the rest of the graph: mlp_row() - output_norm()) still alive; they are released before
+    // the projections' backward.
+    // Below the output norm, the down projection's incoming gradient is the norm's input gradient, a new
+    // (N, rows, d) tensor (not the residual's dy), released once that projection's backward is done.
+    const int64_t dy_below_norm = sandwich ? N * rows * d * s : 0;
+    return std::max({N * rows * I * s + (full ? d * I * s : 0) + dy_copy + dy_below_norm,
+                     2 * N * rows * I * s, N * rows * output_norm() + output_norm_backward(rows)});
   }
   // ---- sliding windows (attention_cpu.cpp, WindowedAttention) ----
   // The keys a call of `rows` queries over the `keys` ending with them gets: a sliding layer's StreamBP chunk
@@ -382,6 +388,29 @@ void add_cpu_attention_backward(PhaseBuilder& p, const Dims& D, int64_t rows, in
           D.cpu_attn_backward(rows, keys, window));
 }
 
+// A layer's attention backward, from its output norm (Gemma 3) to the attention kernel: its high point is
+// either the kernel's backward (the output norm's saved tensors already released) or, before it, the output
+// norm's backward with those saved tensors still alive. Attention-backward phases count the attention half
+// without the output norm (attn_row() - output_norm()) and add this.
+void add_attention_backward(PhaseBuilder& p, const Dims& D, int64_t rows, int64_t keys, int64_t window,
+                            const char* R, const char* E) {
+  PhaseBuilder kernel("kernel");
+  if (D.cuda())
+    add_cuda_attention_backward(kernel, D, rows, keys, R, E);
+  else
+    add_cpu_attention_backward(kernel, D, rows, keys, window, R);
+  const PhaseEstimate k = kernel.done();
+  const int64_t output_norm = D.N * rows * D.output_norm() + D.output_norm_backward(rows);
+  if (output_norm > k.bytes) {
+    p.add(fmt::format("the attention output norm's saved tensors and backward (above the kernel's): "
+                      "N*{}*(output_norm + d*(4, LoRA 5)*f)",
+                      R),
+          output_norm);
+    return;
+  }
+  for (const auto& t : k.terms) p.add(t.name, t.bytes);
+}
+
 // The larger of two estimates of one phase (the same phase at another layer or chunk).
 void keep_larger(PhaseEstimate& best, PhaseEstimate candidate) {
   if (candidate.bytes > best.bytes) best = std::move(candidate);
@@ -405,14 +434,12 @@ PhaseEstimate whole_attention_backward(const Dims& D, const AttentionLayer& laye
   PhaseBuilder p("layer attention backward");
   add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", checkpoints - 1), checkpoints);
   p.add(fmt::format("gradients in flight ({}): {} x N*T*d*s", flow_note, flows), flows * rows * D.d * D.s);
-  p.add("attention half saved: N*T*attn_row", rows * D.attn_row());
+  p.add("attention half saved below its output norm: N*T*(attn_row - output_norm)",
+        rows * (D.attn_row() - D.output_norm()));
   p.add(fmt::format("{}: N*T*kv_row", kv_graph_name(D)), rows * D.kv_row_graph());
   p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
   p.add("attention output + logsumexp: N*T*(Aq*s + Hq*f)", rows * D.attn_out_row());
-  if (D.cuda())
-    add_cuda_attention_backward(p, D, D.T, D.T, "T", "T");
-  else
-    add_cpu_attention_backward(p, D, D.T, D.T, layer.window, "T");
+  add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");
   return p.done();
 }
 
@@ -424,8 +451,10 @@ PhaseEstimate whole_mlp_backward(const Dims& D, int64_t checkpoints) {
   PhaseBuilder p("layer mlp backward");
   add_checkpoints(p, D, "layer inputs", checkpoints);
   p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
-  p.add("layer graph: N*T*(attn_row + attn_out_row + kv_row + mlp_row)",
-        rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph() + D.mlp_row()));
+  p.add(
+      "layer graph below the MLP output norm: N*T*(attn_row + attn_out_row + kv_row + mlp_row - "
+      "output_norm)",
+      rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph() + D.mlp_row() - D.output_norm()));
   p.add("rope tables", 2 * D.rope(D.T));
   p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
   return p.done();
@@ -498,7 +527,8 @@ std::vector<PhaseEstimate> plain_phases(const Dims& D) {
   }
   {
     PhaseBuilder p("layer mlp backward");
-    p.add("autograd graph of every layer", D.L * layer_graph - frozen_first_norm, true);
+    p.add("autograd graph of every layer (the top one below its MLP output norm)",
+          D.L * layer_graph - frozen_first_norm - rows * D.output_norm(), true);
     p.add("dy: N*T*d*s", rows * D.d * D.s);
     p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
     out.push_back(p.done());
@@ -509,15 +539,12 @@ std::vector<PhaseEstimate> plain_phases(const Dims& D) {
     p.add(fmt::format("autograd graph of the {} lower layers", layer.index),
           layer.index * layer_graph - (layer.index > 0 ? frozen_first_norm : 0), true);
     p.add(
-        "top layer: its input, attention half and output, K path: N*T*(kept(d) + attn_row + attn_out_row + "
-        "kv_row)",
-        rows * (D.kept(D.d) + D.attn_row() + D.attn_out_row() + D.kv_row_graph()));
+        "top layer: its input, attention half (below its output norm) and output, K path: N*T*(kept(d) + "
+        "attn_row - output_norm + attn_out_row + kv_row)",
+        rows * (D.kept(D.d) + D.attn_row() - D.output_norm() + D.attn_out_row() + D.kv_row_graph()));
     p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
     p.add("top layer rope tables", 2 * D.rope(D.T));
-    if (D.cuda())
-      add_cuda_attention_backward(p, D, D.T, D.T, "T", "T");
-    else
-      add_cpu_attention_backward(p, D, D.T, D.T, layer.window, "T");
+    add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");
     keep_larger(attention, p.done());
   }
   out.push_back(attention);
@@ -561,8 +588,10 @@ std::vector<PhaseEstimate> mst_phases(const Dims& D, int64_t c, int64_t cl) {
           rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph()));
     p.add("rope tables", 2 * D.rope(D.T));
     // Its input x1[s:e] is a view of x1 (counted above): the graph adds only what mlp_row has beyond it.
-    p.add("one mini-sequence's MLP graph and output: N*c*(mlp_row - kept(d) + d*s)",
-          D.N * c * (D.mlp_row() - D.kept(D.d) + D.d * D.s));
+    p.add(
+        "one mini-sequence's MLP graph (below its output norm) and output: N*c*(mlp_row - output_norm - "
+        "kept(d) + d*s)",
+        D.N * c * (D.mlp_row() - D.output_norm() - D.kept(D.d) + D.d * D.s));
     p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
           D.mlp_backward(c, true));
     out.push_back(p.done());
@@ -598,8 +627,8 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
     {
       PhaseBuilder p("layer mlp backward");
       layer_base(p, top);
-      p.add("chunk graph: N*c*(attn_row + attn_out_row + mlp_row)",
-            D.N * r * (D.attn_row() + D.attn_out_row() + D.mlp_row()));
+      p.add("chunk graph below the MLP output norm: N*c*(attn_row + attn_out_row + mlp_row - output_norm)",
+            D.N * r * (D.attn_row() + D.attn_out_row() + D.mlp_row() - D.output_norm()));
       p.add("chunk gradient in flight: N*c*d*s", D.N * r * D.d * D.s);
       p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
             D.kv_repeat(Dims::visible_keys(r, e, top.window)));
@@ -613,17 +642,15 @@ std::vector<PhaseEstimate> streambp_phases(const Dims& D, int64_t c, int64_t cl)
       const int64_t keys = Dims::visible_keys(r, e, layer.window);
       PhaseBuilder p("layer attention backward");
       layer_base(p, layer);
-      p.add("chunk attention half, output, logsumexp: N*c*(attn_row + attn_out_row)",
-            D.N * r * (D.attn_row() + D.attn_out_row()));
+      p.add(
+          "chunk attention half (below its output norm), output, logsumexp: N*c*(attn_row - output_norm + "
+          "attn_out_row)",
+          D.N * r * (D.attn_row() - D.output_norm() + D.attn_out_row()));
       p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
       p.add("q rope tables", D.rope(r));
-      if (D.cuda()) {
-        p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
-              D.kv_repeat(keys));
-        add_cuda_attention_backward(p, D, r, keys, "c", "e");
-      } else {
-        add_cpu_attention_backward(p, D, r, keys, layer.window, "c");
-      }
+      p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
+            D.kv_repeat(keys));
+      add_attention_backward(p, D, r, keys, layer.window, "c", "e");
       keep_larger(attn, p.done());
     }
   }
