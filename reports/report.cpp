@@ -114,6 +114,18 @@ std::string section_summary(const Analysis& a, const std::string& source) {
     if (!contains(ropes, line)) ropes.push_back(line);
   }
   if (!ropes.empty()) s += fmt::format("- RoPE: {}\n", fmt::join(ropes, "; "));
+  // Sliding-window attention (Gemma 3): which layers slide, over how many keys, with which RoPE.
+  std::vector<std::string> windows;
+  for (const auto& c : cells.is_array() ? cells : json::array()) {
+    const json& w = field(c, "sliding_window");
+    if (!w.is_object()) continue;
+    const std::string line =
+        fmt::format("{} slides over {} keys on {} of {} layers (RoPE {} there)",
+                    axis_value_text(field(field(c, "axes"), "model")), w.value("window", int64_t{0}),
+                    w.value("layers", int64_t{0}), w.value("of", int64_t{0}), rope_summary(field(w, "rope")));
+    if (!contains(windows, line)) windows.push_back(line);
+  }
+  if (!windows.empty()) s += fmt::format("- sliding-window attention: {}\n", fmt::join(windows, "; "));
   if (!text(meta, "memory_note").empty()) s += fmt::format("- memory: {}\n", text(meta, "memory_note"));
   s += "\nBytes are shown with GiB = 2^30 and MiB = 2^20 bytes; \"k\" tokens = 1000 tokens.\n";
   return s;

@@ -51,6 +51,9 @@ for s in ${ONLY:-$all}; do
     llama_memory_time)
       peer hf_llama llama3.1-8b 3072 6144 9216 18432
       "$bpbench" report "$out/$s" "$out/hf_llama" --out "$out/$s/report" ;;
+    gemma_memory)
+      peer hf_gemma gemma3-1b 3072 6144 9216 18432
+      "$bpbench" report "$out/$s" "$out/hf_gemma" --out "$out/$s/report" ;;
     peers)
       lengths=(8192 16384 32768)  # scenarios/h100_peers.json's
       run_peer streambp_official streambp_official --model qwen3-8b --seq-len "${lengths[@]}" \

@@ -54,6 +54,30 @@ TEST(HfConfig, EveryPresetReadsBackAsItself) {
   }
 }
 
+// transformers itself takes the config.json of a Gemma 3 preset (its strict config types included) and
+// builds the preset's network: parameter count and layer types as bpbench states them.
+TEST(HfConfig, TransformersBuildsAGemma3Preset) {
+  const std::string python = BPBENCH_PYTHON;
+  if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)
+    GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
+  TempDir tmp;
+  const ModelConfig preset = find_model_preset("tiny-gemma3");
+  std::ofstream(tmp.file("config.json")) << hf_config_json(preset).dump(2);
+  const std::string log = tmp.file("log");
+  const std::string cmd = fmt::format(
+      "'{}' -c 'import sys, transformers as t; c = t.AutoConfig.from_pretrained(sys.argv[1]); "
+      "m = t.AutoModelForCausalLM.from_config(c); "
+      "print(type(m).__name__, sum(p.numel() for p in m.parameters()), ",
+      ".join(c.layer_types))' '{}' >'{}' 2>&1", python, tmp.path(), log);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(log).rdbuf();
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(out.find(fmt::format("Gemma3ForCausalLM {} sliding_attention,full_attention,sliding_attention",
+                                 preset.parameter_count())),
+            std::string::npos)
+      << out;
+}
+
 TEST(HfSideBySide, CpuRunWritesResultsThatBpbenchReports) {
   const std::string python = BPBENCH_PYTHON;
   if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -125,6 +126,8 @@ void read_gemma3_config(const ConfigReader& r, ModelConfig& c) {
 json gemma3_config_json(const ModelConfig& c) {
   json layer_types = json::array();
   for (int64_t i = 0; i < c.layers; ++i) layer_types.push_back(c.window_of(i) > 0 ? kSliding : kFull);
+  const double query_scalar =
+      c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim);
   auto rope = [&](const RopeConfig& r) {
     json j = rope_to_json(r);
     j.erase("max_position_embeddings");  // top-level in config.json
@@ -145,8 +148,10 @@ json gemma3_config_json(const ModelConfig& c) {
           {"attention_bias", false},
           {"attention_dropout", 0.0},
           {"max_position_embeddings", c.rope.max_positions},
-          {"query_pre_attn_scalar",
-           c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim)},
+          // transformers' Gemma3TextConfig types it int (a float fails its strict validation).
+          {"query_pre_attn_scalar", query_scalar == std::floor(query_scalar)
+                                        ? json(static_cast<int64_t>(query_scalar))
+                                        : json(query_scalar)},
           {"sliding_window", c.sliding_window > 0 ? json(c.sliding_window) : json()},
           {"layer_types", layer_types},
           {"rope_parameters", {{kSliding, rope(c.sliding_rope.value_or(c.rope))}, {kFull, rope(c.rope)}}},

@@ -48,7 +48,16 @@ CellResult result_for(const CellJob& job, std::string status) {
   r.threads = job.settings.threads;
   r.status = std::move(status);
   try {
-    r.rope = rope_to_json(model_config_of(job.cell.model, job.settings.rope).rope);
+    const ModelConfig config = model_config_of(job.cell.model, job.settings.rope);
+    r.rope = rope_to_json(config.rope);
+    if (config.has_sliding_layers()) {
+      int64_t sliding = 0;
+      for (int64_t i = 0; i < config.layers; ++i) sliding += config.window_of(i) > 0;
+      r.sliding_window = {{"window", config.sliding_window},
+                          {"layers", sliding},
+                          {"of", config.layers},
+                          {"rope", rope_to_json(config.sliding_rope.value_or(config.rope))}};
+    }
   } catch (const std::exception&) {  // a model that cannot be read: the cell's error says why
   }
   return r;

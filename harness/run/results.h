@@ -10,7 +10,9 @@
 //    "cells": [{"axes": {every grid key}, "threads", "status": "ok"|"oom"|"skipped"|"error", "reason",
 //               "loss", "wall_s", "uses_partition", "uses_logits_partition",
 //               "rope": {the RoPE the model used, transformers' rope_parameters resolved (rope_config.h)} |
-//               null, "memory": {"base_bytes", "peak_bytes", "peak_above_base_bytes", "peak_by_category":
+//               null, "sliding_window": {"window", "layers" (sliding ones), "of" (all), "rope" (theirs)} |
+//               null (Gemma 3's sliding-window layers; null: every layer full), "memory": {"base_bytes",
+//               "peak_bytes", "peak_above_base_bytes", "peak_by_category":
 //               {...},
 //                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
 //                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json),
@@ -103,6 +105,7 @@ struct CellResult {
   double wall_s = 0;  // the whole cell: build, runs, reference
   bool uses_partition = false, uses_logits_partition = false;
   nlohmann::json rope;  // rope_to_json of the cell's model (a scenario's override applied); null: unreadable
+  nlohmann::json sliding_window;  // the model's sliding-window layers (sliding_window_json); null: none
   std::optional<MemoryResult> memory;
   std::optional<TimeResult> time;
   std::optional<GradErrorResult> grad_error;
