@@ -63,12 +63,13 @@ TEST(HfConfig, TransformersBuildsAGemma3Preset) {
   TempDir tmp;
   const ModelConfig preset = find_model_preset("tiny-gemma3");
   std::ofstream(tmp.file("config.json")) << hf_config_json(preset).dump(2);
-  const std::string log = tmp.file("log");
-  const std::string cmd = fmt::format(
-      "'{}' -c 'import sys, transformers as t; c = t.AutoConfig.from_pretrained(sys.argv[1]); "
-      "m = t.AutoModelForCausalLM.from_config(c); "
-      "print(type(m).__name__, sum(p.numel() for p in m.parameters()), ",
-      ".join(c.layer_types))' '{}' >'{}' 2>&1", python, tmp.path(), log);
+  const std::string script = tmp.file("build.py"), log = tmp.file("log");
+  std::ofstream(script) << "import sys, transformers as t\n"
+                           "c = t.AutoConfig.from_pretrained(sys.argv[1])\n"
+                           "m = t.AutoModelForCausalLM.from_config(c)\n"
+                           "print(type(m).__name__, sum(p.numel() for p in m.parameters()), "
+                           "','.join(c.layer_types))\n";
+  const std::string cmd = fmt::format("'{}' '{}' '{}' >'{}' 2>&1", python, script, tmp.path(), log);
   ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(log).rdbuf();
   std::ifstream in(log);
   const std::string out((std::istreambuf_iterator<char>(in)), {});
