@@ -30,6 +30,8 @@ const char* category_name(Category c) {
       return "params";
     case Category::grads:
       return "grads";
+    case Category::optimizer:
+      return "optimizer";
     case Category::checkpoints:
       return "checkpoints";
     case Category::activations:

@@ -16,8 +16,9 @@
 
 namespace bpbench::profiles {
 
-enum class Category : uint8_t { params, grads, checkpoints, activations, kv, logits, comm, other };
-inline constexpr int kCategoryCount = 8;
+// optimizer: a training run's optimizer state and float32 master weights (harness/run/train_loop.h).
+enum class Category : uint8_t { params, grads, optimizer, checkpoints, activations, kv, logits, comm, other };
+inline constexpr int kCategoryCount = 9;
 const char* category_name(Category c);
 using CategoryBytes = std::array<int64_t, kCategoryCount>;
 

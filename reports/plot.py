@@ -20,7 +20,7 @@ import sys
 GIB, MIB = 2.0**30, 2.0**20
 # Stack order and colours of the memory categories (profiles/recorder.h), longest-lived at the bottom.
 CATEGORY_COLOURS = {
-    "params": "#4c72b0", "grads": "#55a868", "checkpoints": "#c44e52", "kv": "#8172b2",
+    "params": "#4c72b0", "grads": "#55a868", "optimizer": "#937860", "checkpoints": "#c44e52", "kv": "#8172b2",
     "activations": "#ccb974", "logits": "#dd8452", "comm": "#64b5cd", "other": "#8c8c8c",
 }
 

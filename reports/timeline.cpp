@@ -32,8 +32,8 @@ json read_timeline(const CellView& c, const fs::path& results_dir) {
 
 // The category order of the paper's Figure 1: what lives longest at the bottom.
 std::vector<std::string> timeline_categories(const json& points) {
-  std::vector<std::string> cats = {"params",      "grads",  "checkpoints", "kv",
-                                   "activations", "logits", "comm",        "other"};
+  std::vector<std::string> cats = {"params",      "grads",  "optimizer", "checkpoints", "kv",
+                                   "activations", "logits", "comm",      "other"};
   std::set<std::string> seen;
   for (const auto& p : points)
     for (const auto& [k, v] : field(p, "by_category").items()) seen.insert(k);

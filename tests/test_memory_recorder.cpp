@@ -46,8 +46,8 @@ class MemoryRecorderTest : public ::testing::Test {
 };
 
 TEST_F(MemoryRecorderTest, CategoryNames) {
-  const std::vector<std::string> expected = {"params", "grads",  "checkpoints", "activations",
-                                             "kv",     "logits", "comm",        "other"};
+  const std::vector<std::string> expected = {"params", "grads",  "optimizer", "checkpoints", "activations",
+                                             "kv",     "logits", "comm",      "other"};
   for (int i = 0; i < kCategoryCount; ++i) EXPECT_EQ(category_name(static_cast<Category>(i)), expected[i]);
 }
 
