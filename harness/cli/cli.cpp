@@ -85,7 +85,10 @@ Scenario file (see scenarios/quickstart.json):
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
                "grad_error": {"reference": "float64"} | false, "timeline": false, "device_activity": false,
-               "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N}}}
+               "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N},
+               "train": {"steps": N, "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01,
+                         "warmup_steps": 0, "schedule": "cosine"|"constant", "min_lr_ratio": 0,
+                         "clip_grad_norm": 0, "eval_every": 0, "eval_batches": 1, "precision": "model"|"mixed"}}}
 grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
   model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
   impl, partition [seq_len], logits_partition [seq_len], offload [none], lora_rank [0], lora_alpha [64],
@@ -103,6 +106,11 @@ device_activity: CUDA, with timeline: CUPTI's kernels, memcpys and memsets of th
   .trace.json, one track per stream (that step runs once more and is left out of the time statistics).
 max_seq_len: per cell, the largest multiple of granularity that completes a step within budget_bytes (every
   probe a child process; on a GPU the budget defaults to its memory).
+train: steps AdamW steps per cell instead of one measured step (warm-up then the schedule, clipping to
+  clip_grad_norm, the held-out loss of eval_batches batches every eval_every steps); precision "mixed": bfloat16
+  weights with float32 master weights and optimizer state (dtype bfloat16). Each cell records every step's
+  loss, lr, gradient norm and time, the evaluations, and the run's peak with the optimizer's bytes in their own
+  category. Not with time, grad_error, max_seq_len, timeline or the distributed impls.
 
 Console: a progress line per cell on stderr, a table on stdout. Out-of-memory (a measure.budget_bytes overrun
 included) is recorded as status "oom"; an unsupported combination as "skipped".

@@ -21,6 +21,8 @@
 #include "harness/run/grad_error.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
+#include "harness/run/train_data.h"
+#include "harness/run/train_loop.h"
 #include "impls/dist_common.h"
 #include "impls/offload.h"
 #include "impls/strategy.h"
@@ -261,6 +263,61 @@ torch::Tensor data_tokens(const CellJob& job, int64_t rows, int64_t vocab, CellR
   return d.tokens.narrow(0, 0, rows).clone();
 }
 
+// measure.train: the cell's model trained for spec.steps AdamW steps (train_loop.h); the run's peak over
+// every step, its optimizer state under Category::optimizer, the time of each step.
+void measure_training(const CellJob& job, const Strategy& strategy, Model& model, const Objective& objective,
+                      const BatchSpec& spec, const torch::Device& device, profiles::Recorder& rec,
+                      profiles::StepTimer& timer, CellResult& r) {
+  const Cell& c = job.cell;
+  const MeasureSpec& m = job.settings.measure;
+  TrainData data;
+  {
+    MemoryScope scope(Category::other);
+    json data_record;
+    data = make_train_data(*m.train, spec, model, objective, c.logits_partition, job.settings.data_path,
+                           data_record);
+    if (!data_record.is_null()) r.data = data_record;
+  }
+  prepare_grads(model.trainable_parameters(), /*distributed=*/false);
+  const auto store = make_checkpoint_store(parse_offload(c.offload), device);
+  MemoryResult mem;
+  rec.release_cached();
+  rec.reset_peak();
+  profiles::reset_host_peak();
+  mem.base_bytes = rec.live_bytes();
+  auto read_peaks = [&] {
+    mem.peak_bytes = rec.peak_bytes();
+    mem.peak_by_category = category_map(rec.peak_by_category());
+    mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+    if (store->offload() != Offload::none) mem.host_peak_bytes = profiles::host_peak_bytes();
+  };
+  TrainRun run;
+  {
+    BudgetGuard budget(rec, m.budget_bytes);
+    try {
+      run = train_model(
+          *m.train, strategy, model, objective, data, Partitioning{c.partition, c.logits_partition},
+          strategy.uses_offload() ? store.get() : nullptr,
+          [&] {
+            sync_device(device);
+            timer.start();
+          },
+          [&] { return timer.stop_seconds(); });
+    } catch (...) {
+      read_peaks();
+      if (m.memory) r.memory = mem;
+      throw;
+    }
+  }
+  read_peaks();
+  if (m.memory) r.memory = mem;  // no estimate: the estimate models one step, not the optimizer's state
+  std::vector<double> seconds;
+  for (const auto& s : run.steps) seconds.push_back(s.time_s);
+  r.time = time_stats(seconds, 0);
+  r.loss = run.steps.back().loss;
+  r.train = run.to_json();
+}
+
 // Steps 2-6 of a cell; fills `r`. Everything it builds is freed when it returns or throws.
 void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   const Cell& c = job.cell;
@@ -301,6 +358,10 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   spec.epsilon = c.epsilon;
   spec.seed = job.settings.seed;
   spec.vocab = model.config.vocab;
+  if (m.train) {  // its own batches, one per step (train_data.h)
+    measure_training(job, strategy, model, *objective, spec, device, rec, *timer, r);
+    return;
+  }
   Batch batch;
   {
     MemoryScope scope(Category::other);

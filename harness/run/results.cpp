@@ -106,6 +106,7 @@ json CellResult::to_json() const {
   j["uses_logits_partition"] = uses_logits_partition;
   j["rope"] = rope;
   j["sliding_window"] = sliding_window;
+  if (!train.is_null()) j["train"] = train;
   if (memory) {
     j["memory"] = {
         {"base_bytes", memory->base_bytes},
@@ -177,6 +178,7 @@ CellResult CellResult::from_json(const json& j) {
   r.uses_logits_partition = j.value("uses_logits_partition", false);
   r.rope = j.value("rope", json());  // absent in files written before it was recorded
   r.sliding_window = j.value("sliding_window", json());
+  r.train = j.value("train", json());
   if (j.contains("memory") && j.at("memory").is_object()) {
     const json& m = j.at("memory");
     MemoryResult mem;

@@ -19,7 +19,10 @@
 //                          CUDA only: "reserved_peak_bytes", "snapshot_file" (memory_viz pickle),
 //                          "device_activity" (CUPTI records in trace_file, with measure.device_activity)} |
 //               null,
-//               "data": {"file", "sha256", "sequences"} (with a data file),
+//               "data": {"file", "sha256", "sequences"} (with a data file; a training run adds
+//               "train_sequences", "eval_sequences"),
+//               "train": {"steps": [{"step", "loss", "lr", "grad_norm", "time_s"}], "eval": [{"step",
+//               "loss"}]} (measure.train only: then "loss" is the last step's and "time" is over its steps),
 //               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error"},
 //               "probes": [{"seq_len", "status", "peak_bytes", "reason"}] (with measure.max_seq_len),
 //               "world_size", "ranks": [{"rank", "peak_bytes", "base_bytes", "time_s", "comm": {...}}]
@@ -106,6 +109,7 @@ struct CellResult {
   bool uses_partition = false, uses_logits_partition = false;
   nlohmann::json rope;  // rope_to_json of the cell's model (a scenario's override applied); null: unreadable
   nlohmann::json sliding_window;  // the model's sliding-window layers (sliding_window_json); null: none
+  nlohmann::json train;  // measure.train's run (train_loop.h, TrainRun::to_json); null: one measured step
   std::optional<MemoryResult> memory;
   std::optional<TimeResult> time;
   std::optional<GradErrorResult> grad_error;

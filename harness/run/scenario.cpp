@@ -117,6 +117,7 @@ const std::vector<KeyDef>& measure_table() {
       {"device_activity",
        [](MeasureSpec& m, const json& v) { m.device_activity = read_bool(v, "measure.device_activity"); }},
       {"max_seq_len", [](MeasureSpec& m, const json& v) { m.max_seq_len = parse_max_seq_len(v); }},
+      {"train", [](MeasureSpec& m, const json& v) { m.train = TrainSpec::from_json(v); }},
   };
   return table;
 }
@@ -221,6 +222,7 @@ json MeasureSpec::to_json() const {
         {"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
         {"granularity", max_seq_len->granularity},
         {"upper", max_seq_len->upper}};
+  if (train) j["train"] = train->to_json();
   return j;
 }
 
@@ -235,6 +237,15 @@ MeasureSpec MeasureSpec::from_json(const json& j) {
                            [&](const KeyDef& d) { return d.key == key; });
     if (it == measure_table().end()) input_error(fmt::format("unknown measure key '{}'", key), valid);
     it->parse(m, value);
+  }
+  if (m.train) {  // one step's measures do not apply to a run of many
+    for (const char* key : {"time", "grad_error", "max_seq_len", "timeline", "device_activity"})
+      if (j.contains(key) && !(j.at(key).is_boolean() && !j.at(key).get<bool>()) && !j.at(key).is_null())
+        input_error(fmt::format("measure.{}: not with measure.train (a training run times every step and "
+                                "measures no single-step gradient error, length or timeline)",
+                                key),
+                    "measure.train with memory, budget_bytes");
+    m.grad_error_reference.clear();
   }
   return m;
 }
@@ -291,6 +302,23 @@ Scenario parse_scenario(const json& j) {
             input_error(fmt::format("data: a data file feeds SFT cells only; the grid has objective '{}'",
                                     v.get<std::string>()),
                         "objective sft with data, or no data key");
+  }
+  if (const auto& train = s.settings.measure.train) {
+    for (const auto& a : s.grid) {
+      for (const auto& v : a.values) {
+        if (a.key == "dtype" && train->precision == "mixed" && v != "bfloat16")
+          input_error(fmt::format("measure.train.precision 'mixed' keeps bfloat16 weights with float32 "
+                                  "masters; the grid has dtype '{}'",
+                                  v.get<std::string>()),
+                      "dtype bfloat16 with precision mixed, or precision model");
+        if (a.key == "impl" && v.get<std::string>().find("-dist") != std::string::npos)
+          input_error(fmt::format("measure.train: the distributed strategy '{}' does not train yet",
+                                  v.get<std::string>()),
+                      "plain, checkpoint, checkpoint-chunked-head, mst, streambp");
+      }
+    }
+    if (s.settings.world_size > 1)
+      input_error("measure.train: world_size > 1 does not train yet", "world_size 1");
   }
   s.source = j;
   return s;

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/run/train_spec.h"
+
 namespace bpbench {
 
 // Bad user input (scenario file, command line, job file). The CLI prints it on one line and exits with 2.
@@ -58,6 +60,9 @@ struct MeasureSpec {
     int64_t upper = 1 << 20;
   };
   std::optional<MaxSeqLen> max_seq_len;
+  // A training run of many optimizer steps instead of one measured step (train_spec.h). It records its own
+  // time per step and excludes time, grad_error (off with it), max_seq_len, timeline and device_activity.
+  std::optional<TrainSpec> train;
 
   nlohmann::json to_json() const;
   static MeasureSpec from_json(const nlohmann::json& j);  // the parser's rules; throws InputError
