@@ -51,6 +51,7 @@ CellView view_cell(const json& c, size_t index) {
   v.mfu = number(compute, "mfu");
   v.hfu = number(compute, "hfu");
   v.ranks = field(c, "ranks").is_array() ? field(c, "ranks") : json();
+  v.train = field(c, "train").is_object() ? field(c, "train") : json();
   v.max_length = v.max_seq_len.has_value() || v.probes.is_array() || !v.seq_len.has_value();
   return v;
 }

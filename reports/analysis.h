@@ -59,6 +59,7 @@ struct CellView {
   std::optional<int64_t> model_flops, hardware_flops, dense_attention_flops;
   std::optional<double> tflops_per_s, mfu, hfu;
   json ranks;               // a distributed cell: one record per rank (peak, time, comm), else null
+  json train;               // a training run (measure.train): {"steps": [...], "eval": [...]}, else null
   bool max_length = false;  // a max-length search: "max_seq_len"/"probes", or no seq_len axis
   bool hit_upper = false;   // the search stopped at its upper limit: the maximum is at least max_seq_len
 

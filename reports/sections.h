@@ -36,6 +36,10 @@ json partition_plot_data(const Analysis& a);
 // and the exposed copy time; "" when no cell offloaded.
 std::string section_offload(const Analysis& a);
 
+// table_train.cpp: the rebuttal's stability tables: per training run, each strategy's held-out loss (else
+// its training loss) step by step beside plain BP's, and the difference; "" when no cell trained.
+std::string section_train(const Analysis& a);
+
 // table_grad_error.cpp: Table 7, Er_abs and Er_rel per parameter group against the float64 reference.
 std::string section_grad_error(const Analysis& a);
 
