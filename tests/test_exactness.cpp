@@ -36,16 +36,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 BatchSpec spec_for(const std::string& objective, int64_t vocab) {
-  BatchSpec s;
-  s.examples = 2;
-  s.seq_len = kT;
-  s.padding = true;
-  s.prompt_len = objective == "sft" ? -1 : 8;  // longer than partitions 1 and 7
-  s.group = 3;
-  s.beta = 0.1;
-  s.seed = 3;
-  s.vocab = vocab;
-  return s;
+  return padded_batch_spec(objective, vocab, kT, /*prompt_len=*/8);  // longer than partitions 1 and 7
 }
 
 class Exactness : public ::testing::TestWithParam<Case> {};

@@ -41,16 +41,7 @@ Model tiny_gemma3(torch::ScalarType dtype = torch::kDouble, int64_t window = 5) 
 }
 
 BatchSpec spec_for(const std::string& objective, int64_t vocab) {
-  BatchSpec s;
-  s.examples = 2;
-  s.seq_len = kT;
-  s.padding = true;
-  s.prompt_len = objective == "sft" ? -1 : 9;  // longer than the partitions below
-  s.group = 3;
-  s.beta = 0.1;
-  s.seed = 3;
-  s.vocab = vocab;
-  return s;
+  return padded_batch_spec(objective, vocab, kT, /*prompt_len=*/9);  // longer than the partitions below
 }
 
 // ---- exactness

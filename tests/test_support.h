@@ -48,6 +48,22 @@ inline Batch padded_sft_batch(Model& model, const Objective& objective, int64_t 
   return objective.make_batch(s, model, seq_len);
 }
 
+// The batch the exactness tests share: two right-padded examples of `seq_len` tokens, seed 3; DPO and GRPO
+// prompts of `prompt_len` tokens (chosen longer than the partitions a test runs), GRPO groups of 3.
+inline BatchSpec padded_batch_spec(const std::string& objective, int64_t vocab, int64_t seq_len,
+                                   int64_t prompt_len) {
+  BatchSpec s;
+  s.examples = 2;
+  s.seq_len = seq_len;
+  s.padding = true;
+  s.prompt_len = objective == "sft" ? -1 : prompt_len;
+  s.group = 3;
+  s.beta = 0.1;
+  s.seed = 3;
+  s.vocab = vocab;
+  return s;
+}
+
 struct StepResult {
   double loss = 0;
   std::vector<std::string> names;

@@ -46,16 +46,7 @@ TrainSpec spec_of(int64_t steps) {
 }
 
 BatchSpec batch_spec(const std::string& objective, int64_t vocab) {
-  BatchSpec s;
-  s.examples = 2;
-  s.seq_len = kT;
-  s.padding = true;
-  s.prompt_len = objective == "sft" ? -1 : 8;
-  s.group = 3;
-  s.beta = 0.1;
-  s.seed = 3;
-  s.vocab = vocab;
-  return s;
+  return padded_batch_spec(objective, vocab, kT, /*prompt_len=*/8);
 }
 
 struct Trained {

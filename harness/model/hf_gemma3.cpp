@@ -123,40 +123,28 @@ void read_gemma3_config(const ConfigReader& r, ModelConfig& c) {
   c.scale_embeddings = true;
 }
 
-json gemma3_config_json(const ModelConfig& c) {
+void add_gemma3_config_json(const ModelConfig& c, json& j) {
   json layer_types = json::array();
   for (int64_t i = 0; i < c.layers; ++i) layer_types.push_back(c.window_of(i) > 0 ? kSliding : kFull);
   const double query_scalar =
       c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim);
   auto rope = [&](const RopeConfig& r) {
-    json j = rope_to_json(r);
-    j.erase("max_position_embeddings");  // top-level in config.json
-    return j;
+    json out = rope_to_json(r);
+    out.erase("max_position_embeddings");  // top-level in config.json
+    return out;
   };
-  return {{"architectures", {"Gemma3ForCausalLM"}},
-          {"model_type", "gemma3_text"},
-          {"vocab_size", c.vocab},
-          {"hidden_size", c.hidden},
-          {"intermediate_size", c.intermediate},
-          {"num_hidden_layers", c.layers},
-          {"num_attention_heads", c.heads},
-          {"num_key_value_heads", c.kv_heads},
-          {"head_dim", c.head_dim},
-          {"hidden_activation", activation_name(c.activation)},
-          {"rms_norm_eps", c.rms_eps},
-          {"tie_word_embeddings", c.tie_embeddings},
-          {"attention_bias", false},
-          {"attention_dropout", 0.0},
-          {"max_position_embeddings", c.rope.max_positions},
-          // transformers' Gemma3TextConfig types it int (a float fails its strict validation).
-          {"query_pre_attn_scalar", query_scalar == std::floor(query_scalar)
-                                        ? json(static_cast<int64_t>(query_scalar))
-                                        : json(query_scalar)},
-          {"sliding_window", c.sliding_window > 0 ? json(c.sliding_window) : json()},
-          {"layer_types", layer_types},
-          {"rope_parameters", {{kSliding, rope(c.sliding_rope.value_or(c.rope))}, {kFull, rope(c.rope)}}},
-          {"final_logit_softcapping", nullptr},
-          {"attn_logit_softcapping", nullptr}};
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  j["model_type"] = "gemma3_text";
+  j["hidden_activation"] = activation_name(c.activation);
+  // transformers' Gemma3TextConfig types it int (a float fails its strict validation).
+  j["query_pre_attn_scalar"] = query_scalar == std::floor(query_scalar)
+                                   ? json(static_cast<int64_t>(query_scalar))
+                                   : json(query_scalar);
+  j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
+  j["layer_types"] = layer_types;
+  j["rope_parameters"] = {{kSliding, rope(c.sliding_rope.value_or(c.rope))}, {kFull, rope(c.rope)}};
+  j["final_logit_softcapping"] = nullptr;
+  j["attn_logit_softcapping"] = nullptr;
 }
 
 }  // namespace bpbench

@@ -15,7 +15,8 @@ namespace bpbench {
 // dynamic RoPE, a "rope_scaling" written with "type", which transformers 5 ignores for Gemma 3).
 void read_gemma3_config(const ConfigReader& r, ModelConfig& c);
 
-// `c` (a Gemma 3 config: sandwich_norms set) as transformers 5 writes it; read_hf_config gives `c` back.
-nlohmann::json gemma3_config_json(const ModelConfig& c);
+// Gemma 3's own fields of `c` (sandwich_norms set) into `j`, which holds those every family shares
+// (hf_config_json): the config.json transformers 5 writes; read_hf_config gives `c` back.
+void add_gemma3_config_json(const ModelConfig& c, nlohmann::json& j);
 
 }  // namespace bpbench

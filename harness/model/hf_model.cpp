@@ -166,26 +166,30 @@ ModelConfig read_hf_config(const std::string& dir) {
 }
 
 json hf_config_json(const ModelConfig& c) {
-  if (c.sandwich_norms) return gemma3_config_json(c);
-  const Architecture& arch = c.qk_norm          ? kArchitectures[0]
-                             : c.attention_bias ? kArchitectures[1]
-                                                : kArchitectures[2];
-  json j = {{"architectures", {arch.name}},
-            {"model_type", arch.model_type},
-            {"vocab_size", c.vocab},
+  // The fields every family shares; the family's own follow.
+  json j = {{"vocab_size", c.vocab},
             {"hidden_size", c.hidden},
             {"intermediate_size", c.intermediate},
             {"num_hidden_layers", c.layers},
             {"num_attention_heads", c.heads},
             {"num_key_value_heads", c.kv_heads},
             {"head_dim", c.head_dim},
-            {"hidden_act", "silu"},
             {"rms_norm_eps", c.rms_eps},
             {"tie_word_embeddings", c.tie_embeddings},
             {"attention_bias", c.attention_bias},
             {"attention_dropout", 0.0},
-            {"max_position_embeddings", c.rope.max_positions},
-            {"rope_parameters", rope_to_json(c.rope)}};
+            {"max_position_embeddings", c.rope.max_positions}};
+  if (c.sandwich_norms) {
+    add_gemma3_config_json(c, j);
+    return j;
+  }
+  const Architecture& arch = c.qk_norm          ? kArchitectures[0]
+                             : c.attention_bias ? kArchitectures[1]
+                                                : kArchitectures[2];
+  j["architectures"] = {arch.name};
+  j["model_type"] = arch.model_type;
+  j["hidden_act"] = "silu";
+  j["rope_parameters"] = rope_to_json(c.rope);
   j["rope_parameters"].erase("max_position_embeddings");  // top-level in config.json
   return j;
 }
