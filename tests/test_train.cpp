@@ -185,6 +185,15 @@ TEST(TrainRunner, ScenarioRecordsEveryStepAndTheOptimizerPeak) {
   std::ifstream in(summary.results_path);
   const json r = json::parse(in);
   ASSERT_EQ(r.at("cells").size(), 2u);
+  // The same run with each cell in a child process (its job read back from JSON) trains the same way.
+  opt.out_dir = tmp.sub("isolated");
+  opt.isolate = true;
+  std::ifstream isolated_in(run_scenario(s, opt).results_path);
+  const json isolated = json::parse(isolated_in);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(isolated.at("cells")[i].at("status"), "ok") << isolated.at("cells")[i].dump();
+    EXPECT_EQ(isolated.at("cells")[i].at("train").at("eval"), r.at("cells")[i].at("train").at("eval"));
+  }
   std::vector<double> losses[2];
   for (size_t i = 0; i < 2; ++i) {
     const json& c = r.at("cells")[i];
@@ -215,6 +224,18 @@ TEST(TrainRunner, ScenarioRecordsEveryStepAndTheOptimizerPeak) {
   EXPECT_NE(text.find("## Training runs: loss trajectories against plain BP"), std::string::npos) << text;
   EXPECT_NE(text.find("| step | plain | streambp | difference |"), std::string::npos) << text;
   EXPECT_NE(text.find("(held-out loss)"), std::string::npos) << text;
+}
+
+// A cell's job carries its measure block to a child process or a rank: with train it must read back.
+TEST(TrainScenario, MeasureBlockRoundTrips) {
+  const MeasureSpec m = MeasureSpec::from_json(json::parse(
+      R"({"memory": true, "budget_bytes": 1000000, "train": {"steps": 7, "lr": 0.01, "eval_every": 2,
+          "precision": "mixed", "betas": [0.8, 0.9]}})"));
+  const MeasureSpec back = MeasureSpec::from_json(m.to_json());
+  ASSERT_TRUE(back.train.has_value());
+  EXPECT_EQ(back.train->to_json(), m.train->to_json());
+  EXPECT_EQ(back.to_json(), m.to_json());
+  EXPECT_TRUE(back.grad_error_reference.empty());
 }
 
 TEST(TrainScenario, BadTrainBlocksAreOneLineInputErrors) {

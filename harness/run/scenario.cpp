@@ -213,7 +213,8 @@ json MeasureSpec::to_json() const {
   json j;
   j["memory"] = memory;
   j["budget_bytes"] = budget_bytes ? json(*budget_bytes) : json(nullptr);
-  j["time"] = time.enabled ? json{{"warmup", time.warmup}, {"repeat", time.repeat}} : json(false);
+  // A training run times its own steps: no time block beside it (from_json refuses one).
+  j["time"] = time.enabled && !train ? json{{"warmup", time.warmup}, {"repeat", time.repeat}} : json(false);
   j["grad_error"] = grad_error_reference.empty() ? json(false) : json{{"reference", grad_error_reference}};
   j["timeline"] = timeline;
   j["device_activity"] = device_activity;
