@@ -155,11 +155,10 @@ struct Dims {
   // and that copy released; the product's gradient plus the two factors' gradients: one more N*rows*I).
   int64_t mlp_backward(int64_t rows, bool strided_dy) const {
     const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
-    // Gemma 3: the MLP output norm's backward comes first, with its saved tensors (which MLP phases count
-    // apart from the rest of the graph: mlp_row() - output_norm()) still alive; they are released before
-    // the projections' backward.
-    // Below the output norm, the down projection's incoming gradient is the norm's input gradient, a new
-    // (N, rows, d) tensor (not the residual's dy), released once that projection's backward is done.
+    // Gemma 3: the MLP output norm's backward comes first, with its saved tensors still alive (MLP phases
+    // count them here, not in the graph: mlp_row() - output_norm()); they are released before the
+    // projections' backward, whose incoming gradient is then the norm's input gradient, a new (N, rows, d)
+    // tensor (not the residual's dy), released once the down projection's backward is done.
     const int64_t dy_below_norm = sandwich ? N * rows * d * s : 0;
     return std::max({N * rows * I * s + (full ? d * I * s : 0) + dy_copy + dy_below_norm,
                      2 * N * rows * I * s, N * rows * output_norm() + output_norm_backward(rows)});
