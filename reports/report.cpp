@@ -150,8 +150,8 @@ std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn&
                    const std::string& source) {
   return section_summary(a, source) + section_max_length(a) + section_peak(a, drawn.peak) + section_time(a) +
          section_flops(a) + section_offload(a) + section_partition(a, drawn.partition) +
-         section_grad_error(a) + section_train(a) + section_timeline(a, t, drawn.timeline) + section_distributed(a) +
-         section_not_run(a);
+         section_grad_error(a) + section_train(a) + section_timeline(a, t, drawn.timeline) +
+         section_distributed(a) + section_not_run(a);
 }
 
 std::string single_line(std::string s) {

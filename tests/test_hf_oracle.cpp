@@ -1,8 +1,9 @@
 // test_hf_oracle.cpp: Hugging Face transformers as the external oracle. tests/oracle/hf_oracle.py builds tiny
-// random Qwen3, Qwen2, Llama and Gemma 3 models in transformers, saves them with save_pretrained, and computes their SFT and
-// DPO losses and every parameter's gradient in true float64. Here each directory goes through bpbench's own
-// HF loader, and every strategy must give transformers' loss and every gradient to 1e-10 relative. This
-// proves that bpbench's model is the model users train, not only that its strategies agree with each other.
+// random Qwen3, Qwen2, Llama and Gemma 3 models in transformers, saves them with save_pretrained, and
+// computes their SFT and DPO losses and every parameter's gradient in true float64. Here each directory goes
+// through bpbench's own HF loader, and every strategy must give transformers' loss and every gradient to
+// 1e-10 relative. This proves that bpbench's model is the model users train, not only that its strategies
+// agree with each other.
 //
 // The oracle runs under the Python that CMake found LibTorch through (BPBENCH_PYTHON: the project's .venv,
 // with the pinned transformers). Where that Python has no transformers (a GPU machine's own torch), the tests
