@@ -141,10 +141,9 @@ void list_models(std::ostream& out) {
     const int64_t n = m.parameter_count();
     std::string sliding;
     if (m.has_sliding_layers()) {
-      int64_t count = 0;
-      for (int64_t i = 0; i < m.layers; ++i) count += m.window_of(i) > 0;
-      sliding = fmt::format("; {} of {} layers slide over {} keys{}", count, m.layers, m.sliding_window,
-                            m.sliding_rope ? ", RoPE " + rope_summary(*m.sliding_rope) : "");
+      sliding =
+          fmt::format("; {} of {} layers slide over {} keys{}", m.sliding_layer_count(), m.layers,
+                      m.sliding_window, m.sliding_rope ? ", RoPE " + rope_summary(*m.sliding_rope) : "");
     }
     out << fmt::format(
         "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} "

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -169,9 +170,11 @@ double ModelConfig::attention_scale() const {
 }
 
 bool ModelConfig::has_sliding_layers() const {
-  for (bool s : sliding_layers)
-    if (s) return true;
-  return false;
+  return sliding_layer_count() > 0;
+}
+
+int64_t ModelConfig::sliding_layer_count() const {
+  return std::count(sliding_layers.begin(), sliding_layers.end(), true);
 }
 
 void ModelConfig::validate() const {

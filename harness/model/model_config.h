@@ -62,6 +62,7 @@ struct ModelConfig {
     return i < sliding_layers.size() && sliding_layers[i] ? sliding_window : 0;
   }
   bool has_sliding_layers() const;
+  int64_t sliding_layer_count() const;  // layers that slide (0: every layer attends over the whole prefix)
   // The first key the query rows from position s on can see in layer i: 0, or under a sliding window the
   // window start of row s (a chunk's attention needs K/V from there only).
   int64_t first_visible_key(int64_t layer, int64_t s) const {

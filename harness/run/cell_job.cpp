@@ -51,10 +51,8 @@ CellResult result_for(const CellJob& job, std::string status) {
     const ModelConfig config = model_config_of(job.cell.model, job.settings.rope);
     r.rope = rope_to_json(config.rope);
     if (config.has_sliding_layers()) {
-      int64_t sliding = 0;
-      for (int64_t i = 0; i < config.layers; ++i) sliding += config.window_of(i) > 0;
       r.sliding_window = {{"window", config.sliding_window},
-                          {"layers", sliding},
+                          {"layers", config.sliding_layer_count()},
                           {"of", config.layers},
                           {"rope", rope_to_json(config.sliding_rope.value_or(config.rope))}};
     }
