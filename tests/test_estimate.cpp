@@ -276,6 +276,46 @@ TEST(Estimate, CommandPrintsEveryImpl) {
   EXPECT_THROW(estimate_command({"--model", "nope", "--seq-len", "64"}, sink), std::invalid_argument);
 }
 
+// A training run: AdamW's state on every phase from step 2 on, and the optimizer's own step (measured
+// against the run's peak in test_train.cpp, TrainEstimate).
+TEST(Estimate, TrainingRunAddsTheOptimizerStateAndStep) {
+  EstimateInput in;
+  in.config = find_model_preset("small");
+  in.seq_len = 256;
+  in.impl = "streambp";
+  in.partition = 64;
+  in.logits_partition = 64;
+  in.dtype = torch::kBFloat16;
+  const MemoryEstimate step = estimate_peak(in);
+  in.train = TrainEstimate{/*steps=*/5, /*batches=*/3, /*mixed=*/true};
+  const MemoryEstimate run = estimate_peak(in);
+  const int64_t P = in.config.parameter_count();
+  EXPECT_EQ(run.optimizer, 16 * P);  // float32 masters, their gradients, exp_avg, exp_avg_sq
+  EXPECT_EQ(run.batch, 3 * step.batch);
+  const int64_t largest = in.config.vocab * in.config.hidden;  // the embedding
+  EXPECT_EQ(run.phases.back().name, "optimizer step");
+  EXPECT_EQ(run.phases.back().bytes, 16 * P + 2 * largest * 4);
+  for (size_t i = 0; i + 1 < run.phases.size(); ++i)
+    EXPECT_EQ(run.phases[i].bytes, step.phases[i].bytes + 16 * P) << run.phases[i].name;
+  in.train->steps = 1;  // one step: only the masters are alive in its forward + backward
+  EXPECT_EQ(estimate_peak(in).phases.front().bytes, step.phases.front().bytes + 8 * P);
+  in.train = TrainEstimate{2, 1, /*mixed=*/false};  // moments in bfloat16
+  EXPECT_EQ(estimate_peak(in).optimizer, 2 * P * 2);
+
+  std::ostringstream out;
+  EXPECT_EQ(estimate_command({"--model", "tiny", "--seq-len", "32", "--dtype", "bfloat16", "--train", "mixed",
+                              "--verbose"},
+                             out),
+            0);
+  EXPECT_NE(out.str().find("optimizer step"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("training run of 2 AdamW steps, precision mixed"), std::string::npos) << out.str();
+  std::ostringstream sink;
+  EXPECT_THROW(estimate_command({"--model", "tiny", "--seq-len", "32", "--train", "mixed"}, sink),
+               std::invalid_argument);  // float32 weights have no float32 masters to keep
+  EXPECT_THROW(estimate_command({"--model", "tiny", "--seq-len", "32", "--train", "fp8"}, sink),
+               std::invalid_argument);
+}
+
 // ---- the CUDA variant (device "cuda"): analytic, checked here against the formulas of reports/ESTIMATE.md
 // --
 //

@@ -207,7 +207,7 @@ TEST(TrainRunner, ScenarioRecordsEveryStepAndTheOptimizerPeak) {
     EXPECT_EQ(c.at("time").at("count"), 6);
     const json& m = c.at("memory");
     EXPECT_GT(m.at("peak_by_category").at("optimizer").get<int64_t>(), 0);
-    EXPECT_TRUE(m.at("estimate_bytes").is_null());  // the estimate models one step, not a run
+    ASSERT_TRUE(m.at("estimate_bytes").is_number_integer());  // the training run's estimate
     EXPECT_TRUE(c.at("grad_error").is_null());
   }
   // Float32 here: the two strategies' trajectories agree to float32 round-off.
@@ -224,6 +224,45 @@ TEST(TrainRunner, ScenarioRecordsEveryStepAndTheOptimizerPeak) {
   EXPECT_NE(text.find("## Training runs: loss trajectories against plain BP"), std::string::npos) << text;
   EXPECT_NE(text.find("| step | plain | streambp | difference |"), std::string::npos) << text;
   EXPECT_NE(text.find("(held-out loss)"), std::string::npos) << text;
+}
+
+// The estimate of a training run (AdamW's state from step 2 on, its own step as one more phase, every batch
+// built before the run) against the run's measured peak: every strategy, objective and dtype, with and
+// without LoRA, both precisions, through the runner as a user runs it.
+TEST(TrainEstimate, MatchesTheMeasuredPeakOfEveryRun) {
+  TempDir tmp;
+  RunOptions opt;
+  opt.self_exe = BPBENCH_BINARY;
+  opt.argv = {"test_train"};
+  for (const auto& [precision, dtypes] : std::vector<std::pair<std::string, std::string>>{
+           {"model", R"(["float32", "bfloat16", "float64"])"}, {"mixed", R"("bfloat16")"}}) {
+    opt.out_dir = tmp.sub(precision);
+    const Scenario s = parse_scenario_text(fmt::format(R"({{"name": "train-estimate", "seed": 2, "threads": 1,
+      "grid": {{"model": "tiny", "impl": ["plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"],
+               "objective": ["sft", "dpo", "grpo"], "dtype": {}, "lora_rank": [0, 4], "seq_len": 24,
+               "partition": 8, "logits_partition": 8, "batch": 2}},
+      "measure": {{"memory": true, "train": {{"steps": 3, "lr": 0.003, "eval_every": 2, "eval_batches": 1,
+                                              "precision": "{}"}}}}}})",
+                                                       dtypes, precision));
+    std::ifstream in(run_scenario(s, opt).results_path);
+    const json r = json::parse(in);
+    int measured = 0;
+    for (const auto& c : r.at("cells")) {
+      const json& a = c.at("axes");
+      if (a.at("impl") == "mst" && a.at("objective") == "dpo") continue;  // mst does not run DPO
+      SCOPED_TRACE(fmt::format("{} precision {}", a.dump(), precision));
+      ASSERT_EQ(c.at("status"), "ok") << c.dump();
+      const json& m = c.at("memory");
+      ASSERT_TRUE(m.at("estimate_bytes").is_number_integer()) << m.dump();
+      const auto peak = m.at("peak_bytes").get<double>(), estimate = m.at("estimate_bytes").get<double>();
+      // As the one-step estimate (test_estimate.cpp, MatchesTiny): bfloat16 with LoRA within 5%, else 2%.
+      const double tolerance = a.at("dtype") == "bfloat16" && a.at("lora_rank") != 0 ? 0.05 : 0.02;
+      EXPECT_LE(std::abs(estimate - peak) / peak, tolerance)
+          << "estimate " << estimate << ", measured " << peak;
+      ++measured;
+    }
+    EXPECT_EQ(measured, precision == "model" ? 3 * 2 * 14 : 2 * 14);
+  }
 }
 
 // A cell's job carries its measure block to a child process or a rank: with train it must read back.

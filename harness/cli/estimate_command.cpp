@@ -20,7 +20,7 @@ const char* kEstimateHelp =
     R"(usage: bpbench estimate --model NAME --seq-len T [--impl I[,I...]] [--batch B] [--group G]
                         [--partition C] [--logits-partition CL] [--dtype D] [--objective O]
                         [--lora-rank R] [--threads N] [--offload none|checkpoints]
-                        [--device cpu|cuda] [--verbose]
+                        [--device cpu|cuda] [--train model|mixed] [--verbose]
 
 The analytic peak memory of one forward + backward of each strategy (default: all of them), from the model's
 dimensions: base (parameters, gradients, batch) plus the largest phase above it (forward, head, a layer's MLP
@@ -48,6 +48,10 @@ options:
                           measured to the byte). cuda: FlashAttention-2 for bfloat16, the memory-efficient
                           kernel for float32, as PyTorch 2.11 allocates them (not yet measured on a GPU);
                           float64 there runs the math kernel, which is not estimated
+  --train P               the peak of a training run with AdamW (measure.train) instead of one step: the
+                          moments alive through every step after the first, the optimizer's step as a
+                          phase; P = model (moments in the model dtype) or mixed (bfloat16 weights,
+                          float32 masters, their gradients and the moments)
   --verbose               every phase and term
 )";
 
@@ -79,7 +83,7 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
           "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
-          "--device, --verbose; each with a value but --verbose)",
+          "--device, --train, --verbose; each with a value but --verbose)",
           a));
     const std::string& v = args[++i];
     if (a == "--model")
@@ -108,6 +112,11 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       if (v != "cpu" && v != "cuda")
         throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", v));
       in.device = v;
+    } else if (a == "--train") {
+      if (v != "model" && v != "mixed")
+        throw std::invalid_argument(
+            fmt::format("estimate: unknown --train precision '{}' (valid: model, mixed)", v));
+      in.train = TrainEstimate{/*steps=*/2, /*batches=*/1, v == "mixed"};
     } else if (a == "--dtype") {
       if (v == "float32")
         in.dtype = torch::kFloat;
@@ -122,6 +131,10 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
       throw std::invalid_argument(fmt::format("estimate: unknown option '{}'", a));
   }
   if (model.empty() || !have_t) throw std::invalid_argument("estimate: --model and --seq-len are required");
+  if (in.train && in.train->mixed && in.dtype != torch::kBFloat16)
+    throw std::invalid_argument(
+        "estimate: --train mixed keeps float32 masters of bfloat16 weights (valid with "
+        "--dtype bfloat16; --train model otherwise)");
   in.config = find_model_preset(model);
   in.sequences = sequences_for(in.objective, batch, group);
   std::vector<std::string> names;

@@ -310,7 +310,13 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
     }
   }
   read_peaks();
-  if (m.memory) r.memory = mem;  // no estimate: the estimate models one step, not the optimizer's state
+  if (m.memory) {
+    const TrainEstimate run_shape{m.train->steps, static_cast<int64_t>(data.train.size() + data.eval.size()),
+                                  m.train->precision == "mixed"};
+    if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, run_shape))
+      mem.estimate_bytes = e->peak_bytes;
+    r.memory = mem;
+  }
   std::vector<double> seconds;
   for (const auto& s : run.steps) seconds.push_back(s.time_s);
   r.time = time_stats(seconds, 0);

@@ -664,6 +664,49 @@ int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
   return c.layers * r * ((d + Aq) + 2 * (d + Akv) + (Aq + d) + 2 * (d + I) + (I + d));
 }
 
+// The most elements of one trainable tensor: AdamW's step holds two temporaries of that size.
+int64_t largest_trainable_numel(const Dims& D, const ModelConfig& c) {
+  const int64_t widest = std::max({D.d, D.Aq, D.Akv, D.I});
+  if (!D.full) return D.r * widest;  // a LoRA factor: (r, in) or (out, r)
+  return std::max({D.V * D.d, D.I * D.d, D.Aq * D.d, D.Akv * D.d, c.tie_embeddings ? 0 : D.V * D.d});
+}
+
+// A training run around the step (harness/run/train_loop.cpp), `P` trainable parameters, the largest tensor
+// of them `largest` elements:
+// - every batch of the run is built before it and kept;
+// - AdamW's moments exp_avg and exp_avg_sq (zeros_like each optimized tensor, made by the first optimizer
+//   step), in float32 with precision "mixed", where float32 master weights and their gradients (made before
+//   step 1) are what the optimizer updates; in the model dtype with precision "model";
+// - so every forward + backward from step 2 on runs with all of it alive (step 1: the masters);
+// - the optimizer step itself: for each tensor, `(exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)`
+//   holds the square root and the quotient at once, two temporaries of the tensor's size. The gradients'
+//   norm and clipping run in place (the norms are scalars).
+void add_training_run(const TrainEstimate& t, const Dims& D, int64_t P, int64_t largest, MemoryEstimate& e) {
+  e.batch *= t.batches;
+  e.base = e.params + e.grads + e.batch;
+  const int64_t o = t.mixed ? 4 : D.s;  // element size of the optimized tensors and the moments
+  const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
+  e.optimizer = masters + moments;
+  const EstimateTerm masters_term{"2 x P*4: float32 master weights and their gradients (mixed)", masters};
+  const EstimateTerm moments_term{fmt::format("2 x P*{}: AdamW's exp_avg and exp_avg_sq", o), moments};
+  for (auto& p : e.phases) {
+    if (t.steps >= 2) {
+      p.terms.push_back({"AdamW's state from step 2 on (masters and moments)", e.optimizer});
+      p.bytes += e.optimizer;
+    } else if (masters > 0) {
+      p.terms.push_back(masters_term);
+      p.bytes += masters;
+    }
+  }
+  PhaseEstimate step{"optimizer step", 0, {}};
+  if (masters > 0) step.terms.push_back(masters_term);
+  step.terms.push_back(moments_term);
+  step.terms.push_back({fmt::format("2 x largest trainable tensor*{}: sqrt(exp_avg_sq) and its quotient", o),
+                        2 * largest * o});
+  for (const auto& term : step.terms) step.bytes += term.bytes;
+  e.phases.push_back(step);
+}
+
 std::string mib(int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
@@ -700,6 +743,8 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument("estimate: seq_len, sequences and threads must be > 0, lora_rank >= 0");
   if (in.device != "cpu" && in.device != "cuda")
     throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", in.device));
+  if (in.train && (in.train->steps < 1 || in.train->batches < 1))
+    throw std::invalid_argument("estimate: a training run needs steps >= 1 and batches >= 1");
   in.config.validate();
   element_bytes(in.dtype);  // throws for a dtype the estimate does not take
 }
@@ -786,7 +831,6 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   else
     e.phases = streambp_phases(D, cp, cl);
 
-  const PhaseEstimate* top = &e.phases.front();
   for (const auto& p : e.phases) {
     int64_t ckpt = 0;
     for (const auto& t : p.terms) ckpt += t.checkpoint ? t.bytes : 0;
@@ -794,8 +838,12 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
       e.head_working_set = std::max(e.head_working_set, p.bytes - ckpt);
     else if (p.name.rfind("layer", 0) == 0)
       e.layer_working_set = std::max(e.layer_working_set, p.bytes - ckpt);
-    if (p.bytes > top->bytes) top = &p;
   }
+  if (in.train)
+    add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D, c), e);
+  const PhaseEstimate* top = &e.phases.front();
+  for (const auto& p : e.phases)
+    if (p.bytes > top->bytes) top = &p;
   e.dominant_phase = top->name;
   e.peak_above_base = top->bytes;
   for (const auto& t : top->terms) e.checkpoints += t.checkpoint ? t.bytes : 0;
@@ -815,8 +863,12 @@ std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
                    in.objective, in.lora_rank > 0 ? fmt::format(", LoRA r={}", in.lora_rank) : "",
                    in.offload ? ", checkpoints offloaded" : "",
                    in.device == "cuda" ? fmt::format(", on cuda ({} attention)", e.attention_kernel) : "");
-  o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}\n", e.base, mib(e.base), e.params,
-                   e.grads, e.batch);
+  o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}{}\n", e.base, mib(e.base),
+                   e.params, e.grads, e.batch,
+                   in.train ? fmt::format(" ({} batches)", in.train->batches) : "");
+  if (in.train)
+    o << fmt::format("  training run of {} AdamW steps, precision {}: optimizer {} bytes ({})\n",
+                     in.train->steps, in.train->mixed ? "mixed" : "model", e.optimizer, mib(e.optimizer));
   for (const auto& p : e.phases) {
     o << fmt::format("  {}{:<26} {:>14} bytes ({}) above base\n", p.name == e.dominant_phase ? "*" : " ",
                      p.name, p.bytes, mib(p.bytes));

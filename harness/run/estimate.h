@@ -14,18 +14,30 @@
 // memory-efficient kernel (float32), whose backward buffers differ (flash: a float32 dq accumulator and, with
 // GQA, dK/dV expanded to Hq heads; efficient: K/V repeated to Hq heads). Every other term is the same on
 // both: the CUDA variant is derived from PyTorch's source, not yet measured.
+//
+// With `train` set it is the peak of a training run instead: AdamW's tensors are alive through every step
+// after the first, and the optimizer's own step is one more phase (reports/ESTIMATE.md, "Training runs").
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/model/model_config.h"
 
 namespace bpbench {
+
+// A training run (measure.train, harness/run/train_loop.h) around the step: AdamW's moments, with precision
+// "mixed" float32 master weights and their gradients, and every batch of the run built before it.
+struct TrainEstimate {
+  int64_t steps = 1;    // from step 2 on every forward + backward runs with the moments alive
+  int64_t batches = 1;  // training + held-out batches, all alive through the run
+  bool mixed = false;   // precision "mixed" (else "model": the moments in the model dtype)
+};
 
 struct EstimateInput {
   ModelConfig config;
@@ -42,6 +54,7 @@ struct EstimateInput {
   // cpu | cuda: whose attention kernel the terms model. cuda takes bfloat16 (flash) and float32 (efficient)
   // with a head dim that is a multiple of 8; float64 there runs the math kernel, which is not modelled.
   std::string device = "cpu";
+  std::optional<TrainEstimate> train;  // set: the peak of a training run, not of one step
 };
 
 // One named tensor term of a phase: `bytes` in all (count x shape x element size).
@@ -61,8 +74,9 @@ struct PhaseEstimate {
 struct MemoryEstimate {
   int64_t params = 0;       // model weights (+ LoRA adapters)
   int64_t grads = 0;        // .grad of every trainable parameter (pre-allocated, as the runner does)
-  int64_t batch = 0;        // token ids, targets and objective extras
-  int64_t base = 0;         // params + grads + batch: live when the step starts
+  int64_t batch = 0;        // token ids, targets and objective extras (training: of every batch)
+  int64_t base = 0;         // params + grads + batch: live when the step (or training run) starts
+  int64_t optimizer = 0;    // training: AdamW's moments (mixed: + float32 masters and their gradients)
   int64_t checkpoints = 0;  // kept across the backward at the peak phase (layer inputs; plain: the graph)
   int64_t layer_working_set = 0;      // largest layer-backward phase, less its checkpoints
   int64_t head_working_set = 0;       // head phase (logits and their gradients), less its checkpoints

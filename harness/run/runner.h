@@ -50,9 +50,10 @@ Model load_model(const std::string& name, const torch::TensorOptions& options, u
 ModelConfig model_config_of(const std::string& name, const nlohmann::json& rope = nullptr);  // no weights
 // The analytic estimate (harness/run/estimate.h) of a cell run with `threads` CPU threads on `device` (cpu |
 // cuda: whose attention kernel the terms model): its peak, and offload's host bytes; nullopt for an impl
-// without an estimate, or a CUDA cell on the math kernel (float64).
+// without an estimate, or a CUDA cell on the math kernel (float64). With `train`: the training run's peak.
 std::optional<MemoryEstimate> estimate_cell(const Cell& cell, int64_t threads,
-                                            const std::string& device = "cpu");
+                                            const std::string& device = "cpu",
+                                            const std::optional<TrainEstimate>& train = std::nullopt);
 torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError
 int64_t default_threads();                               // every core
 
