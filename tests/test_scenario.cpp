@@ -1,13 +1,17 @@
 // test_scenario.cpp: the scenario parser: scalar-or-list values, expansion count and order, defaults, and one
 // error per kind of bad input whose message names the offending key or value and lists the valid choices.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "harness/run/scenario.h"
+#include "tests/test_files.h"
 
 namespace bpbench {
 namespace {
@@ -272,6 +276,25 @@ TEST(Scenario, MissingFileIsAnInputError) {
   }
 }
 
+// A relative data path is the scenario file's, whatever the working directory.
+TEST(Scenario, RelativeDataPathIsTheScenarioFiles) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.sub("scenarios");
+  std::ofstream(dir + "/tokens.json") << "[[1, 2, 3], [4, 5]]";
+  std::ofstream(dir + "/s.json")
+      << R"({"data": "tokens.json", "grid": {"model": "tiny", "impl": "plain", "seq_len": 4}})";
+  const Scenario s = load_scenario(dir + "/s.json");
+  EXPECT_EQ(s.settings.data_path, dir + "/tokens.json");
+  std::ofstream(dir + "/missing.json")
+      << R"({"data": "none.json", "grid": {"model": "tiny", "impl": "plain", "seq_len": 4}})";
+  try {
+    load_scenario(dir + "/missing.json");
+    ADD_FAILURE() << "accepted a missing data file";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(dir + "/none.json': no such file"));
+  }
+}
+
 TEST(Scenario, ShippedScenariosParse) {
   int files = 0;
   for (const auto& entry :
@@ -279,6 +302,19 @@ TEST(Scenario, ShippedScenariosParse) {
     if (entry.path().extension() != ".json") continue;
     ++files;
     SCOPED_TRACE(entry.path().string());
+    if (const auto text = nlohmann::json::parse(std::ifstream(entry.path()), nullptr, true, true);
+        text.contains("data") &&
+        !std::filesystem::exists(entry.path().parent_path() / text.at("data").get<std::string>())) {
+      // Real text made by scripts/text_data.py (scripts/setup.sh makes it; a GPU machine without the network
+      // gets it carried): without it, the one-line error says where the file comes from.
+      try {
+        load_scenario(entry.path().string());
+        ADD_FAILURE() << "accepted a missing data file";
+      } catch (const InputError& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("scripts/text_data.py"));
+      }
+      continue;
+    }
     const auto s = load_scenario(entry.path().string());
     EXPECT_EQ(s.name, entry.path().stem().string());  // results land in out/<name>: the file's own name
     EXPECT_GE(s.cell_count(), 1u);

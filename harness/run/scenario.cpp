@@ -158,7 +158,9 @@ const std::vector<TopDef>& top_table() {
       {"isolate", [](Scenario& s, const json& v) { s.isolate = read_bool(v, "isolate"); }},
       {"data",
        [](Scenario& s, const json& v) {
-         const std::string valid = "a path to a JSON file of token-id lists, e.g. [[1, 2, 3], [4, 5]]";
+         const std::string valid =
+             "a path to a JSON file of token-id lists, e.g. [[1, 2, 3], [4, 5]]; the shipped scenarios' "
+             "files are made by scripts/text_data.py";
          s.settings.data_path = read_string(v, "data", valid);
          std::error_code ec;
          if (!std::filesystem::is_regular_file(s.settings.data_path, ec))
@@ -325,10 +327,11 @@ Scenario parse_scenario(const json& j) {
   return s;
 }
 
-Scenario parse_scenario_text(const std::string& text, const std::string& origin) {
-  json j;
+namespace {
+
+json read_scenario_json(const std::string& text, const std::string& origin) {
   try {
-    j = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    return json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     if (auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
@@ -336,7 +339,12 @@ Scenario parse_scenario_text(const std::string& text, const std::string& origin)
     input_error(fmt::format("malformed JSON in '{}': {}", origin, what),
                 "a JSON object like scenarios/quickstart.json");
   }
-  return parse_scenario(j);
+}
+
+}  // namespace
+
+Scenario parse_scenario_text(const std::string& text, const std::string& origin) {
+  return parse_scenario(read_scenario_json(text, origin));
 }
 
 Scenario load_scenario(const std::string& path) {
@@ -351,7 +359,14 @@ Scenario load_scenario(const std::string& path) {
   if (!in) input_error(fmt::format("cannot open scenario file '{}': not readable", path), valid);
   std::stringstream buf;
   buf << in.rdbuf();
-  Scenario s = parse_scenario_text(buf.str(), path);
+  json j = read_scenario_json(buf.str(), path);
+  // A relative data path is the scenario file's, so the file runs from any directory (a shipped scenario
+  // names ../.data/..., where scripts/text_data.py writes).
+  if (j.is_object() && j.contains("data") && j.at("data").is_string()) {
+    const fs::path data = j.at("data").get<std::string>();
+    if (data.is_relative()) j["data"] = (fs::path(path).parent_path() / data).lexically_normal().string();
+  }
+  Scenario s = parse_scenario(j);
   if (!s.source.contains("name")) s.name = fs::path(path).stem().string();
   return s;
 }

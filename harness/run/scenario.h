@@ -133,6 +133,7 @@ const std::vector<std::string>& dtype_names();  // float32, bfloat16, float64
 Scenario parse_scenario(const nlohmann::json& j);
 // `origin` names the text in messages (a file path).
 Scenario parse_scenario_text(const std::string& text, const std::string& origin = "scenario");
+// A relative "data" path in the file is taken relative to the file's directory.
 Scenario load_scenario(const std::string& path);
 
 }  // namespace bpbench
