@@ -9,6 +9,9 @@
 #      torch 2.x (the GPU machines: their own torch, and no network), that one is used and nothing is installed.
 #   3. The peers of reports/peers/ (the official StreamBP, Liger, cut-cross-entropy): scripts/setup_peers.sh,
 #      pinned and hashed, into .peers/ (about 15 MB download).
+#   4. Real text for the training scenarios: scripts/text_data.py tokenises the Python 3.11 documentation
+#      (Debian's python3.11-doc, 12.6 MB download, no root) into .data/, once. Where it cannot (a GPU machine
+#      has no network) a warning: carry .data/ there.
 # CMake then finds LibTorch through that Python (scripts/cmake/dependencies.cmake). The CUDA 13 toolkit
 # (nvcc, CUPTI, NVTX3) is expected at /usr/local/cuda (or CUDAToolkit_ROOT), of the wheel's CUDA major version.
 set -euo pipefail
@@ -65,3 +68,13 @@ install_venv() {
 }
 install_venv
 bash "$root/scripts/setup_peers.sh"
+
+# The token files the shipped scenarios name (scenarios/cpu_train_text.json, h100_train_stability.json).
+text_python="$venv/bin/python"
+[ -x "$text_python" ] || text_python=python3
+for shape in "2048 128" "8192 1024"; do
+  read -r vocab seq_len <<<"$shape"
+  [ -f "$root/.data/python_docs_V${vocab}_T${seq_len}.json" ] && continue
+  "$text_python" "$root/scripts/text_data.py" --vocab "$vocab" --seq-len "$seq_len" --out "$root/.data" >/dev/null ||
+    echo "setup: warning: .data/python_docs_V${vocab}_T${seq_len}.json not made; the scenarios that read it refuse to run" >&2
+done

@@ -120,6 +120,17 @@ std::vector<ModelConfig> build_presets() {
   small.rope.max_positions = 32768;
   small.qk_norm = true;
 
+  // Training runs on real text in bfloat16 on a CPU (scenarios/cpu_train_text.json): the vocabulary of the
+  // BPE that scripts/text_data.py trains (--vocab 2048), and few enough FLOPs a step for LibTorch's bfloat16
+  // matmul without oneDNN (off for exact memory accounting, profiles/memory.cpp), whose reference loops
+  // run at a few GFLOP/s.
+  ModelConfig text = small;
+  text.name = "small-text";
+  text.vocab = 2048;
+  text.hidden = 128;
+  text.intermediate = 384;
+  text.head_dim = 32;
+
   // Gemma 3 shaped, small enough for unit tests: both layer types, a window shorter than the test
   // sequences, GQA, a query scale that is not the head size's.
   ModelConfig tiny_gemma = gemma3("tiny-gemma3", 97, 24, 40, 3, 4, 2, 6, 5, 10.0, 32768, 1.0);
@@ -130,6 +141,7 @@ std::vector<ModelConfig> build_presets() {
   return {
       tiny,
       small,
+      text,
       tiny_gemma,
       small_gemma,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
