@@ -9,7 +9,7 @@ namespace bpbench::report_detail {
 
 // Which PNGs plot.py wrote, so that report.md links only figures that exist.
 struct PlotsDrawn {
-  bool peak = false, partition = false, timeline = false;
+  bool peak = false, partition = false, timeline = false, train = false;
 };
 
 // Runs `python script args...`; returns "" on success, else a one-line reason.

@@ -8,6 +8,7 @@ Writes, for each section present in the data (see reports/README.md for its form
   OUT_DIR/partition_sweep.png   BP time (left axis) and peak memory (right axis) vs partition size (Figure 5),
                                 beside hardware FLOPs and the attention's dense-mask FLOPs vs partition size
   OUT_DIR/timeline.png          live memory over time stacked by category, with phase marks (Figures 1 and 8)
+  OUT_DIR/train_loss.png        each training run's loss per step by strategy, and the difference from plain BP
 and prints the name of each file written. All the selection happens in C++; this script only draws.
 
 Exit status: 0 done; 2 bad arguments or data; 3 matplotlib is not installed for this python.
@@ -213,6 +214,54 @@ def save(fig, out_dir, name, plt, layout=True):
     return path
 
 
+def plot_train(data, out_dir, plt):
+    """Per training run: every strategy's training loss per step (held-out losses as markers), and beside it
+    each strategy's difference from plain BP's (the first series), training and held-out."""
+    panels = data["panels"]
+    fig, axes = plt.subplots(len(panels), 2, figsize=(12, 4.2 * len(panels)), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for row, panel in zip(axes, panels):
+        loss_ax, diff_ax = row
+        series = panel["series"]
+        base = series[0]
+        base_steps = {s: l for s, l in base["steps"]}
+        base_eval = {s: l for s, l in base["eval"]}
+        for k, s in enumerate(series):
+            colour = colours[k % len(colours)]
+            width = 2.6 if k == 0 else 1.2
+            if s["steps"]:
+                loss_ax.plot([p[0] for p in s["steps"]], [p[1] for p in s["steps"]], color=colour,
+                             linewidth=width, alpha=0.9, label=s["label"])
+            if s["eval"]:
+                loss_ax.plot([p[0] for p in s["eval"]], [p[1] for p in s["eval"]], "o", color=colour,
+                             markersize=4)
+            if k == 0:
+                continue
+            diff = [(st, l - base_steps[st]) for st, l in s["steps"] if st in base_steps]
+            if diff:
+                diff_ax.plot([p[0] for p in diff], [p[1] for p in diff], color=colour, linewidth=1,
+                             label=f"{s['label']} - {base['label']}")
+            held = [(st, l - base_eval[st]) for st, l in s["eval"] if st in base_eval]
+            if held:
+                diff_ax.plot([p[0] for p in held], [p[1] for p in held], "o", color=colour, markersize=4)
+        loss_ax.set_title(f"{panel['title']}: loss (line: training batch, dots: held-out)", fontsize=9)
+        loss_ax.set_xlabel("step")
+        loss_ax.set_ylabel("loss")
+        loss_ax.legend(fontsize=8)
+        diff_ax.axhline(0, color="black", linewidth=0.6)
+        diff_ax.set_title(f"difference from {base['label']} (line: training, dots: held-out)", fontsize=9)
+        diff_ax.set_xlabel("step")
+        diff_ax.set_ylabel("loss difference")
+        if len(series) > 1:
+            diff_ax.legend(fontsize=8)
+    fig.suptitle("Training loss of every strategy against plain BP")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "train_loss.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(path)
+
+
 def main(argv):
     if len(argv) != 3:
         print("usage: plot.py PLOT_DATA.json OUT_DIR", file=sys.stderr)
@@ -237,6 +286,8 @@ def main(argv):
         plot_partition(data["partition_sweep"], argv[2], plt)
     if data.get("timeline") and data["timeline"].get("t_ms"):
         plot_timeline(data["timeline"], argv[2], plt)
+    if (data.get("train_loss") or {}).get("panels"):
+        plot_train(data["train_loss"], argv[2], plt)
     return 0
 
 

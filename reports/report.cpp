@@ -38,6 +38,8 @@ Turns a results.json into DIR/report.md with the StreamBP paper's tables and DIR
   Figure 5  partition_sweep.png: BP time and peak vs partition size (twin axes), where a grid sweeps it
   Table 7   gradient error Er_abs / Er_rel per parameter group against the float64 reference
   Fig. 1/8  timeline.png: the memory timeline of one cell, stacked by category, with phase marks
+  training  each training run's loss per step beside plain BP's (the rebuttal's stability tables), and
+            train_loss.png: every strategy's loss curve and its difference from plain BP's
 Cells that did not run read "oom", "skipped: reason" or "error: reason".
 
 RESULTS may also be the directory that holds results.json. Several results files are reported as one, their
@@ -150,7 +152,7 @@ std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn&
                    const std::string& source) {
   return section_summary(a, source) + section_max_length(a) + section_peak(a, drawn.peak) + section_time(a) +
          section_flops(a) + section_offload(a) + section_partition(a, drawn.partition) +
-         section_grad_error(a) + section_train(a) + section_timeline(a, t, drawn.timeline) +
+         section_grad_error(a) + section_train(a, drawn.train) + section_timeline(a, t, drawn.timeline) +
          section_distributed(a) + section_not_run(a);
 }
 
@@ -189,7 +191,7 @@ ReportOutput write_report(const json& results, const fs::path& results_dir, cons
 
   // Plots: the data first (so it can be re-plotted by hand), then plot.py; stale PNGs are removed first so
   // that report.md never links a figure from an earlier run.
-  const char* names[] = {"peak_vs_seq_len.png", "partition_sweep.png", "timeline.png"};
+  const char* names[] = {"peak_vs_seq_len.png", "partition_sweep.png", "timeline.png", "train_loss.png"};
   for (const char* n : names) fs::remove(dir / n, ec);
   json data = {{"title", text(field(a.doc, "meta"), "scenario_name")},
                {"peak_vs_seq_len", peak_plot_data(a)},
@@ -197,7 +199,8 @@ ReportOutput write_report(const json& results, const fs::path& results_dir, cons
                {"timeline", t.cell && t.problem.empty() && field(t.timeline, "points").is_array() &&
                                     !field(t.timeline, "points").empty()
                                 ? timeline_plot_data(a, t)
-                                : json(nullptr)}};
+                                : json(nullptr)},
+               {"train_loss", train_plot_data(a)}};
   const fs::path data_path = dir / "plot_data.json";
   write_json_atomically(data_path, data);
   const std::string script = options.plot_script.empty() ? find_plot_script() : options.plot_script;
@@ -209,6 +212,7 @@ ReportOutput write_report(const json& results, const fs::path& results_dir, cons
   drawn.peak = nonempty_file(dir / names[0]);
   drawn.partition = nonempty_file(dir / names[1]);
   drawn.timeline = nonempty_file(dir / names[2]);
+  drawn.train = nonempty_file(dir / names[3]);
   for (const char* n : names)
     if (nonempty_file(dir / n)) out.plots.push_back(dir / n);
 

@@ -37,8 +37,10 @@ json partition_plot_data(const Analysis& a);
 std::string section_offload(const Analysis& a);
 
 // table_train.cpp: the rebuttal's stability tables: per training run, each strategy's held-out loss (else
-// its training loss) step by step beside plain BP's, and the difference; "" when no cell trained.
-std::string section_train(const Analysis& a);
+// its training loss) step by step beside plain BP's, and the difference; "" when no cell trained. The
+// figure's data: per run, every strategy's (step, loss) of training and of evaluation, plain BP's first.
+std::string section_train(const Analysis& a, bool plot_drawn);
+json train_plot_data(const Analysis& a);
 
 // table_grad_error.cpp: Table 7, Er_abs and Er_rel per parameter group against the float64 reference.
 std::string section_grad_error(const Analysis& a);

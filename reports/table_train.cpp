@@ -33,46 +33,64 @@ std::vector<std::pair<int64_t, double>> trajectory(const CellView& c, bool* held
   return out;
 }
 
-}  // namespace
+// Training runs that differ only by strategy, each with plain BP's cell first (else the first cell), in the
+// order they first appear.
+struct TrainingRun {
+  std::string label;  // the axes that tell runs apart, "run" when there is one
+  Cells cells;        // the base cell first
+};
 
-std::string section_train(const Analysis& a) {
+std::vector<TrainingRun> training_runs(const Analysis& a) {
   Cells trained;
   for (const CellView* c : a.select(is_grid_cell))
     if (c->ok() && c->train.is_object()) trained.push_back(c);
-  if (trained.empty()) return "";
-
-  // Runs that differ only by strategy form one table, plain BP's first.
-  std::map<std::string, Cells> runs;
-  std::vector<std::string> order;
+  std::map<std::string, size_t> index;
+  std::vector<TrainingRun> runs;
+  const auto keys = a.heading_keys({"impl", "partition", "logits_partition"}, {}, &trained);
   for (const CellView* c : trained) {
     json axes = c->axes;
     axes.erase("impl");
     axes.erase("partition");
     axes.erase("logits_partition");
-    const std::string key = axes.dump();
-    if (!runs.count(key)) order.push_back(key);
-    runs[key].push_back(c);
+    const auto [it, added] = index.emplace(axes.dump(), runs.size());
+    if (added) runs.push_back({keys.empty() ? std::string("run") : axes_label(c->axes, keys), {}});
+    Cells& cells = runs[it->second].cells;
+    if (c->axis("impl") == "plain")
+      cells.insert(cells.begin(), c);
+    else
+      cells.push_back(c);
   }
+  return runs;
+}
+
+json points(const json& records) {
+  json out = json::array();
+  if (records.is_array())
+    for (const auto& r : records) out.push_back({r.value("step", int64_t{0}), r.value("loss", 0.0)});
+  return out;
+}
+
+}  // namespace
+
+std::string section_train(const Analysis& a, bool plot_drawn) {
+  const auto runs = training_runs(a);
+  if (runs.empty()) return "";
   std::string s = "\n## Training runs: loss trajectories against plain BP\n\n";
   s += "Each strategy trained from the same weights on the same batches (`measure.train`). Per step: plain "
        "BP's loss, each strategy's, and the difference (strategy − plain), as the StreamBP rebuttal's "
        "stability tables give them. Held-out loss where the run evaluated, else the training batch's.\n";
-  const auto keys = a.heading_keys({"impl", "partition", "logits_partition"}, {}, &trained);
-  for (const auto& key : order) {
-    const Cells& cells = runs[key];
-    const CellView* plain = nullptr;
-    for (const CellView* c : cells)
-      if (c->axis("impl") == "plain") plain = c;
-    const CellView* base = plain ? plain : cells.front();
+  if (plot_drawn)
+    s += "\n![training loss of every strategy, and its difference from plain BP](train_loss.png)\n";
+  for (const auto& run : runs) {
+    const CellView* base = run.cells.front();
     bool held_out = false;
     const auto ref = trajectory(*base, &held_out);
     std::vector<std::string> header = {"step", base->axis("impl")};
     std::vector<std::vector<std::pair<int64_t, double>>> others;
-    for (const CellView* c : cells) {
-      if (c == base) continue;
+    for (size_t k = 1; k < run.cells.size(); ++k) {
       bool unused = false;
-      others.push_back(trajectory(*c, &unused));
-      header.push_back(c->axis("impl"));
+      others.push_back(trajectory(*run.cells[k], &unused));
+      header.push_back(run.cells[k]->axis("impl"));
       header.push_back("difference");
     }
     std::vector<std::vector<std::string>> rows;
@@ -89,11 +107,23 @@ std::string section_train(const Analysis& a) {
       }
       rows.push_back(row);
     }
-    s += fmt::format("\n{} ({} loss)\n\n", keys.empty() ? std::string("run") : axes_label(base->axes, keys),
-                     held_out ? "held-out" : "training");
+    s += fmt::format("\n{} ({} loss)\n\n", run.label, held_out ? "held-out" : "training");
     s += md_table(header, rows);
   }
   return s;
+}
+
+json train_plot_data(const Analysis& a) {
+  json panels = json::array();
+  for (const auto& run : training_runs(a)) {
+    json series = json::array();
+    for (const CellView* c : run.cells)
+      series.push_back({{"label", c->axis("impl")},
+                        {"steps", points(field(c->train, "steps"))},
+                        {"eval", points(field(c->train, "eval"))}});
+    panels.push_back({{"title", run.label}, {"series", series}});
+  }
+  return {{"panels", panels}};
 }
 
 }  // namespace bpbench::report_detail
