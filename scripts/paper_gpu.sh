@@ -25,8 +25,11 @@ python="${PYTHON:-python3}"
 budget="${BUDGET_BYTES:-80000000000}"
 resume=()
 [[ "${RESUME:-1}" == 0 ]] || resume=(--resume)
-all="llama_memory_time peers table1_time fig5_partition table7_grad_error streambp_trace offload_time
-     table3_maxlen_dpo_grpo table3_maxlen_32b_lora table3_maxlen offload_maxlen"
+all="llama_memory_time gemma_memory peers table1_time fig5_partition table7_grad_error streambp_trace
+     offload_time table3_maxlen_dpo_grpo table3_maxlen_32b_lora table3_maxlen offload_maxlen"
+# The training runs need more than an H100's 80 GB (float32 masters and AdamW state of Qwen3-4B): on an H200,
+# ONLY="train_stability train_stability_dpo_grpo", after .venv/bin/python scripts/text_data.py --seq-len 1024
+# on a machine with the network (it reads Debian's python3.11-doc) and .data/ carried to the GPU machine.
 [[ -x "$bpbench" ]] || { echo "paper_gpu.sh: no bpbench at $bpbench (scripts/build.sh first, or BPBENCH=)" >&2; exit 2; }
 mkdir -p "$out"
 
@@ -46,6 +49,11 @@ run_peer() {  # SCRIPT NAME OPTIONS...: reports/peers/SCRIPT.py into OUT/NAME
 for s in ${ONLY:-$all}; do
   scenario="$root/scenarios/h100_$s.json"
   [[ -f "$scenario" ]] || { echo "paper_gpu.sh: no scenario $scenario (valid: $all)" >&2; exit 2; }
+  if [[ "$s" == train_stability ]] && [[ ! -f "$root/.data/python_docs_V8192_T1024.json" ]]; then
+    echo "paper_gpu.sh: train_stability reads .data/python_docs_V8192_T1024.json: make it with" \
+      ".venv/bin/python scripts/text_data.py --seq-len 1024 where the network is" >&2
+    exit 2
+  fi
   "$bpbench" run "$scenario" --out "$out/$s" "${resume[@]}"
   case "$s" in
     llama_memory_time)
