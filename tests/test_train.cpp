@@ -224,6 +224,19 @@ TEST(TrainRunner, ScenarioRecordsEveryStepAndTheOptimizerPeak) {
   EXPECT_NE(text.find("## Training runs: loss trajectories against plain BP"), std::string::npos) << text;
   EXPECT_NE(text.find("| step | plain | streambp | difference |"), std::string::npos) << text;
   EXPECT_NE(text.find("(held-out loss)"), std::string::npos) << text;
+  // The figure's data: one run, plain BP's series first, every step and every evaluation; report.md links
+  // train_loss.png exactly when plot.py drew it (matplotlib present).
+  const json plot = json::parse(file_text(report + "/plot_data.json"));
+  ASSERT_EQ(plot.at("train_loss").at("panels").size(), 1u);
+  const json& series = plot["train_loss"]["panels"][0]["series"];
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series[0]["label"], "plain");
+  EXPECT_EQ(series[1]["label"], "streambp");
+  EXPECT_EQ(series[0]["steps"].size(), 6u);
+  EXPECT_EQ(series[1]["eval"].size(), 3u);
+  EXPECT_EQ(series[1]["steps"][5][1].get<double>(), losses[1][5]);
+  EXPECT_EQ(text.find("](train_loss.png)") != std::string::npos,
+            std::filesystem::exists(report + "/train_loss.png"));
 }
 
 // The estimate of a training run (AdamW's state from step 2 on, its own step as one more phase, every batch
