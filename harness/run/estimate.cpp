@@ -665,10 +665,10 @@ int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
 }
 
 // The most elements of one trainable tensor: AdamW's step holds two temporaries of that size.
-int64_t largest_trainable_numel(const Dims& D, const ModelConfig& c) {
+int64_t largest_trainable_numel(const Dims& D) {
   const int64_t widest = std::max({D.d, D.Aq, D.Akv, D.I});
-  if (!D.full) return D.r * widest;  // a LoRA factor: (r, in) or (out, r)
-  return std::max({D.V * D.d, D.I * D.d, D.Aq * D.d, D.Akv * D.d, c.tie_embeddings ? 0 : D.V * D.d});
+  if (!D.full) return D.r * widest;                                  // a LoRA factor: (r, in) or (out, r)
+  return std::max({D.V * D.d, D.I * D.d, D.Aq * D.d, D.Akv * D.d});  // the embedding (or head) is V x d
 }
 
 // A training run around the step (harness/run/train_loop.cpp), `P` trainable parameters, the largest tensor
@@ -691,7 +691,7 @@ void add_training_run(const TrainEstimate& t, const Dims& D, int64_t P, int64_t 
   const EstimateTerm moments_term{fmt::format("2 x P*{}: AdamW's exp_avg and exp_avg_sq", o), moments};
   for (auto& p : e.phases) {
     if (t.steps >= 2) {
-      p.terms.push_back({"AdamW's state from step 2 on (masters and moments)", e.optimizer});
+      p.terms.push_back({"the optimizer's tensors, alive from step 2 on (masters, moments)", e.optimizer});
       p.bytes += e.optimizer;
     } else if (masters > 0) {
       p.terms.push_back(masters_term);
@@ -840,7 +840,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
       e.layer_working_set = std::max(e.layer_working_set, p.bytes - ckpt);
   }
   if (in.train)
-    add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D, c), e);
+    add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D), e);
   const PhaseEstimate* top = &e.phases.front();
   for (const auto& p : e.phases)
     if (p.bytes > top->bytes) top = &p;
