@@ -253,6 +253,24 @@ ComputeResult compute_result(const FlopCounts& counts, const std::optional<TimeR
   return c;
 }
 
+// Where a measurement starts: an empty cache (blocks cached by a warm-up would be reused without the budget's
+// check, which a caching allocator makes only when it reserves a segment, so a step over the budget is "oom"
+// here exactly as in a max-length probe, which starts with none), fresh peaks, and the bytes live now.
+void start_measurement(profiles::Recorder& rec, MemoryResult& mem) {
+  rec.release_cached();
+  rec.reset_peak();
+  profiles::reset_host_peak();
+  mem.base_bytes = rec.live_bytes();
+}
+
+// The measurement's high points, read where it ends and where it runs out of memory alike.
+void read_peaks(const profiles::Recorder& rec, bool offloads, MemoryResult& mem) {
+  mem.peak_bytes = rec.peak_bytes();
+  mem.peak_by_category = category_map(rec.peak_by_category());
+  mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+  if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
+}
+
 // Token ids from the scenario's data file for `rows` sequences of the cell's length; records what was read.
 torch::Tensor data_tokens(const CellJob& job, int64_t rows, int64_t vocab, CellResult& r) {
   TokenData d = load_token_data(job.settings.data_path, job.cell.seq_len, vocab);
@@ -280,17 +298,9 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
   }
   prepare_grads(model.trainable_parameters(), /*distributed=*/false);
   const auto store = make_checkpoint_store(parse_offload(c.offload), device);
+  const bool offloads = store->offload() != Offload::none;
   MemoryResult mem;
-  rec.release_cached();
-  rec.reset_peak();
-  profiles::reset_host_peak();
-  mem.base_bytes = rec.live_bytes();
-  auto read_peaks = [&] {
-    mem.peak_bytes = rec.peak_bytes();
-    mem.peak_by_category = category_map(rec.peak_by_category());
-    mem.reserved_peak_bytes = rec.reserved_peak_bytes();
-    if (store->offload() != Offload::none) mem.host_peak_bytes = profiles::host_peak_bytes();
-  };
+  start_measurement(rec, mem);
   TrainRun run;
   {
     BudgetGuard budget(rec, m.budget_bytes);
@@ -304,12 +314,12 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
           },
           [&] { return timer.stop_seconds(); });
     } catch (...) {
-      read_peaks();
+      read_peaks(rec, offloads, mem);
       if (m.memory) r.memory = mem;
       throw;
     }
   }
-  read_peaks();
+  read_peaks(rec, offloads, mem);
   if (m.memory) {
     const TrainEstimate run_shape{m.train->steps, static_cast<int64_t>(data.train.size() + data.eval.size()),
                                   m.train->precision == "mixed"};
@@ -389,13 +399,6 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
                       strategy.uses_offload() ? store.get() : nullptr};
   std::vector<double> seconds;
   MemoryResult mem;
-  // The measured step's high points, read where it ends and where it runs out of memory alike.
-  auto read_peaks = [&] {
-    mem.peak_bytes = rec.peak_bytes();
-    mem.peak_by_category = category_map(rec.peak_by_category());
-    mem.reserved_peak_bytes = rec.reserved_peak_bytes();
-    if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
-  };
   double loss = std::numeric_limits<double>::quiet_NaN();
   std::optional<FlopCounts> flops;
   // The memory step runs first after warm-up. It is timed too, unless it is slower than the others: where
@@ -414,13 +417,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     torch::Tensor loss_t;
     double dt = 0;
     if (first_measured) {
-      // Blocks cached by the warm-up would be reused without the budget's check (a caching allocator checks
-      // it only when it reserves a segment): empty the cache first, so a step over the budget is "oom" here
-      // exactly as in a max-length probe, which starts with none.
-      rec.release_cached();
-      rec.reset_peak();
-      profiles::reset_host_peak();
-      mem.base_bytes = rec.live_bytes();
+      start_measurement(rec, mem);
       BudgetGuard budget(rec, m.budget_bytes);
       SnapshotGuard snapshot(rec, job);
       TimelineGuard timeline(rec, m.timeline);
@@ -432,7 +429,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         dt = timer->stop_seconds();
       } catch (...) {
         // Where the step stood when it ran out: its base and the highest point it reached within the budget.
-        read_peaks();
+        read_peaks(rec, offloads, mem);
         snapshot.after_oom(mem);
         if (m.timeline) {
           const profiles::Timeline tl = timeline.stop();
@@ -441,7 +438,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
         if (m.memory) r.memory = mem;
         throw;
       }
-      read_peaks();
+      read_peaks(rec, offloads, mem);
       if (m.timeline) {
         snapshot.write_now(mem);  // while the allocator's history is on: stopping the timeline ends it
         const profiles::Timeline tl = timeline.stop();
