@@ -17,6 +17,7 @@
 
 #include "harness/model/ops.h"
 #include "harness/model/rope_config.h"
+#include "harness/run/run_detail.h"
 #include "harness/run/scenario_read.h"
 #include "impls/strategy.h"
 
@@ -67,9 +68,7 @@ std::string parse_grad_error(const json& v) {
   std::string ref = "float64";
   for (const auto& [key, value] : v.items()) {
     if (key != "reference") input_error(fmt::format("unknown measure.grad_error key '{}'", key), "reference");
-    ref = read_string(value, "measure.grad_error.reference", "float64");
-    if (ref != "float64")
-      input_error(fmt::format("measure.grad_error.reference: unknown dtype '{}'", ref), "float64");
+    ref = read_choice(value, "measure.grad_error.reference", "dtype", {"float64"});
   }
   return ref;
 }
@@ -143,9 +142,7 @@ const std::vector<TopDef>& top_table() {
        [](Scenario& s, const json& v) { s.description = read_string(v, "description", "a string"); }},
       {"device",
        [](Scenario& s, const json& v) {
-         s.settings.device = read_string(v, "device", "cpu, cuda");
-         if (s.settings.device != "cpu" && s.settings.device != "cuda")
-           input_error(fmt::format("device: unknown device '{}'", s.settings.device), "cpu, cuda");
+         s.settings.device = read_choice(v, "device", "device", {"cpu", "cuda"});
        }},
       {"seed",
        [](Scenario& s, const json& v) {

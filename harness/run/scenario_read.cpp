@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace bpbench::scenario_detail {
@@ -66,6 +67,15 @@ std::string read_string(const json& v, const std::string& where, const std::stri
   if (!v.is_string())
     input_error(fmt::format("{}: expected a string, got {} {}", where, type_word(v), show(v)), valid);
   return v.get<std::string>();
+}
+
+std::string read_choice(const json& v, const std::string& where, const std::string& what,
+                        const std::vector<std::string>& choices, const std::string& valid) {
+  const std::string listed = valid.empty() ? join(choices) : valid;
+  std::string s = read_string(v, where, listed);
+  if (std::find(choices.begin(), choices.end(), s) == choices.end())
+    input_error(fmt::format("{}: unknown {} '{}'", where, what, s), listed);
+  return s;
 }
 
 }  // namespace bpbench::scenario_detail

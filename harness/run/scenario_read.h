@@ -23,6 +23,9 @@ double read_number(const nlohmann::json& v, const std::string& where, double min
                    const std::string& valid);
 bool read_bool(const nlohmann::json& v, const std::string& where);
 std::string read_string(const nlohmann::json& v, const std::string& where, const std::string& valid);
+// A string among `choices`: else "WHERE: unknown WHAT 'x'" with `valid` (default: the choices, joined).
+std::string read_choice(const nlohmann::json& v, const std::string& where, const std::string& what,
+                        const std::vector<std::string>& choices, const std::string& valid = "");
 
 // The grid object, checked row by row against the grid table (scenario_grid.cpp), one axis per grid key in
 // expansion order; absent keys get their default.

@@ -56,10 +56,7 @@ const std::vector<TrainKey>& train_keys() {
        }},
       {"schedule",
        [](TrainSpec& t, const json& v) {
-         t.schedule = read_string(v, where("schedule"), "cosine, constant");
-         if (t.schedule != "cosine" && t.schedule != "constant")
-           input_error(fmt::format("{}: unknown schedule '{}'", where("schedule"), t.schedule),
-                       "cosine, constant");
+         t.schedule = read_choice(v, where("schedule"), "schedule", {"cosine", "constant"});
        }},
       {"min_lr_ratio",
        [](TrainSpec& t, const json& v) {
@@ -83,11 +80,9 @@ const std::vector<TrainKey>& train_keys() {
        }},
       {"precision",
        [](TrainSpec& t, const json& v) {
-         t.precision = read_string(v, where("precision"), "model, mixed");
-         if (t.precision != "model" && t.precision != "mixed")
-           input_error(fmt::format("{}: unknown precision '{}'", where("precision"), t.precision),
-                       "model (weights and optimizer state in the cell's dtype), mixed (bfloat16 weights, "
-                       "float32 master weights and optimizer state)");
+         t.precision = read_choice(v, where("precision"), "precision", {"model", "mixed"},
+                                   "model (weights and optimizer state in the cell's dtype), mixed (bfloat16 "
+                                   "weights, float32 master weights and optimizer state)");
        }},
   };
   return keys;
