@@ -304,6 +304,9 @@ Scenario parse_scenario(const json& j) {
                         "objective sft with data, or no data key");
   }
   if (const auto& train = s.settings.measure.train) {
+    std::vector<std::string> trainers;  // every single-process strategy
+    for (const auto& name : strategy_names())
+      if (!run_detail::is_distributed(*make_strategy(name))) trainers.push_back(name);
     for (const auto& a : s.grid) {
       for (const auto& v : a.values) {
         if (a.key == "dtype" && train->precision == "mixed" && v != "bfloat16")
@@ -311,10 +314,10 @@ Scenario parse_scenario(const json& j) {
                                   "masters; the grid has dtype '{}'",
                                   v.get<std::string>()),
                       "dtype bfloat16 with precision mixed, or precision model");
-        if (a.key == "impl" && v.get<std::string>().find("-dist") != std::string::npos)
+        if (a.key == "impl" && std::find(trainers.begin(), trainers.end(), v) == trainers.end())
           input_error(fmt::format("measure.train: the distributed strategy '{}' does not train yet",
                                   v.get<std::string>()),
-                      "plain, checkpoint, checkpoint-chunked-head, mst, streambp");
+                      join(trainers));
       }
     }
     if (s.settings.world_size > 1)
