@@ -105,6 +105,12 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+const std::vector<std::string>& memory_categories() {
+  static const std::vector<std::string> order = {"params",      "grads",  "optimizer", "checkpoints", "kv",
+                                                 "activations", "logits", "comm",      "other"};
+  return order;
+}
+
 // ---- the whole results file, analysed ---------------------------------------------------------------------
 
 Analysis analyse(const json& doc, const fs::path& results_dir) {

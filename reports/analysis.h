@@ -104,6 +104,10 @@ std::vector<std::pair<std::string, Cells>> group_by(const Cells& cells, KeyFn ke
 
 bool contains(const std::vector<std::string>& v, const std::string& s);
 
+// The memory categories (profiles/recorder.h) in the paper's Figure 1 order, what lives longest first: the
+// peak breakdown's columns and the timeline's stack.
+const std::vector<std::string>& memory_categories();
+
 // A cell whose layer checkpoints were offloaded to host memory (the "offload" axis, impls/offload.h).
 inline bool is_offloaded(const CellView& c) {
   const std::string o = c.axis("offload");

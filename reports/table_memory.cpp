@@ -44,10 +44,7 @@ std::string section_peak(const Analysis& a, bool plot_drawn) {
   }
 
   // Where the bytes are at the peak.
-  std::vector<std::string> categories;
-  for (const char* k :
-       {"params", "grads", "optimizer", "checkpoints", "kv", "activations", "logits", "comm", "other"})
-    categories.push_back(k);
+  std::vector<std::string> categories = memory_categories();
   std::vector<std::vector<std::string>> rows;
   for (const CellView* c : grid) {
     const json& by = field(c->memory, "peak_by_category");

@@ -32,13 +32,11 @@ json read_timeline(const CellView& c, const fs::path& results_dir) {
 
 // The category order of the paper's Figure 1: what lives longest at the bottom.
 std::vector<std::string> timeline_categories(const json& points) {
-  std::vector<std::string> cats = {"params",      "grads",  "optimizer", "checkpoints", "kv",
-                                   "activations", "logits", "comm",      "other"};
   std::set<std::string> seen;
   for (const auto& p : points)
     for (const auto& [k, v] : field(p, "by_category").items()) seen.insert(k);
   std::vector<std::string> out;
-  for (const auto& c : cats)
+  for (const auto& c : memory_categories())
     if (seen.count(c)) out.push_back(c);
   for (const auto& c : seen)
     if (!contains(out, c)) out.push_back(c);
