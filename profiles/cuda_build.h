@@ -18,6 +18,10 @@ nlohmann::json cuda_build_info();
 // The number of CUDA devices usable now (0 without a GPU or driver, or in a CPU-only build).
 int cuda_device_count();
 
+// Every visible CUDA device, in index order (local rank r of a distributed cell runs on device r):
+// [{"index", "name" (the driver's), "total_memory_bytes", "capability" ("9.0")}]; [] without one.
+nlohmann::json cuda_devices();
+
 // The current CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"); empty without one.
 std::string cuda_device_name();
 

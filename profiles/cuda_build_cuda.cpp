@@ -37,6 +37,19 @@ nlohmann::json cuda_build_info() {
           {"devices", cuda_device_count()}};
 }
 
+nlohmann::json cuda_devices() {
+  nlohmann::json devices = nlohmann::json::array();
+  for (int i = 0; i < cuda_device_count(); ++i) {
+    cudaDeviceProp props{};
+    if (cudaGetDeviceProperties(&props, i) != cudaSuccess) continue;
+    devices.push_back({{"index", i},
+                       {"name", props.name},
+                       {"total_memory_bytes", static_cast<int64_t>(props.totalGlobalMem)},
+                       {"capability", fmt::format("{}.{}", props.major, props.minor)}});
+  }
+  return devices;
+}
+
 std::string cuda_device_name() {
   int device = 0;
   cudaDeviceProp props{};

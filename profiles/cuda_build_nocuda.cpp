@@ -11,6 +11,10 @@ nlohmann::json cuda_build_info() {
   return {{"enabled", false}, {"cuda", "none (CPU-only LibTorch)"}, {"devices", 0}};
 }
 
+nlohmann::json cuda_devices() {
+  return nlohmann::json::array();
+}
+
 std::string cuda_device_name() {
   return "";
 }

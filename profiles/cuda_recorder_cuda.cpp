@@ -49,6 +49,8 @@ class CudaRecorder final : public Recorder {
     return stats().reserved_bytes[kAggregate].peak;
   }
 
+  std::optional<int64_t> alloc_retries() const override { return stats().num_alloc_retries; }
+
   CategoryBytes peak_by_category() const override {
     const int64_t allocated = live_bytes();
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +60,7 @@ class CudaRecorder final : public Recorder {
 
   void reset_peak() override {
     allocator::resetPeakStats(device_);
+    allocator::resetAccumulatedStats(device_);  // num_alloc_retries counts from here
     const int64_t allocated = live_bytes();
     std::lock_guard<std::mutex> lock(mu_);
     ledger_.settle(allocated);

@@ -2,6 +2,8 @@
 #include "profiles/host_memory.h"
 
 #include <atomic>
+#include <fstream>
+#include <string>
 
 namespace bpbench::profiles {
 namespace {
@@ -43,6 +45,17 @@ int64_t host_peak_bytes() {
 
 void reset_host_peak() {
   g_peak.store(g_live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+std::optional<int64_t> host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
 }
 
 }  // namespace bpbench::profiles

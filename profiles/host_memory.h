@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace bpbench::profiles {
 
@@ -34,5 +35,9 @@ void release_host_bytes(int64_t bytes);
 int64_t host_live_bytes();
 int64_t host_peak_bytes();  // since the last reset_host_peak()
 void reset_host_peak();     // peak := live
+
+// The machine's available memory now (MemAvailable of /proc/meminfo: free memory plus what the page cache
+// would give back); nullopt where it cannot be read.
+std::optional<int64_t> host_available_bytes();
 
 }  // namespace bpbench::profiles

@@ -66,6 +66,9 @@ class Recorder {
   virtual bool caches_blocks() const { return false; }
   // The peak of memory reserved from the device (allocated plus the cache's slack) since reset_peak().
   virtual std::optional<int64_t> reserved_peak_bytes() const { return std::nullopt; }
+  // How often, since reset_peak(), the allocator failed to reserve memory, freed its cache and tried again
+  // (torch.cuda.memory_stats()["num_alloc_retries"]): a step near the budget that runs slow shows it here.
+  virtual std::optional<int64_t> alloc_retries() const { return std::nullopt; }
   // Returns cached blocks to the device. The runner calls it as each cell starts (so reserved bytes do not
   // depend on the cells before) and before the measured step (so a budget, which a caching allocator checks
   // only when it reserves a new segment, sees every byte the step needs).

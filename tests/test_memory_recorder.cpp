@@ -462,7 +462,7 @@ TEST_F(MemoryRecorderTest, ConcurrentTimelineStaysConsistent) {
 
 // The device tables: each device has its recorder and its step timer; an unknown device is refused with the
 // valid ones named, and CUDA without a GPU says why instead of handing back the CPU's figures.
-TEST(DeviceTables, RecorderAndTimerByDevice) {
+TEST(RecorderTables, RecorderAndTimerByDevice) {
   EXPECT_EQ(&recorder_for("cpu"), static_cast<Recorder*>(&MemoryRecorder::instance()));
   auto timer = step_timer_for("cpu");
   timer->start();

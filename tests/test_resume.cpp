@@ -1,7 +1,7 @@
 // test_resume.cpp: `bpbench run --resume`. A run killed with SIGKILL mid-cell (and a max-length search killed
 // mid-search) is resumed by the real binary and ends with the cells (and probes) of an uninterrupted run,
-// none measured twice; a results file of another scenario or build is refused unless --resume-any; "error"
-// cells run again. Also the world_size check that keeps NCCL from two ranks on one GPU.
+// none measured twice; a results file of another scenario, build or GPU is refused unless --resume-any;
+// "error" cells run again. Also the world_size check that keeps NCCL from two ranks on one GPU.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -170,11 +171,16 @@ TEST_F(Resume, AKilledMaxLengthSearchKeepsItsFinishedProbes) {
   const json& probes = whole.at("cells").at(0).at("probes");
   ASSERT_GE(probes.size(), 4u) << "the search needs a few probes for this test to mean something";
 
-  run_and_kill(scenario, dir_ / "cut", [](const json& d) {
-    return d.contains("in_progress") && d.at("in_progress").at("probes").size() >= 2;
-  });
+  // The finished probes of a search under way; the file also names the one running ("started").
+  auto finished_probes = [](const json& d) {
+    size_t n = 0;
+    for (const auto& p : d.at("in_progress").at("probes")) n += p.at("status") != "started";
+    return n;
+  };
+  run_and_kill(scenario, dir_ / "cut",
+               [&](const json& d) { return d.contains("in_progress") && finished_probes(d) >= 2; });
   const json cut = read_json(dir_ / "cut" / "results.json");
-  const size_t kept = cut.at("in_progress").at("probes").size();
+  const size_t kept = finished_probes(cut);
   ASSERT_LT(kept, probes.size());
   EXPECT_EQ(cut.at("cells").size(), 0u);
 
@@ -267,6 +273,49 @@ TEST_F(Resume, RefusesAnotherBuildOrScenarioUnlessAskedAndRerunsErrors) {
   const RunSummary fresh = run_in_process(kSmall, dir_ / "new", ResumeMode::same);
   EXPECT_EQ(fresh.cells.size(), 2u);
   EXPECT_FALSE(read_json(dir_ / "new" / "results.json").at("meta").contains("resumed"));
+}
+
+// Results measured on another GPU model or memory size are refused like another build's; the same GPUs (in
+// the order and with the details a driver reports) are accepted. And the meta of a CUDA run names them.
+TEST_F(Resume, RefusesResultsOfAnotherGpuModelOrMemorySize) {
+  const fs::path out = dir_ / "out";
+  run_in_process(kSmall, out, ResumeMode::off);
+  const fs::path file = out / "results.json";
+  const json doc = read_json(file);
+  const Scenario scenario = parse_scenario_text(kSmall, "test");
+  const auto cells = scenario.expand();
+  auto gpu = [](const std::string& name, int64_t bytes) {
+    return json{{"index", 0}, {"name", name}, {"total_memory_bytes", bytes}, {"capability", "9.0"}};
+  };
+  json measured = doc;
+  measured["meta"]["device"]["gpus"] = json::array({gpu("NVIDIA H100 80GB HBM3", 85045477376)});
+  std::ofstream(file) << measured.dump();
+  auto resume_on = [&](const json& gpus) {
+    json now = doc.at("meta");
+    now["device"]["gpus"] = gpus;
+    return load_resume_state(file, scenario, cells, now, ResumeMode::same);
+  };
+  const auto same = resume_on(json::array({gpu("NVIDIA H100 80GB HBM3", 85045477376)}));
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->kept_cells.size(), 2u);
+  expect_input_error([&] { resume_on(json::array({gpu("NVIDIA H200", 150754820096)})); },
+                     {"cannot resume", "another build", "gpus", "NVIDIA H200", "--resume-any"});
+  expect_input_error([&] { resume_on(json::array({gpu("NVIDIA H100 80GB HBM3", 99857989632)})); },
+                     {"cannot resume", "gpus", "99857989632"});
+  expect_input_error([&] { resume_on(nullptr); }, {"cannot resume", "gpus"});  // a CPU run's file
+  EXPECT_TRUE(load_resume_state(file, scenario, cells, measured.at("meta"), ResumeMode::any));
+
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 1);
+  const json cuda_meta = collect_meta(parse_scenario_text(R"({"device": "cuda", "grid": {"model": "tiny",
+      "impl": "plain", "seq_len": 8}})",
+                                                          "test"),
+                                      {"test"}, 1, false);
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  ASSERT_TRUE(cuda_meta.at("device").at("gpus").is_array());  // [] here: no GPU; one record per GPU there
+  EXPECT_EQ(cuda_meta.at("device").at("gpus").size(),
+            static_cast<size_t>(cuda_meta.at("device").at("cuda_devices").get<int>()));
+  EXPECT_EQ(cuda_meta.at("device").at("pytorch_cuda_alloc_conf"), "expandable_segments:True");
+  EXPECT_FALSE(doc.at("meta").at("device").contains("gpus"));  // a CPU run names none
 }
 
 TEST(WorldSize, MoreRanksThanVisibleGpusOnCudaIsAnInputErrorNamingBothNumbers) {

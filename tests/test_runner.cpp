@@ -236,6 +236,34 @@ TEST_F(Runner, GradientErrorIsRoundOff) {
   }
 }
 
+// measure.grad_error.reference_device: "cpu" runs the float64 reference on the CPU (for a CUDA cell whose
+// float64 step does not fit the GPU); on a CPU cell it is the same reference as "cell", to the bit. The CUDA
+// cell with a CPU reference is tests/device/test_device.cpp's.
+TEST_F(Runner, TheGradientErrorReferenceCanRunOnTheCpu) {
+  const std::string grid = R"({"grid": {"model": "tiny", "impl": "streambp", "seq_len": 29, "partition": 8,
+    "logits_partition": 8, "objective": ["sft", "grpo"]}, "measure": {"time": false, "grad_error": )";
+  const json on_cell = run(grid + R"({"reference": "float64"}}})", "cell");
+  const json on_cpu = run(grid + R"({"reference": "float64", "reference_device": "cpu"}}})", "cpu");
+  ASSERT_EQ(on_cpu.at("cells").size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const json& a = on_cell.at("cells")[i].at("grad_error");
+    const json& b = on_cpu.at("cells")[i].at("grad_error");
+    EXPECT_EQ(a.at("reference_device"), "cpu");
+    EXPECT_EQ(b.at("reference_device"), "cpu");
+    EXPECT_EQ(a.at("groups"), b.at("groups"));
+    EXPECT_EQ(a.at("reference_loss"), b.at("reference_loss"));
+  }
+  EXPECT_EQ(on_cpu.at("meta").at("scenario").at("measure").at("grad_error").at("reference_device"), "cpu");
+  try {
+    parse_scenario_text(grid + R"({"reference_device": "gpu"}}})", "test");
+    ADD_FAILURE() << "an unknown reference device was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("measure.grad_error.reference_device"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("cell, cpu"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Runner, LoraSkippedAndDefaultPartitionCells) {
   const json r = run(R"({"grid": {"model": "tiny", "impl": ["streambp", "mst"], "objective": ["sft", "dpo"],
     "seq_len": 24, "lora_rank": 4, "lora_alpha": 8}, "measure": {"time": false}})");

@@ -84,8 +84,9 @@ Scenario file (see scenarios/quickstart.json):
    "rms_norm": "hf" | "fused" (default: fused on cuda, hf on cpu),
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
-               "grad_error": {"reference": "float64"} | false, "timeline": false, "device_activity": false,
-               "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N},
+               "grad_error": {"reference": "float64", "reference_device": "cell"|"cpu"} | false,
+               "timeline": false, "device_activity": false,
+               "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N, "host_budget_bytes": N},
                "train": {"steps": N, "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01,
                          "warmup_steps": 0, "schedule": "cosine"|"constant", "min_lr_ratio": 0,
                          "clip_grad_norm": 0, "eval_every": 0, "eval_batches": 1, "precision": "model"|"mixed"}}}
@@ -104,8 +105,12 @@ rope: replaces every model's RoPE (transformers' rope_parameters form; types def
 timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).
 device_activity: CUDA, with timeline: CUPTI's kernels, memcpys and memsets of the traced step in the
   .trace.json, one track per stream (that step runs once more and is left out of the time statistics).
+grad_error: each cell's gradients against plain BP on a float64 copy of its weights, on the cell's device or,
+  with reference_device "cpu", on the CPU (a long CUDA cell's float64 step may not fit its GPU).
 max_seq_len: per cell, the largest multiple of granularity that completes a step within budget_bytes (every
-  probe a child process; on a GPU the budget defaults to its memory).
+  probe a child process; on a GPU the budget defaults to its memory). With offload, host_budget_bytes bounds
+  the estimated pinned checkpoints [available memory less a tenth and 4 GiB]; a probe past it is "oom", not
+  run. A probe started twice without finishing (the run killed meanwhile), or killed by SIGKILL, is "killed".
 train: steps AdamW steps per cell instead of one measured step (warm-up then the schedule, clipping to
   clip_grad_norm, the held-out loss of eval_batches batches every eval_every steps); precision "mixed": bfloat16
   weights with float32 master weights and optimizer state (dtype bfloat16). Each cell records every step's

@@ -60,4 +60,12 @@ Batch make_token_batch(const BatchSpec& spec, int64_t sequences, int64_t group_s
   return b;
 }
 
+Batch batch_on(const Batch& batch, const torch::Device& device) {
+  Batch moved = batch;
+  for (torch::Tensor* t : {&moved.input_ids, &moved.targets, &moved.ref_sums, &moved.ref_logps,
+                           &moved.old_logps, &moved.advantages, &moved.token_weight})
+    if (t->defined()) *t = t->to(device);
+  return moved;
+}
+
 }  // namespace bpbench

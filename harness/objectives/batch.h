@@ -48,6 +48,9 @@ struct Batch {
   int64_t seq_len() const { return input_ids.size(1); }
 };
 
+// A copy of `batch` with every tensor on `device` (a CPU reference of a CUDA cell's step).
+Batch batch_on(const Batch& batch, const torch::Device& device);
+
 // The prompt length of a DPO / GRPO batch: spec.prompt_len, or T/8 when it is -1. Throws
 // std::invalid_argument, naming `objective`, when it leaves no response token (every target in the prompt).
 int64_t prompt_tokens(const BatchSpec& spec, const std::string& objective);

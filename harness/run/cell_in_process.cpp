@@ -103,16 +103,23 @@ void prepare_grads(const std::vector<NamedParameter>& params, bool distributed) 
   }
 }
 
-// The gradients of plain BP on a float64 copy of the same weights, same batch, compared with the cell's.
+// The gradients of plain BP on a float64 copy of the same weights, same batch, compared with the cell's; on
+// the cell's device, or on the CPU (measure.grad_error.reference_device) where a float64 step of a long
+// sequence would not fit the GPU.
 GradErrorResult reference_error(const CellJob& job, const Model& model, const Batch& batch,
                                 const Objective& objective, double loss) {
   GradErrorResult ge;
-  ge.reference = job.settings.measure.grad_error_reference;
+  const MeasureSpec& m = job.settings.measure;
+  ge.reference = m.grad_error_reference;
+  const torch::Device device =
+      m.grad_error_reference_device == "cpu" ? torch::Device(torch::kCPU) : model.device();
+  ge.reference_device = device.str();
   try {
-    Model ref = model.converted(torch::TensorOptions().dtype(torch::kDouble).device(model.device()));
+    Model ref = model.converted(torch::TensorOptions().dtype(torch::kDouble).device(device));
+    const Batch ref_batch = device == model.device() ? batch : batch_on(batch, device);
     auto plain = make_strategy("plain");
     const int64_t T = job.cell.seq_len;
-    ge.reference_loss = plain->forward_backward(StepInputs{ref, batch, objective, {T, T}}).item<double>();
+    ge.reference_loss = plain->forward_backward(StepInputs{ref, ref_batch, objective, {T, T}}).item<double>();
     ge.loss_abs_error = std::abs(loss - ge.reference_loss);
     ge.groups = gradient_error(ref.trainable_parameters(), model.trainable_parameters());
   } catch (const c10::Error& e) {
@@ -268,6 +275,7 @@ void read_peaks(const profiles::Recorder& rec, bool offloads, MemoryResult& mem)
   mem.peak_bytes = rec.peak_bytes();
   mem.peak_by_category = category_map(rec.peak_by_category());
   mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+  mem.alloc_retries = rec.alloc_retries();
   if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
 }
 

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <csignal>
 #include <thread>
 
 #include "harness/model/hf_model.h"
@@ -24,6 +25,10 @@ namespace run_detail {
 
 bool is_distributed(const Strategy& strategy) {
   return dynamic_cast<const dist::DistStrategy*>(&strategy) != nullptr;
+}
+
+bool killed_by_sigkill(const CellResult& r) {
+  return r.status == "error" && r.reason.find(fmt::format("by signal {} (", SIGKILL)) != std::string::npos;
 }
 
 namespace {

@@ -28,7 +28,9 @@ void GradErrorAccumulator::add(const std::string& group, const torch::Tensor& re
   for (int64_t off = 0, n = r_all.numel(); off < n; off += kSlice) {
     const int64_t len = std::min(kSlice, n - off);
     const auto r = r_all.narrow(0, off, len).to(torch::kDouble);
-    const auto g = g_all.defined() ? g_all.narrow(0, off, len).to(torch::kDouble) : torch::zeros_like(r);
+    // The reference may live on another device (a CPU reference of a CUDA cell): compare on the reference's.
+    const auto g =
+        g_all.defined() ? g_all.narrow(0, off, len).to(r.device(), torch::kDouble) : torch::zeros_like(r);
     const auto diff = (r - g).abs_();
     s.abs += diff.sum().item<double>();
     s.rel += (diff / (r + 1e-10).abs_()).sum().item<double>();

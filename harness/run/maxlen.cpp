@@ -5,6 +5,10 @@
 
 namespace bpbench {
 
+bool probe_failed_to_fit(const Probe& p) {
+  return p.status == "oom" || p.status == "killed";
+}
+
 MaxLenResult search_max_seq_len(const MaxLenSearch& search, const std::function<Probe(int64_t)>& probe,
                                 const std::function<void(const Probe&)>& on_probe) {
   const int64_t g = std::max<int64_t>(1, search.granularity);
@@ -15,7 +19,8 @@ MaxLenResult search_max_seq_len(const MaxLenSearch& search, const std::function<
     p.seq_len = T;
     r.probes.push_back(p);
     if (on_probe) on_probe(p);
-    if (p.status != "ok" && p.status != "oom") r.error = "probe at T=" + std::to_string(T) + ": " + p.reason;
+    if (p.status != "ok" && !probe_failed_to_fit(p))
+      r.error = "probe at T=" + std::to_string(T) + ": " + p.reason;
     return p.status == "ok";
   };
 

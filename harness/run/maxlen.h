@@ -4,6 +4,10 @@
 // reached), then bisect between the last length that fit and the first that did not, to `granularity` tokens.
 // Every probe is a call of `probe(T)`; the runner makes each one a child process so an out-of-memory leaves
 // nothing behind. Peak memory is monotone in T for every strategy here, which is what makes bisection exact.
+//
+// A probe that was killed from outside (status "killed": its process died of SIGKILL, or the whole run was
+// killed while it ran, twice) brackets the search as an out-of-memory does: it is recorded as what it is, and
+// the answer is then the longest length that both fit and finished here, which the cell's reason says.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +19,14 @@ namespace bpbench {
 
 struct Probe {
   int64_t seq_len = 0;
-  std::string status;  // "ok" | "oom" | "error"
+  std::string status;  // "ok" | "oom" | "killed" | "error"; "started": under way (results' in_progress only)
   int64_t peak_bytes = 0;
   std::string reason;
+  int64_t attempts = 0;  // "started": how many times this probe has been started without finishing
 };
+
+// A probe's outcome that brackets the search from above: it ran out of memory, or was killed from outside.
+bool probe_failed_to_fit(const Probe& p);
 
 struct MaxLenSearch {
   int64_t budget_bytes = 0;

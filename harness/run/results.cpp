@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -117,6 +118,7 @@ json CellResult::to_json() const {
     if (!memory->timeline_file.empty()) j["memory"]["timeline_file"] = memory->timeline_file;
     if (!memory->trace_file.empty()) j["memory"]["trace_file"] = memory->trace_file;
     if (memory->reserved_peak_bytes) j["memory"]["reserved_peak_bytes"] = *memory->reserved_peak_bytes;
+    if (memory->alloc_retries) j["memory"]["alloc_retries"] = *memory->alloc_retries;
     if (!memory->snapshot_file.empty()) j["memory"]["snapshot_file"] = memory->snapshot_file;
     if (!memory->device_activity.is_null()) j["memory"]["device_activity"] = memory->device_activity;
     if (memory->host_peak_bytes) j["memory"]["host_peak_bytes"] = *memory->host_peak_bytes;
@@ -131,7 +133,7 @@ json CellResult::to_json() const {
     j["time"] = nullptr;
   }
   if (grad_error) {
-    json g = {{"reference", grad_error->reference}};
+    json g = {{"reference", grad_error->reference}, {"reference_device", grad_error->reference_device}};
     if (!grad_error->error.empty()) {
       g["error"] = grad_error->error;
     } else {
@@ -154,6 +156,7 @@ json CellResult::to_json() const {
                    {"granularity", max_len->search.granularity},
                    {"upper", max_len->search.upper},
                    {"error", max_len->error}};
+    if (max_len->host_budget_bytes) j["search"]["host_budget_bytes"] = *max_len->host_budget_bytes;
     json probes = json::array();
     for (const auto& p : max_len->probes) probes.push_back(probe_to_json(p));
     j["probes"] = probes;
@@ -192,6 +195,8 @@ CellResult CellResult::from_json(const json& j) {
     mem.trace_file = m.value("trace_file", std::string());
     if (m.contains("reserved_peak_bytes") && m.at("reserved_peak_bytes").is_number_integer())
       mem.reserved_peak_bytes = m.at("reserved_peak_bytes").get<int64_t>();
+    if (m.contains("alloc_retries") && m.at("alloc_retries").is_number_integer())
+      mem.alloc_retries = m.at("alloc_retries").get<int64_t>();
     mem.snapshot_file = m.value("snapshot_file", std::string());
     for (auto [key, field] : {std::pair{"host_peak_bytes", &MemoryResult::host_peak_bytes},
                               std::pair{"estimate_host_bytes", &MemoryResult::estimate_host_bytes}})
@@ -213,6 +218,7 @@ CellResult CellResult::from_json(const json& j) {
     const json& g = j.at("grad_error");
     GradErrorResult ge;
     ge.reference = g.value("reference", std::string("float64"));
+    ge.reference_device = g.value("reference_device", std::string());
     ge.error = g.value("error", std::string());
     ge.reference_loss = g.value("reference_loss", 0.0);
     ge.loss_abs_error = g.value("loss_abs_error", 0.0);
@@ -238,6 +244,7 @@ CellResult CellResult::from_json(const json& j) {
     m.search.granularity = s.at("granularity").get<int64_t>();
     m.search.upper = s.at("upper").get<int64_t>();
     m.error = s.value("error", std::string());
+    if (s.contains("host_budget_bytes")) m.host_budget_bytes = s.at("host_budget_bytes").get<int64_t>();
     m.max_seq_len = j.at("max_seq_len").get<int64_t>();
     m.hit_upper = j.value("hit_upper", false);
     for (const auto& p : j.value("probes", json::array())) m.probes.push_back(probe_from_json(p));
@@ -250,12 +257,15 @@ CellResult CellResult::from_json(const json& j) {
 }
 
 json probe_to_json(const Probe& p) {
-  return {{"seq_len", p.seq_len}, {"status", p.status}, {"peak_bytes", p.peak_bytes}, {"reason", p.reason}};
+  json j = {{"seq_len", p.seq_len}, {"status", p.status}, {"peak_bytes", p.peak_bytes}, {"reason", p.reason}};
+  if (p.status == "started") j["attempts"] = p.attempts;
+  return j;
 }
 
 Probe probe_from_json(const json& j) {
   return {j.at("seq_len").get<int64_t>(), j.at("status").get<std::string>(),
-          j.value("peak_bytes", int64_t{0}), j.value("reason", std::string())};
+          j.value("peak_bytes", int64_t{0}), j.value("reason", std::string()),
+          j.value("attempts", int64_t{0})};
 }
 
 std::optional<double> CellResult::grad_rel_l2() const {
@@ -290,17 +300,42 @@ std::string cpu_description() {
   return "unknown CPU";
 }
 
+namespace {
+
+// "NVIDIA H100 80GB HBM3 (79.2 GiB) x 2", or "no CUDA device".
+std::string gpus_description(const json& gpus) {
+  if (gpus.empty()) return "no CUDA device";
+  std::map<std::string, int> count;
+  std::vector<std::string> order;
+  for (const auto& g : gpus) {
+    const std::string name =
+        fmt::format("{} ({:.1f} GiB)", g.at("name").get<std::string>(),
+                    static_cast<double>(g.at("total_memory_bytes").get<int64_t>()) / (1 << 30));
+    if (count[name]++ == 0) order.push_back(name);
+  }
+  std::string out;
+  for (const auto& name : order) out += (out.empty() ? "" : ", ") + fmt::format("{} x {}", name, count[name]);
+  return out;
+}
+
+}  // namespace
+
 json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv, int64_t threads,
                   bool isolate) {
   json device = {{"kind", scenario.settings.device},
                  {"cpu", cpu_description()},
                  {"cores", std::thread::hardware_concurrency()}};
-  if (scenario.settings.device == "cuda")
-    device["cuda_devices"] = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (scenario.settings.device == "cuda") {
+    device["cuda_devices"] = profiles::cuda_device_count();
+    // Which GPUs wrote the numbers (resume refuses another model or memory size: resume.h), and the allocator
+    // settings that change reserved bytes and fragmentation.
+    device["gpus"] = profiles::cuda_devices();
+    const char* alloc_conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+    device["pytorch_cuda_alloc_conf"] = alloc_conf ? json(alloc_conf) : json(nullptr);
+  }
   device["description"] =
       scenario.settings.device == "cuda"
-          ? fmt::format("CUDA ({} devices), host {}", device["cuda_devices"].get<int64_t>(),
-                        device["cpu"].get<std::string>())
+          ? fmt::format("{}, host {}", gpus_description(device["gpus"]), device["cpu"].get<std::string>())
           : fmt::format("{}, {} cores", device["cpu"].get<std::string>(),
                         std::thread::hardware_concurrency());
   return {

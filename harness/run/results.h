@@ -2,8 +2,14 @@
 //
 // results.json (schema "bpbench.results/1"):
 //   {"schema": "bpbench.results/1", "complete": bool, "cells_total": n,
-//    "in_progress": {"index", "axes", "probes": [...]} (a max-length search under way; absent otherwise),
-//    "meta": {"bpbench_version", "versions": {...}, "argv": [...], "device": {...}, "threads", "isolate",
+//    "in_progress": {"index", "axes", "probes": [...]} (a max-length search under way; absent otherwise; a
+//    probe
+//                   whose process is running has status "started" and "attempts"),
+//    "meta": {"bpbench_version", "versions": {...}, "argv": [...], "threads", "isolate",
+//             "device": {"kind", "cpu", "cores", "description", CUDA: "cuda_devices", "gpus": [{"index",
+//             "name",
+//                        "total_memory_bytes", "capability"}] (rank r on gpus[r]),
+//                        "pytorch_cuda_alloc_conf"},
 //             "git_commit", "start_time" (ISO 8601 UTC), "end_time" (once complete), "hostname",
 //             "scenario_name", "scenario": {the scenario object as written},
 //             "resumed": [{"time", "argv", "kept_cells", "kept_probes"}] (each `run --resume` sitting)},
@@ -16,18 +22,21 @@
 //               {...},
 //                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
 //                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json),
-//                          CUDA only: "reserved_peak_bytes", "snapshot_file" (memory_viz pickle),
+//                          CUDA only: "reserved_peak_bytes", "alloc_retries" (the allocator's
+//                          num_alloc_retries in the step), "snapshot_file" (memory_viz pickle),
 //                          "device_activity" (CUPTI records in trace_file, with measure.device_activity)} |
 //               null,
 //               "data": {"file", "sha256", "sequences"} (with a data file; a training run adds
 //               "train_sequences", "eval_sequences"),
 //               "train": {"steps": [{"step", "loss", "lr", "grad_norm", "time_s"}], "eval": [{"step",
 //               "loss"}]} (measure.train only: then "loss" is the last step's and "time" is over its steps),
-//               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error"},
-//               "probes": [{"seq_len", "status", "peak_bytes", "reason"}] (with measure.max_seq_len),
+//               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error",
+//               "host_budget_bytes" (offload only)}, "probes": [{"seq_len", "status" (ok, oom, killed,
+//               error), "peak_bytes", "reason"}] (with measure.max_seq_len),
 //               "world_size", "ranks": [{"rank", "peak_bytes", "base_bytes", "time_s", "comm": {...}}]
 //               (with world_size > 1), "time": {"median_s", "min_s", "max_s", "count", "warmup", "runs_s":
-//               [...]} | null, "grad_error": {"reference": "float64", "reference_loss", "loss_abs_error",
+//               [...]} | null, "grad_error": {"reference": "float64", "reference_device", "reference_loss",
+//               "loss_abs_error",
 //                              "groups": {"embed"|"attention"|"mlp"|"norms"|"lm_head"|"lora"|"all":
 //                                         {"er_abs", "er_rel", "max_abs", "rel_l2", "count"}}}
 //                             | {"reference", "error": "why it could not be computed"} | null,
@@ -64,6 +73,7 @@ struct MemoryResult {
   std::optional<int64_t> estimate_bytes;            // harness/estimate.h, where the impl has one
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
   std::optional<int64_t> reserved_peak_bytes;       // CUDA: the caching allocator's reserved peak
+  std::optional<int64_t> alloc_retries;  // CUDA: the allocator's num_alloc_retries during the measured step
   std::string snapshot_file;  // CUDA: memory_viz pickle (with measure.timeline, or of an OOM); relative
   // With measure.device_activity: {"kernels", "memcpys", "memsets"} counted into trace_file and the records
   // the trace lacks, {"dropped" (by CUPTI, no buffer space), "incomplete" (no end time)}; or {"error"}.
@@ -75,7 +85,8 @@ struct MemoryResult {
 
 // A max-sequence-length search's outcome with the settings it ran under (harness/maxlen.h).
 struct MaxLenRecord : MaxLenResult {
-  MaxLenSearch search;  // budget_bytes, granularity, upper (and where it started)
+  MaxLenSearch search;                       // budget_bytes, granularity, upper (and where it started)
+  std::optional<int64_t> host_budget_bytes;  // offload: what the checkpoints could take of the host
 };
 
 struct TimeResult {
@@ -85,7 +96,8 @@ struct TimeResult {
 };
 
 struct GradErrorResult {
-  std::string reference;  // "float64"
+  std::string reference;         // "float64"
+  std::string reference_device;  // where the reference ran: "cpu", "cuda:0" ("" in files before it was kept)
   double reference_loss = 0, loss_abs_error = 0;
   std::map<std::string, ErrorStats> groups;
   std::string error;  // non-empty: the reference could not be computed, groups are empty

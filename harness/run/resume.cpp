@@ -28,15 +28,27 @@ std::string first_difference(const json& was, const json& now) {
   return "";
 }
 
+// The GPUs a results file was measured on, by what decides its numbers: model name and memory size (their
+// index and capability follow from those). Null for a CPU run, and for files written before GPUs were kept.
+json measured_gpus(const json& meta) {
+  const json device = meta.value("device", json::object());
+  if (!device.is_object() || !device.contains("gpus") || !device.at("gpus").is_array()) return nullptr;
+  json gpus = json::array();
+  for (const auto& g : device.at("gpus"))
+    gpus.push_back(
+        {{"name", g.value("name", json())}, {"total_memory_bytes", g.value("total_memory_bytes", json())}});
+  return gpus;
+}
+
 }  // namespace
 
 json build_identity(const json& meta) {
   const json versions = meta.value("versions", json::object());
-  return {{"bpbench", versions.value("bpbench", json())},
-          {"git_commit", meta.value("git_commit", json())},
-          {"torch", versions.value("torch", json())},
-          {"compiler", versions.value("compiler", json())},
-          {"cuda", versions.value("cuda", json())}};
+  return {
+      {"bpbench", versions.value("bpbench", json())}, {"git_commit", meta.value("git_commit", json())},
+      {"torch", versions.value("torch", json())},     {"compiler", versions.value("compiler", json())},
+      {"cuda", versions.value("cuda", json())},       {"gpus", measured_gpus(meta)},
+  };
 }
 
 std::optional<ResumeState> load_resume_state(const std::filesystem::path& results_path,
@@ -98,7 +110,10 @@ std::optional<ResumeState> load_resume_state(const std::filesystem::path& result
     if (index && !state.kept_cells.count(*index)) {
       for (const json& probe : p.value("probes", json::array())) {
         Probe kept = probe_from_json(probe);
-        if (kept.status == "ok" || kept.status == "oom") state.search_probes.push_back(kept);
+        // "started": a probe whose process never reported back; the search counts its starts (runner.h).
+        if (kept.status == "ok" || kept.status == "oom" || kept.status == "killed" ||
+            kept.status == "started")
+          state.search_probes.push_back(kept);
       }
       if (!state.search_probes.empty()) state.search_index = index;
     }

@@ -3,11 +3,13 @@
 // A run rewrites results.json after every cell and every max-length probe, so a run killed at any moment
 // leaves a file whose cells are all finished. Resuming keeps the cells of the same grid that finished with
 // status "ok" or "oom" (they are measured, and measuring them again would give the same answer at the cost
-// of the time they took) and the finished probes of the search that was under way; "error" and "skipped"
+// of the time they took) and the probes of the search that was under way (finished, or started and never
+// finished: harness/run/maxlen_cell.cpp counts those starts); "error" and "skipped"
 // cells run again (an error may have been a dead child or a fault since fixed; a skip costs nothing and may
 // not apply on this machine). The file must come from the same scenario and the same build: bpbench
-// version, git commit, LibTorch, compiler and CUDA build with its GPUs and driver, so that no table mixes
-// cells of two programs or two GPUs. `--resume-any` keeps the matching cells of any results file.
+// version, git commit, LibTorch, compiler and CUDA build with its driver, and the same GPUs (model name and
+// memory size of each, meta.device.gpus), so that no table mixes cells of two programs or two GPUs.
+// `--resume-any` keeps the matching cells of any results file.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +35,7 @@ struct ResumeState {
   nlohmann::json meta;                          // the earlier meta, this sitting added to "resumed"
   std::map<size_t, nlohmann::json> kept_cells;  // grid index -> the record as written
   std::optional<size_t> search_index;           // the max-length search that was under way
-  std::vector<Probe> search_probes;             // its finished probes ("ok" or "oom")
+  std::vector<Probe> search_probes;             // its probes: finished ("ok", "oom", "killed") or "started"
   size_t rerun_cells = 0;                       // records of this grid that run again
 };
 

@@ -46,6 +46,15 @@ void check_data_file(const Scenario& scenario, const std::vector<Cell>& cells) {
   }
 }
 
+// " and 5 probes of a search (1 more started)": what a resumed search keeps, and the probes that were
+// running.
+std::string search_probes_kept(const std::vector<Probe>& probes) {
+  const auto started =
+      std::count_if(probes.begin(), probes.end(), [](const Probe& p) { return p.status == "started"; });
+  return fmt::format(" and {} probes of a search{}", probes.size() - static_cast<size_t>(started),
+                     started ? fmt::format(" ({} more started)", started) : "");
+}
+
 }  // namespace
 
 void check_world_size(const std::string& device, int64_t world_size, int visible_gpus) {
@@ -54,84 +63,6 @@ void check_world_size(const std::string& device, int64_t world_size, int visible
                           "rank per GPU)",
                           world_size, world_size, visible_gpus, visible_gpus == 1 ? "is" : "are"),
               fmt::format("world_size <= {} here (CUDA_VISIBLE_DEVICES shows the GPUs)", visible_gpus));
-}
-
-CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
-                                   const std::function<void(const Probe&)>& on_probe,
-                                   const std::vector<Probe>& finished) {
-  const MeasureSpec::MaxSeqLen spec = job.settings.measure.max_seq_len.value();
-  CellResult r = result_for(job);
-  const auto t0 = Clock::now();
-  try {
-    if (!strategy_for(job, r)) {
-      r.wall_s = seconds_since(t0);
-      return r;
-    }
-  } catch (const std::exception& e) {
-    r.status = "error";
-    r.reason = one_line(e.what());
-    return r;
-  }
-
-  // A probe: the cell at length T (null partitions follow T), one measured step, memory only, in a child.
-  auto at_length = [&](int64_t T) {
-    CellJob p = job;
-    p.cell.seq_len = T;
-    if (job.cell.partition == 0) p.cell.partition = T;
-    if (job.cell.logits_partition == 0) p.cell.logits_partition = T;
-    p.settings.measure.max_seq_len.reset();
-    p.settings.measure.memory = true;
-    p.settings.measure.time.enabled = false;
-    p.settings.measure.grad_error_reference.clear();
-    p.settings.measure.timeline = false;
-    p.settings.measure.budget_bytes = spec.budget_bytes;  // none on a GPU: its own memory is the limit
-    p.timeline_dir.clear();
-    return p;
-  };
-  MaxLenSearch search;
-  search.budget_bytes = spec.budget_bytes.value_or(0);
-  search.granularity = spec.granularity;
-  search.upper = spec.upper;
-  // Start at the largest length the analytic estimate puts within the budget, and grow or shrink by a
-  // quarter from there: the estimate is within a few percent for the strategies it knows.
-  if (spec.budget_bytes) {
-    const int64_t threads = job.settings.threads > 0 ? job.settings.threads : default_threads();
-    auto fits = [&](int64_t T) {
-      auto e = estimate_cell(at_length(T).cell, threads, job.settings.device);
-      return e && e->peak_bytes <= *spec.budget_bytes;
-    };
-    if (estimate_cell(at_length(spec.granularity).cell, threads, job.settings.device)) {
-      int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
-      while (lo < hi) {
-        const int64_t mid = (lo + hi + 1) / 2;
-        if (fits(mid * spec.granularity))
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      search.start = std::max<int64_t>(1, lo) * spec.granularity;
-      search.growth = 1.25;
-    }
-  }
-  auto probe = [&](int64_t T) {
-    for (const Probe& done : finished)
-      if (done.seq_len == T) return done;
-    const CellResult pr = job.settings.world_size > 1 ? run_cell_distributed(at_length(T), exe)
-                                                      : run_cell_isolated(at_length(T), exe);
-    Probe p;
-    p.seq_len = T;
-    p.status = pr.status == "skipped" ? "error" : pr.status;
-    p.peak_bytes = pr.memory ? pr.memory->peak_bytes : 0;
-    p.reason = pr.reason;
-    return p;
-  };
-  r.max_len = MaxLenRecord{search_max_seq_len(search, probe, on_probe), search};
-  if (!r.max_len->error.empty()) {
-    r.status = "error";
-    r.reason = r.max_len->error;
-  }
-  r.wall_s = seconds_since(t0);
-  return r;
 }
 
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
@@ -161,8 +92,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   if (resumed && options.progress)
     *options.progress << fmt::format(
         "resuming {}: {} of {} cells kept{}, {} to run\n", writer.path().string(), kept.size(), cells.size(),
-        resumed->search_index ? fmt::format(" and {} probes of a search", resumed->search_probes.size()) : "",
-        cells.size() - kept.size());
+        resumed->search_index ? search_probes_kept(resumed->search_probes) : "", cells.size() - kept.size());
 
   std::vector<std::string> label_keys = {"model", "impl", "objective", "seq_len"};
   for (const auto& key : scenario.varying_keys())
@@ -203,8 +133,9 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
       probes.push_back(p);
       writer.set_in_progress(i, job.cell, probes);
       if (!options.progress) return;
-      const bool was_kept = std::any_of(finished.begin(), finished.end(),
-                                        [&](const Probe& f) { return f.seq_len == p.seq_len; });
+      const bool was_kept = std::any_of(finished.begin(), finished.end(), [&](const Probe& f) {
+        return f.seq_len == p.seq_len && f.status != "started";
+      });
       *options.progress << fmt::format(
                                "\n    probe T={}: {}{}{} | elapsed {}", p.seq_len, p.status,
                                p.peak_bytes ? fmt::format(" {} MiB peak", format_mib(p.peak_bytes)) : "",
@@ -212,7 +143,13 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
                         << std::flush;
     };
     const bool distributed = job.settings.world_size > 1 && is_distributed(*make_strategy(job.cell.impl));
-    CellResult r = search        ? search_cell_max_seq_len(job, options.self_exe, on_probe, finished)
+    // Before a probe's process starts, the file says so: a run killed during it leaves that on record.
+    auto on_start = [&](const Probe& started) {
+      std::vector<Probe> with_started = probes;
+      with_started.push_back(started);
+      writer.set_in_progress(i, job.cell, with_started);
+    };
+    CellResult r = search ? search_cell_max_seq_len(job, options.self_exe, {on_start, on_probe}, finished)
                    : distributed ? run_cell_distributed(job, options.self_exe)
                    : isolate     ? run_cell_isolated(job, options.self_exe)
                                  : run_cell(job);

@@ -64,12 +64,19 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe);
 // Runs a distributed cell as settings.world_size local ranks (`exe run-cell JOBFILE` each, with the torchrun
 // environment); returns rank 0's result with every rank's peak, time and communication under "ranks".
 CellResult run_cell_distributed(const CellJob& job, const std::string& exe);
-// The largest seq_len of the cell that fits measure.max_seq_len's budget, every probe a child process.
-// `on_probe` sees each probe as it finishes (progress lines, the results file's probes in progress).
-// `finished`: probes an interrupted search already ran (run --resume); the search takes their outcome
-// instead of running them again, and so follows the path it took before.
+// What a max-length search tells its caller as it goes: `on_start` before a probe's process starts (a Probe
+// with status "started" and its attempts, which the results file keeps, so a run killed during that probe is
+// known on --resume), `on_probe` as each probe finishes (progress lines, the results file's probes).
+struct ProbeCallbacks {
+  std::function<void(const Probe&)> on_start, on_probe;
+};
+
+// The largest seq_len of the cell that fits measure.max_seq_len's budget, every probe a child process
+// (maxlen_cell.cpp). `finished`: probes an interrupted search already ran (run --resume); the search takes
+// their outcome instead of running them again, and so follows the path it took before. A "started" record
+// among them counts the starts of a probe that never finished; after two it is "killed", not started again.
 CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
-                                   const std::function<void(const Probe&)>& on_probe = {},
+                                   const ProbeCallbacks& callbacks = {},
                                    const std::vector<Probe>& finished = {});
 
 struct RunOptions {

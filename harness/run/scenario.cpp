@@ -60,21 +60,32 @@ TimeSpec parse_time(const json& v) {
   return t;
 }
 
-std::string parse_grad_error(const json& v) {
-  const std::string valid = "{\"reference\": \"float64\"}, true, false";
-  if (v.is_boolean()) return v.get<bool>() ? "float64" : "";
+// {"reference": "float64", "reference_device": "cell"|"cpu"}, true or false.
+void parse_grad_error(MeasureSpec& m, const json& v) {
+  const std::string valid =
+      "{\"reference\": \"float64\", \"reference_device\": \"cell\" or \"cpu\"}, true, false";
+  m.grad_error_reference_device = "cell";
+  if (v.is_boolean()) {
+    m.grad_error_reference = v.get<bool>() ? "float64" : "";
+    return;
+  }
   if (!v.is_object())
     input_error(fmt::format("measure.grad_error: expected an object or false, got {}", show(v)), valid);
-  std::string ref = "float64";
+  m.grad_error_reference = "float64";
   for (const auto& [key, value] : v.items()) {
-    if (key != "reference") input_error(fmt::format("unknown measure.grad_error key '{}'", key), "reference");
-    ref = read_choice(value, "measure.grad_error.reference", "dtype", {"float64"});
+    if (key == "reference")
+      m.grad_error_reference = read_choice(value, "measure.grad_error.reference", "dtype", {"float64"});
+    else if (key == "reference_device")
+      m.grad_error_reference_device =
+          read_choice(value, "measure.grad_error.reference_device", "device", {"cell", "cpu"});
+    else
+      input_error(fmt::format("unknown measure.grad_error key '{}'", key), "reference, reference_device");
   }
-  return ref;
 }
 
 std::optional<MeasureSpec::MaxSeqLen> parse_max_seq_len(const json& v) {
-  const std::string valid = "{\"budget_bytes\": N, \"granularity\": 256, \"upper\": N}, or false";
+  const std::string valid =
+      "{\"budget_bytes\": N, \"granularity\": 256, \"upper\": N, \"host_budget_bytes\": N}, or false";
   if (v.is_boolean() && !v.get<bool>()) return std::nullopt;
   if (!v.is_object())
     input_error(fmt::format("measure.max_seq_len: expected an object, got {} {}", type_word(v), show(v)),
@@ -90,9 +101,14 @@ std::optional<MeasureSpec::MaxSeqLen> parse_max_seq_len(const json& v) {
       m.granularity = read_int(value, "measure.max_seq_len.granularity", 2, "integers >= 2");
     else if (key == "upper")
       m.upper = read_int(value, "measure.max_seq_len.upper", 2, "integers >= 2");
+    else if (key == "host_budget_bytes" && value.is_null())
+      m.host_budget_bytes.reset();
+    else if (key == "host_budget_bytes")
+      m.host_budget_bytes = read_int(value, "measure.max_seq_len.host_budget_bytes", 1,
+                                     "integers >= 1, or null for this machine's free memory less a margin");
     else
       input_error(fmt::format("unknown measure.max_seq_len key '{}'", key),
-                  "budget_bytes, granularity, upper");
+                  "budget_bytes, granularity, upper, host_budget_bytes");
   }
   if (m.upper < m.granularity)
     input_error(fmt::format("measure.max_seq_len: upper {} is below granularity {}", m.upper, m.granularity),
@@ -111,7 +127,7 @@ const std::vector<KeyDef>& measure_table() {
            m.budget_bytes = read_int(v, "measure.budget_bytes", 0, "integers >= 0, or null for no budget");
        }},
       {"time", [](MeasureSpec& m, const json& v) { m.time = parse_time(v); }},
-      {"grad_error", [](MeasureSpec& m, const json& v) { m.grad_error_reference = parse_grad_error(v); }},
+      {"grad_error", parse_grad_error},
       {"timeline", [](MeasureSpec& m, const json& v) { m.timeline = read_bool(v, "measure.timeline"); }},
       {"device_activity",
        [](MeasureSpec& m, const json& v) { m.device_activity = read_bool(v, "measure.device_activity"); }},
@@ -214,14 +230,18 @@ json MeasureSpec::to_json() const {
   j["budget_bytes"] = budget_bytes ? json(*budget_bytes) : json(nullptr);
   // A training run times its own steps: no time block beside it (from_json refuses one).
   j["time"] = time.enabled && !train ? json{{"warmup", time.warmup}, {"repeat", time.repeat}} : json(false);
-  j["grad_error"] = grad_error_reference.empty() ? json(false) : json{{"reference", grad_error_reference}};
+  j["grad_error"] = grad_error_reference.empty() ? json(false)
+                                                 : json{{"reference", grad_error_reference},
+                                                        {"reference_device", grad_error_reference_device}};
   j["timeline"] = timeline;
   j["device_activity"] = device_activity;
   if (max_seq_len)
     j["max_seq_len"] = {
         {"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
         {"granularity", max_seq_len->granularity},
-        {"upper", max_seq_len->upper}};
+        {"upper", max_seq_len->upper},
+        {"host_budget_bytes",
+         max_seq_len->host_budget_bytes ? json(*max_seq_len->host_budget_bytes) : json(nullptr)}};
   if (train) j["train"] = train->to_json();
   return j;
 }

@@ -48,6 +48,10 @@ struct MeasureSpec {
   std::optional<int64_t> budget_bytes;  // live-byte limit during the measured run: overruns become status oom
   TimeSpec time;
   std::string grad_error_reference = "float64";  // empty: no gradient error
+  // Where the reference runs: "cell" (the cell's device) or "cpu". A float64 reference of a long CUDA cell
+  // may not fit the GPU (its float64 attention runs the math kernel, which saves a T x T score matrix per
+  // head and layer); the CPU's fused attention saves none.
+  std::string grad_error_reference_device = "cell";
   bool timeline = false;  // record the measured step's memory timeline (results + a Chrome trace file)
   // CUDA, with timeline: CUPTI's kernels, memcpys and memsets of that step in its Chrome trace. That step is
   // then run once more than the timed repeats and left out of the time statistics (CUPTI slows it).
@@ -58,6 +62,9 @@ struct MeasureSpec {
     std::optional<int64_t> budget_bytes;  // absent: the device's memory (GPU); required on the CPU
     int64_t granularity = 256;
     int64_t upper = 1 << 20;
+    // offload: the host memory the offloaded checkpoints may take (estimated); absent: this machine's
+    // available memory less a margin (maxlen_cell.cpp). Probes that would need more are not run.
+    std::optional<int64_t> host_budget_bytes;
   };
   std::optional<MaxSeqLen> max_seq_len;
   // A training run of many optimizer steps instead of one measured step (train_spec.h). It records its own

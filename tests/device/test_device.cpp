@@ -1,6 +1,6 @@
 // test_device.cpp: GPU-only tests. They are compiled and registered in every CUDA build (so a GPU path that
 // no longer compiles breaks every machine's build), and skip with a one-line reason where no GPU is present:
-// skipped, never failed, never missing from the count. scripts/gpu_build_and_test.sh runs them on a GPU.
+// skipped, never failed, never missing from the count. scripts/gpu/02_tests.sh runs them on a GPU.
 //   - the tiny model's loss and every gradient on CUDA equal the CPU's (float64: to round-off);
 //   - one cell of every single-process strategy through the runner on CUDA: status ok, gradient error of
 //     float32 against float64 plain BP at round-off, FLOPs counted on CUDA (backward hooks on autograd's
@@ -107,6 +107,48 @@ TEST(Device, OneCellOfEveryStrategyRunsOnCuda) {
       EXPECT_GE(hfu, mfu) << impl;
     }
   }
+}
+
+// A CUDA cell's gradient error against a float64 reference run on the CPU
+// (measure.grad_error.reference_device, what scenarios/h100_table7_grad_error.json needs): the same round-off
+// as a reference on the GPU, and the meta names the GPU that measured it (results.h), with the allocator's
+// retries per cell.
+TEST(Device, TheGradientErrorReferenceOnTheCpuOfACudaCell) {
+  REQUIRE_GPU();
+  TempDir tmp;
+  auto run = [&](const std::string& where) {
+    const Scenario s = parse_scenario_text(fmt::format(R"({{"name": "ref", "device": "cuda", "seed": 1,
+      "grid": {{"model": "tiny", "impl": "streambp", "seq_len": 61, "partition": 16, "logits_partition": 8,
+               "dtype": "float32"}},
+      "measure": {{"time": false, "grad_error": {{"reference": "float64", "reference_device": "{}"}}}}}})",
+                                                       where),
+                                           "device");
+    RunOptions opt;
+    opt.out_dir = tmp.sub(where);
+    opt.self_exe = BPBENCH_BINARY;
+    opt.argv = {"test_device"};
+    std::ifstream in(run_scenario(s, opt).results_path);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json on_gpu = run("cell"), on_cpu = run("cpu");
+  const auto& a = on_gpu.at("cells").at(0);
+  const auto& b = on_cpu.at("cells").at(0);
+  ASSERT_EQ(b.at("status"), "ok") << b.dump();
+  EXPECT_EQ(a.at("grad_error").at("reference_device"), "cuda:0");
+  EXPECT_EQ(b.at("grad_error").at("reference_device"), "cpu");
+  ASSERT_FALSE(b.at("grad_error").contains("error")) << b.dump();
+  const double rel_gpu = a.at("grad_error").at("groups").at("all").at("rel_l2");
+  const double rel_cpu = b.at("grad_error").at("groups").at("all").at("rel_l2");
+  EXPECT_GT(rel_cpu, 0.0);
+  EXPECT_LT(rel_cpu, 1e-4);
+  EXPECT_NEAR(rel_cpu, rel_gpu, 1e-6);  // both are float32's distance from the same float64 gradients
+  EXPECT_NEAR(b.at("grad_error").at("reference_loss").get<double>(),
+              a.at("grad_error").at("reference_loss").get<double>(), 1e-10);
+  const auto& gpus = on_cpu.at("meta").at("device").at("gpus");
+  ASSERT_GE(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].at("name"), profiles::cuda_device_name());
+  EXPECT_GT(gpus[0].at("total_memory_bytes").get<int64_t>(), int64_t{1} << 30);
+  EXPECT_EQ(b.at("memory").at("alloc_retries"), 0);
 }
 
 // Offloaded checkpoints on CUDA (impls/offload_cuda.cpp): pinned buffers, a copy stream, events. The same

@@ -1,0 +1,161 @@
+// maxlen_cell.cpp: one max-sequence-length cell: the search of maxlen.h over child-process probes, started
+// near the estimate, bounded by host memory when checkpoints are offloaded, and resumable probe by probe.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "harness/run/run_detail.h"
+#include "harness/run/runner.h"
+#include "profiles/host_memory.h"
+
+namespace bpbench {
+
+using namespace run_detail;
+
+namespace {
+
+// A probe started this many times without finishing (the whole run killed while it ran, each time) is not
+// started again: a device call's time limit or the OOM killer would end it the same way forever.
+constexpr int64_t kMaxProbeStarts = 2;
+
+// What the offloaded checkpoints may take of the host when the scenario sets no host_budget_bytes: the memory
+// available as the search starts, less a tenth and 4 GiB for what the probe's process holds beside its
+// checkpoints (LibTorch, the CUDA context, pinned staging buffers). Pinned memory cannot be swapped: a probe
+// past it would stall the machine or meet the OOM killer rather than fail cleanly.
+int64_t default_host_budget() {
+  const int64_t available = profiles::host_available_bytes().value_or(0);
+  return std::max<int64_t>(0, available - available / 10 - (int64_t{4} << 30));
+}
+
+// The cell at length T as a probe: null partitions follow T, one measured step, memory only.
+CellJob probe_job(const CellJob& job, int64_t T, const MeasureSpec::MaxSeqLen& spec) {
+  CellJob p = job;
+  p.cell.seq_len = T;
+  if (job.cell.partition == 0) p.cell.partition = T;
+  if (job.cell.logits_partition == 0) p.cell.logits_partition = T;
+  p.settings.measure.max_seq_len.reset();
+  p.settings.measure.memory = true;
+  p.settings.measure.time.enabled = false;
+  p.settings.measure.grad_error_reference.clear();
+  p.settings.measure.timeline = false;
+  p.settings.measure.budget_bytes = spec.budget_bytes;  // none on a GPU: its own memory is the limit
+  p.timeline_dir.clear();
+  return p;
+}
+
+std::string killed_reason(int64_t starts) {
+  return fmt::format(
+      "started {} times and never finished: killed from outside (a time limit on the run, or "
+      "the system's OOM killer); not started again",
+      starts);
+}
+
+}  // namespace
+
+CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
+                                   const ProbeCallbacks& callbacks, const std::vector<Probe>& finished) {
+  const MeasureSpec::MaxSeqLen spec = job.settings.measure.max_seq_len.value();
+  CellResult r = result_for(job);
+  const auto t0 = Clock::now();
+  try {
+    if (!strategy_for(job, r)) {
+      r.wall_s = seconds_since(t0);
+      return r;
+    }
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.reason = one_line(e.what());
+    return r;
+  }
+
+  const int64_t threads = job.settings.threads > 0 ? job.settings.threads : default_threads();
+  auto estimate_at = [&](int64_t T) {
+    return estimate_cell(probe_job(job, T, spec).cell, threads, job.settings.device);
+  };
+  const bool offloads = job.cell.offload != "none";
+  const int64_t host_budget = offloads ? spec.host_budget_bytes.value_or(default_host_budget()) : 0;
+  // Estimated host bytes past the host budget: such a probe is not run (see default_host_budget).
+  auto over_host = [&](int64_t T) -> std::optional<int64_t> {
+    if (!offloads) return std::nullopt;
+    const auto e = estimate_at(T);
+    if (!e || e->host_bytes <= host_budget) return std::nullopt;
+    return e->host_bytes;
+  };
+
+  MaxLenSearch search;
+  search.budget_bytes = spec.budget_bytes.value_or(0);
+  search.granularity = spec.granularity;
+  search.upper = spec.upper;
+  // Start at the largest length the analytic estimate puts within the budgets (the device's and, offloaded,
+  // the host's), and grow or shrink by a quarter from there: the estimate is within a few percent for the
+  // strategies it knows. Without a device budget (a GPU's own memory) the search starts at one granularity.
+  if (spec.budget_bytes && estimate_at(spec.granularity)) {
+    auto fits = [&](int64_t T) {
+      const auto e = estimate_at(T);
+      return e && e->peak_bytes <= *spec.budget_bytes && !over_host(T);
+    };
+    int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (fits(mid * spec.granularity))
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    search.start = std::max<int64_t>(1, lo) * spec.granularity;
+    search.growth = 1.25;
+  }
+
+  std::vector<int64_t> killed;  // lengths whose probes were killed, for the cell's reason
+  auto probe = [&](int64_t T) {
+    int64_t starts = 0;
+    for (const Probe& done : finished) {
+      if (done.seq_len != T) continue;
+      if (done.status == "killed") killed.push_back(T);
+      if (done.status != "started") return done;
+      starts = done.attempts;
+    }
+    Probe p;
+    p.seq_len = T;
+    if (starts >= kMaxProbeStarts) {
+      p.status = "killed";
+      p.reason = killed_reason(starts);
+      killed.push_back(T);
+      return p;
+    }
+    if (const auto host = over_host(T)) {
+      p.status = "oom";
+      p.reason = fmt::format(
+          "not run: its offloaded checkpoints need about {} bytes of pinned host memory "
+          "(estimated), more than the host budget of {} bytes",
+          *host, host_budget);
+      return p;
+    }
+    if (callbacks.on_start) callbacks.on_start(Probe{T, "started", 0, "", starts + 1});
+    const CellResult pr = job.settings.world_size > 1 ? run_cell_distributed(probe_job(job, T, spec), exe)
+                                                      : run_cell_isolated(probe_job(job, T, spec), exe);
+    p.status = pr.status == "skipped" ? "error" : pr.status;
+    p.peak_bytes = pr.memory ? pr.memory->peak_bytes : 0;
+    p.reason = pr.reason;
+    if (killed_by_sigkill(pr)) {  // the OOM killer (host memory), or a kill from outside
+      p.status = "killed";
+      killed.push_back(T);
+    }
+    return p;
+  };
+  r.max_len = MaxLenRecord{search_max_seq_len(search, probe, callbacks.on_probe), search,
+                           offloads ? std::optional<int64_t>(host_budget) : std::nullopt};
+  if (!r.max_len->error.empty()) {
+    r.status = "error";
+    r.reason = r.max_len->error;
+  } else if (!killed.empty()) {
+    r.reason = fmt::format(
+        "the probe at T={} was killed from outside: the length is the longest that fit and "
+        "finished here, not a memory bound",
+        killed.front());
+  }
+  r.wall_s = seconds_since(t0);
+  return r;
+}
+
+}  // namespace bpbench

@@ -1,0 +1,180 @@
+// test_maxlen_cell.cpp: a max-length cell as the runner searches it, with real child probes of the tiny
+// model:
+//   - offloaded checkpoints: the first probe is bounded by the host budget too, and a probe whose estimated
+//     pinned checkpoints pass it is recorded as oom and not run;
+//   - a probe whose process dies of SIGKILL (the OOM killer) is "killed" and brackets the search;
+//   - before each probe's process starts the results file says so ("started", with its attempts), and a
+//     resumed run does not start a probe a third time after two starts that never finished.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "harness/run/runner.h"
+#include "harness/run/scenario.h"
+#include "tests/test_files.h"
+
+namespace bpbench {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+CellJob search_job(const std::string& measure, const std::string& grid_extra = "") {
+  const Scenario s = parse_scenario_text(
+      fmt::format(R"({{"threads": 1, "grid": {{"model": "tiny", "impl": "streambp", "partition": 32,
+          "logits_partition": 32{}}}, "measure": {{"memory": true, "max_seq_len": {}}}}})",
+                  grid_extra, measure),
+      "test");
+  CellJob job;
+  job.cell = s.expand().at(0);
+  job.settings = s.settings;
+  job.settings.threads = 1;
+  return job;
+}
+
+// A stand-in for the bpbench binary that runs every probe but dies of SIGKILL, as under the OOM killer, for
+// a probe longer than `longest` tokens (the probe's job file is its second argument).
+std::string dies_above(const testing::TempDir& tmp, int64_t longest) {
+  const std::string script = tmp.file("oom_killer.sh");
+  std::ofstream(script) << fmt::format(
+      "#!/bin/sh\n"
+      "T=$(grep -o '\"seq_len\":[0-9]*' \"$2\" | head -n 1 | cut -d: -f2)\n"
+      "[ \"$T\" -gt {} ] && kill -KILL $$\n"
+      "exec '{}' \"$@\"\n",
+      longest, BPBENCH_BINARY);
+  EXPECT_EQ(chmod(script.c_str(), 0755), 0);
+  return script;
+}
+
+TEST(MaxLenCell, OffloadedProbesAreBoundedByTheHostBudget) {
+  CellJob job = search_job(R"({"budget_bytes": 1000000000, "granularity": 64, "upper": 4096,
+                               "host_budget_bytes": 1})",
+                           R"(, "offload": "checkpoints")");
+  // The host budget: exactly what the estimate puts in host memory at 512 tokens.
+  Cell at512 = job.cell;
+  at512.seq_len = 512;
+  at512.partition = at512.logits_partition = 32;
+  const auto e = estimate_cell(at512, 1, "cpu");
+  ASSERT_TRUE(e && e->host_bytes > 0);
+  job.settings.measure.max_seq_len->host_budget_bytes = e->host_bytes;  // (the scenario's 1 replaced)
+
+  std::vector<Probe> started;
+  const CellResult r =
+      search_cell_max_seq_len(job, BPBENCH_BINARY, {[&](const Probe& p) { started.push_back(p); }, {}});
+  ASSERT_EQ(r.status, "ok") << r.reason;
+  ASSERT_TRUE(r.max_len);
+  EXPECT_EQ(r.max_len->max_seq_len, 512);  // the device budget alone would allow all 4096
+  EXPECT_EQ(r.max_len->host_budget_bytes, e->host_bytes);
+  ASSERT_FALSE(r.max_len->probes.empty());
+  EXPECT_LE(r.max_len->probes.front().seq_len, 512);  // the first probe is within the host budget
+  bool refused_one = false;
+  for (const Probe& p : r.max_len->probes) {
+    if (p.seq_len <= 512) {
+      EXPECT_EQ(p.status, "ok") << p.seq_len << ": " << p.reason;
+    } else {
+      EXPECT_EQ(p.status, "oom") << p.seq_len;
+      EXPECT_NE(p.reason.find("not run"), std::string::npos) << p.reason;
+      EXPECT_EQ(p.peak_bytes, 0);
+      refused_one = true;
+    }
+  }
+  EXPECT_TRUE(refused_one) << "the search never reached past the host budget";
+  // Only the probes that ran were started.
+  for (const Probe& s : started) EXPECT_LE(s.seq_len, 512);
+  EXPECT_EQ(static_cast<size_t>(std::count_if(r.max_len->probes.begin(), r.max_len->probes.end(),
+                                              [](const Probe& p) { return p.status == "ok"; })),
+            started.size());
+}
+
+TEST(MaxLenCell, AProbeKilledBySigkillBracketsTheSearch) {
+  testing::TempDir tmp;
+  const CellJob job = search_job(R"({"budget_bytes": 1000000000, "granularity": 64, "upper": 1024})");
+  const CellResult r = search_cell_max_seq_len(job, dies_above(tmp, 256));
+  ASSERT_EQ(r.status, "ok") << r.reason;
+  EXPECT_EQ(r.max_len->max_seq_len, 256);
+  EXPECT_FALSE(r.max_len->hit_upper);
+  bool saw_killed = false;
+  for (const Probe& p : r.max_len->probes) {
+    EXPECT_EQ(p.status, p.seq_len > 256 ? "killed" : "ok") << p.seq_len << ": " << p.reason;
+    saw_killed |= p.status == "killed";
+  }
+  EXPECT_TRUE(saw_killed);
+  EXPECT_NE(r.reason.find("killed from outside"), std::string::npos) << r.reason;
+}
+
+TEST(MaxLenCell, ResumeCountsStartsAndStopsAfterTwo) {
+  CellJob job = search_job(R"({"budget_bytes": 1000000000, "granularity": 64, "upper": 1024})");
+  const CellResult whole = search_cell_max_seq_len(job, BPBENCH_BINARY);
+  ASSERT_EQ(whole.status, "ok") << whole.reason;
+  ASSERT_GE(whole.max_len->probes.size(), 1u);
+  const int64_t first = whole.max_len->probes.front().seq_len;
+
+  // The first probe was started twice and never finished: it is killed, not run, and brackets the search.
+  std::vector<Probe> started;
+  const CellResult twice =
+      search_cell_max_seq_len(job, BPBENCH_BINARY, {[&](const Probe& p) { started.push_back(p); }, {}},
+                              {Probe{first, "started", 0, "", 2}});
+  ASSERT_EQ(twice.status, "ok") << twice.reason;
+  EXPECT_EQ(twice.max_len->probes.front().seq_len, first);
+  EXPECT_EQ(twice.max_len->probes.front().status, "killed");
+  EXPECT_NE(twice.max_len->probes.front().reason.find("started 2 times"), std::string::npos);
+  EXPECT_LT(twice.max_len->max_seq_len, first);
+  for (const Probe& s : started) EXPECT_NE(s.seq_len, first);
+
+  // Started once: it runs again, as its second attempt.
+  started.clear();
+  const CellResult once =
+      search_cell_max_seq_len(job, BPBENCH_BINARY, {[&](const Probe& p) { started.push_back(p); }, {}},
+                              {Probe{first, "started", 0, "", 1}});
+  EXPECT_EQ(once.max_len->max_seq_len, whole.max_len->max_seq_len);
+  ASSERT_FALSE(started.empty());
+  EXPECT_EQ(started.front().seq_len, first);
+  EXPECT_EQ(started.front().attempts, 2);
+  EXPECT_EQ(once.max_len->probes.front().status, whole.max_len->probes.front().status);
+}
+
+// Through the runner and the file: a stand-in binary copies results.json as each probe starts, and the copy
+// shows that probe "started", attempt 1; the finished file keeps no "started" record.
+TEST(MaxLenCell, TheResultsFileSaysWhichProbeIsRunning) {
+  testing::TempDir tmp;
+  const std::string out = tmp.sub("out");
+  const std::string script = tmp.file("snapshot.sh");
+  std::ofstream(script) << fmt::format(
+      "#!/bin/sh\n"
+      "T=$(grep -o '\"seq_len\":[0-9]*' \"$2\" | head -n 1 | cut -d: -f2)\n"
+      "cp '{0}/results.json' '{0}/seen-'$T.json\n"
+      "exec '{1}' \"$@\"\n",
+      out, BPBENCH_BINARY);
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  RunOptions opt;
+  opt.out_dir = out;
+  opt.self_exe = script;
+  opt.argv = {"test"};
+  const Scenario s = parse_scenario_text(
+      R"({"threads": 1, "grid": {"model": "tiny", "impl": "streambp", "partition": 32, "logits_partition": 32},
+          "measure": {"memory": true, "max_seq_len": {"budget_bytes": 1000000000, "granularity": 64,
+                                                      "upper": 256}}})",
+      "test");
+  const RunSummary summary = run_scenario(s, opt);
+  ASSERT_EQ(summary.cells.size(), 1u);
+  ASSERT_TRUE(summary.cells[0].max_len);
+  size_t seen = 0;
+  for (const Probe& p : summary.cells[0].max_len->probes) {
+    const json doc = json::parse(testing::file_text(fs::path(out) / fmt::format("seen-{}.json", p.seq_len)));
+    const json& probes = doc.at("in_progress").at("probes");
+    ASSERT_FALSE(probes.empty());
+    EXPECT_EQ(probes.back().at("seq_len"), p.seq_len);
+    EXPECT_EQ(probes.back().at("status"), "started");
+    EXPECT_EQ(probes.back().at("attempts"), 1);
+    ++seen;
+  }
+  EXPECT_GE(seen, 1u);
+  const std::string final_text = testing::file_text(fs::path(out) / "results.json");
+  EXPECT_EQ(final_text.find("\"started\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bpbench
