@@ -5,19 +5,28 @@ preset itself: `bpbench hf-config MODEL` writes the config.json transformers bui
 results cells, so that `bpbench report RUN PEER...` and `bpbench compare` put it in one table. Each peer module
 (hf_checkpoint.py, streambp_official.py, liger_flce.py, cce.py) says how to build its model and run one step;
 this module measures that step as bpbench measures a cell:
+  - on CUDA the model is built on the device itself (causal_lm: from_config under `with torch.device(device)`),
+    never on the host and then copied;
   - gradients exist before the measured step (as bpbench pre-allocates them), so base_bytes holds parameters
     and gradients; peak_bytes is torch.cuda.max_memory_allocated over the step (reset before it);
     reserved_peak_bytes is max_memory_reserved;
   - the memory step follows the warm-up with the cache emptied first (the budget is checked only when the
     allocator reserves memory, so blocks cached by the warm-up would escape it), and on CUDA it is not timed;
   - time: CUDA-synchronised wall clock of forward + backward, `warmup` steps then the median of `repeat`;
-  - an out-of-memory step is a cell with status "oom"; the cache is emptied and the next length runs;
+  - an out-of-memory step (in the build, the warm-up or the measured step) is a cell with status "oom" and
+    the peak since the start of its own length (the peak is reset before the model is built, so it is never
+    the previous length's); the model is freed, the cache emptied, and the next length runs;
+  - any other exception is a cell with status "error" and "<type>: <message>" as its reason (one line), freed
+    likewise, and the next length runs; the script writes every length, then exits 1 naming the lengths that
+    failed (oom and skipped are results: exit 0);
   - a peer that cannot run here (Triton kernels without a GPU) writes each length as status "skipped" with the
     reason, never a made-up number.
 With --resume, the lengths already in --out with status ok or oom (same model, dtype, impl, device and
-versions) are kept and not run again; a file of another model, device or version is refused.
+versions) are kept and not run again (an "error" length runs again); a file of another model, device or
+version is refused.
 On the CPU, PyTorch keeps no allocator statistics: memory is null there (the loss and time are still
-recorded), and not pretended.
+recorded), and not pretended. The allocator's statistics are read through one object, a meter (CudaMeter on
+CUDA, none on the CPU); METER_FACTORY makes it, so that tests/peers/ can measure a fake peer on a fake meter.
 
 A peer module (or an object with the same attributes: fused_loss.FusedLossPeer) defines:
   impl(args) -> str             the cells' impl (a name bpbench reads but never runs: impls/strategy.h)
@@ -111,16 +120,46 @@ def auto_config(config_json):
 
 
 def causal_lm(config, dtype, device):
-    """transformers' model of `config` with SDPA attention (`dtype=` in 5.x, `torch_dtype=` in 4.x)."""
+    """transformers' model of `config` with SDPA attention (`dtype=` in 5.x, `torch_dtype=` in 4.x), built on
+    `device` itself: built on the host and then copied, an 8B model would take its host RAM and the copy's time."""
     import transformers
     from transformers import AutoModelForCausalLM
     key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **{key: dtype}).to(device)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **{key: dtype})
 
 
-def synchronize(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+class CudaMeter:
+    """The CUDA caching allocator's statistics for one device: everything measure_length reads of memory."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def reset(self):
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def allocated(self):
+        return torch.cuda.memory_allocated(self.device)
+
+    def peak(self):
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def reserved_peak(self):
+        return torch.cuda.max_memory_reserved(self.device)
+
+    def empty_cache(self):
+        torch.cuda.empty_cache()
+
+    def synchronize(self):
+        torch.cuda.synchronize(self.device)
+
+
+def memory_meter(device):
+    """The meter of `device`, or None on the CPU (PyTorch keeps no allocator statistics there)."""
+    return CudaMeter(device) if device.type == "cuda" else None
+
+
+METER_FACTORY = memory_meter  # device -> meter or None; tests/peers/ put a fake meter here
 
 
 def base_axes(args, T, impl):
@@ -135,17 +174,26 @@ def empty_cell(args, T, impl):
             "memory": None, "time": None, "grad_error": None}
 
 
-def cuda_memory(device, base):
-    peak = torch.cuda.max_memory_allocated(device)
+def memory_of(meter, base):
+    peak = meter.peak()
     return {"base_bytes": base, "peak_bytes": peak, "peak_above_base_bytes": peak - base, "peak_by_category": {},
-            "estimate_bytes": None, "reserved_peak_bytes": torch.cuda.max_memory_reserved(device)}
+            "estimate_bytes": None, "reserved_peak_bytes": meter.reserved_peak()}
 
 
-def measure_length(peer, args, config, T, device, dtype):
+def one_line(text, limit=300):
+    return " ".join(str(text).split())[:limit]
+
+
+def measure_length(peer, args, config, T, device, dtype, meter=None):
+    """One length's cell. `meter` reads memory (memory_meter(device)); None: memory stays null, as on the CPU."""
     cell = empty_cell(args, T, peer.impl(args))
     started = time.perf_counter()
     model = step = None
     try:
+        # This length's peak from here, before its model is built: an oom in the build or the warm-up then
+        # reports this length's memory, never the previous length's higher peak.
+        if meter is not None:
+            meter.reset()
         torch.manual_seed(args.seed)
         model, step, axes = peer.build(config, args, device, dtype)
         cell["axes"].update(axes)
@@ -156,36 +204,39 @@ def measure_length(peer, args, config, T, device, dtype):
         generator = torch.Generator().manual_seed(args.seed)
         tokens = torch.randint(0, config.vocab_size, (1, T), generator=generator).to(device)
         times, loss = [], None
-        cuda = device.type == "cuda"
-        for run in range(args.warmup + args.repeat + (1 if cuda else 0)):
+        sync = meter.synchronize if meter is not None else (lambda: None)
+        for run in range(args.warmup + args.repeat + (1 if meter is not None else 0)):
             for p in model.parameters():
                 p.grad.zero_()
-            measured_memory = run == args.warmup and cuda
+            measured_memory = run == args.warmup and meter is not None
             if measured_memory:  # as bpbench: from an empty cache, so the budget sees every byte; not timed
-                synchronize(device)
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
-                base = torch.cuda.memory_allocated(device)
-            synchronize(device)
+                sync()
+                meter.empty_cache()
+                meter.reset()
+                base = meter.allocated()
+            sync()
             t0 = time.perf_counter()
             loss = step(tokens)
-            synchronize(device)
+            sync()
             if run >= args.warmup and not measured_memory:
                 times.append(time.perf_counter() - t0)
             if measured_memory:
-                cell["memory"] = cuda_memory(device, base)
+                cell["memory"] = memory_of(meter, base)
         cell["loss"] = loss.float().item()
         cell["time"] = {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
                         "count": len(times), "warmup": args.warmup, "runs_s": times}
     except torch.OutOfMemoryError as e:
-        cell["status"], cell["reason"] = "oom", " ".join(str(e).split())[:300]
-        if device.type == "cuda":
-            cell["memory"] = cuda_memory(device, 0)
+        cell["status"], cell["reason"] = "oom", one_line(e)
+        if meter is not None:
+            cell["memory"] = memory_of(meter, 0)
             cell["memory"]["peak_above_base_bytes"] = cell["memory"]["peak_bytes"]
+    except Exception as e:  # any failure is this length's, not the run's (Ctrl-C and sys.exit still stop it)
+        cell["status"], cell["reason"] = "error", one_line(f"{type(e).__name__}: {e}")
+        cell["loss"] = cell["memory"] = cell["time"] = None  # a failed length carries no numbers
     finally:
         del model, step
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        if meter is not None:
+            meter.empty_cache()
     cell["wall_s"] = time.perf_counter() - started
     return cell
 
@@ -237,9 +288,13 @@ def resumable_cells(args, doc_meta, impl, tool):
         if was.get(key) != doc_meta[key]:
             sys.exit(f"{tool}: cannot resume from {args.out}: its {key} is {was.get(key)!r}, this run's "
                      f"{doc_meta[key]!r} (valid: the same model and versions, or another --out)")
-    if was.get("device", {}).get("name") != doc_meta["device"].get("name"):
-        sys.exit(f"{tool}: cannot resume from {args.out}: measured on {was.get('device', {}).get('name')!r},"
-                 f" this is {doc_meta['device'].get('name')!r} (valid: the same device, or another --out)")
+    # The same GPU model and memory size (a PCIe and an SXM card of one name differ in memory), as bpbench's
+    # own --resume: no table mixes two GPUs.
+    for key in ("name", "total_memory_bytes"):
+        if was.get("device", {}).get(key) != doc_meta["device"].get(key):
+            sys.exit(f"{tool}: cannot resume from {args.out}: measured on a device whose {key} is "
+                     f"{was.get('device', {}).get(key)!r}, this one's is {doc_meta['device'].get(key)!r} (valid: "
+                     "the same device, or another --out)")
     kept = {}
     for cell in old.get("cells", []):
         axes = cell.get("axes", {})
@@ -273,6 +328,8 @@ def run(peer, tool, description, argv):
     kept = resumable_cells(args, doc["meta"], impl, tool)
     why_not = peer.unavailable(args)
     config = None if why_not else peer.config(config_json)
+    meter = None if why_not else METER_FACTORY(device)
+    failed = []
     for T in args.seq_len:
         if T in kept:
             doc["cells"].append(kept[T])
@@ -283,14 +340,21 @@ def run(peer, tool, description, argv):
             cell = empty_cell(args, T, impl)
             cell["status"], cell["reason"] = "skipped", why_not
         else:
-            cell = measure_length(peer, args, config, T, device, dtype)
+            cell = measure_length(peer, args, config, T, device, dtype, meter)
+        if cell["status"] == "error":
+            failed.append(T)
         doc["cells"].append(cell)
         write_atomically(args.out, doc)  # nothing measured is lost if a later length kills the process
         peak = cell["memory"]["peak_bytes"] / 2**30 if cell["memory"] else None
-        print(f"{impl} {args.model} T={T}: {cell['status']}" + (f" ({cell['reason']})" if why_not else "")
+        told = cell["status"] in ("skipped", "error")
+        print(f"{impl} {args.model} T={T}: {cell['status']}" + (f" ({cell['reason']})" if told else "")
               + (f", peak {peak:.2f} GiB" if peak is not None else "")
               + (f", step {cell['time']['median_s']:.3f} s" if cell["time"] else ""), file=sys.stderr)
     doc["complete"] = True
     doc["meta"]["end_time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     write_atomically(args.out, doc)
+    if failed:  # every length was tried and written; the caller (scripts/paper_gpu.sh) learns which failed
+        print(f"{tool}: {len(failed)} of {len(args.seq_len)} lengths failed with status \"error\" (T="
+              + ", ".join(str(T) for T in failed) + f"; see {args.out})", file=sys.stderr)
+        return 1
     return 0

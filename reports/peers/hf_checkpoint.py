@@ -7,7 +7,9 @@ Usage:
                                  [--bpbench build/bpbench] [--seed 0] [--budget-bytes N] [--resume]
 
 SFT on one sequence of random tokens (labels = inputs, transformers' own shifted loss), random weights, the bpbench
-preset's network. Measured as common.py says. (reports/hf_side_by_side.py is this script under its older name.)
+preset's network, built directly on --device (common.causal_lm). Measured as common.py says: each length is a cell
+(ok, oom, or "error" with the exception as its reason), every length runs, and the exit status is 1 when some
+length failed with "error" (stderr names them). (reports/hf_side_by_side.py is this script under its older name.)
 """
 
 import os
@@ -44,7 +46,8 @@ def config(config_json):
 
 
 def checkpointed_model(config, args, device, dtype):
-    """transformers' model with non-reentrant gradient checkpointing (unless --no-checkpointing)."""
+    """transformers' model, built on `device`, with non-reentrant gradient checkpointing (unless
+    --no-checkpointing)."""
     model = common.causal_lm(config, dtype, device)
     model.train()
     if not getattr(args, "no_checkpointing", False):
