@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds bpbench (Release with debug info) into build/, after installing what is missing.
+# Configures and builds bpbench (Release with debug info) into build/, after installing what is missing
+# (scripts/setup.sh), then installs the peers of reports/peers/ (scripts/setup_peers.sh; a warning if it fails).
 # Usage: scripts/build.sh [extra cmake -D options...]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,3 +11,8 @@ if [ ! -f "$root/build/build.ninja" ]; then
   cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 fi
 cmake --build "$root/build" -j "$(nproc)"
+# The peers of reports/peers/ (pinned wheels into .peers/) come after the build and never fail it: without them
+# (no network for their wheels, no .deps/wheels carried) only the peer reports and their test cannot run, and
+# they say so.
+bash "$root/scripts/setup_peers.sh" || echo "build: warning: the peers were not installed (scripts/setup_peers.sh" \
+  "failed, above: no network for their wheels?); reports/peers/ scripts that need them will say so" >&2

@@ -7,11 +7,11 @@
 #      .venv (with transformers, the model oracle). The first time this downloads about 3 GB and takes about
 #      5 GB of disk (torch's CUDA 13 libraries). Where .venv does not exist and python3 already imports a
 #      torch 2.x (the GPU machines: their own torch, and no network), that one is used and nothing is installed.
-#   3. The peers of reports/peers/ (the official StreamBP, Liger, cut-cross-entropy): scripts/setup_peers.sh,
-#      pinned and hashed, into .peers/ (about 15 MB download).
-#   4. Real text for the training scenarios: scripts/text_data.py tokenises the Python 3.11 documentation
+#   3. Real text for the training scenarios: scripts/text_data.py tokenises the Python 3.11 documentation
 #      (Debian's python3.11-doc, 12.6 MB download, no root) into .data/, once. Where it cannot (a GPU machine
 #      has no network) a warning: carry .data/ there.
+# The peers of reports/peers/ (scripts/setup_peers.sh) are not installed here but by scripts/build.sh after the
+# build: a peer that cannot be installed (no network for its wheels) must not stop the build.
 # CMake then finds LibTorch through that Python (scripts/cmake/dependencies.cmake). The CUDA 13 toolkit
 # (nvcc, CUPTI, NVTX3) is expected at /usr/local/cuda (or CUDAToolkit_ROOT), of the wheel's CUDA major version.
 set -euo pipefail
@@ -52,7 +52,7 @@ for line in open(sys.argv[1]):
 PY
 }
 
-# The main environment, then the peers beside it (scripts/setup_peers.sh: their own pins, in .peers/).
+# The main environment.
 venv="$root/.venv"
 install_venv() {
   if [ -x "$venv/bin/python" ]; then
@@ -67,9 +67,11 @@ install_venv() {
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/scripts/requirements.txt"
 }
 install_venv
-bash "$root/scripts/setup_peers.sh"
 
 # The token files the shipped scenarios name (scenarios/cpu_train_text.json, h100_train_stability.json).
+# Earlier versions of text_data.py downloaded and unpacked its package into .data/deb/ (83 MB), which the
+# skip below would leave there; .data/ is carried whole to GPU machines (a 64 MiB carry), so it goes.
+rm -rf "$root/.data/deb"
 text_python="$venv/bin/python"
 [ -x "$text_python" ] || text_python=python3
 for shape in "2048 128" "8192 1024"; do

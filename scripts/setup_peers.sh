@@ -6,6 +6,9 @@
 # stamp in the target holds the file's sha256). Wheels come from .deps/wheels when it holds them (a GPU machine
 # without network: scripts/gpu_fetch_debs.sh downloads them there and the device tool carries .deps), else from
 # PyPI. The Python is the project's .venv, else python3 (PYTHON= overrides): the one the peers run under.
+# scripts/build.sh runs it after the build, and a failure here is only a warning there: only the reports/peers/
+# scripts and tests/test_streambp_official.cpp need the peers, and they say so when they are missing (the test
+# skips, or fails under CI=true).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-}"

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """text_data.py: real English text as a bpbench token-data file, made offline from a Debian package.
 
-usage: text_data.py [--seq-len T] [--vocab V] [--out DIR] [--sources DIR]
+usage: text_data.py [--seq-len T] [--vocab V] [--out DIR] [--sources DIR] [--cache DIR]
 
 The corpus is the Python 3.11 documentation's reStructuredText sources (every `_sources/**/*.rst.txt`: the
 tutorial, the library and language references, the HOWTOs, the FAQ, What's New; about 12 MB) from Debian 12's
 `python3.11-doc` package, under the Python Software Foundation License Version 2 (the package's
 /usr/share/doc/python3.11-doc/copyright). Where the package is installed its files are read in place;
-otherwise `apt-get download` fetches the .deb (12.6 MB, no root needed) into DIR and `dpkg-deb -x` unpacks it
-there. Nothing is downloaded when bpbench runs: a scenario names the file this script wrote.
+otherwise `apt-get download` fetches the .deb (12.6 MB, no root needed) into the cache (--cache, default
+.cache/text_data at the repository root, git-ignored, reused by later runs) and `dpkg-deb -x` unpacks it there
+(83 MB in all). The cache is kept out of the output folder because that folder is what travels to a GPU
+machine, whose files come only through the device tool's 64 MiB carry. Nothing is downloaded when bpbench
+runs: a scenario names the file this script wrote.
 
 The tokenizer is a byte-level BPE (GPT-2's scheme) of V tokens (default 8192; id 0 is <|endoftext|>) trained
 here on the same corpus with Hugging Face `tokenizers` (pinned in scripts/requirements.txt): no pretrained
@@ -17,12 +20,15 @@ tokenised, joined by <|endoftext|> and cut into sequences of exactly T tokens (t
 pretraining packs text. bpbench's training run splits them into training and held-out sequences by the
 scenario's seed (harness/run/train_data.h).
 
-Writes, in DIR (default .data, git-ignored):
+Writes, in DIR (--out, default .data, git-ignored):
   python_docs_V{V}_T{T}.json           the token-data file (a JSON list of lists of ids; harness/objectives/data_file.h)
   python_docs_V{V}_T{T}.manifest.json  what it was made from: package and version, licence, files, characters,
                                   tokens, sequences, tokenizers' version, the data file's SHA-256
   python_docs_tokenizer_V{V}.json     the tokenizer (decode ids back to text with tokenizers.Tokenizer.from_file)
-and prints the data file's path. The same package version, V and T give the same bytes (BPE training is
+prints the data file's path on stdout, and on stderr the size of DIR. Those files are all that DIR holds: carry
+.data/ whole to a GPU machine (the two shapes scripts/setup.sh makes: 25.1 MiB, of which V2048_T128's three files
+are 13.5 MiB and V8192_T1024's 11.7 MiB). Versions before this one left the download in DIR/deb/; it is removed
+(its .deb moved to the cache). The same package version, V and T give the same bytes (BPE training is
 deterministic; a test checks it on a small corpus).
 
 Exit status: 0 done; 2 bad arguments, or no corpus (the package neither installed nor downloadable).
@@ -32,6 +38,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -39,6 +46,8 @@ PACKAGE = "python3.11-doc"
 INSTALLED_SOURCES = "/usr/share/doc/python3.11/html/_sources"
 LICENCE = "Python Software Foundation License Version 2 (/usr/share/doc/python3.11-doc/copyright)"
 EOS = "<|endoftext|>"
+DEFAULT_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "text_data")
+CARRY_LIMIT = 64 << 20  # the device tool's carry, .data/ and .deps/ together
 
 
 def fail(message):
@@ -56,28 +65,56 @@ def installed_version():
     return words[-1] if out.returncode == 0 and "installed" in words[:3] else None
 
 
-def corpus_sources(out_dir):
+def corpus_sources(cache_dir):
     """(directory of .rst.txt sources, package version): the installed package's, else a downloaded .deb's."""
     version = installed_version()
     if version and os.path.isdir(INSTALLED_SOURCES):
         return INSTALLED_SOURCES, version
-    deb_dir = os.path.join(out_dir, "deb")
-    os.makedirs(deb_dir, exist_ok=True)
-    debs = sorted(glob.glob(os.path.join(deb_dir, f"{PACKAGE}_*.deb")))
+    os.makedirs(cache_dir, exist_ok=True)
+    debs = sorted(glob.glob(os.path.join(cache_dir, f"{PACKAGE}_*.deb")))
     if not debs:
-        got = subprocess.run(["apt-get", "download", PACKAGE], cwd=deb_dir, capture_output=True, text=True)
-        debs = sorted(glob.glob(os.path.join(deb_dir, f"{PACKAGE}_*.deb")))
+        got = subprocess.run(["apt-get", "download", PACKAGE], cwd=cache_dir, capture_output=True, text=True)
+        debs = sorted(glob.glob(os.path.join(cache_dir, f"{PACKAGE}_*.deb")))
         if got.returncode != 0 or not debs:
             fail(f"cannot get Debian's {PACKAGE} (apt-get download: {got.stderr.strip() or 'no .deb'}); "
                  f"install it (apt-get install {PACKAGE}) or pass --sources DIR")
     deb = debs[-1]
     version = subprocess.run(["dpkg-deb", "-f", deb, "Version"], capture_output=True, text=True,
                              check=True).stdout.strip()
-    root = os.path.join(deb_dir, "unpacked")
-    sources = os.path.join(root, INSTALLED_SOURCES.lstrip("/"))
-    if not os.path.isdir(sources):
-        subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
-    return sources, version
+    # One tree per version, unpacked beside and renamed into place: an interrupted unpack is never read as whole.
+    root = os.path.join(cache_dir, "unpacked", version)
+    if not os.path.isdir(root):
+        partial = root + ".partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        os.makedirs(os.path.dirname(partial), exist_ok=True)  # dpkg-deb -x makes the last directory only
+        subprocess.run(["dpkg-deb", "-x", deb, partial], check=True)
+        os.rename(partial, root)
+    return os.path.join(root, INSTALLED_SOURCES.lstrip("/")), version
+
+
+def remove_old_download(out_dir, cache_dir):
+    """Earlier versions downloaded into OUT/deb/ and unpacked there (83 MB in the folder that is carried to GPU
+    machines): move its .deb to the cache, where this version looks for it, and remove the rest."""
+    old = os.path.join(out_dir, "deb")
+    if not os.path.isdir(old):
+        return
+    entries = os.listdir(old)
+    debs = [e for e in entries if e.startswith(f"{PACKAGE}_") and e.endswith(".deb")]
+    if len(debs) + ("unpacked" in entries) != len(entries):
+        print(f"text_data.py: warning: {old} holds files that are not {PACKAGE}'s download; left as it is "
+              f"(remove it: the output folder is carried to GPU machines)", file=sys.stderr)
+        return
+    os.makedirs(cache_dir, exist_ok=True)
+    for e in debs:
+        if not os.path.exists(os.path.join(cache_dir, e)):
+            shutil.move(os.path.join(old, e), os.path.join(cache_dir, e))
+    shutil.rmtree(old)
+    print(f"text_data.py: removed {old} (an earlier version's download; its .deb is now in {cache_dir})",
+          file=sys.stderr)
+
+
+def folder_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def read_documents(sources):
@@ -108,23 +145,31 @@ def main():
     ap.add_argument("--vocab", type=int, default=8192, help="BPE vocabulary size (default 8192)")
     ap.add_argument("--out", default=".data", help="output directory (default .data)")
     ap.add_argument("--sources", help="a directory of .rst.txt files to use instead of the package's")
+    ap.add_argument("--cache", default=DEFAULT_CACHE,
+                    help="where the package's .deb is downloaded and unpacked (default .cache/text_data at the "
+                         "repository root); outside --out")
     a = ap.parse_args()
     if a.seq_len < 1:
         fail(f"--seq-len must be >= 1, got {a.seq_len}")
     if not 257 <= a.vocab <= 1 << 20:
         fail(f"--vocab must be in [257, 1048576] (256 bytes and <|endoftext|> at least), got {a.vocab}")
+    out_real, cache_real = os.path.realpath(a.out), os.path.realpath(a.cache)
+    if os.path.commonpath([out_real, cache_real]) == out_real:
+        fail(f"--cache '{a.cache}' is inside --out '{a.out}': the output folder is carried to GPU machines, "
+             f"the download must stay out of it")
     try:
         import tokenizers
     except ImportError:
         fail("Hugging Face tokenizers is not installed for this python (bash scripts/setup.sh, then "
              ".venv/bin/python scripts/text_data.py)")
     os.makedirs(a.out, exist_ok=True)
+    remove_old_download(a.out, a.cache)
     if a.sources:
         if not os.path.isdir(a.sources):
             fail(f"--sources: no such directory '{a.sources}'")
         sources, version = a.sources, "local"
     else:
-        sources, version = corpus_sources(a.out)
+        sources, version = corpus_sources(a.cache)
     names, docs = read_documents(sources)
 
     tok = train_tokenizer(docs, a.vocab)
@@ -155,7 +200,11 @@ def main():
     with open(os.path.join(a.out, f"python_docs_V{a.vocab}_T{T}.manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")
-    print(data_path)
+    # The path first (stdout is what callers read), then the size, so that a log of both keeps that order.
+    print(data_path, flush=True)
+    size = folder_bytes(a.out)
+    print(f"text_data.py: {a.out} holds {size / (1 << 20):.1f} MiB; carry it whole to a GPU machine"
+          + ("" if size < CARRY_LIMIT else " (warning: more than the device tool's 64 MiB carry)"), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
 // test_text_data.cpp: scripts/text_data.py, the real-text token file of the training scenarios, on a small
 // corpus of its own: the same corpus gives the same bytes (the BPE's training is deterministic), the file is
 // what bpbench's data reader takes (sequences of exactly T ids below V, documents joined by id 0), its
-// manifest states what it holds, and a training run reads it and records its SHA-256.
+// manifest states what it holds, a training run reads it and records its SHA-256, and the output folder
+// (carried whole to GPU machines) holds those files and no download.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
@@ -59,7 +64,10 @@ TEST(TextData, SameCorpusSameBytesAndABpbenchReadableFile) {
   ASSERT_EQ(text_data(python, args + fmt::format(" --out '{}'", tmp.file("b")), tmp.file("log")), 0)
       << file_text(tmp.file("log"));
   const std::string data = tmp.file("a/python_docs_V300_T16.json");
-  EXPECT_EQ(file_text(tmp.file("log")), tmp.file("b/python_docs_V300_T16.json") + "\n");
+  // The path first (stdout), then the folder's size (stderr).
+  EXPECT_THAT(file_text(tmp.file("log")),
+              ::testing::StartsWith(tmp.file("b/python_docs_V300_T16.json") + "\n"));
+  EXPECT_THAT(file_text(tmp.file("log")), ::testing::HasSubstr(" MiB; carry it whole to a GPU machine"));
   EXPECT_EQ(file_text(data), file_text(tmp.file("b/python_docs_V300_T16.json")));
 
   const json sequences = json::parse(file_text(data));
@@ -97,6 +105,42 @@ TEST(TextData, SameCorpusSameBytesAndABpbenchReadableFile) {
   ASSERT_EQ(cell.at("status"), "ok") << cell.dump();
   EXPECT_EQ(cell.at("data").at("sha256"), manifest.at("sha256"));
   EXPECT_EQ(cell.at("data").at("eval_sequences"), 1);
+}
+
+// The output folder travels to GPU machines in a 64 MiB carry. Earlier versions downloaded the package into
+// OUT/deb/ and unpacked it there (83 MB); the download now goes to --cache, and a run removes an old
+// OUT/deb/ (its .deb moves to the cache). Like the tests beside it, it reads --sources: the package's own
+// download needs the network.
+TEST(TextData, TheOutputFolderHoldsItsThreeFilesAndNoDownload) {
+  const std::string python = python_with_tokenizers();
+  if (python.empty()) GTEST_SKIP() << BPBENCH_PYTHON << " cannot import tokenizers (run scripts/setup.sh)";
+  TempDir tmp;
+  write_corpus(tmp);
+  const std::string out = tmp.sub("out"), deb = "python3.11-doc_3.11.2-6+deb12u9_all.deb";
+  std::ofstream(tmp.sub("out/deb") + "/" + deb) << "an earlier version's download";
+  std::ofstream(tmp.sub("out/deb/unpacked/usr/share/doc") + "/index.rst.txt") << "unpacked\n";
+  const std::string args =
+      fmt::format("--sources '{}' --vocab 300 --seq-len 16 --out '{}'", tmp.file("src"), out);
+  ASSERT_EQ(text_data(python, args + fmt::format(" --cache '{}'", tmp.file("cache")), tmp.file("log")), 0)
+      << file_text(tmp.file("log"));
+
+  std::vector<std::string> names;
+  std::uintmax_t bytes = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(out)) {
+    names.push_back(entry.path().lexically_relative(out).string());
+    if (entry.is_regular_file()) bytes += entry.file_size();
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_THAT(names, ::testing::ElementsAre("python_docs_V300_T16.json", "python_docs_V300_T16.manifest.json",
+                                            "python_docs_tokenizer_V300.json"))
+      << file_text(tmp.file("log"));
+  EXPECT_LT(bytes, std::uintmax_t{64} << 20);
+  EXPECT_EQ(file_text(tmp.file("cache/" + deb)), "an earlier version's download");
+
+  // A cache inside the output folder would be carried with it: refused.
+  EXPECT_EQ(WEXITSTATUS(text_data(python, args + fmt::format(" --cache '{}/cache'", out), tmp.file("log"))),
+            2);
+  EXPECT_THAT(file_text(tmp.file("log")), ::testing::HasSubstr("is inside --out"));
 }
 
 TEST(TextData, BadArgumentsAreOneLineErrors) {
