@@ -4,13 +4,15 @@
 //     pinned checkpoints pass it is recorded as oom and not run;
 //   - a probe whose process dies of SIGKILL (the OOM killer) is "killed" and brackets the search;
 //   - before each probe's process starts the results file says so ("started", with its attempts), and a
-//     resumed run does not start a probe a third time after two starts that never finished.
+//     resumed run does not start a probe a third time after two starts that never finished;
+//   - a resumed run finishes the search under way first, with the host budget of its first sitting.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
@@ -82,6 +84,7 @@ TEST(MaxLenCell, OffloadedProbesAreBoundedByTheHostBudget) {
     }
   }
   EXPECT_TRUE(refused_one) << "the search never reached past the host budget";
+  EXPECT_NE(r.reason.find("bounded by the host budget"), std::string::npos) << r.reason;
   // Only the probes that ran were started.
   for (const Probe& s : started) EXPECT_LE(s.seq_len, 512);
   EXPECT_EQ(static_cast<size_t>(std::count_if(r.max_len->probes.begin(), r.max_len->probes.end(),
@@ -174,6 +177,92 @@ TEST(MaxLenCell, TheResultsFileSaysWhichProbeIsRunning) {
   EXPECT_GE(seen, 1u);
   const std::string final_text = testing::file_text(fs::path(out) / "results.json");
   EXPECT_EQ(final_text.find("\"started\""), std::string::npos);
+}
+
+RunSummary run_search(const std::string& scenario_json, const std::string& out, ResumeMode mode,
+                      std::ostream* progress = nullptr) {
+  RunOptions opt;
+  opt.out_dir = out;
+  opt.self_exe = BPBENCH_BINARY;
+  opt.argv = {"test"};
+  opt.resume = mode;
+  opt.progress = progress;
+  return run_scenario(parse_scenario_text(scenario_json, "test"), opt);
+}
+
+json read_results(const std::string& dir) {
+  return json::parse(testing::file_text(fs::path(dir) / "results.json"));
+}
+
+void write_results(const std::string& dir, const json& doc) {
+  std::ofstream(fs::path(dir) / "results.json") << doc.dump();
+}
+
+// Without host_budget_bytes, an offloaded search's host budget is the machine's available memory as the run
+// first starts, kept in meta: a resumed sitting uses that figure, not what is available then.
+TEST(MaxLenCell, TheDefaultHostBudgetIsFixedAtTheFirstSitting) {
+  testing::TempDir tmp;
+  const std::string scenario =
+      R"({"threads": 1, "grid": {"model": "tiny", "impl": "streambp", "partition": 32,
+      "logits_partition": 32, "offload": "checkpoints"},
+      "measure": {"memory": true, "max_seq_len": {"budget_bytes": 1000000000, "granularity": 64, "upper": 256}}})";
+  const std::string out = tmp.sub("out");
+  run_search(scenario, out, ResumeMode::off);
+  json doc = read_results(out);
+  ASSERT_TRUE(doc.at("meta").at("host_budget_bytes").is_number_integer()) << doc.at("meta").dump();
+  EXPECT_EQ(doc.at("cells")[0].at("search").at("host_budget_bytes"), doc.at("meta").at("host_budget_bytes"));
+
+  // The file says the first sitting had room for 128 tokens' checkpoints only: the resumed search keeps that.
+  Cell at128 = search_job(R"({"budget_bytes": 1000000000})", R"(, "offload": "checkpoints")").cell;
+  at128.seq_len = 128;
+  const int64_t host128 = estimate_cell(at128, 1, "cpu")->host_bytes;
+  doc["meta"]["host_budget_bytes"] = host128;
+  doc["cells"] = json::array();
+  doc["complete"] = false;
+  write_results(out, doc);
+  const RunSummary resumed = run_search(scenario, out, ResumeMode::same);
+  ASSERT_EQ(resumed.cells.size(), 1u);
+  EXPECT_EQ(resumed.cells[0].max_len->host_budget_bytes, host128);
+  EXPECT_EQ(resumed.cells[0].max_len->max_seq_len, 128);
+}
+
+// A resumed run finishes the search that was under way before any earlier cell that runs again, so the
+// probes (and starts) it kept are not replaced in the file before they are used.
+TEST(MaxLenCell, AResumedRunFinishesTheSearchUnderWayFirst) {
+  testing::TempDir tmp;
+  const std::string scenario = R"({"threads": 1, "grid": {"model": "tiny", "impl": ["checkpoint", "streambp"],
+      "partition": 32, "logits_partition": 32},
+      "measure": {"memory": true, "max_seq_len": {"budget_bytes": 3000000, "granularity": 64, "upper": 4096}}})";
+  const std::string out = tmp.sub("out");
+  const RunSummary whole = run_search(scenario, out, ResumeMode::off);
+  ASSERT_EQ(whole.cells.size(), 2u);
+  json doc = read_results(out);
+  const json second = doc.at("cells")[1];
+  ASSERT_GE(second.at("probes").size(), 2u);
+  // Cell 0 failed; cell 1's search was under way with its first probe finished and its second started once.
+  doc["cells"][0]["status"] = "error";
+  doc["cells"][0]["reason"] = "a child died";
+  doc["in_progress"] = {{"index", 1},
+                        {"axes", second.at("axes")},
+                        {"probes", json::array({second.at("probes")[0],
+                                                {{"seq_len", second.at("probes")[1].at("seq_len")},
+                                                 {"status", "started"},
+                                                 {"peak_bytes", 0},
+                                                 {"reason", ""},
+                                                 {"attempts", 1}}})}};
+  doc["cells"] = json::array({doc["cells"][0]});
+  doc["complete"] = false;
+  write_results(out, doc);
+  std::ostringstream progress;
+  const RunSummary resumed = run_search(scenario, out, ResumeMode::same, &progress);
+  const std::string log = progress.str();
+  EXPECT_LT(log.find("[2/2]"), log.find("[1/2]")) << log;
+  EXPECT_NE(log.find("(kept)"), std::string::npos) << log;
+  ASSERT_EQ(resumed.cells.size(), 2u);  // in grid order
+  EXPECT_EQ(resumed.cells[0].cell.impl, "checkpoint");
+  EXPECT_EQ(resumed.cells[0].max_len->max_seq_len, whole.cells[0].max_len->max_seq_len);
+  EXPECT_EQ(resumed.cells[1].max_len->max_seq_len, whole.cells[1].max_len->max_seq_len);
+  EXPECT_TRUE(read_results(out).at("complete").get<bool>());
 }
 
 }  // namespace

@@ -12,20 +12,16 @@ namespace bpbench {
 
 using namespace run_detail;
 
+int64_t default_host_budget() {
+  const int64_t available = profiles::host_available_bytes().value_or(0);
+  return std::max<int64_t>(0, available - available / 10 - (int64_t{4} << 30));
+}
+
 namespace {
 
 // A probe started this many times without finishing (the whole run killed while it ran, each time) is not
 // started again: a device call's time limit or the OOM killer would end it the same way forever.
 constexpr int64_t kMaxProbeStarts = 2;
-
-// What the offloaded checkpoints may take of the host when the scenario sets no host_budget_bytes: the memory
-// available as the search starts, less a tenth and 4 GiB for what the probe's process holds beside its
-// checkpoints (LibTorch, the CUDA context, pinned staging buffers). Pinned memory cannot be swapped: a probe
-// past it would stall the machine or meet the OOM killer rather than fail cleanly.
-int64_t default_host_budget() {
-  const int64_t available = profiles::host_available_bytes().value_or(0);
-  return std::max<int64_t>(0, available - available / 10 - (int64_t{4} << 30));
-}
 
 // The cell at length T as a probe: null partitions follow T, one measured step, memory only.
 CellJob probe_job(const CellJob& job, int64_t T, const MeasureSpec::MaxSeqLen& spec) {
@@ -41,6 +37,28 @@ CellJob probe_job(const CellJob& job, int64_t T, const MeasureSpec::MaxSeqLen& s
   p.settings.measure.budget_bytes = spec.budget_bytes;  // none on a GPU: its own memory is the limit
   p.timeline_dir.clear();
   return p;
+}
+
+constexpr const char* kNotRunHost = "not run";
+
+// What bounded the answer when it was not the device's memory: the first failing probe above it.
+std::string bracket_reason(const MaxLenResult& m) {
+  const Probe* bracket = nullptr;
+  for (const Probe& p : m.probes)
+    if (p.seq_len > m.max_seq_len && probe_failed_to_fit(p) && (!bracket || p.seq_len < bracket->seq_len))
+      bracket = &p;
+  if (!bracket) return "";
+  if (bracket->status == "killed")
+    return fmt::format(
+        "bounded by a killed probe: T={} was killed from outside, so the length is the longest "
+        "that fit and finished here, not a memory bound",
+        bracket->seq_len);
+  if (bracket->reason.rfind(kNotRunHost, 0) == 0)
+    return fmt::format(
+        "bounded by the host budget: T={} would need more pinned host memory for its offloaded "
+        "checkpoints than the budget allows (estimated, not run)",
+        bracket->seq_len);
+  return "";
 }
 
 std::string killed_reason(int64_t starts) {
@@ -106,12 +124,10 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
     search.growth = 1.25;
   }
 
-  std::vector<int64_t> killed;  // lengths whose probes were killed, for the cell's reason
   auto probe = [&](int64_t T) {
     int64_t starts = 0;
     for (const Probe& done : finished) {
       if (done.seq_len != T) continue;
-      if (done.status == "killed") killed.push_back(T);
       if (done.status != "started") return done;
       starts = done.attempts;
     }
@@ -120,7 +136,6 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
     if (starts >= kMaxProbeStarts) {
       p.status = "killed";
       p.reason = killed_reason(starts);
-      killed.push_back(T);
       return p;
     }
     if (const auto host = over_host(T)) {
@@ -139,7 +154,6 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
     p.reason = pr.reason;
     if (killed_by_sigkill(pr)) {  // the OOM killer (host memory), or a kill from outside
       p.status = "killed";
-      killed.push_back(T);
     }
     return p;
   };
@@ -148,11 +162,8 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
   if (!r.max_len->error.empty()) {
     r.status = "error";
     r.reason = r.max_len->error;
-  } else if (!killed.empty()) {
-    r.reason = fmt::format(
-        "the probe at T={} was killed from outside: the length is the longest that fit and "
-        "finished here, not a memory bound",
-        killed.front());
+  } else {
+    r.reason = bracket_reason(*r.max_len);
   }
   r.wall_s = seconds_since(t0);
   return r;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "harness/objectives/data_file.h"
@@ -55,6 +56,18 @@ std::string search_probes_kept(const std::vector<Probe>& probes) {
                      started ? fmt::format(" ({} more started)", started) : "");
 }
 
+// A max-length search with offloaded checkpoints and no host_budget_bytes is bounded by this machine's
+// available memory (default_host_budget), read once at the run's first sitting and kept in meta, so that a
+// resumed search starts where it started before and takes the path it took.
+void fix_host_budget(const std::vector<Cell>& cells, json& meta, RunSettings& settings) {
+  auto& search = settings.measure.max_seq_len;
+  if (!search || search->host_budget_bytes) return;
+  if (std::none_of(cells.begin(), cells.end(), [](const Cell& c) { return c.offload != "none"; })) return;
+  if (!meta.contains("host_budget_bytes") || !meta.at("host_budget_bytes").is_number_integer())
+    meta["host_budget_bytes"] = default_host_budget();
+  search->host_budget_bytes = meta.at("host_budget_bytes").get<int64_t>();
+}
+
 }  // namespace
 
 void check_world_size(const std::string& device, int64_t world_size, int visible_gpus) {
@@ -88,7 +101,22 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   for (const auto& [index, cell] : kept)
     if (cell.contains("memory") && cell.at("memory").is_object())
       kept_timelines.insert(cell.at("memory").value("timeline_file", std::string()));
-  ResultsWriter writer(options.out_dir, resumed ? resumed->meta : std::move(meta), cells.size(), kept);
+  json run_meta = resumed ? resumed->meta : std::move(meta);
+  RunSettings settings = scenario.settings;
+  settings.threads = threads;
+  fix_host_budget(cells, run_meta, settings);
+  ResultsWriter writer(options.out_dir, run_meta, cells.size(), kept);
+  // The grid in order, but a search under way first: the file holds one search's probes in progress, so an
+  // earlier cell that runs again (an "error") must not replace them before they are used, nor the starts they
+  // count. Until it starts, the file keeps them as they were.
+  std::vector<size_t> order(cells.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (resumed && resumed->search_index) {
+    const size_t first = *resumed->search_index;
+    std::rotate(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(first),
+                order.begin() + static_cast<std::ptrdiff_t>(first) + 1);
+    writer.set_in_progress(first, cells[first], resumed->search_probes);
+  }
   if (resumed && options.progress)
     *options.progress << fmt::format(
         "resuming {}: {} of {} cells kept{}, {} to run\n", writer.path().string(), kept.size(), cells.size(),
@@ -105,20 +133,20 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   if (search) label_keys.erase(std::find(label_keys.begin(), label_keys.end(), "seq_len"));
   size_t ran = 0;
   const size_t to_run = cells.size() - kept.size();
-  for (size_t i = 0; i < cells.size(); ++i) {
+  std::map<size_t, CellResult> results;  // by grid index: the summary is in grid order whatever ran first
+  for (const size_t i : order) {
     if (auto it = kept.find(i); it != kept.end()) {
       CellResult r = CellResult::from_json(it->second);
       if (options.progress)
         *options.progress << fmt::format("[{}/{}] {} ... kept: {}\n", i + 1, cells.size(),
                                          cells[i].label(label_keys), outcome_summary(r))
                           << std::flush;
-      summary.cells.push_back(std::move(r));
+      results.emplace(i, std::move(r));
       continue;
     }
     CellJob job;
     job.cell = cells[i];
-    job.settings = scenario.settings;
-    job.settings.threads = threads;
+    job.settings = settings;
     job.timeline_dir = writer.path().parent_path().string();
     job.timeline_name = fmt::format("timelines/cell-{:03d}", i);
     if (kept_timelines.count(job.timeline_name + ".json"))
@@ -164,8 +192,9 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
                                        format_seconds(elapsed), format_seconds(eta))
                         << std::flush;
     }
-    summary.cells.push_back(std::move(r));
+    results.emplace(i, std::move(r));
   }
+  for (auto& [index, r] : results) summary.cells.push_back(std::move(r));
   writer.finish();
   if (options.table) {
     *options.table << render_table(summary.cells)

@@ -71,6 +71,12 @@ struct ProbeCallbacks {
   std::function<void(const Probe&)> on_start, on_probe;
 };
 
+// What offloaded checkpoints may take of the host when a search sets no host_budget_bytes: the memory
+// available now, less a tenth and 4 GiB for what the probe's process holds beside its checkpoints (LibTorch,
+// the CUDA context, pinned staging buffers). Pinned memory cannot be swapped: a probe past it would stall the
+// machine or meet the OOM killer rather than fail cleanly. run_scenario reads it once and keeps it in meta.
+int64_t default_host_budget();
+
 // The largest seq_len of the cell that fits measure.max_seq_len's budget, every probe a child process
 // (maxlen_cell.cpp). `finished`: probes an interrupted search already ran (run --resume); the search takes
 // their outcome instead of running them again, and so follows the path it took before. A "started" record
