@@ -37,18 +37,23 @@ CellJob search_job(const std::string& measure, const std::string& grid_extra = "
   return job;
 }
 
-// A stand-in for the bpbench binary that runs every probe but dies of SIGKILL, as under the OOM killer, for
-// a probe longer than `longest` tokens (the probe's job file is its second argument).
-std::string dies_above(const testing::TempDir& tmp, int64_t longest) {
-  const std::string script = tmp.file("oom_killer.sh");
+// A stand-in for the bpbench binary: a shell script that runs `action` (with $T the probe's length, read from
+// its job file, the second argument) and then the real binary.
+std::string stand_in(const testing::TempDir& tmp, const std::string& name, const std::string& action) {
+  const std::string script = tmp.file(name);
   std::ofstream(script) << fmt::format(
       "#!/bin/sh\n"
       "T=$(grep -o '\"seq_len\":[0-9]*' \"$2\" | head -n 1 | cut -d: -f2)\n"
-      "[ \"$T\" -gt {} ] && kill -KILL $$\n"
+      "{}\n"
       "exec '{}' \"$@\"\n",
-      longest, BPBENCH_BINARY);
+      action, BPBENCH_BINARY);
   EXPECT_EQ(chmod(script.c_str(), 0755), 0);
   return script;
+}
+
+// Dies of SIGKILL, as under the OOM killer, for a probe longer than `longest` tokens.
+std::string dies_above(const testing::TempDir& tmp, int64_t longest) {
+  return stand_in(tmp, "oom_killer.sh", fmt::format("[ \"$T\" -gt {} ] && kill -KILL $$", longest));
 }
 
 TEST(MaxLenCell, OffloadedProbesAreBoundedByTheHostBudget) {
@@ -144,14 +149,8 @@ TEST(MaxLenCell, ResumeCountsStartsAndStopsAfterTwo) {
 TEST(MaxLenCell, TheResultsFileSaysWhichProbeIsRunning) {
   testing::TempDir tmp;
   const std::string out = tmp.sub("out");
-  const std::string script = tmp.file("snapshot.sh");
-  std::ofstream(script) << fmt::format(
-      "#!/bin/sh\n"
-      "T=$(grep -o '\"seq_len\":[0-9]*' \"$2\" | head -n 1 | cut -d: -f2)\n"
-      "cp '{0}/results.json' '{0}/seen-'$T.json\n"
-      "exec '{1}' \"$@\"\n",
-      out, BPBENCH_BINARY);
-  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  const std::string script =
+      stand_in(tmp, "snapshot.sh", fmt::format("cp '{0}/results.json' '{0}/seen-'$T.json", out));
   RunOptions opt;
   opt.out_dir = out;
   opt.self_exe = script;

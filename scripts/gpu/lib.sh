@@ -12,8 +12,8 @@
 # repository root, git-ignored: copy the NAME.tar.gz a step brought back there, and carry "gpu-packs").
 #
 # Settings (environment): BUILD_DIR (build-gpu: where 01_build.sh builds and paper_gpu.sh reads bpbench),
-# RUN_DIR (reports/results/h100: the tables' folders), STEP_SECONDS (480: a table step stops bpbench after
-# this long, packs what is finished, and says to call it again), PYTHON (python3: the machine's torch).
+# RUN_DIR (reports/results/h100: the tables' folders), STEP_SECONDS (480: a step stops its work after this
+# long, packs what is finished, and says to call it again), PYTHON (python3: the machine's torch).
 set -euo pipefail
 
 gpu_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -22,7 +22,7 @@ export RUN_DIR="${RUN_DIR:-$gpu_root/reports/results/h100}"
 export PYTHON="${PYTHON:-python3}"
 PACKS="${PACKS:-$gpu_root/gpu-packs}"
 STEP_SECONDS="${STEP_SECONDS:-480}"
-# The device tool returns at most 16 MiB a file: files above this stay out of a pack (and are listed).
+# Files above this are not carried back and forth in the pack but come back in NAME-large.tar.gz parts.
 PACK_FILE_LIMIT_BYTES="${PACK_FILE_LIMIT_BYTES:-4194304}"
 
 # step_begin NAME OUT [PACK]: sets STEP, STEP_OUT, STEP_PACK (last time's pack, or "") and starts the log.
