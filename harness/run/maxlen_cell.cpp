@@ -141,9 +141,9 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
     if (const auto host = over_host(T)) {
       p.status = "oom";
       p.reason = fmt::format(
-          "not run: its offloaded checkpoints need about {} bytes of pinned host memory "
-          "(estimated), more than the host budget of {} bytes",
-          *host, host_budget);
+          "{}: its offloaded checkpoints need about {} bytes of pinned host memory (estimated), more than "
+          "the host budget of {} bytes",
+          kNotRunHost, *host, host_budget);
       return p;
     }
     if (callbacks.on_start) callbacks.on_start(Probe{T, "started", 0, "", starts + 1});

@@ -12,7 +12,9 @@
 //                        "pytorch_cuda_alloc_conf"},
 //             "git_commit", "start_time" (ISO 8601 UTC), "end_time" (once complete), "hostname",
 //             "scenario_name", "scenario": {the scenario object as written},
-//             "resumed": [{"time", "argv", "kept_cells", "kept_probes"}] (each `run --resume` sitting)},
+//             "resumed": [{"time", "argv", "kept_cells", "kept_probes"}] (each `run --resume` sitting),
+//             "host_budget_bytes" (a max-length search with offload and no scenario host budget: the
+//             machine's, read at the first sitting, which every sitting's cells use)},
 //    "cells": [{"axes": {every grid key}, "threads", "status": "ok"|"oom"|"skipped"|"error", "reason",
 //               "loss", "wall_s", "uses_partition", "uses_logits_partition",
 //               "rope": {the RoPE the model used, transformers' rope_parameters resolved (rope_config.h)} |
