@@ -93,10 +93,8 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
   const bool offloads = job.cell.offload != "none";
   const int64_t host_budget = offloads ? spec.host_budget_bytes.value_or(default_host_budget()) : 0;
   // Estimated host bytes past the host budget: such a probe is not run (see default_host_budget).
-  auto over_host = [&](int64_t T) -> std::optional<int64_t> {
-    if (!offloads) return std::nullopt;
-    const auto e = estimate_at(T);
-    if (!e || e->host_bytes <= host_budget) return std::nullopt;
+  auto over_host = [&](const std::optional<MemoryEstimate>& e) -> std::optional<int64_t> {
+    if (!offloads || !e || e->host_bytes <= host_budget) return std::nullopt;
     return e->host_bytes;
   };
 
@@ -110,7 +108,7 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
   if (spec.budget_bytes && estimate_at(spec.granularity)) {
     auto fits = [&](int64_t T) {
       const auto e = estimate_at(T);
-      return e && e->peak_bytes <= *spec.budget_bytes && !over_host(T);
+      return e && e->peak_bytes <= *spec.budget_bytes && !over_host(e);
     };
     int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
     while (lo < hi) {
@@ -138,7 +136,7 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
       p.reason = killed_reason(starts);
       return p;
     }
-    if (const auto host = over_host(T)) {
+    if (const auto host = offloads ? over_host(estimate_at(T)) : std::nullopt) {
       p.status = "oom";
       p.reason = fmt::format(
           "{}: its offloaded checkpoints need about {} bytes of pinned host memory (estimated), more than "
