@@ -248,6 +248,10 @@ LaunchResult launch(const json& job, int world, std::vector<std::pair<std::strin
   o.args = {"--gtest_filter=DistChild.RankBody"};
   env.emplace_back("BPBENCH_DIST_TEST_JOB", job.dump());
   env.emplace_back("OMP_NUM_THREADS", "1");
+  // A sharded test process (ctest's shard_K_of_N) hands GoogleTest's shard variables down: the child must run
+  // its one filtered test whichever shard that lands in.
+  env.emplace_back("GTEST_TOTAL_SHARDS", "1");
+  env.emplace_back("GTEST_SHARD_INDEX", "0");
   o.env = env;
   o.grace = grace;
   o.timeout = std::chrono::seconds(300);

@@ -11,7 +11,7 @@ unpack_into "$state"
 touch "$state/done.txt" "$state/Passed.txt" "$state/Skipped.txt"
 
 status=0
-with_time_limit cmake --build "$BUILD_DIR" --target bpbench_tests -j "$(nproc)" | tail -n 5 || status=$?
+with_time_limit cmake --build "$BUILD_DIR" --target bpbench_test_groups -j "$(nproc)" | tail -n 5 || status=$?
 ((status == 0)) || { echo "02_tests: the test build stopped (exit $status): call it again"; exit "$status"; }
 cd "$BUILD_DIR"
 
