@@ -277,8 +277,14 @@ torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   const auto& w = layers[i];
   auto n = norm(x, w.mlp_norm);
   auto gate = w.gate(n, lora_enabled);  // (N, rows, I)
-  auto act = (config.activation == Activation::gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) *
-             w.up(n, lora_enabled);    // (N, rows, I)
+  // The up projection first, then the activation: C++ leaves the order of an operator's operands to the
+  // compiler (g++ takes them right to left, clang++ left to right), and with LoRA it sets the peak (the up
+  // projection's LoRA temporaries beside the activated gate or not). The estimate counts this order.
+  torch::Tensor act;
+  {
+    auto up = w.up(n, lora_enabled);  // (N, rows, I)
+    act = (config.activation == Activation::gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up;
+  }
   auto y = w.down(act, lora_enabled);  // (N, rows, d)
   return x + (w.mlp_output_norm.defined() ? norm(y, w.mlp_output_norm) : y);
 }
