@@ -252,11 +252,12 @@ MeasureSpec MeasureSpec::from_json(const json& j) {
     input_error(fmt::format("measure: expected an object, got {}", type_word(j)),
                 "an object of keys " + valid);
   MeasureSpec m;
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();  // a plain name: C++17 lambdas cannot capture structured bindings
     auto it = std::find_if(measure_table().begin(), measure_table().end(),
                            [&](const KeyDef& d) { return d.key == key; });
     if (it == measure_table().end()) input_error(fmt::format("unknown measure key '{}'", key), valid);
-    it->parse(m, value);
+    it->parse(m, item.value());
   }
   if (m.train) {  // one step's measures do not apply to a run of many
     for (const char* key : {"time", "grad_error", "max_seq_len", "timeline", "device_activity"})

@@ -125,12 +125,13 @@ TrainSpec TrainSpec::from_json(const json& j) {
     input_error(fmt::format("measure.train: expected an object, got {}", type_word(j)),
                 "an object of keys " + key_names());
   TrainSpec t;
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();  // a plain name: C++17 lambdas cannot capture structured bindings
     auto it = std::find_if(train_keys().begin(), train_keys().end(),
                            [&](const TrainKey& k) { return key == k.key; });
     if (it == train_keys().end())
       input_error(fmt::format("unknown measure.train key '{}'", key), key_names());
-    it->parse(t, value);
+    it->parse(t, item.value());
   }
   if (!j.contains("steps")) input_error("measure.train: missing key 'steps'", "integers >= 1");
   if (t.warmup_steps > t.steps)
