@@ -10,7 +10,12 @@ bash "$root/scripts/setup.sh"
 # ccache makes rebuilds after small changes quick; precompiled headers absorb most of LibTorch's header cost.
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 if [ ! -f "$root/build/build.ninja" ]; then
-  cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  # clang++ where it is installed (scripts/setup.sh installs Debian's clang 14): with LibTorch's precompiled
+  # header it compiles this code about twice as fast as g++ 12 (README, "Development"). CXX=g++ keeps g++, and
+  # a machine without clang++ (a GPU machine's image) builds with its g++.
+  compiler=()
+  if [[ -z "${CXX:-}" ]] && command -v clang++ >/dev/null; then compiler=(-DCMAKE_CXX_COMPILER=clang++); fi
+  cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${compiler[@]}" "$@" >/dev/null
 fi
 targets=()
 for target in ${BUILD_TARGETS:-}; do targets+=(--target "$target"); done

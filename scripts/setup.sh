@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build, test and report with bpbench, and nothing that is
 # already there:
-#   1. Debian packages: compiler, CMake, Ninja, ccache, GoogleTest, Google Benchmark, nlohmann-json, the gloo
-#      headers that c10d's ProcessGroupGloo.hpp includes (the wheel ships none), matplotlib for the plots.
+#   1. Debian packages: compilers (g++, clang++), CMake, Ninja, ccache, GoogleTest, Google Benchmark,
+#      nlohmann-json, the gloo headers that c10d's ProcessGroupGloo.hpp includes (the wheel ships none),
+#      matplotlib for the plots.
 #   2. LibTorch: PyTorch 2.x from PyPI, pinned in scripts/requirements.txt, in the project-local, git-ignored
 #      .venv (with transformers, the model oracle). The first time this downloads about 3 GB and takes about
 #      5 GB of disk (torch's CUDA 13 libraries). Where .venv does not exist and python3 already imports a
@@ -19,6 +20,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
+  clang                                 # the default compiler of scripts/build.sh (twice g++'s speed here)
   python3 python3-venv
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev                           # headers for c10d's Gloo backend (streambp-dist on CPU)
