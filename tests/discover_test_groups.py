@@ -78,8 +78,10 @@ def main():
     lines = [f"# Written by {__file__} from {args.groups}: {len(cases)} cases, "
              + ", ".join(f"{len(v)} {k}" for k, v in by_group.items())]
 
-    def add(name, filter_, properties, also_disabled=True):
+    def add(name, filter_, properties, also_disabled=True, report=None):
         extra = " --gtest_also_run_disabled_tests" if also_disabled else ""
+        if report:
+            extra += f" [==[--gtest_output=json:{report}]==]"
         lines.append(f"add_test([=[{name}]=] {args.binary} [==[--gtest_filter={filter_}]==]{extra})")
         lines.append(f"set_tests_properties([=[{name}]=] PROPERTIES WORKING_DIRECTORY {args.working_dir} "
                      + properties + ")")
@@ -102,11 +104,13 @@ def main():
     exclude = ("-" + ":".join(own_process)) if own_process else "*"
     if by_group["shared"]:
         for k in range(shards):
-            # No SKIP_REGULAR_EXPRESSION: one skipped case must not hide the others' result (scripts/test.sh
-            # lists the cases skipped inside shards after the run).
-            add(f"shard_{k + 1}_of_{shards}", exclude,
+            # No SKIP_REGULAR_EXPRESSION: one skipped case must not hide the others' result. Each shard writes
+            # GoogleTest's JSON report, from which scripts/test.sh names the cases skipped inside shards.
+            name = f"shard_{k + 1}_of_{shards}"
+            add(name, exclude,
                 f"ENVIRONMENT [==[GTEST_TOTAL_SHARDS={shards};GTEST_SHARD_INDEX={k};{PASSIVE_WAIT}]==] TIMEOUT 1800 "
-                "LABELS shard COST 100", also_disabled=False)
+                "LABELS shard COST 100", also_disabled=False,
+                report=f"{args.working_dir}/shard-reports/{name}.json")
 
     with open(args.out, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
