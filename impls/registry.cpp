@@ -21,7 +21,7 @@ std::unique_ptr<Strategy> make_checkpoint_dist_strategy();  // impls/dist_common
 
 namespace {
 using Factory = std::unique_ptr<Strategy> (*)();
-const std::vector<std::pair<std::string, Factory>>& registry() {
+const std::vector<std::pair<std::string, Factory>>& strategy_registry() {
   static const std::vector<std::pair<std::string, Factory>> entries = {
       {"plain", make_plain_strategy},
       {"checkpoint", make_checkpoint_strategy},
@@ -37,13 +37,13 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
 
 std::vector<std::string> strategy_names() {
   std::vector<std::string> names;
-  for (const auto& [name, factory] : registry()) names.push_back(name);
+  for (const auto& [name, factory] : strategy_registry()) names.push_back(name);
   return names;
 }
 
 std::vector<std::string> offloading_strategy_names() {
   std::vector<std::string> names;
-  for (const auto& [name, factory] : registry())
+  for (const auto& [name, factory] : strategy_registry())
     if (factory()->uses_offload()) names.push_back(name);
   return names;
 }
@@ -64,7 +64,7 @@ std::vector<std::string> recorded_impl_names() {
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name) {
-  for (const auto& [n, factory] : registry())
+  for (const auto& [n, factory] : strategy_registry())
     if (n == name) return factory();
   throw std::invalid_argument(
       fmt::format("unknown impl '{}' (valid: {})", name, fmt::join(strategy_names(), ", ")));

@@ -23,7 +23,7 @@ using namespace report_detail;  // the model of the results, its sections and fi
 
 namespace {
 
-constexpr int kExitOk = 0, kExitFailure = 1, kExitInput = 2;
+constexpr int kReportExitOk = 0, kReportExitFailure = 1, kReportExitInput = 2;
 
 const char* kReportHelp =
     R"HELP(usage: bpbench report RESULTS.json [MORE.json ...] [--out DIR] [--timeline-cell INDEX] [--python PATH]
@@ -156,7 +156,7 @@ std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn&
          section_distributed(a) + section_not_run(a);
 }
 
-std::string single_line(std::string s) {
+std::string report_line(std::string s) {
   for (char& ch : s)
     if (ch == '\n' || ch == '\r') ch = ' ';
   return s;
@@ -207,7 +207,7 @@ ReportOutput write_report(const json& results, const fs::path& results_dir, cons
   const std::string problem = run_plot_script(options.python, script, data_path, dir);
   if (!problem.empty())
     out.warnings.push_back(
-        fmt::format("plots not drawn ({}); report.md has the tables only", single_line(problem)));
+        fmt::format("plots not drawn ({}); report.md has the tables only", report_line(problem)));
   PlotsDrawn drawn;
   drawn.peak = nonempty_file(dir / names[0]);
   drawn.partition = nonempty_file(dir / names[1]);
@@ -246,7 +246,7 @@ int report_main(const std::vector<std::string>& args, std::ostream& out, std::os
       auto is = [&](const std::string& name) { return a == name || a.rfind(name + "=", 0) == 0; };
       if (a == "-h" || a == "--help") {
         out << kReportHelp;
-        return kExitOk;
+        return kReportExitOk;
       } else if (is("--out")) {
         opt.out_dir = value("--out");
       } else if (is("--python")) {
@@ -274,16 +274,16 @@ int report_main(const std::vector<std::string>& args, std::ostream& out, std::os
     const json doc = load_merged_results(results);
     const fs::path results_dir = results_file(opt.results).parent_path();
     const ReportOutput r = write_report(doc, results_dir.empty() ? fs::path(".") : results_dir, opt);
-    for (const auto& w : r.warnings) err << "bpbench: warning: " << single_line(w) << "\n";
+    for (const auto& w : r.warnings) err << "bpbench: warning: " << report_line(w) << "\n";
     out << fmt::format("wrote {} ({} plot{})\n", r.markdown.string(), r.plots.size(),
                        r.plots.size() == 1 ? "" : "s");
-    return kExitOk;
+    return kReportExitOk;
   } catch (const InputError& e) {
-    err << "bpbench: error: " << single_line(e.what()) << "\n";
-    return kExitInput;
+    err << "bpbench: error: " << report_line(e.what()) << "\n";
+    return kReportExitInput;
   } catch (const std::exception& e) {
-    err << "bpbench: error: " << single_line(e.what()) << "\n";
-    return kExitFailure;
+    err << "bpbench: error: " << report_line(e.what()) << "\n";
+    return kReportExitFailure;
   }
 }
 

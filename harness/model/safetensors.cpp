@@ -53,7 +53,7 @@ const DType* find_dtype(const std::string& name) {
   return nullptr;
 }
 
-std::string dtype_names() {
+std::string safetensors_dtype_names() {
   std::string s;
   for (const auto& d : kDTypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
   return s;
@@ -74,7 +74,7 @@ bool to_u64(const json& j, uint64_t& out) {
   return true;
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
+std::string tensor_shape_str(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
@@ -87,7 +87,7 @@ SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& na
   if (dt == e.end() || !dt->is_string()) tensor_error(path, name, "missing or non-string \"dtype\"");
   t.dtype = dt->get<std::string>();
   const DType* d = find_dtype(t.dtype);
-  if (!d) tensor_error(path, name, fmt::format("unknown dtype '{}' (supported: {})", t.dtype, dtype_names()));
+  if (!d) tensor_error(path, name, fmt::format("unknown dtype '{}' (supported: {})", t.dtype, safetensors_dtype_names()));
   t.scalar_type = d->type;
 
   auto sh = e.find("shape");
@@ -113,7 +113,7 @@ SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& na
   if (t.end - t.begin != bytes)
     tensor_error(path, name,
                  fmt::format("data_offsets [{}, {}] hold {} bytes but {} {} needs {}", t.begin, t.end,
-                             t.end - t.begin, t.dtype, shape_str(t.shape), bytes));
+                             t.end - t.begin, t.dtype, tensor_shape_str(t.shape), bytes));
   if (t.end > buffer_size)
     tensor_error(path, name,
                  fmt::format("data_offsets [{}, {}] are out of bounds: the data buffer has only {} bytes "
@@ -134,7 +134,7 @@ std::string safetensors_dtype_name(torch::ScalarType type) {
   for (const auto& d : kDTypes)
     if (d.type == type) return d.name;
   throw std::invalid_argument(
-      fmt::format("safetensors has no dtype for {} (supported: {})", c10::toString(type), dtype_names()));
+      fmt::format("safetensors has no dtype for {} (supported: {})", c10::toString(type), safetensors_dtype_names()));
 }
 
 // ---- SafetensorsFile

@@ -44,7 +44,7 @@ struct ObjectiveEntry {
   std::unique_ptr<Objective> (*make)();
 };
 
-const std::vector<ObjectiveEntry>& registry() {
+const std::vector<ObjectiveEntry>& objective_registry() {
   static const std::vector<ObjectiveEntry> entries = {
       {"sft", "next-token cross-entropy, mean over non-ignored shifted targets of the batch",
        make_sft_objective},
@@ -60,20 +60,20 @@ const std::vector<ObjectiveEntry>& registry() {
 const std::vector<std::string>& objective_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const auto& e : registry()) n.push_back(e.name);
+    for (const auto& e : objective_registry()) n.push_back(e.name);
     return n;
   }();
   return names;
 }
 
 std::string objective_description(const std::string& name) {
-  for (const auto& e : registry())
+  for (const auto& e : objective_registry())
     if (e.name == name) return e.description;
   return "";
 }
 
 std::unique_ptr<Objective> make_objective(const std::string& name) {
-  for (const auto& e : registry())
+  for (const auto& e : objective_registry())
     if (e.name == name) return e.make();
   throw std::invalid_argument(
       fmt::format("unknown objective '{}' (valid: {})", name, fmt::join(objective_names(), ", ")));

@@ -18,7 +18,7 @@ using namespace scenario_detail;
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
+constexpr double kPiForCosine = 3.14159265358979323846;
 
 struct TrainKey {
   const char* key;
@@ -102,7 +102,7 @@ double TrainSpec::lr_at(int64_t step) const {
   // Cosine from lr (first step after warm-up) to min_lr_ratio * lr (the last step).
   const double progress =
       static_cast<double>(step - warmup_steps - 1) / static_cast<double>(steps - warmup_steps - 1);
-  return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + std::cos(kPi * progress)));
+  return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + std::cos(kPiForCosine * progress)));
 }
 
 json TrainSpec::to_json() const {
