@@ -87,7 +87,9 @@ SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& na
   if (dt == e.end() || !dt->is_string()) tensor_error(path, name, "missing or non-string \"dtype\"");
   t.dtype = dt->get<std::string>();
   const DType* d = find_dtype(t.dtype);
-  if (!d) tensor_error(path, name, fmt::format("unknown dtype '{}' (supported: {})", t.dtype, safetensors_dtype_names()));
+  if (!d)
+    tensor_error(path, name,
+                 fmt::format("unknown dtype '{}' (supported: {})", t.dtype, safetensors_dtype_names()));
   t.scalar_type = d->type;
 
   auto sh = e.find("shape");
@@ -133,8 +135,8 @@ void write_le_u64(std::ostream& out, uint64_t v) {
 std::string safetensors_dtype_name(torch::ScalarType type) {
   for (const auto& d : kDTypes)
     if (d.type == type) return d.name;
-  throw std::invalid_argument(
-      fmt::format("safetensors has no dtype for {} (supported: {})", c10::toString(type), safetensors_dtype_names()));
+  throw std::invalid_argument(fmt::format("safetensors has no dtype for {} (supported: {})",
+                                          c10::toString(type), safetensors_dtype_names()));
 }
 
 // ---- SafetensorsFile
