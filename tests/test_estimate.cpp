@@ -590,7 +590,8 @@ TEST(Estimate, MatchesTinyGemma3) {
 
 // One case per strategy and dtype, so that ctest spreads the grid over the cores: a bfloat16 cell takes 2 to
 // 5 s on CPU, where the recorder turns oneDNN off and LibTorch's reference loops run the matmuls.
-class EstimateSmallGemma3Vocab : public ::testing::TestWithParam<std::tuple<std::string, torch::ScalarType>> {};
+class EstimateSmallGemma3Vocab : public ::testing::TestWithParam<std::tuple<std::string, torch::ScalarType>> {
+};
 
 TEST_P(EstimateSmallGemma3Vocab, WithinTwoPercent) {
   const auto& [impl, dtype] = GetParam();
@@ -615,8 +616,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, EstimateSmallGemma3Vocab,
                          ::testing::Combine(::testing::ValuesIn(estimated_impls()),
                                             ::testing::Values(torch::kFloat, torch::kBFloat16)),
                          [](const ::testing::TestParamInfo<EstimateSmallGemma3Vocab::ParamType>& info) {
-                           std::string name = std::get<0>(info.param) + "_" +
-                                              c10::toString(std::get<1>(info.param));
+                           std::string name =
+                               std::get<0>(info.param) + "_" + c10::toString(std::get<1>(info.param));
                            for (char& ch : name)
                              if (ch == '-') ch = '_';
                            return name;
