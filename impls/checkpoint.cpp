@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "impls/layerwise.h"
+#include "impls/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -64,9 +65,41 @@ class Checkpoint final : public Strategy {
     return loss;
   }
 
+  bool estimated() const override { return true; }
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override;
+  FlopSchedule flop_schedule() const override {
+    FlopSchedule f;
+    f.recomputes_layers = true;
+    f.streams_head = chunked_head_;
+    return f;
+  }
+
  private:
   bool chunked_head_;
 };
+
+// Its estimate: the checkpointed forward, the head (whole or chunked) over every layer input, then the top
+// layer's re-forward graph through its MLP and attention backward.
+std::vector<PhaseEstimate> Checkpoint::memory_phases(const MemoryTerms& D,
+                                                     const Partitioning& partition) const {
+  const bool chunked_head = chunked_head_;
+  const int64_t cl = partition.logits_rows;
+  std::vector<PhaseEstimate> out;
+  out.push_back(checkpointed_forward_phase(D, D.T));
+  {
+    PhaseBuilder p(chunked_head ? "head chunk" : "head");
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
+    if (chunked_head)
+      add_chunk_head(p, D, cl);
+    else
+      add_whole_head(p, D);
+    out.push_back(p.done());
+  }
+  out.push_back(whole_mlp_backward(D, D.L));
+  out.push_back(whole_attention_backward(D, 3, "dy, x_in.grad, the residual's gradient"));
+  return out;
+}
 
 }  // namespace
 

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "impls/layerwise.h"
+#include "impls/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -42,6 +43,17 @@ class MiniSequence final : public Strategy {
     if (cell.objective == "dpo")
       return "mst decomposes the loss as a sum over chunks; DPO's log-sigmoid of summed log-probs is not one";
     return std::nullopt;
+  }
+
+  bool estimated() const override { return true; }
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override;
+  FlopSchedule flop_schedule() const override {
+    FlopSchedule f;
+    f.recomputes_layers = true;
+    f.recomputes_head = true;
+    f.recomputes_mlp = true;
+    return f;
   }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
@@ -87,6 +99,42 @@ class MiniSequence final : public Strategy {
     return x_in.grad();
   }
 };
+
+// Its estimate: the checkpointed forward, the chunked head over every layer input, then per layer the
+// attention re-forwarded whole and kept while the MLP runs one mini-sequence at a time, then its backward.
+std::vector<PhaseEstimate> MiniSequence::memory_phases(const MemoryTerms& D,
+                                                       const Partitioning& partition) const {
+  const int64_t c = partition.rows, cl = partition.logits_rows;
+  const int64_t rows = D.N * D.T;
+  std::vector<PhaseEstimate> out;
+  out.push_back(checkpointed_forward_phase(D, D.T));
+  {
+    PhaseBuilder p("head chunk");
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
+    add_chunk_head(p, D, cl);
+    out.push_back(p.done());
+  }
+  {
+    // Attention re-forwarded whole and kept; the MLP recomputed and backpropagated one mini-sequence at a
+    // time.
+    PhaseBuilder p("layer mlp backward");
+    add_checkpoints(p, D, "layer inputs", D.L);
+    p.add("x1, dy, dx1: 3 x N*T*d*s", 3 * rows * D.d * D.s);
+    p.add("attention graph, all rows: N*T*(attn_row + attn_out_row + kv_row)",
+          rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph()));
+    p.add("rope tables", 2 * D.rope(D.T));
+    // Its input x1[s:e] is a view of x1 (counted above): the graph adds only what mlp_row has beyond it.
+    p.add(
+        "one mini-sequence's MLP graph (below its output norm) and output: N*c*(mlp_row - output_norm - "
+        "kept(d) + d*s)",
+        D.N * c * (D.mlp_row() - D.output_norm() - D.kept(D.d) + D.d * D.s));
+    p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
+          D.mlp_backward(c, true));
+    out.push_back(p.done());
+  }
+  out.push_back(whole_attention_backward(D, 2, "dx1, x_in.grad; dy is released first"));
+  return out;
+}
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 //
 // Full autograd over the whole model: every layer's activations, the (N, T, V) logits, their float32 upcast
 // and log-softmax stay alive until backward. The reference every other strategy must match exactly.
+#include <fmt/format.h>
+
 #include "impls/strategy.h"
 #include "profiles/memory.h"
 
@@ -34,7 +36,53 @@ class Plain final : public Strategy {
     loss.backward();
     return loss.detach();
   }
+
+  bool estimated() const override { return true; }
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override;
 };
+
+// Its estimate: the whole graph of every layer is alive at the head, and below the layer whose backward runs.
+std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Partitioning&) const {
+  const int64_t rows = D.N * D.T;
+  const int64_t layer_graph = rows * D.layer_row() + 2 * D.rope(D.T);
+  // LoRA: the embedding output needs no grad and input_norm is frozen, so layer 0's attn_norm keeps nothing
+  // (its output h is kept by the adapters' A, counted in attn_row).
+  const int64_t frozen_first_norm = D.full ? 0 : rows * (D.kept(D.d) + D.rms(D.d, 1));
+  std::vector<PhaseEstimate> out;
+  {
+    PhaseBuilder p("head");
+    p.add(fmt::format("autograd graph of {} layers: L*(N*T*layer_row + 4*T*hd*s)", D.L),
+          D.L * layer_graph - frozen_first_norm, true);
+    p.add("final norm input x_L (kept when s == f): N*T*d*s", rows * D.kept(D.d), true);
+    add_whole_head(p, D);
+    out.push_back(p.done());
+  }
+  {
+    PhaseBuilder p("layer mlp backward");
+    p.add("autograd graph of every layer (the top one below its MLP output norm)",
+          D.L * layer_graph - frozen_first_norm - rows * D.output_norm(), true);
+    p.add("dy: N*T*d*s", rows * D.d * D.s);
+    p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
+    out.push_back(p.done());
+  }
+  PhaseEstimate attention;
+  for (const auto& layer : D.attention_layers) {
+    PhaseBuilder p("layer attention backward");
+    p.add(fmt::format("autograd graph of the {} lower layers", layer.index),
+          layer.index * layer_graph - (layer.index > 0 ? frozen_first_norm : 0), true);
+    p.add(
+        "top layer: its input, attention half (below its output norm) and output, K path: N*T*(kept(d) + "
+        "attn_row - output_norm + attn_out_row + kv_row)",
+        rows * (D.kept(D.d) + D.attn_row() - D.output_norm() + D.attn_out_row() + D.kv_row_graph()));
+    p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
+    p.add("top layer rope tables", 2 * D.rope(D.T));
+    add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");
+    keep_larger(attention, p.done());
+  }
+  out.push_back(attention);
+  return out;
+}
 
 }  // namespace
 

@@ -48,6 +48,22 @@ std::vector<std::string> offloading_strategy_names() {
   return names;
 }
 
+std::vector<std::string> estimated_strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : strategy_registry())
+    if (factory()->estimated()) names.push_back(name);
+  return names;
+}
+
+const std::string& reference_strategy_name() {
+  static const std::string name = "plain";
+  return name;
+}
+
+std::vector<PhaseEstimate> Strategy::memory_phases(const MemoryTerms&, const Partitioning&) const {
+  throw std::logic_error(fmt::format("{} has no memory estimate", name()));
+}
+
 std::vector<std::string> peer_names() {
   return {"hf-checkpoint", "hf", "streambp-official", "liger-flce", "cce"};
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/memory_terms.h"
 #include "harness/model/model.h"
 #include "harness/objectives/batch.h"
 #include "harness/objectives/objective.h"
@@ -41,6 +42,18 @@ struct CellTraits {
   int64_t world_size = 1;
 };
 
+// Where a strategy runs the model's work again, for the FLOP estimate (harness/run/estimate_flops.h): every
+// strategy runs one forward with grad of the layers and the head and its backward; these say what it adds.
+struct FlopSchedule {
+  bool attention_by_partition = false;  // attention with grad in calls of `partition` queries (else all T)
+  bool recomputes_layers = false;  // every layer once more without grad (its checkpointed forward), in the
+                                   // same query blocks as its attention with grad
+  bool recomputes_head = false;    // the head once more without grad, for every objective (MsT's loss sums)
+  bool recomputes_mlp = false;     // every MLP once more without grad (MsT's mini-sequence forward)
+  bool streams_head = false;       // the head in logits_partition rows: DPO, whose loss needs the sequence
+                                   // sums first, runs it once more without grad
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -56,11 +69,22 @@ class Strategy {
   virtual bool uses_offload() const { return false; }
   // Forward and backward; returns the loss (0-dim, detached).
   virtual torch::Tensor forward_backward(const StepInputs& in) const = 0;
+
+  // Its estimate, next to the code it describes (harness/run/estimate.h asks for it; a strategy that returns
+  // false from estimated(), as the distributed ones do, is refused by `bpbench estimate` by name):
+  virtual bool estimated() const { return false; }
+  // The phases one step goes through, in the order it runs them, each with the tensors alive at its high
+  // point above base (memory_terms.h's terms for `D`, chunks of `rows`, both clamped to 1..T).
+  virtual std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning& partition) const;
+  virtual FlopSchedule flop_schedule() const { return {}; }
 };
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name);  // throws listing the valid names
 std::vector<std::string> strategy_names();
 std::vector<std::string> offloading_strategy_names();  // those whose uses_offload() is true
+std::vector<std::string> estimated_strategy_names();   // those whose estimated() is true
+// The strategy every other must match (gradient error's reference, the first column of a training run).
+const std::string& reference_strategy_name();
 
 // Peers: implementations outside bpbench whose results bpbench reads (report, compare) but never runs,
 // written in bpbench's results schema by the scripts of reports/peers/: "hf-checkpoint" and "hf"

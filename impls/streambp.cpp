@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "impls/layerwise.h"
+#include "impls/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -55,7 +56,82 @@ class StreamBP final : public Strategy {
     embedding_backward(m, in.batch.input_ids, dx);
     return head.loss;
   }
+
+  bool estimated() const override { return true; }
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override;
+  FlopSchedule flop_schedule() const override {
+    FlopSchedule f;
+    f.attention_by_partition = true;
+    f.recomputes_layers = true;
+    f.streams_head = true;
+    return f;
+  }
 };
+
+// Its estimate: the checkpointed forward in chunks of `partition` queries, the chunked head over every layer
+// input, then per layer (a. to c. above) the K/V path for all rows beside one chunk's graph, at the chunks
+// that see the most keys.
+std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
+                                                   const Partitioning& partition) const {
+  const int64_t c = partition.rows, cl = partition.logits_rows;
+  const int64_t rows = D.N * D.T;
+  std::vector<PhaseEstimate> out;
+  out.push_back(checkpointed_forward_phase(D, c));
+  {
+    PhaseBuilder p("head chunk");
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
+    add_chunk_head(p, D, cl);
+    out.push_back(p.done());
+  }
+  // Alive through the top layer's chunks: the layer inputs below, dy and dx, the K/V path for all T rows with
+  // its graph (attn_norm, k_norm, K, V), dK and dV, and the k rope tables. StreamBP holds K and V themselves
+  // (leaves), so on CUDA's efficient kernel a chunk's graph adds the repeated K[:e], V[:e] on top.
+  auto layer_base = [&](PhaseBuilder& p, const AttentionLayer& layer) {
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", layer.index), layer.index + 1);
+    p.add("dy and dx: 2 x N*T*d*s", 2 * rows * D.d * D.s);
+    p.add("K/V path graph, all rows: N*T*(rms(d) + d*s + kv_row)",
+          rows * (D.rms(D.d, 1) + D.d * D.s + D.kv_row()));
+    p.add("dK, dV accumulators: 2 x N*T*Akv*acc", 2 * rows * D.Akv * D.acc());
+    p.add("k rope tables: 2*T*hd*s", D.rope(D.T));
+  };
+  const AttentionLayer& top = D.attention_layers.front();
+  PhaseEstimate mlp, attn;
+  for (auto [r, e] : critical_chunks(D.T, c)) {
+    {
+      PhaseBuilder p("layer mlp backward");
+      layer_base(p, top);
+      p.add("chunk graph below the MLP output norm: N*c*(attn_row + attn_out_row + mlp_row - output_norm)",
+            D.N * r * (D.attn_row() + D.attn_out_row() + D.mlp_row() - D.output_norm()));
+      p.add("chunk gradient in flight: N*c*d*s", D.N * r * D.d * D.s);
+      p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
+            D.kv_repeat(MemoryTerms::visible_keys(r, e, top.window)));
+      p.add("q rope tables", D.rope(r));
+      p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
+            D.mlp_backward(r, true));
+      keep_larger(mlp, p.done());
+    }
+    for (const auto& layer : D.attention_layers) {
+      // A sliding layer's chunk sees K/V from its window start on: e' = min(e, c + window - 1) keys.
+      const int64_t keys = MemoryTerms::visible_keys(r, e, layer.window);
+      PhaseBuilder p("layer attention backward");
+      layer_base(p, layer);
+      p.add(
+          "chunk attention half (below its output norm), output, logsumexp: N*c*(attn_row - output_norm + "
+          "attn_out_row)",
+          D.N * r * (D.attn_row() - D.output_norm() + D.attn_out_row()));
+      p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
+      p.add("q rope tables", D.rope(r));
+      p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
+            D.kv_repeat(keys));
+      add_attention_backward(p, D, r, keys, layer.window, "c", "e");
+      keep_larger(attn, p.done());
+    }
+  }
+  out.push_back(mlp);
+  out.push_back(attn);
+  return out;
+}
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "impls/strategy.h"
 #include "reports/sections.h"
 
 namespace bpbench::report_detail {
@@ -55,7 +56,7 @@ std::vector<TrainingRun> training_runs(const Analysis& a) {
     const auto [it, added] = index.emplace(axes.dump(), runs.size());
     if (added) runs.push_back({keys.empty() ? std::string("run") : axes_label(c->axes, keys), {}});
     Cells& cells = runs[it->second].cells;
-    if (c->axis("impl") == "plain")
+    if (c->axis("impl") == reference_strategy_name())
       cells.insert(cells.begin(), c);
     else
       cells.push_back(c);

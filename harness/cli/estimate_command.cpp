@@ -13,6 +13,7 @@
 #include "harness/run/estimate_flops.h"
 #include "harness/run/runner.h"
 #include "impls/offload.h"
+#include "impls/strategy.h"
 
 namespace bpbench {
 
@@ -140,7 +141,7 @@ int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<std::string> names;
   if (impls.empty()) {
     for (const auto& name : estimated_impls())
-      if (!in.offload || name != "plain") names.push_back(name);
+      if (!in.offload || make_strategy(name)->uses_offload()) names.push_back(name);
   } else {
     std::stringstream ss(impls);
     for (std::string item; std::getline(ss, item, ',');)

@@ -42,7 +42,8 @@ torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k
   // This kernel wants as many kv heads as query heads: repeat each kv head `group` times (e x Aq elements,
   // never scores); autograd sums dK/dV back over each group through the expand. With g > 1 the repeats are
   // copies, N x e x Aq each for K and V, and they are what the kernel saves for its backward, whose dK/dV
-  // come back per query head: float32 GQA on CUDA holds K/V at Hq heads (reports/ESTIMATE.md, "On CUDA").
+  // come back per query head: float32 GQA on CUDA holds K/V at Hq heads (memory_terms.h, Note [Efficient
+  // attention buffers]).
   auto per_query_head = [&](const torch::Tensor& t) {
     auto rows = t.transpose(1, 2);  // (N, e, Hkv, hd)
     if (group == 1) return rows;

@@ -2,7 +2,8 @@
 // that picks one. Each takes the contract's shapes and alignment; none builds a score matrix except `math`,
 // kept for what no fused kernel takes (float64 on CUDA, odd head sizes on CUDA). "No repeat of K/V" holds on
 // CPU and in flash's forward only: the efficient kernel takes K/V repeated to Hq heads, and flash's backward
-// expands dK/dV to Hq heads while it runs (reports/ESTIMATE.md, "On CUDA", counts both).
+// expands dK/dV to Hq heads while it runs (memory_terms.h, Note [Flash attention buffers] and Note
+// [Efficient attention buffers], counts both).
 //
 // Legend (model_config.h): N batch, Hq query heads, Hkv kv heads, c query rows, e keys, hd head size.
 #pragma once

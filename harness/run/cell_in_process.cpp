@@ -117,9 +117,10 @@ GradErrorResult reference_error(const CellJob& job, const Model& model, const Ba
   try {
     Model ref = model.converted(torch::TensorOptions().dtype(torch::kDouble).device(device));
     const Batch ref_batch = device == model.device() ? batch : batch_on(batch, device);
-    auto plain = make_strategy("plain");
+    auto reference = make_strategy(reference_strategy_name());
     const int64_t T = job.cell.seq_len;
-    ge.reference_loss = plain->forward_backward(StepInputs{ref, ref_batch, objective, {T, T}}).item<double>();
+    ge.reference_loss =
+        reference->forward_backward(StepInputs{ref, ref_batch, objective, {T, T}}).item<double>();
     ge.loss_abs_error = std::abs(loss - ge.reference_loss);
     ge.groups = gradient_error(ref.trainable_parameters(), model.trainable_parameters());
   } catch (const c10::Error& e) {

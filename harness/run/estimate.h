@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/memory_terms.h"
 #include "harness/model/model_config.h"
 
 namespace bpbench {
@@ -46,7 +47,7 @@ struct EstimateInput {
   int64_t partition = 0;         // c: rows per layer chunk (<= 0 or > T: T)
   int64_t logits_partition = 0;  // c_l: rows per LM-head chunk (<= 0 or > T: T)
   torch::ScalarType dtype = torch::kFloat;  // model dtype: float32, bfloat16 or float64
-  std::string impl;                         // plain | checkpoint | checkpoint-chunked-head | mst | streambp
+  std::string impl;                         // a strategy whose estimated() is true (impls/strategy.h)
   std::string objective = "sft";            // sft | dpo | grpo
   int64_t lora_rank = 0;                    // 0: full fine-tuning
   int64_t threads = 1;   // CPU threads: the fused attention kernel allocates a scratch block per thread
@@ -55,20 +56,6 @@ struct EstimateInput {
   // with a head dim that is a multiple of 8; float64 there runs the math kernel, which is not modelled.
   std::string device = "cpu";
   std::optional<TrainEstimate> train;  // set: the peak of a training run, not of one step
-};
-
-// One named tensor term of a phase: `bytes` in all (count x shape x element size).
-struct EstimateTerm {
-  std::string name;
-  int64_t bytes = 0;
-  bool checkpoint = false;  // kept across the whole backward (layer inputs, or plain's autograd graph)
-};
-
-// One phase's high point: everything alive above base.
-struct PhaseEstimate {
-  std::string name;  // "forward", "head", "head chunk", "layer attention backward", "layer mlp backward"
-  int64_t bytes = 0;
-  std::vector<EstimateTerm> terms;
 };
 
 struct MemoryEstimate {

@@ -1,13 +1,7 @@
 // estimate_flops.cpp: estimate_flops.h. Each strategy's FLOPs as the ops it runs, in its own order:
 //   model work (every strategy): one forward with grad of the L layers and the head, and its backward
-//   recomputation by strategy:
-//     plain                    none
-//     checkpoint(-chunked-head) the L layers once more without grad (their forward), queries in one block
-//     mst                      the same, plus the head without grad (its chunked loss sums) and every MLP
-//                              once more without grad (its mini-sequence forward)
-//     streambp                 the L layers without grad in chunks of `partition` queries
-//     DPO, with a streamed head (checkpoint-chunked-head, streambp): the head once more without grad (the
-//                              sequence sums its non-linear loss needs first)
+//   what the strategy runs again, as its flop_schedule() says (impls/strategy.h, FlopSchedule: a no-grad
+//   forward of the layers, the head or the MLP once more, attention with grad in chunks of `partition`).
 // Legend (model_config.h): N sequences, T tokens, d hidden, I intermediate, V vocab, L layers, Hq and Hkv
 // heads, hd head size, r LoRA rank, c partition rows.
 #include "harness/run/estimate_flops.h"
@@ -15,6 +9,7 @@
 #include <algorithm>
 
 #include "harness/model/attention_kernels.h"
+#include "impls/strategy.h"
 
 namespace bpbench {
 
@@ -103,24 +98,21 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   f.forward_matmul += head_forward;
   f.backward_matmul += head_forward * (full ? 2 : 1);  // dX, and dW where the head is trained
 
-  // Where each strategy runs its attention with grad: whole, or in chunks of `partition` queries.
-  const bool streambp = in.impl == "streambp";
+  // What the strategy runs again (impls/, its flop_schedule()): attention with grad whole or in chunks of
+  // `partition` queries, a no-grad forward of the layers (K/V for all rows, queries in the same blocks), and
+  // the head or the MLP once more.
+  const FlopSchedule schedule = make_strategy(in.impl)->flop_schedule();
   const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
-  const int64_t grad_block = streambp ? partition : T;
+  const int64_t grad_block = schedule.attention_by_partition ? partition : T;
   for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, true);
-
-  if (in.impl == "plain") return f;
-  // The no-grad forward of the layers: K/V for all rows, queries in blocks (layer_in_chunks).
-  for (int64_t i = 0; i < L; ++i) {
-    f.recompute_matmul += forward_matmul(layer_linears(c, false), rows, r);
-    attention_calls(i, grad_block, false);
-  }
-  if (in.impl == "mst") {
-    f.recompute_matmul += head_forward;
-    f.recompute_matmul += L * forward_matmul(mlp_linears(c), rows, r);
-  }
-  const bool streamed_head = in.impl == "checkpoint-chunked-head" || streambp;
-  if (streamed_head && in.objective == "dpo") f.recompute_matmul += head_forward;
+  if (schedule.recomputes_layers)
+    for (int64_t i = 0; i < L; ++i) {
+      f.recompute_matmul += forward_matmul(layer_linears(c, false), rows, r);
+      attention_calls(i, grad_block, false);
+    }
+  if (schedule.recomputes_head) f.recompute_matmul += head_forward;
+  if (schedule.recomputes_mlp) f.recompute_matmul += L * forward_matmul(mlp_linears(c), rows, r);
+  if (schedule.streams_head && in.objective == "dpo") f.recompute_matmul += head_forward;
   return f;
 }
 

@@ -1,0 +1,327 @@
+// memory_terms.h: what the model's operations and its attention kernels keep alive during one forward +
+// backward, as byte terms. Each strategy (impls/) composes them into the phases of its own estimate, next to
+// the code they describe; harness/run/estimate.h adds the base (weights, gradients, batch) and picks the
+// peak.
+//
+// Conventions (legend in model_config.h): s bytes per element of the model dtype, f of the compute dtype
+// (float32 for float32/bfloat16 models, float64 for float64), "up" when they differ (bfloat16: every norm and
+// softmax input is upcast into a new float32 tensor). Aq = Hq*hd, Akv = Hkv*hd. A "row" term is bytes per
+// (sequence, token) and is multiplied by N and the rows it covers; rope tables, the c x c mask and weight
+// gradients do not scale with N. The formulas, and which tensor each term is: reports/ESTIMATE.md.
+//
+// What autograd keeps (LibTorch 2.x, as measured by the tracking allocator):
+//   rms_norm(x, w) over width w keeps the normalised x (w s; only when w is trainable), the rsqrt (f per
+//     row), and its input: x itself when s == f, else the float32 copy (w f). pow(x, 2) saves that same
+//     input, not its result (1.13 kept the square too);
+//   rope keeps only its cos/sin tables (x * cos saves cos, not x): the pre-rope q/k are freed;
+//   causal_attention keeps q after RoPE (Aq s), K, V, its output (Aq s: also o_proj's input, a view of it)
+//     and the logsumexp (Hq f); no scores, no mask (the kernels' own buffers: the Notes below);
+//   the MLP keeps gate, silu(gate), up and their product (4 I s); LoRA keeps x A^T (r s) per adapted linear.
+//
+// Note [CPU fused attention buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// PyTorch's fused CPU kernel (flash-style, attention_cpu.cpp) works in query blocks of qb = 32, 64 or 256
+// rows (fewer than 192 queries, fewer than 768, else; at most the queries) by kb = min(keys, 512) keys, with
+// one scratch block per thread (P threads):
+//   forward  P * ((qb*kb + 2*qb + qb*hd) * f + [up] qb*kb*s): scores, row max and sum, an output tile, and a
+//            bfloat16 copy of the scores (attn_forward_scratch);
+//   backward P * (2*qb*kb * (f + [up] s) + qb*f): scores and their gradient, their bfloat16 copies and a row
+//            sum (attn_backward_scratch).
+// The backward allocates dQ, dK and dV beside the incoming dO: N*R*(2*Aq + 2*Akv)*s over R = E rows
+// (attn_backward). A StreamBP chunk (R queries over E > R keys) runs the kernel twice, over the prefix keys
+// [0, E-R) with no mask and over the R x R diagonal block, merged through the logsumexps; its backward is
+// the largest of the prefix call, N*(2*R*Aq + 2*(E-R)*Akv)*s + scratch_bwd(R, E-R), the diagonal call,
+// N*(3*R*Aq + 2*E*Akv)*s + scratch_bwd(R, R), and the concatenation of dK and dV, N*(2*R*Aq + 3*E*Akv)*s
+// (chunk_attn_backward). Under a sliding window shorter than the keys it runs banded blocks of rb =
+// min(256, R) query rows over at most kb = min(E, rb + w - 1) keys, each with its own additive mask (rb*kb*f)
+// (window_block_forward, window_block_backward). Measured to the byte with the tracking allocator.
+//
+// Note [Flash attention buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// FlashAttention-2 (bfloat16 on CUDA; PyTorch 2.11's flash_attn/flash_api.cpp) saves what the CPU kernel
+// saves (q, K, V as views, the output, a float32 logsumexp); one call per chunk (bottom-right causal: no
+// prefix/diagonal split, no merge); no per-thread scratch; its no-grad forward also returns the logsumexp.
+// Its backward (mha_bwd) allocates dQ, dK, dV and, while the kernel runs, a float32 dq accumulator (N,
+// round128(c), Hq, hd_r) with hd_r = hd rounded up to 32 (to 64 above 128) (flash_dq_accum), softmax_d (N,
+// Hq, round128(c)) float32 (flash_softmax_d) and, with GQA, dK/dV expanded to Hq heads, (N, e, Hq, hd) each,
+// summed per kv head before it returns (flash_expanded). Derived from the source, not yet measured on a GPU.
+//
+// Note [Efficient attention buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The memory-efficient kernel (float32 on CUDA) takes K and V repeated to Hq heads (attention_gpu.cpp, a copy
+// when g > 1), and those copies are what the graph saves: K and V themselves are freed, except where StreamBP
+// holds them (kv_repeat, kv_row_graph). Under no grad it computes no logsumexp. Its backward
+// (attention_backward.cu, _efficient_attention_backward) returns dK/dV per query head (the repeat's backward
+// sums them) and allocates delta (N, Hq, c) float32, computed for float32 from a float32 (N, c, Hq, hd)
+// product, and a workspace of float32 dQ tiles (kernel_backward.h, workspace_size): per (sequence, query
+// head) ceil(c/BI) x ceil(hd/64) tiles of a 16-byte lock and BI x 64 floats, BI = 64 for hd <= 64 else 128
+// (the kernel cutlassB picks on sm80+ when its shared memory fits: assumed H100) (efficient_scratch).
+// Derived from the source, not yet measured on a GPU.
+//
+// Note [Math attention buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The math kernel (attention_math.cpp: float64 on CUDA, head dims that are not a multiple of 8 on CUDA,
+// float32 sliding windows on CUDA) materialises N x Hq x c x e scores and their softmax. No estimate models
+// it: estimate_peak refuses those cells by name (estimate_flops counts them, masked scores included).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bpbench {
+
+// One named tensor term of a phase: `bytes` in all (count x shape x element size).
+struct EstimateTerm {
+  std::string name;
+  int64_t bytes = 0;
+  bool checkpoint = false;  // kept across the whole backward (layer inputs, or plain's autograd graph)
+};
+
+// One phase's high point: everything alive above base.
+struct PhaseEstimate {
+  std::string name;  // "forward", "head", "head chunk", "layer attention backward", "layer mlp backward"
+  int64_t bytes = 0;
+  std::vector<EstimateTerm> terms;
+};
+
+// The topmost layer of one attention type (full, or sliding over `window` keys): the layer whose attention
+// backward is that type's high point, with every lower checkpoint alive.
+struct AttentionLayer {
+  int64_t index;
+  int64_t window;  // 0: full causal attention
+};
+
+// The dimensions of one cell and the per-row and per-call terms of the model's operations.
+struct MemoryTerms {
+  int64_t N, T, d, I, V, L, Hq, Hkv, hd, Aq, Akv;
+  int64_t s, f;              // element bytes: model dtype, compute dtype
+  int64_t P;                 // CPU threads (the attention kernel's scratch is per thread)
+  bool up;                   // s != f: norms and softmax copy their input to float32
+  bool qk;                   // q/k RMSNorm
+  int64_t r;                 // LoRA rank (0: full fine-tuning)
+  bool full;                 // base weights (norms, LM head, embedding included) are trainable
+  bool offload;              // layer checkpoints in host memory (impls/offload.h)
+  bool gemma_norms = false;  // Gemma 3's (1 + w) norms: the normalised x is saved in f, not s
+  bool sandwich = false;     // Gemma 3's norms on the attention and MLP outputs
+  std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
+  // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
+  bool flash = false;      // FlashAttention-2: bfloat16
+  bool efficient = false;  // the memory-efficient kernel: float32
+  bool cuda() const { return flash || efficient; }
+  bool gqa() const { return Hq != Hkv; }
+
+  // dK/dV accumulators of streambp: float32 for a bfloat16 model, else the model dtype.
+  int64_t acc() const { return s == 2 ? 4 : s; }
+  // The input of an rms_norm stays alive as the saved tensor when no upcast copy replaces it.
+  int64_t kept(int64_t w) const { return up ? 0 : w * s; }
+  // rms_norm over `w` (with `heads` rsqrt values per row) keeps, besides its input and output: the normalised
+  // x (when the weight is trainable), the float32 copy of x (bfloat16), the rsqrt.
+  int64_t rms(int64_t w, int64_t heads) const {
+    return (full ? w * (gemma_norms ? f : s) : 0) + (up ? w * f : 0) + heads * f;
+  }
+  // Gemma 3's norm on a block's output (its input is the o_proj or down projection's output, kept by it).
+  int64_t output_norm() const { return sandwich ? kept(d) + rms(d, 1) : 0; }
+  // Its backward, the first step of a block's backward while the whole block graph is alive: four (N, rows,
+  // d) tensors in f above what it holds, five when its weight is frozen (LoRA), for float32 and bfloat16
+  // alike (measured with the tracking allocator: 16 and 20 bytes per element).
+  int64_t output_norm_backward(int64_t rows) const {
+    return sandwich ? N * rows * d * (full ? 4 : 5) * f : 0;
+  }
+  // Attention half of a layer, per query row: attn_norm (+ its output h), the q path (q_norm), qg. LoRA: x
+  // A^T of q, k, v, o.
+  int64_t attn_row() const {
+    return rms(d, 1) + d * s + (qk ? kept(Aq) + rms(Aq, Hq) : 0) + Aq * s + 4 * r * s + output_norm();
+  }
+  // K/V path, per key row: k_norm's saved tensors, then K (after RoPE) and V.
+  int64_t kv_row() const { return (qk ? kept(Akv) + rms(Akv, Hkv) : 0) + 2 * Akv * s; }
+  // The same as a layer's graph keeps it. The efficient CUDA kernel saves K and V repeated to Hq heads (a
+  // copy when g > 1), and nothing else holds K and V in a whole-layer graph, so they are Aq wide there;
+  // everywhere else kv_row().
+  int64_t kv_row_graph() const { return efficient && gqa() ? kv_row() + 2 * (Aq - Akv) * s : kv_row(); }
+  // MLP half, per row: x1 (as mlp_norm's input), mlp_norm, its output n, gate, silu, up, product; LoRA x
+  // A^T.
+  int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s + output_norm(); }
+  // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and
+  // the logsumexp.
+  int64_t attn_out_row() const { return Aq * s + Hq * f; }
+  // Everything one layer's autograd graph keeps per row: attention, its output, K/V, MLP, and the layer's
+  // input (when rms_norm keeps it).
+  int64_t layer_row() const { return attn_row() + attn_out_row() + kv_row_graph() + mlp_row() + kept(d); }
+  // The final norm's saved tensors and its output h (kept by the LM head only when W_lm is trainable: with
+  // LoRA the frozen head saves nothing of its input).
+  int64_t final_norm_row() const { return rms(d, 1) + (full ? d * s : 0); }
+  // Not scaled by N: the cos and sin tables of RoPE over `rows` positions (float32 computed, cast to s).
+  int64_t rope(int64_t rows) const { return 2 * rows * hd * s; }
+  // The fused CPU kernel's blocks and per-thread scratch: see Note [CPU fused attention buffers].
+  static int64_t q_block(int64_t rows) {
+    return std::min<int64_t>(rows, rows >= 768 ? 256 : rows >= 192 ? 64 : 32);
+  }
+  static int64_t kv_block(int64_t keys) { return std::min<int64_t>(keys, 512); }
+  int64_t attn_forward_scratch(int64_t rows, int64_t keys) const {
+    const int64_t qb = q_block(rows), kb = kv_block(keys);
+    return P * ((qb * kb + 2 * qb + qb * hd) * f + (up ? qb * kb * s : 0));
+  }
+  int64_t attn_backward_scratch(int64_t rows, int64_t keys) const {
+    const int64_t qb = q_block(rows), kb = kv_block(keys);
+    return P * (2 * qb * kb * (f + (up ? s : 0)) + qb * f);
+  }
+  // The whole-sequence attention backward: the output's gradient dO coming in, dQ, dK, dV and the scratch.
+  int64_t attn_backward(int64_t rows) const {
+    return N * rows * (2 * Aq + 2 * Akv) * s + attn_backward_scratch(rows, rows);
+  }
+  // A chunk's (`rows` queries over `keys` keys, keys > rows), dO coming in and: the prefix call's dQ, dK, dV,
+  // then the diagonal call's with its scratch, or (after dQ's merge) dK's and dV's pieces with the
+  // concatenated dK or dV.
+  int64_t chunk_attn_backward(int64_t rows, int64_t keys) const {
+    if (keys == rows) return attn_backward(rows);
+    const int64_t prefix_call =
+        N * (2 * rows * Aq + 2 * (keys - rows) * Akv) * s + attn_backward_scratch(rows, keys - rows);
+    const int64_t diagonal_call =
+        N * (3 * rows * Aq + 2 * keys * Akv) * s + attn_backward_scratch(rows, rows);
+    const int64_t concatenation = N * (2 * rows * Aq + 3 * keys * Akv) * s;
+    return std::max({prefix_call, diagonal_call, concatenation});
+  }
+  // Backward through the MLP of `rows` rows (its 4 I saved tensors counted elsewhere): either the down
+  // projection's (the product's gradient, N*rows*I, its weight gradient d*I, and a contiguous copy of the
+  // incoming gradient when its rows are a strided slice: N > 1 for a chunk) or, a step later, silu*up's (act
+  // and that copy released; the product's gradient plus the two factors' gradients: one more N*rows*I).
+  int64_t mlp_backward(int64_t rows, bool strided_dy) const {
+    const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
+    // Gemma 3: the MLP output norm's backward comes first, with its saved tensors still alive (MLP phases
+    // count them here, not in the graph: mlp_row() - output_norm()); they are released before the
+    // projections' backward, whose incoming gradient is then the norm's input gradient, a new (N, rows, d)
+    // tensor (not the residual's dy), released once the down projection's backward is done.
+    const int64_t dy_below_norm = sandwich ? N * rows * d * s : 0;
+    return std::max({N * rows * I * s + (full ? d * I * s : 0) + dy_copy + dy_below_norm,
+                     2 * N * rows * I * s, N * rows * output_norm() + output_norm_backward(rows)});
+  }
+  // ---- sliding windows (attention_cpu.cpp, WindowedAttention) ----
+  // The keys a call of `rows` queries over the `keys` ending with them gets: a sliding layer's StreamBP chunk
+  // takes K/V from its window start (ModelConfig::first_visible_key) only.
+  static int64_t visible_keys(int64_t rows, int64_t keys, int64_t window) {
+    return window > 0 ? std::min(keys, rows + window - 1) : keys;
+  }
+  // The CPU kernel runs banded blocks of at most 256 query rows over the keys they see, when the window is
+  // shorter than the keys; the largest block has min(256, rows) rows and up to rows + window - 1 keys.
+  bool windowed(int64_t keys, int64_t window) const { return !cuda() && window > 0 && window < keys; }
+  static int64_t window_block_rows(int64_t rows) { return std::min<int64_t>(rows, 256); }
+  static int64_t window_block_keys(int64_t rows, int64_t keys, int64_t window) {
+    return std::min(keys, window_block_rows(rows) + window - 1);
+  }
+  // One block's call besides what the whole call keeps: its additive mask (rb x kb in f) and, forward, its
+  // output and logsumexp before they are copied into the call's; backward its dQ rows and dK/dV over its
+  // keys.
+  int64_t window_block_forward(int64_t rows, int64_t keys, int64_t window) const {
+    const int64_t rb = window_block_rows(rows), kb = window_block_keys(rows, keys, window);
+    return rb * kb * f + N * rb * attn_out_row() + attn_forward_scratch(rb, kb);
+  }
+  int64_t window_block_backward(int64_t rows, int64_t keys, int64_t window) const {
+    const int64_t rb = window_block_rows(rows), kb = window_block_keys(rows, keys, window);
+    return rb * kb * f + N * (rb * Aq + 2 * kb * Akv) * s + attn_backward_scratch(rb, kb);
+  }
+  // The attention backward of `rows` queries over `keys` keys (already cut to the window) as the CPU kernel
+  // runs it: whole sequence, a chunk's two calls, or banded blocks under a window (dO coming in, dQ, dK, dV).
+  int64_t cpu_attn_backward(int64_t rows, int64_t keys, int64_t window) const {
+    if (windowed(keys, window))
+      return N * (2 * rows * Aq + 2 * keys * Akv) * s + window_block_backward(rows, keys, window);
+    return keys == rows ? attn_backward(rows) : chunk_attn_backward(rows, keys);
+  }
+
+  // No-grad forward of attention over `rows` queries: the output and logsumexp and the kernel's scratch;
+  // a chunk (keys > rows) also holds both calls' outputs and logsumexps while they are merged in f; a
+  // windowed call one block's mask, output and scratch. CUDA: one call, no scratch (cuda_forward_output +
+  // kv_repeat).
+  int64_t attn_forward(int64_t rows, int64_t keys, int64_t window = 0) const {
+    if (cuda()) return cuda_forward_output(rows) + kv_repeat(keys);
+    if (windowed(keys, window)) return N * rows * attn_out_row() + window_block_forward(rows, keys, window);
+    if (keys == rows) return N * rows * attn_out_row() + attn_forward_scratch(rows, keys);
+    return N * rows * (3 * Aq * s + 2 * Aq * f + 5 * Hq * f) + attn_forward_scratch(rows, keys);
+  }
+
+  // ---- CUDA: see Note [Flash attention buffers] and Note [Efficient attention buffers] ----
+  static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+  static int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+  // The efficient kernel's K and V repeated to Hq heads over `keys` keys: 2 x (N, e, Hq, hd) in s, a copy
+  // (attention_gpu.cpp, per_query_head) only when g > 1. Saved for the backward when grad is on.
+  int64_t kv_repeat(int64_t keys) const { return efficient && gqa() ? 2 * N * keys * Aq * s : 0; }
+  // No-grad output of one call: flash (N, c, Hq, hd) in s and the logsumexp (N, Hq, c) float32 (always
+  // computed); efficient the output only (compute_log_sumexp is false under no grad).
+  int64_t cuda_forward_output(int64_t rows) const { return N * rows * (Aq * s + (flash ? Hq * 4 : 0)); }
+  // flash_api.cpp, mha_bwd (non-deterministic): dq_accum (N, round128(c), Hq, hd_r) float32, with hd_r = hd
+  // rounded up to 32 (to 64 above 128), and softmax_d (N, Hq, round128(c)) float32.
+  int64_t flash_dq_accum(int64_t rows) const {
+    return N * round_up(rows, 128) * Hq * round_up(hd, hd <= 128 ? 32 : 64) * 4;
+  }
+  int64_t flash_softmax_d(int64_t rows) const { return N * Hq * round_up(rows, 128) * 4; }
+  // mha_bwd with num_heads != num_heads_k: dk_expanded, dv_expanded (N, e, Hq, hd) in s, summed per group
+  // into dK, dV (N, e, Hkv, hd) before it returns.
+  int64_t flash_expanded(int64_t keys) const { return gqa() ? 2 * N * keys * Aq * s : 0; }
+  // The float32 backward kernel cutlassB picks on sm80+ (the first that takes hd): 64x64 for hd <= 64, else
+  // 128x64 (kBlockSizeI = 128) when its shared memory fits the GPU (assumed: H100; see ESTIMATE.md).
+  int64_t efficient_block_rows() const { return hd <= 64 ? 64 : 128; }
+  // kernel_backward.h, workspace_size for float32 (kNeedsAccumGradQ: split keys; no gK/gV staging): per
+  // (sequence, query head) ceil(c/BI) x ceil(hd/64) GradQTempStorage tiles of a 16-byte lock and BI x 64
+  // floats.
+  int64_t efficient_workspace(int64_t rows) const {
+    const int64_t bi = efficient_block_rows();
+    return N * Hq * ceil_div(rows, bi) * ceil_div(hd, 64) * (16 + bi * 64 * 4);
+  }
+  // _efficient_attention_backward for float32 (kKernelComputesDelta is false): delta = (dO * O).sum(-1)
+  // .transpose().contiguous(), whose float32 (N, c, Hq, hd) product, (N, c, Hq) sum and (N, Hq, c) copy live
+  // together, then delta with the workspace.
+  int64_t efficient_scratch(int64_t rows) const {
+    const int64_t delta = N * Hq * rows * 4;
+    return std::max(N * rows * Aq * 4 + 2 * delta, delta + efficient_workspace(rows));
+  }
+};
+
+// A phase's terms as they are added; zero-byte terms are left out.
+class PhaseBuilder {
+ public:
+  explicit PhaseBuilder(std::string name) { p_.name = std::move(name); }
+  PhaseBuilder& add(std::string name, int64_t bytes, bool checkpoint = false) {
+    if (bytes != 0) p_.terms.push_back({std::move(name), bytes, checkpoint});
+    return *this;
+  }
+  PhaseEstimate done() {
+    p_.bytes = 0;
+    for (const auto& t : p_.terms) p_.bytes += t.bytes;
+    return p_;
+  }
+
+ private:
+  PhaseEstimate p_;
+};
+
+// Query chunks worth checking for a chunked layer: the last one (sees every key) and, when it is short, the
+// last full-size one before it. Each as {rows, keys}.
+std::vector<std::pair<int64_t, int64_t>> critical_chunks(int64_t T, int64_t c);
+
+// The larger of two estimates of one phase (the same phase at another layer or chunk).
+void keep_larger(PhaseEstimate& best, PhaseEstimate candidate);
+
+// ---- the LM head ----
+// The head backward's high point over `rows` = N*R rows (R named `R` in the terms): the softmax's three
+// (rows, V) tensors in f, or later the logits' gradient with the LM head's weight gradient and dx rows.
+void add_head_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t rows, const char* R, bool chunk);
+// Whole-sequence head (plain, checkpoint): the final norm's saved tensors and output for all rows, then the
+// head backward over N*T rows.
+void add_whole_head(PhaseBuilder& p, const MemoryTerms& D);
+// Streamed head: per chunk of c_l rows the same, plus dx (N, T, d) for the whole sequence.
+void add_chunk_head(PhaseBuilder& p, const MemoryTerms& D, int64_t cl);
+
+// ---- attention backward ----
+// A layer's attention backward of `rows` queries over `keys` keys (named R and E in the terms) of layer type
+// `window`, from its output norm (Gemma 3) to the attention kernel: its high point is either the kernel's
+// backward (Notes above; the output norm's saved tensors already released) or, before it, the output norm's
+// backward with those saved tensors still alive. Attention-backward phases count the attention half without
+// the output norm (attn_row() - output_norm()) and add this.
+void add_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t rows, int64_t keys, int64_t window,
+                            const char* R, const char* E);
+// "K path saved + K + V" of a whole-layer graph (kv_row_graph), named for what the efficient kernel saves.
+const char* kv_graph_name(const MemoryTerms& D);
+
+}  // namespace bpbench

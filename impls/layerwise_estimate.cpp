@@ -1,0 +1,117 @@
+// layerwise_estimate.cpp: layerwise_estimate.h.
+#include "impls/layerwise_estimate.h"
+
+#include <fmt/format.h>
+
+namespace bpbench {
+
+namespace {
+
+// Of `count` layer checkpoints alive at a phase, those on the device. Offloaded (impls/offload.h), two are
+// in the forward (the input being read and the output being built) and in a layer's backward (its own input
+// and the next one down, prefetched); one at the head (x_L: layer L-1's comes back after the head).
+int64_t on_device(const MemoryTerms& D, int64_t count, int64_t offloaded_on_device) {
+  return D.offload ? std::min<int64_t>(count, offloaded_on_device) : count;
+}
+
+// No-grad checkpointed forward at the top layer: the stored inputs, the output being built, K and V for all
+// rows, and one query chunk's attention (`rows` queries over all keys for the last chunk).
+PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, const AttentionLayer& layer) {
+  PhaseBuilder p("forward");
+  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{} and the output being built", layer.index),
+                  layer.index + 2);
+  p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
+  const int64_t keys = MemoryTerms::visible_keys(rows, D.T, layer.window);
+  // A chunk's high point is in its attention (with the kernel's scratch) or in its MLP, whose four (N, c, I)
+  // tensors are temporaries of one expression and live together (model.cpp, mlp_block): with whole-sequence
+  // chunks (checkpoint, mst) and a large I the MLP is higher.
+  const int64_t attention = D.N * rows * (D.d + D.Aq) * D.s + D.attn_forward(rows, keys, layer.window);
+  const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d + 4 * D.I + 2 * D.r) * D.s;
+  if (attention >= mlp) {
+    p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
+    if (!D.cuda()) {
+      p.add(D.windowed(keys, layer.window)
+                ? "one chunk's attention: output, logsumexp, and one banded block's mask, output, scratch"
+                : "one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
+            D.attn_forward(rows, keys, layer.window));
+    } else {
+      p.add(D.flash ? "one chunk's attention (flash): output, logsumexp: N*c*(Aq*s + Hq*4)"
+                    : "one chunk's attention (efficient, no grad: no logsumexp): output: N*c*Aq*s",
+            D.cuda_forward_output(rows));
+      p.add("the efficient kernel's K and V repeated to Hq heads: 2 x N*e*Aq*s", D.kv_repeat(keys));
+    }
+  } else {
+    p.add("one chunk's MLP: q, x1, its norm, gate, silu(gate), up, product: N*c*(Aq + 2*d + 4*I [+ 2*r])*s",
+          mlp);
+  }
+  return p.done();
+}
+
+// The attention backward of the top layer (the largest: every lower checkpoint is still alive). Kept: the
+// attention half of the layer for all T rows (o_proj's input already consumed), K and V's gradient (V itself
+// released), the kernel's saved output and logsumexp, the rope tables, `flows` (N, T, d) gradients in flight,
+// and the kernel's backward (dQ, dK, dV, scratch).
+PhaseEstimate whole_attention_backward(const MemoryTerms& D, const AttentionLayer& layer, int64_t flows,
+                                       const std::string& flow_note) {
+  const int64_t rows = D.N * D.T, checkpoints = layer.index + 1;
+  PhaseBuilder p("layer attention backward");
+  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", checkpoints - 1), checkpoints);
+  p.add(fmt::format("gradients in flight ({}): {} x N*T*d*s", flow_note, flows), flows * rows * D.d * D.s);
+  p.add("attention half saved below its output norm: N*T*(attn_row - output_norm)",
+        rows * (D.attn_row() - D.output_norm()));
+  p.add(fmt::format("{}: N*T*kv_row", kv_graph_name(D)), rows * D.kv_row_graph());
+  p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
+  p.add("attention output + logsumexp: N*T*(Aq*s + Hq*f)", rows * D.attn_out_row());
+  add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");
+  return p.done();
+}
+
+}  // namespace
+
+int64_t checkpoints_bytes(const MemoryTerms& D, int64_t count) {
+  return count * D.N * D.T * D.d * D.s;
+}
+
+// "layer inputs ...: K x N*T*d*s" for the checkpoints of a phase, with the offloaded ones named as such.
+void add_checkpoints(PhaseBuilder& p, const MemoryTerms& D, const std::string& which, int64_t count,
+                     int64_t offloaded_on_device) {
+  const int64_t kept = on_device(D, count, offloaded_on_device);
+  p.add(kept == count ? fmt::format("{}: {} x N*T*d*s", which, count)
+                      : fmt::format("{}, {} of them on the device (the rest in host memory): {} x N*T*d*s",
+                                    which, kept, kept),
+        checkpoints_bytes(D, kept), true);
+}
+
+// The no-grad forward's high point: at the topmost layer of each attention type.
+PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows) {
+  PhaseEstimate best;
+  for (const auto& layer : D.attention_layers) keep_larger(best, checkpointed_forward_layer(D, rows, layer));
+  return best;
+}
+
+// The whole-sequence attention backward's high point over the attention types.
+PhaseEstimate whole_attention_backward(const MemoryTerms& D, int64_t flows, const std::string& flow_note) {
+  PhaseEstimate best;
+  for (const auto& layer : D.attention_layers)
+    keep_larger(best, whole_attention_backward(D, layer, flows, flow_note));
+  return best;
+}
+
+// The MLP backward of the top layer for a whole-layer re-forward (checkpoint): the whole layer's graph, the
+// incoming gradient and layer output, the gradient of the MLP product and the down projection's weight
+// gradient.
+PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints) {
+  const int64_t rows = D.N * D.T;
+  PhaseBuilder p("layer mlp backward");
+  add_checkpoints(p, D, "layer inputs", checkpoints);
+  p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
+  p.add(
+      "layer graph below the MLP output norm: N*T*(attn_row + attn_out_row + kv_row + mlp_row - "
+      "output_norm)",
+      rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph() + D.mlp_row() - D.output_norm()));
+  p.add("rope tables", 2 * D.rope(D.T));
+  p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
+  return p.done();
+}
+
+}  // namespace bpbench

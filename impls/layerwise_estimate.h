@@ -1,0 +1,36 @@
+// layerwise_estimate.h: the estimate's phases that the layerwise strategies share (layerwise.h's pieces):
+// the layer checkpoints, the no-grad checkpointed forward, and a whole-sequence re-forward's backward. Each
+// strategy's file composes these with memory_terms.h's into its own memory_phases().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "harness/model/memory_terms.h"
+
+namespace bpbench {
+
+// `count` layer checkpoints (N, T, d) in the model dtype.
+int64_t checkpoints_bytes(const MemoryTerms& D, int64_t count);
+
+// "layer inputs ...: K x N*T*d*s" for the `count` checkpoints alive at a phase. Offloaded (impls/offload.h),
+// only `offloaded_on_device` of them are on the device: two in the forward (the input being read and the
+// output being built) and in a layer's backward (its own input and the next one down, prefetched); one at
+// the head (x_L: layer L-1's comes back after the head). The others are named as in host memory.
+void add_checkpoints(PhaseBuilder& p, const MemoryTerms& D, const std::string& which, int64_t count,
+                     int64_t offloaded_on_device = 2);
+
+// The no-grad checkpointed forward's high point (layerwise.h: checkpointed_forward), queries in blocks of
+// `rows`: at the topmost layer of each attention type, the stored inputs, the output being built, K and V
+// for all rows and one query block's attention or MLP.
+PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows);
+
+// A whole-sequence re-forward's attention backward at the top layer of each attention type (the largest:
+// every lower checkpoint still alive), with `flows` (N, T, d) gradients in flight, named by `flow_note`.
+PhaseEstimate whole_attention_backward(const MemoryTerms& D, int64_t flows, const std::string& flow_note);
+
+// The MLP backward of the top layer for a whole-layer re-forward (checkpoint), `checkpoints` layer inputs
+// alive.
+PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints);
+
+}  // namespace bpbench
