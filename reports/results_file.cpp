@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "harness/run/json_schema.h"
 #include "harness/run/results.h"
 #include "harness/run/scenario.h"
 #include "reports/results_json.h"
@@ -73,6 +74,10 @@ json load_results(const fs::path& path) {
                 "a results.json written by bpbench run");
   }
   check_results(doc, file.string());
+  // Then every field against the published schema: one line naming the first that does not match.
+  if (const auto why = schema_violation(results_schema(), doc))
+    input_error(fmt::format("'{}': {}", file.string(), *why),
+                "a results.json matching reports/results.schema.json");
   return doc;
 }
 

@@ -357,7 +357,7 @@ TEST_F(Runner, AChildKilledByASignalIsAnErrorResult) {
 }
 
 TEST_F(Runner, ResultsFileIsRewrittenAfterEveryCell) {
-  ResultsWriter w(dir_ / "w", {{"k", 1}}, 2);
+  ResultsWriter w(dir_ / "w", {{"scenario_name", "w"}}, 2);
   auto read = [&] { return json::parse(std::ifstream(w.path())); };
   EXPECT_EQ(read().at("cells").size(), 0u);
   EXPECT_EQ(read().at("complete"), false);

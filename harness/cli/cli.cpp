@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/cli/estimate_command.h"
+#include "harness/cli/validate_command.h"
 #include "harness/model/hf_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/rope_config.h"
@@ -48,6 +49,7 @@ commands:
   estimate --model M --seq-len T [--impl I,...]
                           analytic peak bytes of each strategy
   hf-config MODEL         a preset as transformers' config.json (stdout), for peers run in transformers
+  validate FILE...        a results.json or a scenario against its published JSON Schema
   help [COMMAND]          this text, or a command's
 
 options:
@@ -280,7 +282,7 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
 }
 
 int dispatch(const std::vector<std::string>& argv) {
-  const std::string commands = "run, list, report, compare, estimate, hf-config, help";
+  const std::string commands = "run, list, report, compare, estimate, hf-config, validate, help";
   if (argv.size() < 2) usage_error("missing command; try bpbench --help", commands);
   const std::string& cmd = argv[1];
   const std::vector<std::string> args(argv.begin() + 2, argv.end());
@@ -305,6 +307,8 @@ int dispatch(const std::vector<std::string>& argv) {
       std::cout << kEstimateHelp;
     else if (args[0] == "hf-config")
       std::cout << kHfConfigHelp;
+    else if (args[0] == "validate")
+      std::cout << kValidateHelp;
     else
       usage_error(fmt::format("help: unknown command '{}'", args[0]), commands);
     return kExitOk;
@@ -322,6 +326,13 @@ int dispatch(const std::vector<std::string>& argv) {
     return estimate_command(args, std::cout);
   }
   if (cmd == "hf-config") return cmd_hf_config(args);
+  if (cmd == "validate") {
+    if (std::any_of(args.begin(), args.end(), is_help)) {
+      std::cout << kValidateHelp;
+      return 0;
+    }
+    return validate_command(args, std::cout);
+  }
   if (cmd == "run-cell") {  // hidden: what an isolated cell's child process runs
     if (args.size() != 1) usage_error("run-cell: expects exactly one job file", "a job file, or - for stdin");
     return run_cell_main(args[0]);

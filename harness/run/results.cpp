@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "harness/run/json_schema.h"
 #include "profiles/cuda_build.h"
 
 namespace bpbench {
@@ -433,6 +434,16 @@ void ResultsWriter::write() {
   json cells = json::array();
   for (const auto& [index, cell] : cells_) cells.push_back(cell);
   doc["cells"] = std::move(cells);
+  // The test suite sets BPBENCH_VALIDATE_RESULTS=1: every file a test makes bpbench write must match the
+  // published schema, so a field written without its schema entry fails there, not in a user's reader.
+  static const bool validate = [] {
+    const char* v = std::getenv("BPBENCH_VALIDATE_RESULTS");
+    return v && std::string(v) == "1";
+  }();
+  if (validate)
+    if (const auto why = schema_violation(results_schema(), doc))
+      throw std::logic_error(
+          fmt::format("{} does not match reports/results.schema.json: {}", path_.string(), *why));
   write_json_atomically(path_, doc);
 }
 

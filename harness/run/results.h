@@ -1,52 +1,9 @@
 // results.h: the per-cell result record, the results.json file and the console rendering of results.
 //
-// results.json (schema "bpbench.results/1"):
-//   {"schema": "bpbench.results/1", "complete": bool, "cells_total": n,
-//    "in_progress": {"index", "axes", "probes": [...]} (a max-length search under way; absent otherwise; a
-//    probe
-//                   whose process is running has status "started" and "attempts"),
-//    "meta": {"bpbench_version", "versions": {...}, "argv": [...], "threads", "isolate",
-//             "device": {"kind", "cpu", "cores", "description", CUDA: "cuda_devices", "gpus": [{"index",
-//             "name",
-//                        "total_memory_bytes", "capability"}] (rank r on gpus[r]),
-//                        "pytorch_cuda_alloc_conf"},
-//             "git_commit", "start_time" (ISO 8601 UTC), "end_time" (once complete), "hostname",
-//             "scenario_name", "scenario": {the scenario object as written},
-//             "resumed": [{"time", "argv", "kept_cells", "kept_probes"}] (each `run --resume` sitting),
-//             "host_budget_bytes" (a max-length search with offload and no scenario host budget: the
-//             machine's, read at the first sitting, which every sitting's cells use)},
-//    "cells": [{"axes": {every grid key}, "threads", "status": "ok"|"oom"|"skipped"|"error", "reason",
-//               "loss", "wall_s", "uses_partition", "uses_logits_partition",
-//               "rope": {the RoPE the model used, transformers' rope_parameters resolved (rope_config.h)} |
-//               null, "sliding_window": {"window", "layers" (sliding ones), "of" (all), "rope" (theirs)} |
-//               null (Gemma 3's sliding-window layers; null: every layer full), "memory": {"base_bytes",
-//               "peak_bytes", "peak_above_base_bytes", "peak_by_category":
-//               {...},
-//                          "estimate_bytes" (analytic peak, reports/ESTIMATE.md; null where there is none),
-//                          "timeline_file", "trace_file" (with measure.timeline, relative to results.json),
-//                          CUDA only: "reserved_peak_bytes", "alloc_retries" (the allocator's
-//                          num_alloc_retries in the step), "snapshot_file" (memory_viz pickle),
-//                          "device_activity" (CUPTI records in trace_file, with measure.device_activity)} |
-//               null,
-//               "data": {"file", "sha256", "sequences"} (with a data file; a training run adds
-//               "train_sequences", "eval_sequences"),
-//               "train": {"steps": [{"step", "loss", "lr", "grad_norm", "time_s"}], "eval": [{"step",
-//               "loss"}]} (measure.train only: then "loss" is the last step's and "time" is over its steps),
-//               "max_seq_len", "hit_upper", "search": {"budget_bytes", "granularity", "upper", "error",
-//               "host_budget_bytes" (offload only)}, "probes": [{"seq_len", "status" (ok, oom, killed,
-//               error), "peak_bytes", "reason"}] (with measure.max_seq_len),
-//               "world_size", "ranks": [{"rank", "peak_bytes", "base_bytes", "time_s", "comm": {...}}]
-//               (with world_size > 1), "time": {"median_s", "min_s", "max_s", "count", "warmup", "runs_s":
-//               [...]} | null, "grad_error": {"reference": "float64", "reference_device", "reference_loss",
-//               "loss_abs_error",
-//                              "groups": {"embed"|"attention"|"mlp"|"norms"|"lm_head"|"lora"|"all":
-//                                         {"er_abs", "er_rel", "max_abs", "rel_l2", "count"}}}
-//                             | {"reference", "error": "why it could not be computed"} | null,
-//               "compute": {"model_flops", "hardware_flops" (the step's FLOPs, counted on its first run:
-//                           harness/model/flop_count.h), "tflops_per_s" (hardware FLOPs / median time) |
-//                           null, "mfu", "hfu" (CUDA: model / hardware FLOPs per second over "peak") | null,
-//                           "peak": {"gpu", "precision", "tflops", "source"} | {"gpu", "error"} | null,
-//                           "counts": {every FlopCounts field}} | null}]}
+// results.json (schema "bpbench.results/1"): every field, its type and meaning are published in
+// reports/results.schema.json, which bpbench compiles in (harness/run/json_schema.h): `bpbench validate`
+// checks a file against it, and under the test suite (BPBENCH_VALIDATE_RESULTS=1) every write is checked, so
+// a field added here without its schema entry fails a test.
 // JSON holds bytes and seconds; MiB / GiB (2^20 / 2^30) appear only in rendered text.
 #pragma once
 

@@ -153,6 +153,9 @@ struct TopDef {
 
 const std::vector<TopDef>& top_table() {
   static const std::vector<TopDef> table = {
+      // For editors (scenarios/scenario.schema.json); nothing to bpbench.
+      {"$schema",
+       [](Scenario&, const json& v) { read_string(v, "$schema", "a path or URL of a JSON Schema"); }},
       {"name", [](Scenario& s, const json& v) { s.name = read_string(v, "name", "a string"); }},
       {"description",
        [](Scenario& s, const json& v) { s.description = read_string(v, "description", "a string"); }},
@@ -223,6 +226,16 @@ const std::vector<TopDef>& top_table() {
 
 // ---- public
 // -------------------------------------------------------------------------------------------------
+
+std::vector<std::string> scenario_keys() {
+  std::vector<std::string> keys;
+  for (const auto& d : top_table()) keys.push_back(d.key);
+  return keys;
+}
+
+std::vector<std::string> measure_keys() {
+  return keys_of(measure_table());
+}
 
 json MeasureSpec::to_json() const {
   json j;

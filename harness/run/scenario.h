@@ -135,6 +135,10 @@ struct Scenario {
 };
 
 const std::vector<std::string>& grid_keys();
+// The keys a scenario's top level and its "measure" object take (the parser's own tables): what
+// scenarios/scenario.schema.json must list, checked by a test.
+std::vector<std::string> scenario_keys();
+std::vector<std::string> measure_keys();
 const std::vector<std::string>& dtype_names();  // float32, bfloat16, float64
 
 Scenario parse_scenario(const nlohmann::json& j);

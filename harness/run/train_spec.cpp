@@ -89,9 +89,7 @@ const std::vector<TrainKey>& train_keys() {
 }
 
 std::string key_names() {
-  std::vector<std::string> names;
-  for (const auto& k : train_keys()) names.push_back(k.key);
-  return join(names);
+  return join(TrainSpec::keys());
 }
 
 }  // namespace
@@ -118,6 +116,12 @@ json TrainSpec::to_json() const {
           {"eval_every", eval_every},
           {"eval_batches", eval_batches},
           {"precision", precision}};
+}
+
+std::vector<std::string> TrainSpec::keys() {
+  std::vector<std::string> names;
+  for (const auto& k : train_keys()) names.push_back(k.key);
+  return names;
 }
 
 TrainSpec TrainSpec::from_json(const json& j) {

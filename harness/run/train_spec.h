@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace bpbench {
 
@@ -41,6 +42,7 @@ struct TrainSpec {
   nlohmann::json to_json() const;
   // Every key checked; throws InputError naming the key and the valid values.
   static TrainSpec from_json(const nlohmann::json& j);
+  static std::vector<std::string> keys();  // what from_json takes (scenarios/scenario.schema.json lists them)
 };
 
 }  // namespace bpbench

@@ -3,7 +3,7 @@
 # three tables (scenario files named like scenarios/h100_*.json, device cpu) and the peers on the CPU.
 # Checks, each of which fails this test:
 #   1. a table step writes its pack and log under OUT; the pack holds bpbench's results (with the device in
-#      meta), the peer's results and the report;
+#      meta), the peer's results and the report, both results files matching reports/results.schema.json;
 #   2. on a fresh run folder (another machine), the same step given that pack keeps every cell and peer length
 #      (none measured again) and ends with the same cells;
 #   3. a table with a failed cell goes on to its report and exits non-zero naming what failed;
@@ -60,6 +60,9 @@ mkdir -p "$tmp/first" && tar -xzf "$pack" -C "$tmp/first"
 [[ -n "$(json "$tmp/first/peers/hf_llama/results.json" 'd["meta"]["device"]["name"]')" ]] ||
   fail "no device in the peer's meta"
 grep -q "gpu: none" "$tmp/out1/llama_memory_time.log" || fail "the log does not say which device ran"
+# Both writers' files match the published schema (reports/results.schema.json): bpbench's and the peer's.
+"$BPBENCH" validate "$tmp/first/results.json" "$tmp/first/peers/hf_llama/results.json" >/dev/null ||
+  fail "a results file does not match reports/results.schema.json"
 
 # 2. A fresh run folder given the pack: everything kept, nothing measured again, the same cells.
 export RUN_DIR="$tmp/run2"
