@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -109,6 +110,27 @@ TEST(Schemas, TheCommittedResultsFixturesValidate) {
   for (const char* file : {"tests/fixtures/results_small.json"}) {
     const auto why = schema_violation(results_schema(), read_json(source(file)));
     EXPECT_FALSE(why) << file << ": " << *why;
+  }
+}
+
+// Each table that drives CellResult's to_json and from_json (harness/run/result_fields.cpp) names exactly the
+// fields its object has in the schema, but for what only older files or a peer write.
+TEST(Schemas, TheResultsTablesAndTheSchemaNameTheSameFields) {
+  const std::map<std::string, std::set<std::string>> not_written_by_bpbench = {
+      {"cell", {"case"}},        // streambp-official's exactness check (a peer)
+      {"memory", {"timeline"}},  // older files: the timeline inline
+  };
+  const json& defs = results_schema().at("$defs");
+  for (const auto& [record, names] : result_field_names()) {
+    SCOPED_TRACE(record);
+    std::set<std::string> in_schema = property_names(defs.at(record));
+    if (not_written_by_bpbench.count(record)) {
+      for (const auto& name : not_written_by_bpbench.at(record)) {
+        EXPECT_EQ(in_schema.erase(name), 1u) << name;
+      }
+    }
+    EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), in_schema);
+    EXPECT_EQ(names.size(), in_schema.size()) << "a field twice in the table";
   }
 }
 

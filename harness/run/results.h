@@ -22,6 +22,9 @@
 
 namespace bpbench {
 
+// The version changes when a field changes meaning, not when one is added (the schema lists every field and
+// the readers ignore none). Readers (report, compare, run --resume) then keep reading the versions before it,
+// translating them on load. There has been one so far.
 inline constexpr const char* kResultsSchema = "bpbench.results/1";
 inline constexpr const char* kBpbenchVersion = "0.1.0";
 
@@ -131,6 +134,10 @@ class ResultsWriter {
 
 nlohmann::json probe_to_json(const Probe& p);
 Probe probe_from_json(const nlohmann::json& j);
+// The keys each record of a cell writes ("cell", "memory", "time", "grad_error", "error_stats", "compute",
+// "probe"), from the tables that drive to_json and from_json (result_fields.cpp); a test holds them equal to
+// reports/results.schema.json.
+std::map<std::string, std::vector<std::string>> result_field_names();
 
 std::string format_mib(int64_t bytes);                           // "123.4"
 std::string format_seconds(double s);                            // "12s", "3m04s", "1h02m"
