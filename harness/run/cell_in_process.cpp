@@ -1,6 +1,6 @@
-// cell_in_process.cpp: one cell in this process, the measured steps: build the model and batch, pre-allocate
-// gradients, warm up, measure memory on the first measured run and time on every one, then compare the
-// gradients with plain BP in float64. Also the hidden `run-cell` subcommand that a child process runs.
+// cell_in_process.cpp: one cell in this process, as named steps: build the model and batch, warm up, the
+// memory step (measured, never timed), the timed steps, then the gradients against plain BP in float64 (the
+// reference); or a training run (measure.train). Also the hidden `run-cell` subcommand a child process runs.
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
@@ -17,6 +17,7 @@
 #include "harness/model/flop_count.h"
 #include "harness/objectives/data_file.h"
 #include "harness/objectives/objective.h"
+#include "harness/run/cell_steps.h"
 #include "harness/run/gpu_peak.h"
 #include "harness/run/grad_error.h"
 #include "harness/run/run_detail.h"
@@ -42,66 +43,6 @@ using profiles::MemoryScope;
 using namespace run_detail;
 
 namespace {
-
-void sync_device(const torch::Device& device) {
-  if (device.is_cuda() && torch::cuda::is_available()) torch::cuda::synchronize();
-}
-
-// The budget applies to the measured run only, and must be lifted on every exit path (an OOM thrown from deep
-// inside a strategy included), or the reference run and the next cell would inherit it.
-class BudgetGuard {
- public:
-  BudgetGuard(profiles::Recorder& recorder, std::optional<int64_t> bytes)
-      : recorder_(recorder), active_(bytes.has_value()) {
-    if (active_) recorder_.set_budget(bytes);
-  }
-  ~BudgetGuard() {
-    if (active_) recorder_.set_budget(std::nullopt);
-  }
-  BudgetGuard(const BudgetGuard&) = delete;
-  BudgetGuard& operator=(const BudgetGuard&) = delete;
-
- private:
-  profiles::Recorder& recorder_;
-  bool active_;
-};
-
-std::map<std::string, int64_t> category_map(const profiles::CategoryBytes& bytes) {
-  std::map<std::string, int64_t> out;
-  for (int i = 0; i < profiles::kCategoryCount; ++i)
-    out[profiles::category_name(static_cast<Category>(i))] = bytes[static_cast<size_t>(i)];
-  return out;
-}
-
-TimeResult time_stats(std::vector<double> runs, int64_t warmup) {
-  TimeResult t;
-  t.runs_s = runs;
-  t.warmup = warmup;
-  std::sort(runs.begin(), runs.end());
-  const size_t n = runs.size();
-  t.min_s = runs.front();
-  t.max_s = runs.back();
-  t.median_s = n % 2 ? runs[n / 2] : 0.5 * (runs[n / 2 - 1] + runs[n / 2]);
-  return t;
-}
-
-// Before each run: a single-process strategy accumulates into zeroed, pre-allocated gradients (as a training
-// loop that zeroes rather than frees them: they are base). A distributed one owns its gradient buckets and
-// starts from none.
-void prepare_grads(const std::vector<NamedParameter>& params, bool distributed) {
-  torch::NoGradGuard no_grad;
-  for (const auto& p : params) {
-    auto& g = p.tensor.mutable_grad();
-    if (distributed) {
-      g.reset();
-    } else if (g.defined()) {
-      g.zero_();
-    } else {  // a strategy dropped it: put it back so it counts as base, not as part of the step's peak
-      MemoryScope scope(Category::grads);
-      g = torch::zeros_like(p.tensor);
-    }
-  }
-}
 
 // The gradients of plain BP on a float64 copy of the same weights, same batch, compared with the cell's; on
 // the cell's device, or on the CPU (measure.grad_error.reference_device) where a float64 step of a long
@@ -131,113 +72,6 @@ GradErrorResult reference_error(const CellJob& job, const Model& model, const Ba
   return ge;
 }
 
-// Stops a timeline on every exit path, so an OOM inside the step cannot leave one recording.
-class TimelineGuard {
- public:
-  TimelineGuard(profiles::Recorder& recorder, bool on) : recorder_(recorder), on_(on) {
-    if (on_) recorder_.start_timeline(0.0);
-  }
-  ~TimelineGuard() {
-    if (on_) recorder_.stop_timeline();
-  }
-  profiles::Timeline stop() {
-    on_ = false;
-    return recorder_.stop_timeline();
-  }
-  TimelineGuard(const TimelineGuard&) = delete;
-  TimelineGuard& operator=(const TimelineGuard&) = delete;
-
- private:
-  profiles::Recorder& recorder_;
-  bool on_;
-};
-
-// Where the allocator's state goes (CUDA: recorder.writes_snapshots()), DIR/NAME.memory_viz.pickle: written
-// when an allocation fails, and after the step when a timeline was asked for. Unset again when the cell ends,
-// however it ends.
-class SnapshotGuard {
- public:
-  SnapshotGuard(profiles::Recorder& recorder, const CellJob& job) : recorder_(recorder) {
-    if (!recorder.writes_snapshots() || job.timeline_dir.empty() || job.timeline_name.empty()) return;
-    name_ = job.timeline_name + ".memory_viz.pickle";
-    path_ = (std::filesystem::path(job.timeline_dir) / name_).string();
-    std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
-    recorder_.set_oom_snapshot_path(path_);
-  }
-  ~SnapshotGuard() {
-    if (!path_.empty()) recorder_.set_oom_snapshot_path("");
-  }
-  SnapshotGuard(const SnapshotGuard&) = delete;
-  SnapshotGuard& operator=(const SnapshotGuard&) = delete;
-
-  // The step ran out of memory: name the snapshot the allocator's hook wrote, if it did.
-  void after_oom(MemoryResult& mem) const {
-    if (!path_.empty() && std::filesystem::exists(path_)) mem.snapshot_file = name_;
-  }
-  void write_now(MemoryResult& mem) {
-    if (!path_.empty() && recorder_.write_snapshot(path_)) mem.snapshot_file = name_;
-  }
-
- private:
-  profiles::Recorder& recorder_;
-  std::string name_, path_;
-};
-
-// CUPTI's records of the traced step (measure.device_activity), stopped on every exit path.
-class DeviceActivityGuard {
- public:
-  explicit DeviceActivityGuard(bool on) {
-    if (!on) return;
-    std::string why;
-    on_ = profiles::start_device_activity(&why);
-    if (!on_) result_ = json{{"error", why}};
-  }
-  ~DeviceActivityGuard() {
-    if (on_) profiles::stop_device_activity(profiles::TraceClock::now());
-  }
-  DeviceActivityGuard(const DeviceActivityGuard&) = delete;
-  DeviceActivityGuard& operator=(const DeviceActivityGuard&) = delete;
-
-  // The records on `timeline`'s clock; counts them (or keeps why there are none) in `mem`.
-  std::vector<profiles::DeviceActivity> stop(const profiles::Timeline& timeline, MemoryResult& mem) {
-    std::vector<profiles::DeviceActivity> records;
-    if (on_) {
-      on_ = false;
-      records = profiles::stop_device_activity(timeline.origin);
-      json counts = {{"kernels", 0}, {"memcpys", 0}, {"memsets", 0}};
-      for (const auto& a : records) counts[a.kind + "s"] = counts[a.kind + "s"].get<int64_t>() + 1;
-      // What the trace lacks, said beside what it holds (device_activity.h).
-      const auto losses = profiles::last_device_activity_losses();
-      counts["dropped"] = losses.dropped;
-      counts["incomplete"] = losses.incomplete;
-      result_ = counts;
-    }
-    mem.device_activity = result_;
-    return records;
-  }
-
- private:
-  bool on_ = false;
-  json result_;
-};
-
-// DIR/NAME.json (plain timeline, read by `bpbench report`) and DIR/NAME.trace.json (Perfetto), with the
-// device's own activity (CUPTI) in the trace when it was collected.
-void write_timeline(const CellJob& job, const profiles::Timeline& timeline, MemoryResult& mem,
-                    const std::vector<profiles::DeviceActivity>& device = {}) {
-  if (job.timeline_dir.empty() || job.timeline_name.empty()) return;
-  namespace fs = std::filesystem;
-  const fs::path dir = job.timeline_dir;
-  fs::create_directories((dir / job.timeline_name).parent_path());
-  const std::string label = job.cell.label({"model", "impl", "objective", "seq_len", "partition"});
-  write_json_atomically(dir / (job.timeline_name + ".json"),
-                        json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
-  write_json_atomically(dir / (job.timeline_name + ".trace.json"),
-                        profiles::chrome_trace(timeline, label, device));
-  mem.timeline_file = job.timeline_name + ".json";
-  mem.trace_file = job.timeline_name + ".trace.json";
-}
-
 // The step's FLOPs and their rate: TFLOP/s over the median time, and on a GPU in the peak table MFU and HFU.
 ComputeResult compute_result(const FlopCounts& counts, const std::optional<TimeResult>& time,
                              const torch::Device& device, at::ScalarType dtype) {
@@ -259,25 +93,6 @@ ComputeResult compute_result(const FlopCounts& counts, const std::optional<TimeR
               {"error", fmt::format("no peak known for '{}' (known: {})", name, known_gpus())}};
   }
   return c;
-}
-
-// Where a measurement starts: an empty cache (blocks cached by a warm-up would be reused without the budget's
-// check, which a caching allocator makes only when it reserves a segment, so a step over the budget is "oom"
-// here exactly as in a max-length probe, which starts with none), fresh peaks, and the bytes live now.
-void start_measurement(profiles::Recorder& rec, MemoryResult& mem) {
-  rec.release_cached();
-  rec.reset_peak();
-  profiles::reset_host_peak();
-  mem.base_bytes = rec.live_bytes();
-}
-
-// The measurement's high points, read where it ends and where it runs out of memory alike.
-void read_peaks(const profiles::Recorder& rec, bool offloads, MemoryResult& mem) {
-  mem.peak_bytes = rec.peak_bytes();
-  mem.peak_by_category = category_map(rec.peak_by_category());
-  mem.reserved_peak_bytes = rec.reserved_peak_bytes();
-  mem.alloc_retries = rec.alloc_retries();
-  if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
 }
 
 // Token ids from the scenario's data file for `rows` sequences of the cell's length; records what was read.
@@ -396,73 +211,24 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     if (world > 1) batch = dist::rank_batch(batch, rank, world);
   }
 
-  const auto params = model.trainable_parameters();
-
   const bool timed = m.time.enabled;
-  const int64_t warmup = timed ? m.time.warmup : 0, repeat = timed ? m.time.repeat : 1;
+  const int64_t warmup = timed ? m.time.warmup : 0, repeat = timed ? m.time.repeat : 0;
   // One checkpoint store for every step of the cell: offloaded, its host buffers are allocated by the first
   // step (warm-up) and reused.
   const auto store = make_checkpoint_store(parse_offload(c.offload), device);
   const bool offloads = store->offload() != Offload::none;
   const StepInputs in{model, batch, *objective, Partitioning{c.partition, c.logits_partition},
                       strategy.uses_offload() ? store.get() : nullptr};
-  std::vector<double> seconds;
-  MemoryResult mem;
-  double loss = std::numeric_limits<double>::quiet_NaN();
+  const CellStep step{strategy, in, model.trainable_parameters(), device, *timer, dist_strategy != nullptr,
+                      comm};
+  // The path of a single-step cell, in this order: warm-up, the memory step, the timed steps, the reference.
+  // FLOPs are counted on the first step of all (every step executes the same ops).
   std::optional<FlopCounts> flops;
-  // The memory step runs first after warm-up. It is timed too, unless it is slower than the others: where
-  // CUPTI traces it, or where the cache was emptied before it (its blocks are reserved afresh). Then it runs
-  // once more than `repeat` and is left out of the time statistics.
-  const bool trace_device = m.timeline && m.device_activity && device.is_cuda();
-  const bool memory_step_timed = !trace_device && !rec.caches_blocks();
-  const int64_t runs = warmup + repeat + (timed && !memory_step_timed ? 1 : 0);
-  for (int64_t run = 0; run < runs; ++run) {
-    prepare_grads(params, dist_strategy != nullptr);
-    if (comm) comm->barrier("before step");  // every rank starts its clock together
-    const bool first_measured = run == warmup;
-    // FLOPs are counted on the first run (a warm-up where there is one): every run executes the same ops.
-    std::optional<FlopCounter> counter;
-    if (run == 0) counter.emplace();
-    torch::Tensor loss_t;
-    double dt = 0;
-    if (first_measured) {
-      start_measurement(rec, mem);
-      BudgetGuard budget(rec, m.budget_bytes);
-      SnapshotGuard snapshot(rec, job);
-      TimelineGuard timeline(rec, m.timeline);
-      DeviceActivityGuard device_activity(trace_device);
-      try {
-        sync_device(device);
-        timer->start();
-        loss_t = strategy.forward_backward(in);
-        dt = timer->stop_seconds();
-      } catch (...) {
-        // Where the step stood when it ran out: its base and the highest point it reached within the budget.
-        read_peaks(rec, offloads, mem);
-        snapshot.after_oom(mem);
-        if (m.timeline) {
-          const profiles::Timeline tl = timeline.stop();
-          write_timeline(job, tl, mem, device_activity.stop(tl, mem));
-        }
-        if (m.memory) r.memory = mem;
-        throw;
-      }
-      read_peaks(rec, offloads, mem);
-      if (m.timeline) {
-        snapshot.write_now(mem);  // while the allocator's history is on: stopping the timeline ends it
-        const profiles::Timeline tl = timeline.stop();
-        write_timeline(job, tl, mem, device_activity.stop(tl, mem));
-      }
-    } else {
-      sync_device(device);
-      timer->start();
-      loss_t = strategy.forward_backward(in);
-      dt = timer->stop_seconds();
-    }
-    loss = loss_t.item<double>();
-    if (counter) flops = counter->counts();  // complete: backward() returns once autograd ran every node
-    if (run >= warmup && (memory_step_timed || !first_measured)) seconds.push_back(dt);
-  }
+  double loss = warm_up(step, warmup, flops);
+  MemoryResult mem;
+  loss = memory_step(step, job, rec, offloads, flops, mem, r);
+  std::vector<double> seconds;
+  if (timed) loss = timed_steps(step, repeat, seconds);
   r.loss = loss;
   if (m.memory) {
     if (world == 1)

@@ -1,0 +1,256 @@
+// cell_steps.cpp: cell_steps.h.
+#include "harness/run/cell_steps.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "harness/model/flop_count.h"
+#include "profiles/chrome_trace.h"
+#include "profiles/device_activity.h"
+#include "profiles/host_memory.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+
+using nlohmann::json;
+using profiles::Category;
+using profiles::MemoryScope;
+
+namespace {
+
+std::map<std::string, int64_t> category_map(const profiles::CategoryBytes& bytes) {
+  std::map<std::string, int64_t> out;
+  for (int i = 0; i < profiles::kCategoryCount; ++i)
+    out[profiles::category_name(static_cast<Category>(i))] = bytes[static_cast<size_t>(i)];
+  return out;
+}
+
+// Stops a timeline on every exit path, so an OOM inside the step cannot leave one recording.
+class TimelineGuard {
+ public:
+  TimelineGuard(profiles::Recorder& recorder, bool on) : recorder_(recorder), on_(on) {
+    if (on_) recorder_.start_timeline(0.0);
+  }
+  ~TimelineGuard() {
+    if (on_) recorder_.stop_timeline();
+  }
+  profiles::Timeline stop() {
+    on_ = false;
+    return recorder_.stop_timeline();
+  }
+  TimelineGuard(const TimelineGuard&) = delete;
+  TimelineGuard& operator=(const TimelineGuard&) = delete;
+
+ private:
+  profiles::Recorder& recorder_;
+  bool on_;
+};
+
+// Where the allocator's state goes (CUDA: recorder.writes_snapshots()), DIR/NAME.memory_viz.pickle: written
+// when an allocation fails, and after the step when a timeline was asked for. Unset again when the cell ends,
+// however it ends.
+class SnapshotGuard {
+ public:
+  SnapshotGuard(profiles::Recorder& recorder, const CellJob& job) : recorder_(recorder) {
+    if (!recorder.writes_snapshots() || job.timeline_dir.empty() || job.timeline_name.empty()) return;
+    name_ = job.timeline_name + ".memory_viz.pickle";
+    path_ = (std::filesystem::path(job.timeline_dir) / name_).string();
+    std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+    recorder_.set_oom_snapshot_path(path_);
+  }
+  ~SnapshotGuard() {
+    if (!path_.empty()) recorder_.set_oom_snapshot_path("");
+  }
+  SnapshotGuard(const SnapshotGuard&) = delete;
+  SnapshotGuard& operator=(const SnapshotGuard&) = delete;
+
+  // The step ran out of memory: name the snapshot the allocator's hook wrote, if it did.
+  void after_oom(MemoryResult& mem) const {
+    if (!path_.empty() && std::filesystem::exists(path_)) mem.snapshot_file = name_;
+  }
+  void write_now(MemoryResult& mem) {
+    if (!path_.empty() && recorder_.write_snapshot(path_)) mem.snapshot_file = name_;
+  }
+
+ private:
+  profiles::Recorder& recorder_;
+  std::string name_, path_;
+};
+
+// CUPTI's records of the traced step (measure.device_activity), stopped on every exit path.
+class DeviceActivityGuard {
+ public:
+  explicit DeviceActivityGuard(bool on) {
+    if (!on) return;
+    std::string why;
+    on_ = profiles::start_device_activity(&why);
+    if (!on_) result_ = json{{"error", why}};
+  }
+  ~DeviceActivityGuard() {
+    if (on_) profiles::stop_device_activity(profiles::TraceClock::now());
+  }
+  DeviceActivityGuard(const DeviceActivityGuard&) = delete;
+  DeviceActivityGuard& operator=(const DeviceActivityGuard&) = delete;
+
+  // The records on `timeline`'s clock; counts them (or keeps why there are none) in `mem`.
+  std::vector<profiles::DeviceActivity> stop(const profiles::Timeline& timeline, MemoryResult& mem) {
+    std::vector<profiles::DeviceActivity> records;
+    if (on_) {
+      on_ = false;
+      records = profiles::stop_device_activity(timeline.origin);
+      json counts = {{"kernels", 0}, {"memcpys", 0}, {"memsets", 0}};
+      for (const auto& a : records) counts[a.kind + "s"] = counts[a.kind + "s"].get<int64_t>() + 1;
+      // What the trace lacks, said beside what it holds (device_activity.h).
+      const auto losses = profiles::last_device_activity_losses();
+      counts["dropped"] = losses.dropped;
+      counts["incomplete"] = losses.incomplete;
+      result_ = counts;
+    }
+    mem.device_activity = result_;
+    return records;
+  }
+
+ private:
+  bool on_ = false;
+  json result_;
+};
+
+// DIR/NAME.json (plain timeline, read by `bpbench report`) and DIR/NAME.trace.json (Perfetto), with the
+// device's own activity (CUPTI) in the trace when it was collected.
+void write_timeline(const CellJob& job, const profiles::Timeline& timeline, MemoryResult& mem,
+                    const std::vector<profiles::DeviceActivity>& device = {}) {
+  if (job.timeline_dir.empty() || job.timeline_name.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = job.timeline_dir;
+  fs::create_directories((dir / job.timeline_name).parent_path());
+  const std::string label = job.cell.label({"model", "impl", "objective", "seq_len", "partition"});
+  write_json_atomically(dir / (job.timeline_name + ".json"),
+                        json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
+  write_json_atomically(dir / (job.timeline_name + ".trace.json"),
+                        profiles::chrome_trace(timeline, label, device));
+  mem.timeline_file = job.timeline_name + ".json";
+  mem.trace_file = job.timeline_name + ".trace.json";
+}
+
+// One forward + backward from fresh gradients; its loss. Counts its FLOPs into `flops` when that is empty.
+double run_step(const CellStep& s, std::optional<FlopCounts>& flops) {
+  prepare_grads(s.params, s.distributed);
+  if (s.comm) s.comm->barrier("before step");
+  std::optional<FlopCounter> counter;
+  if (!flops) counter.emplace();
+  const double loss = s.strategy.forward_backward(s.in).item<double>();
+  if (counter) flops = counter->counts();  // complete: backward() returns once autograd ran every node
+  return loss;
+}
+
+}  // namespace
+
+void sync_device(const torch::Device& device) {
+  if (device.is_cuda() && torch::cuda::is_available()) torch::cuda::synchronize();
+}
+
+TimeResult time_stats(std::vector<double> runs, int64_t warmup) {
+  TimeResult t;
+  t.runs_s = runs;
+  t.warmup = warmup;
+  std::sort(runs.begin(), runs.end());
+  const size_t n = runs.size();
+  t.min_s = runs.front();
+  t.max_s = runs.back();
+  t.median_s = n % 2 ? runs[n / 2] : 0.5 * (runs[n / 2 - 1] + runs[n / 2]);
+  return t;
+}
+
+void prepare_grads(const std::vector<NamedParameter>& params, bool distributed) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    auto& g = p.tensor.mutable_grad();
+    if (distributed) {
+      g.reset();
+    } else if (g.defined()) {
+      g.zero_();
+    } else {  // a strategy dropped it: put it back so it counts as base, not as part of the step's peak
+      MemoryScope scope(Category::grads);
+      g = torch::zeros_like(p.tensor);
+    }
+  }
+}
+
+void start_measurement(profiles::Recorder& rec, MemoryResult& mem) {
+  rec.release_cached();
+  rec.reset_peak();
+  profiles::reset_host_peak();
+  mem.base_bytes = rec.live_bytes();
+}
+
+void read_peaks(const profiles::Recorder& rec, bool offloads, MemoryResult& mem) {
+  mem.peak_bytes = rec.peak_bytes();
+  mem.peak_by_category = category_map(rec.peak_by_category());
+  mem.reserved_peak_bytes = rec.reserved_peak_bytes();
+  mem.alloc_retries = rec.alloc_retries();
+  if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
+}
+
+double warm_up(const CellStep& s, int64_t runs, std::optional<FlopCounts>& flops) {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t i = 0; i < runs; ++i) loss = run_step(s, flops);
+  return loss;
+}
+
+double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& rec, bool offloads,
+                   std::optional<FlopCounts>& flops, MemoryResult& mem, CellResult& r) {
+  const MeasureSpec& m = job.settings.measure;
+  const bool trace_device = m.timeline && m.device_activity && s.device.is_cuda();
+  prepare_grads(s.params, s.distributed);
+  if (s.comm) s.comm->barrier("before step");
+  std::optional<FlopCounter> counter;
+  if (!flops) counter.emplace();
+  start_measurement(rec, mem);
+  BudgetGuard budget(rec, m.budget_bytes);
+  SnapshotGuard snapshot(rec, job);
+  TimelineGuard timeline(rec, m.timeline);
+  DeviceActivityGuard device_activity(trace_device);
+  torch::Tensor loss;
+  try {
+    loss = s.strategy.forward_backward(s.in);
+  } catch (...) {
+    // Where the step stood when it ran out: its base and the highest point it reached within the budget.
+    read_peaks(rec, offloads, mem);
+    snapshot.after_oom(mem);
+    if (m.timeline) {
+      const profiles::Timeline tl = timeline.stop();
+      write_timeline(job, tl, mem, device_activity.stop(tl, mem));
+    }
+    if (m.memory) r.memory = mem;
+    throw;
+  }
+  read_peaks(rec, offloads, mem);
+  if (m.timeline) {
+    snapshot.write_now(mem);  // while the allocator's history is on: stopping the timeline ends it
+    const profiles::Timeline tl = timeline.stop();
+    write_timeline(job, tl, mem, device_activity.stop(tl, mem));
+  }
+  if (counter) flops = counter->counts();
+  return loss.item<double>();
+}
+
+double timed_steps(const CellStep& s, int64_t repeat, std::vector<double>& seconds) {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t i = 0; i < repeat; ++i) {
+    prepare_grads(s.params, s.distributed);
+    if (s.comm) s.comm->barrier("before step");  // every rank starts its clock together
+    sync_device(s.device);
+    s.timer.start();
+    const torch::Tensor loss_t = s.strategy.forward_backward(s.in);
+    seconds.push_back(s.timer.stop_seconds());
+    loss = loss_t.item<double>();
+  }
+  return loss;
+}
+
+}  // namespace bpbench
