@@ -74,7 +74,7 @@ class Strategy {
   // false from estimated(), as the distributed ones do, is refused by `bpbench estimate` by name):
   virtual bool estimated() const { return false; }
   // The phases one step goes through, in the order it runs them, each with the tensors alive at its high
-  // point above base (memory_terms.h's terms for `D`, chunks of `rows`, both clamped to 1..T).
+  // point above base (memory_terms.h's terms for `D`; `partition` rows per chunk, clamped to 1..T).
   virtual std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning& partition) const;
   virtual FlopSchedule flop_schedule() const { return {}; }
 };
