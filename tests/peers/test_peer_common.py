@@ -15,6 +15,7 @@ import importlib.util
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import types
@@ -222,7 +223,19 @@ class Run(unittest.TestCase):
                 status = common.run(peer, "fake_peer", "a fake peer", argv)
             with open(out) as f:
                 doc = json.load(f)
+            # bpbench's own check of the file against reports/results.schema.json (ctest gives BPBENCH).
+            self.validation = None
+            if os.environ.get("BPBENCH"):
+                done = subprocess.run([os.environ["BPBENCH"], "validate", out], capture_output=True, text=True)
+                self.validation = (done.returncode, done.stderr)
         return status, doc, stderr.getvalue()
+
+    def test_the_file_matches_the_published_schema(self):
+        if not os.environ.get("BPBENCH"):
+            self.skipTest("BPBENCH (the bpbench binary) not given; ctest's peers_common gives it")
+        self.run_script(["ok", "build-oom", "step-error"], [64, 32, 16])
+        returncode, stderr = self.validation
+        self.assertEqual(returncode, 0, stderr)
 
     def test_every_length_is_written_and_the_errors_make_exit_status_1(self):
         status, doc, stderr = self.run_script(["ok", "build-oom", "step-error", "ok"], [64, 32, 16, 8])
