@@ -17,7 +17,7 @@ SKIPPED = r"\[  SKIPPED \]"  # GoogleTest's line for a case that skipped itself:
 # thread per process put a bf16 cell's measured peak 5.4% from its estimate, past the 5% the test allows).
 # Every results.json bpbench writes under the tests is checked against reports/results.schema.json
 # (harness/run/results.cpp, ResultsWriter).
-PASSIVE_WAIT = "OMP_WAIT_POLICY=PASSIVE;BPBENCH_VALIDATE_RESULTS=1"
+TEST_ENVIRONMENT = "OMP_WAIT_POLICY=PASSIVE;BPBENCH_VALIDATE_RESULTS=1"
 
 
 def list_cases(binary):
@@ -92,7 +92,8 @@ def main():
     # its DISABLED_ prefix, registered disabled).
     for group in ("slow", "fresh", "disabled"):
         for case in by_group[group]:
-            properties = (f"SKIP_REGULAR_EXPRESSION [==[{SKIPPED}]==] ENVIRONMENT [==[{PASSIVE_WAIT}]==] TIMEOUT 900 "
+            properties = (f"SKIP_REGULAR_EXPRESSION [==[{SKIPPED}]==] ENVIRONMENT [==[{TEST_ENVIRONMENT}]==] "
+                          "TIMEOUT 900 "
                           f"LABELS {group}")
             if group == "slow":
                 properties += " COST 1000"  # started first: the longest cases bound the suite's wall time
@@ -110,7 +111,8 @@ def main():
             # GoogleTest's JSON report, from which scripts/test.sh names the cases skipped inside shards.
             name = f"shard_{k + 1}_of_{shards}"
             add(name, exclude,
-                f"ENVIRONMENT [==[GTEST_TOTAL_SHARDS={shards};GTEST_SHARD_INDEX={k};{PASSIVE_WAIT}]==] TIMEOUT 1800 "
+                f"ENVIRONMENT [==[GTEST_TOTAL_SHARDS={shards};GTEST_SHARD_INDEX={k};{TEST_ENVIRONMENT}]==] "
+                "TIMEOUT 1800 "
                 "LABELS shard COST 100", also_disabled=False,
                 report=f"{args.working_dir}/shard-reports/{name}.json")
 

@@ -137,10 +137,15 @@ void write_timeline(const CellJob& job, const profiles::Timeline& timeline, Memo
   mem.trace_file = job.timeline_name + ".trace.json";
 }
 
-// One forward + backward from fresh gradients; its loss. Counts its FLOPs into `flops` when that is empty.
-double run_step(const CellStep& s, std::optional<FlopCounts>& flops) {
+// Every step starts from fresh gradients, and every rank starts it together (its clock included).
+void begin_step(const CellStep& s) {
   prepare_grads(s.params, s.distributed);
   if (s.comm) s.comm->barrier("before step");
+}
+
+// One forward + backward from fresh gradients; its loss. Counts its FLOPs into `flops` when that is empty.
+double run_step(const CellStep& s, std::optional<FlopCounts>& flops) {
+  begin_step(s);
   std::optional<FlopCounter> counter;
   if (!flops) counter.emplace();
   const double loss = s.strategy.forward_backward(s.in).item<double>();
@@ -206,8 +211,7 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
                    std::optional<FlopCounts>& flops, MemoryResult& mem, CellResult& r) {
   const MeasureSpec& m = job.settings.measure;
   const bool trace_device = m.timeline && m.device_activity && s.device.is_cuda();
-  prepare_grads(s.params, s.distributed);
-  if (s.comm) s.comm->barrier("before step");
+  begin_step(s);
   std::optional<FlopCounter> counter;
   if (!flops) counter.emplace();
   start_measurement(rec, mem);
@@ -215,6 +219,10 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
   SnapshotGuard snapshot(rec, job);
   TimelineGuard timeline(rec, m.timeline);
   DeviceActivityGuard device_activity(trace_device);
+  const auto write_step_timeline = [&] {
+    const profiles::Timeline tl = timeline.stop();
+    write_timeline(job, tl, mem, device_activity.stop(tl, mem));
+  };
   torch::Tensor loss;
   try {
     loss = s.strategy.forward_backward(s.in);
@@ -222,18 +230,14 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
     // Where the step stood when it ran out: its base and the highest point it reached within the budget.
     read_peaks(rec, offloads, mem);
     snapshot.after_oom(mem);
-    if (m.timeline) {
-      const profiles::Timeline tl = timeline.stop();
-      write_timeline(job, tl, mem, device_activity.stop(tl, mem));
-    }
+    if (m.timeline) write_step_timeline();
     if (m.memory) r.memory = mem;
     throw;
   }
   read_peaks(rec, offloads, mem);
   if (m.timeline) {
     snapshot.write_now(mem);  // while the allocator's history is on: stopping the timeline ends it
-    const profiles::Timeline tl = timeline.stop();
-    write_timeline(job, tl, mem, device_activity.stop(tl, mem));
+    write_step_timeline();
   }
   if (counter) flops = counter->counts();
   return loss.item<double>();
@@ -242,8 +246,7 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
 double timed_steps(const CellStep& s, int64_t repeat, std::vector<double>& seconds) {
   double loss = std::numeric_limits<double>::quiet_NaN();
   for (int64_t i = 0; i < repeat; ++i) {
-    prepare_grads(s.params, s.distributed);
-    if (s.comm) s.comm->barrier("before step");  // every rank starts its clock together
+    begin_step(s);
     sync_device(s.device);
     s.timer.start();
     const torch::Tensor loss_t = s.strategy.forward_backward(s.in);

@@ -124,9 +124,9 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument(
         fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", in.objective));
   if (in.offload && !make_strategy(in.impl)->uses_offload()) {
-    std::vector<std::string> offloading;
-    for (const auto& name : impls)
-      if (make_strategy(name)->uses_offload()) offloading.push_back(name);
+    std::vector<std::string> offloading;  // of those the estimate knows
+    for (const auto& name : offloading_strategy_names())
+      if (std::find(impls.begin(), impls.end(), name) != impls.end()) offloading.push_back(name);
     throw std::invalid_argument(
         fmt::format("estimate: {} keeps no layer checkpoints to offload (valid with offload: {})", in.impl,
                     fmt::join(offloading, ", ")));
