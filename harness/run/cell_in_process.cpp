@@ -120,30 +120,25 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
                            data_record);
     if (!data_record.is_null()) r.data = data_record;
   }
-  prepare_grads(model.trainable_parameters(), /*distributed=*/false);
   const auto store = make_checkpoint_store(parse_offload(c.offload), device);
   const bool offloads = store->offload() != Offload::none;
+  prepare_grads(model.trainable_parameters(), /*distributed=*/false);  // allocated before: base
   MemoryResult mem;
-  start_measurement(rec, mem);
   TrainRun run;
   {
-    BudgetGuard budget(rec, m.budget_bytes);
+    MeasuredRegion region(rec, m.budget_bytes, offloads, mem);
     try {
       run = train_model(
           *m.train, strategy, model, objective, data, Partitioning{c.partition, c.logits_partition},
-          strategy.uses_offload() ? store.get() : nullptr,
-          [&] {
-            sync_device(device);
-            timer.start();
-          },
+          strategy.uses_offload() ? store.get() : nullptr, [&] { start_clock(device, timer); },
           [&] { return timer.stop_seconds(); });
     } catch (...) {
-      read_peaks(rec, offloads, mem);
+      region.end();
       if (m.memory) r.memory = mem;
       throw;
     }
+    region.end();
   }
-  read_peaks(rec, offloads, mem);
   if (m.memory) {
     const TrainEstimate run_shape{m.train->steps, static_cast<int64_t>(data.train.size() + data.eval.size()),
                                   m.train->precision == "mixed"};

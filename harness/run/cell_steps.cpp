@@ -186,19 +186,33 @@ void prepare_grads(const std::vector<NamedParameter>& params, bool distributed) 
   }
 }
 
-void start_measurement(profiles::Recorder& rec, MemoryResult& mem) {
-  rec.release_cached();
-  rec.reset_peak();
+MeasuredRegion::MeasuredRegion(profiles::Recorder& recorder, std::optional<int64_t> budget_bytes,
+                               bool offloads, MemoryResult& mem)
+    : recorder_(recorder), offloads_(offloads), budgeted_(budget_bytes.has_value()), mem_(mem) {
+  recorder_.release_cached();
+  recorder_.reset_peak();
   profiles::reset_host_peak();
-  mem.base_bytes = rec.live_bytes();
+  mem_.base_bytes = recorder_.live_bytes();
+  if (budgeted_) recorder_.set_budget(budget_bytes);
 }
 
-void read_peaks(const profiles::Recorder& rec, bool offloads, MemoryResult& mem) {
-  mem.peak_bytes = rec.peak_bytes();
-  mem.peak_by_category = category_map(rec.peak_by_category());
-  mem.reserved_peak_bytes = rec.reserved_peak_bytes();
-  mem.alloc_retries = rec.alloc_retries();
-  if (offloads) mem.host_peak_bytes = profiles::host_peak_bytes();
+MeasuredRegion::~MeasuredRegion() {
+  if (budgeted_) recorder_.set_budget(std::nullopt);
+}
+
+void MeasuredRegion::end() {
+  if (ended_) return;
+  ended_ = true;
+  mem_.peak_bytes = recorder_.peak_bytes();
+  mem_.peak_by_category = category_map(recorder_.peak_by_category());
+  mem_.reserved_peak_bytes = recorder_.reserved_peak_bytes();
+  mem_.alloc_retries = recorder_.alloc_retries();
+  if (offloads_) mem_.host_peak_bytes = profiles::host_peak_bytes();
+}
+
+void start_clock(const torch::Device& device, profiles::StepTimer& timer) {
+  sync_device(device);
+  timer.start();
 }
 
 double warm_up(const CellStep& s, int64_t runs, std::optional<FlopCounts>& flops) {
@@ -214,8 +228,7 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
   begin_step(s);
   std::optional<FlopCounter> counter;
   if (!flops) counter.emplace();
-  start_measurement(rec, mem);
-  BudgetGuard budget(rec, m.budget_bytes);
+  MeasuredRegion region(rec, m.budget_bytes, offloads, mem);
   SnapshotGuard snapshot(rec, job);
   TimelineGuard timeline(rec, m.timeline);
   DeviceActivityGuard device_activity(trace_device);
@@ -228,13 +241,13 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
     loss = s.strategy.forward_backward(s.in);
   } catch (...) {
     // Where the step stood when it ran out: its base and the highest point it reached within the budget.
-    read_peaks(rec, offloads, mem);
+    region.end();
     snapshot.after_oom(mem);
     if (m.timeline) write_step_timeline();
     if (m.memory) r.memory = mem;
     throw;
   }
-  read_peaks(rec, offloads, mem);
+  region.end();
   if (m.timeline) {
     snapshot.write_now(mem);  // while the allocator's history is on: stopping the timeline ends it
     write_step_timeline();
@@ -247,8 +260,7 @@ double timed_steps(const CellStep& s, int64_t repeat, std::vector<double>& secon
   double loss = std::numeric_limits<double>::quiet_NaN();
   for (int64_t i = 0; i < repeat; ++i) {
     begin_step(s);
-    sync_device(s.device);
-    s.timer.start();
+    start_clock(s.device, s.timer);
     const torch::Tensor loss_t = s.strategy.forward_backward(s.in);
     seconds.push_back(s.timer.stop_seconds());
     loss = loss_t.item<double>();

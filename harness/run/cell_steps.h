@@ -1,7 +1,7 @@
 // cell_steps.h: the steps a cell's measurement is made of. A single-step cell (cell_in_process.cpp) runs, in
 // this order: warm_up, memory_step (measured, never timed), timed_steps, then its gradient reference; a
-// training run (measure.train) shares the pieces around them: fresh gradients before each step, the
-// measured region's start and end, the budget over it.
+// training run (measure.train, train_loop.h) shares the pieces around them: fresh gradients before each step
+// (prepare_grads), one MeasuredRegion over the run, start_clock before each step.
 #pragma once
 
 #include <torch/torch.h>
@@ -28,31 +28,31 @@ void sync_device(const torch::Device& device);
 // buckets and starts from none.
 void prepare_grads(const std::vector<NamedParameter>& params, bool distributed);
 
-// Where a measurement starts: an empty cache (blocks cached by a warm-up would be reused without the
-// budget's check, which a caching allocator makes only when it reserves a segment, so a step over the budget
-// is "oom" here exactly as in a max-length probe, which starts with none), fresh peaks, the bytes live now.
-void start_measurement(profiles::Recorder& rec, MemoryResult& mem);
-// The measurement's high points, read where it ends and where it runs out of memory alike.
-void read_peaks(const profiles::Recorder& rec, bool offloads, MemoryResult& mem);
-
-// The budget applies to the measured run only, and must be lifted on every exit path (an OOM thrown from deep
-// inside a strategy included), or the reference run and the next cell would inherit it.
-class BudgetGuard {
+// The measured region of a cell: one memory step, or a whole training run. Made on entry: an empty cache
+// (blocks cached by a warm-up would be reused without the budget's check, which a caching allocator makes
+// only when it reserves a segment, so a step over the budget is "oom" here exactly as in a max-length probe,
+// which starts with none), fresh peaks, the bytes live now as base, the budget on. end() reads the high
+// points: call it where the region ends and where it runs out of memory alike. The destructor lifts the
+// budget, last (after the guards made inside the region: tests/test_runner_order.cpp) and on every exit path,
+// or the reference run and the next cell would inherit it.
+class MeasuredRegion {
  public:
-  BudgetGuard(profiles::Recorder& recorder, std::optional<int64_t> bytes)
-      : recorder_(recorder), active_(bytes.has_value()) {
-    if (active_) recorder_.set_budget(bytes);
-  }
-  ~BudgetGuard() {
-    if (active_) recorder_.set_budget(std::nullopt);
-  }
-  BudgetGuard(const BudgetGuard&) = delete;
-  BudgetGuard& operator=(const BudgetGuard&) = delete;
+  MeasuredRegion(profiles::Recorder& recorder, std::optional<int64_t> budget_bytes, bool offloads,
+                 MemoryResult& mem);
+  ~MeasuredRegion();
+  MeasuredRegion(const MeasuredRegion&) = delete;
+  MeasuredRegion& operator=(const MeasuredRegion&) = delete;
+
+  void end();  // the peaks into `mem`; once (later calls do nothing)
 
  private:
   profiles::Recorder& recorder_;
-  bool active_;
+  bool offloads_, budgeted_, ended_ = false;
+  MemoryResult& mem_;
 };
+
+// Clock on: the device's queued work done first (CUDA), so a step's time is its own.
+void start_clock(const torch::Device& device, profiles::StepTimer& timer);
 
 // Median, min and max of the timed steps.
 TimeResult time_stats(std::vector<double> runs, int64_t warmup);

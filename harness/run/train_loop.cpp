@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 
+#include "harness/run/cell_steps.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -137,18 +138,7 @@ TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& mod
   if (evaluates) run.evals.push_back({0, mean_eval_loss(model, data, objective, partition)});
   for (int64_t step = 1; step <= spec.steps; ++step) {
     const Batch& batch = data.train[static_cast<size_t>(step - 1) % data.train.size()];
-    {
-      // Zeroed, not freed: the gradients are base memory, as in the single-step measurement.
-      torch::NoGradGuard no_grad;
-      MemoryScope scope(Category::grads);
-      for (const auto& p : params.model) {
-        auto& g = p.tensor.mutable_grad();
-        if (g.defined())
-          g.zero_();
-        else
-          g = torch::zeros_like(p.tensor);
-      }
-    }
+    prepare_grads(params.model, /*distributed=*/false);  // as a single-step cell's steps start
     TrainStepRecord r;
     r.step = step;
     r.lr = spec.lr_at(step);
