@@ -38,7 +38,7 @@ void check_results(const json& doc, const std::string& origin) {
   if (!schema.is_string())
     input_error(fmt::format("'{}' is not a bpbench results file (no \"schema\")", origin),
                 "a results.json written by bpbench run");
-  if (schema.get<std::string>() != kResultsSchema)
+  if (schema.get<std::string>() != kResultsSchema)  // load_results upgrades older versions (results.h)
     input_error(fmt::format("'{}' has schema '{}', which this bpbench cannot read", origin,
                             schema.get<std::string>()),
                 kResultsSchema);
@@ -73,6 +73,7 @@ json load_results(const fs::path& path) {
                             colon == std::string::npos ? what : what.substr(colon + 2)),
                 "a results.json written by bpbench run");
   }
+  if (doc.is_object()) upgrade_results(doc, file.string());  // an older version, read as the current one
   check_results(doc, file.string());
   // Then every field against the published schema: one line naming the first that does not match.
   if (const auto why = schema_violation(results_schema(), doc))

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -22,6 +23,9 @@
 #include "harness/run/results.h"
 #include "harness/run/scenario.h"
 #include "harness/run/train_spec.h"
+#include "reports/compare.h"
+#include "reports/report.h"
+#include "reports/results_file.h"
 #include "tests/test_files.h"
 
 namespace bpbench {
@@ -107,7 +111,7 @@ TEST(Schemas, TheScenarioSchemaListsExactlyTheKeysTheParserTakes) {
 TEST(Schemas, TheCommittedResultsFixturesValidate) {
   // results_small.json was written by an older bpbench (inline timelines, probes without reasons): the
   // schema still reads what the readers read.
-  for (const char* file : {"tests/fixtures/results_small.json"}) {
+  for (const char* file : {"tests/fixtures/results_small.json", "tests/fixtures/results_small_first.json"}) {
     const auto why = schema_violation(results_schema(), read_json(source(file)));
     EXPECT_FALSE(why) << file << ": " << *why;
   }
@@ -233,6 +237,47 @@ TEST(Schemas, ValidateCommandSaysOkOrNamesTheFieldInOneLine) {
               fmt::format("validate: {}: cells[0].memory.peak_bytes: expected integer, got string \"a lot\" "
                           "(valid: what reports/results.schema.json describes)",
                           bad.string()));
+  }
+}
+
+// Every results file an earlier bpbench wrote stays readable (results.h). results_small_first.json is the
+// first results.json bpbench wrote (commit 88bddcc, before the schema was published): each reader takes it
+// as the current version, and it compares cell for cell with a file written later.
+TEST(ResultsVersions, TheFirstFileBpbenchWroteIsReadByEveryReader) {
+  const fs::path first = source("tests/fixtures/results_small_first.json");
+  const json doc = load_results(first);
+  EXPECT_EQ(doc.at("schema"), kResultsSchema);
+  ASSERT_EQ(doc.at("cells").size(), 26u);
+  const std::string report = render_report_markdown(doc, first.parent_path());
+  EXPECT_NE(report.find("checkpoint-chunked-head"), std::string::npos);
+  const CompareReport same = compare_results(doc, load_results(testing::results_fixture()), CompareOptions{});
+  EXPECT_EQ(same.count(Verdict::missing) + same.count(Verdict::added), 0) << same.markdown();
+  std::ostringstream out;
+  EXPECT_EQ(validate_command({first.string()}, out), 0);
+  EXPECT_EQ(out.str(), first.string() + ": ok (bpbench.results/1)\n");
+}
+
+TEST(ResultsVersions, AnUnknownVersionIsRefusedNamingTheOnesThisBuildReads) {
+  EXPECT_EQ(readable_results_schemas().back(), kResultsSchema);
+  testing::TempDir tmp;
+  const fs::path future = tmp.dir() / "results.json";
+  json doc = read_json(source("tests/fixtures/results_small.json"));
+  doc["schema"] = "bpbench.results/99";
+  std::ofstream(future) << doc.dump();
+  for (const auto& read : std::vector<std::function<void()>>{[&] { load_results(future); },
+                                                             [&] {
+                                                               std::ostringstream out;
+                                                               validate_command({future.string()}, out);
+                                                             }}) {
+    try {
+      read();
+      ADD_FAILURE() << "a file of an unknown version was read";
+    } catch (const InputError& e) {
+      EXPECT_EQ(
+          std::string(e.what()),
+          fmt::format("'{}' has schema 'bpbench.results/99', which this bpbench cannot read (valid: {})",
+                      future.string(), kResultsSchema));
+    }
   }
 }
 

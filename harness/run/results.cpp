@@ -2,6 +2,7 @@
 #include "harness/run/results.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,49 @@
 namespace bpbench {
 
 using nlohmann::json;
+
+namespace {
+
+// One translation: a file of version `from` into the version after it. A translation rewrites what changed
+// meaning and nothing else. Empty while there is one version.
+struct ResultsUpgrade {
+  const char* from;
+  void (*to_next)(json& doc);
+};
+const std::vector<ResultsUpgrade>& results_upgrades() {
+  static const std::vector<ResultsUpgrade> upgrades = {};
+  return upgrades;
+}
+
+}  // namespace
+
+std::vector<std::string> readable_results_schemas() {
+  std::vector<std::string> names;
+  for (const auto& u : results_upgrades()) names.emplace_back(u.from);
+  names.emplace_back(kResultsSchema);
+  return names;
+}
+
+std::string upgrade_results(json& doc, const std::string& origin) {
+  const auto version_of = [](const json& d) {
+    return d.is_object() && d.contains("schema") && d["schema"].is_string() ? d["schema"].get<std::string>()
+                                                                            : std::string();
+  };
+  const std::string written = version_of(doc);
+  if (written.empty())
+    input_error(fmt::format("'{}' is not a bpbench results file (no \"schema\")", origin),
+                "a results.json written by bpbench run");
+  for (std::string now = written; now != kResultsSchema; now = version_of(doc)) {
+    const auto& upgrades = results_upgrades();
+    const auto step = std::find_if(upgrades.begin(), upgrades.end(),
+                                   [&](const ResultsUpgrade& u) { return now == u.from; });
+    if (step == upgrades.end())
+      input_error(fmt::format("'{}' has schema '{}', which this bpbench cannot read", origin, now),
+                  fmt::format("{}", fmt::join(readable_results_schemas(), ", ")));
+    step->to_next(doc);
+  }
+  return written;
+}
 
 namespace {
 

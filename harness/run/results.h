@@ -23,10 +23,20 @@
 namespace bpbench {
 
 // The version changes when a field changes meaning, not when one is added (the schema lists every field and
-// the readers ignore none). Readers (report, compare, run --resume) then keep reading the versions before it,
-// translating them on load. There has been one so far.
+// the readers ignore none). Readers (report, compare, validate, run --resume) keep reading the versions
+// before it: upgrade_results translates them on load. There has been one so far. To change a field's meaning:
+// bump the number here and in reports/results.schema.json, add the translation from the version before to
+// results.cpp's upgrade table, and keep tests/fixtures/results_small_first.json (the first file bpbench
+// wrote) loading.
 inline constexpr const char* kResultsSchema = "bpbench.results/1";
 inline constexpr const char* kBpbenchVersion = "0.1.0";
+
+// The versions of results.json this bpbench reads, oldest first; the last is kResultsSchema.
+std::vector<std::string> readable_results_schemas();
+// Brings `doc`, a results file of a readable version, to kResultsSchema in place, one version at a time, so
+// its fields mean what reports/results.schema.json says; returns the version it was written in. Any other
+// "schema" is an InputError naming `origin` and the readable versions.
+std::string upgrade_results(nlohmann::json& doc, const std::string& origin);
 
 struct MemoryResult {
   int64_t base_bytes = 0;  // live when the measured step starts: parameters, grads, batch

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -66,6 +67,10 @@ std::optional<ResumeState> load_resume_state(const std::filesystem::path& result
     input_error(fmt::format("cannot resume: '{}' is not valid JSON ({})", where, e.what()),
                 "a results.json written by bpbench run, or another --out directory");
   }
+  const auto readable = readable_results_schemas();
+  if (doc.is_object() && doc.contains("schema") &&
+      std::find(readable.begin(), readable.end(), doc.value("schema", std::string())) != readable.end())
+    upgrade_results(doc, where);  // an older version, read as the current one
   if (!doc.is_object() || doc.value("schema", std::string()) != kResultsSchema || !doc.contains("cells") ||
       !doc.at("cells").is_array() || !doc.contains("meta"))
     input_error(fmt::format("cannot resume: '{}' is not a {} results file", where, kResultsSchema),
