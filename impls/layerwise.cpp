@@ -110,54 +110,65 @@ HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, co
 torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
                                       torch::Tensor dy, int64_t rows,
                                       const std::function<void(int64_t j)>& between_chunks) {
-  const int64_t T = x_in.size(1);
-  // a. K/V path, all rows, kept with its graph until step c.
-  KV kv;
-  torch::Tensor k_leaf, v_leaf, dk, dv;
+  const int64_t T = x_in.size(1), chunks = (T + rows - 1) / rows;
+  // a. K and V of all rows, values only, made chunk by chunk: no graph, no T-row temporaries.
+  torch::Tensor keys, values, dk, dv;  // (N, Hkv, T, hd) each
   {
+    PhaseScope phase("K/V");
     MemoryScope scope(Category::kv);
-    kv = model.project_kv(i, model.attn_norm(i, x_in));  // (N, Hkv, T, hd) each
-    k_leaf = kv.k.detach().requires_grad_(true);
-    v_leaf = kv.v.detach().requires_grad_(true);
-    // bf16: accumulate dK/dV over chunks in float32, as one big matmul would, then round once.
-    const auto acc = kv.k.scalar_type() == torch::kBFloat16 ? torch::kFloat : kv.k.scalar_type();
-    dk = torch::zeros_like(k_leaf, k_leaf.options().dtype(acc));
-    dv = torch::zeros_like(v_leaf, v_leaf.options().dtype(acc));
+    torch::NoGradGuard no_grad;
+    for (int64_t s = 0; s < T; s += rows) {
+      const int64_t c = std::min(rows, T - s);
+      const KV kv = model.project_kv(i, model.attn_norm(i, x_in.detach().narrow(1, s, c)), s, T);
+      if (!keys.defined()) {
+        auto shape = kv.k.sizes().vec();
+        shape[2] = T;
+        keys = torch::empty(shape, kv.k.options());
+        values = torch::empty(shape, kv.v.options());
+      }
+      keys.narrow(2, s, c).copy_(kv.k);
+      values.narrow(2, s, c).copy_(kv.v);
+    }
+    // bf16: accumulate dK/dV over chunks in float32, as one big matmul would, then round once per row.
+    const auto acc = keys.scalar_type() == torch::kBFloat16 ? torch::kFloat : keys.scalar_type();
+    dk = torch::zeros_like(keys, keys.options().dtype(acc));
+    dv = torch::zeros_like(values, values.options().dtype(acc));
   }
   const bool wants_dx = x_in.requires_grad();  // not for LoRA's layer 0 (Model::input_gradient_needed)
-  torch::Tensor dx;
-  if (wants_dx) {
-    MemoryScope scope(Category::activations);
-    dx = torch::empty_like(x_in);
-  }
-  // b. chunks: forward then backward, one chunk's activations alive at a time.
-  for (int64_t s = 0, j = 0; s < T; s += rows, ++j) {
-    const int64_t c = std::min(rows, T - s), e = s + c;
+  // b. chunks from the last to the first, each forward then at once backward. Chunk j's queries see keys
+  // before e only, so once chunks j.. are done, key rows [s, e) have their whole dK/dV: c. runs their K/V
+  // path backward there and then. dx rows go into dy's rows, which only chunk j reads.
+  for (int64_t j = chunks - 1; j >= 0; --j) {
+    const int64_t s = j * rows, c = std::min(rows, T - s), e = s + c;
     {
       PhaseScope phase(fmt::format("chunk {}", j));
       MemoryScope scope(Category::activations);
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
-      // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window otherwise
-      const int64_t k0 = model.config.first_visible_key(i, s);
-      auto k_vis = k_leaf.detach().narrow(2, k0, e - k0).requires_grad_(true);
-      auto v_vis = v_leaf.detach().narrow(2, k0, e - k0).requires_grad_(true);
-      auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);                       // (N, Hq, c, hd)
-      auto y = model.mlp_block(i, model.attention_block(i, x_rows, q, KV{k_vis, v_vis}));  // (N, c, d)
-      y.backward(dy.narrow(1, s, c));
-      if (wants_dx) dx.narrow(1, s, c).copy_(x_rows.grad());
-      dk.narrow(2, k0, e - k0).add_(k_vis.grad());
-      dv.narrow(2, k0, e - k0).add_(v_vis.grad());
+      {
+        // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window
+        // otherwise; constants to autograd, whose gradients the attention adds straight into dK, dV (ops.h:
+        // KvGradSink).
+        const int64_t k0 = model.config.first_visible_key(i, s);
+        const KV visible{keys.narrow(2, k0, e - k0), values.narrow(2, k0, e - k0),
+                         KvGradSink{dk.narrow(2, k0, e - k0), dv.narrow(2, k0, e - k0)}};
+        auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);              // (N, Hq, c, hd)
+        auto y = model.mlp_block(i, model.attention_block(i, x_rows, q, visible));  // (N, c, d)
+        y.backward(dy.narrow(1, s, c));
+      }
+      {
+        // c. the K/V path of rows [s, e), recomputed from x_rows, backward with their finished dK, dV: the
+        // weight gradients of attn_norm, k_norm, Wk and Wv accumulate, dx rows gain the K/V path's term.
+        PhaseScope kv_phase(fmt::format("chunk {} K/V backward", j));
+        MemoryScope kv_scope(Category::kv);
+        const KV kv = model.project_kv(i, model.attn_norm(i, x_rows), s, T);
+        torch::autograd::backward({kv.k, kv.v}, {dk.narrow(2, s, c).to(kv.k.scalar_type()),
+                                                 dv.narrow(2, s, c).to(kv.v.scalar_type())});
+      }
+      if (wants_dx) dy.narrow(1, s, c).copy_(x_rows.grad());
     }
-    if (between_chunks && e < T) between_chunks(j);
+    if (between_chunks && j > 0) between_chunks(j);
   }
-  dy = torch::Tensor();  // the layer above's gradient is no longer needed
-  // c. K/V path backward once; its dx contribution lands in x_in.grad.
-  {
-    MemoryScope scope(Category::kv);
-    torch::autograd::backward({kv.k, kv.v}, {dk.to(kv.k.scalar_type()), dv.to(kv.v.scalar_type())});
-  }
-  if (wants_dx) dx.add_(x_in.grad());
-  return dx;
+  return wants_dx ? dy : torch::Tensor();  // dy's buffer now holds dx
 }
 
 }  // namespace bpbench

@@ -50,6 +50,8 @@ struct FlopSchedule {
                                    // same query blocks as its attention with grad
   bool recomputes_head = false;    // the head once more without grad, for every objective (MsT's loss sums)
   bool recomputes_mlp = false;     // every MLP once more without grad (MsT's mini-sequence forward)
+  bool recomputes_kv = false;      // every layer's k and v projections once more without grad (StreamBP's
+                                   // K and V values, made before its chunks recompute their rows' graph)
   bool streams_head = false;       // the head in logits_partition rows: DPO, whose loss needs the sequence
                                    // sums first, runs it once more without grad
 };

@@ -6,21 +6,26 @@
 // (layerwise.cpp: streamed_head_backward). Each layer i, from the top, with dY (N, T, d) (layerwise.cpp:
 // streambp_layer_backward):
 //
-//   a. K/V path once, for all T rows, from x_i (a leaf requiring grad), at absolute positions 0..T-1:
-//        h = attn_norm(x_i);  K = rope(k_norm(h Wk)), V = h Wv                  K, V: (N, Hkv, T, hd)
-//      K and V become leaves; their gradients dK, dV accumulate across chunks.
-//   b. per chunk [s, e) of `partition` rows, forward then at once backward:
+//   a. K and V of all T rows, values only (no graph), made chunk by chunk under no grad at positions s..e-1:
+//        h = attn_norm(x_i[s:e]);  K[s:e] = rope(k_norm(h Wk)), V[s:e] = h Wv     K, V: (N, Hkv, T, hd)
+//      dK, dV (N, Hkv, T, hd) accumulate across chunks (float32 for a bfloat16 model).
+//   b. per chunk [s, e) of `partition` rows, from the LAST to the first, forward then at once backward:
 //        q  = rope(q_norm(attn_norm(x_i[s:e]) Wq)) at positions s..e-1        (N, Hq, c, hd)
 //        x1 = x_i[s:e] + o_proj(attention(q, K[:e], V[:e]))                  query p sees keys 0..p
 //        y  = x1 + mlp(mlp_norm(x1))                                         (N, c, d)
 //        backward y with dY[s:e]: weight grads accumulate in .grad, dx[s:e] through the q and residual
-//        paths, dK[:e], dV[:e] per kv head (attention groups queries by kv head: no GQA repeat, ever)
-//   c. backward the K/V path once with dK, dV: adds into dx (every row) and Wk, Wv, k_norm, input norm.
-//      dx is the next layer's dY.
+//        paths, dK[:e], dV[:e] per kv head
+//   c. then, in the same chunk: no earlier chunk sees keys [s, e), so their dK, dV are complete. The K/V path
+//      of rows [s, e) is recomputed from x_i[s:e] and backward with them: Wk, Wv, k_norm and the input norm
+//      accumulate, dx[s:e] gains the K/V path's term. dx[s:e] is written into dY[s:e], which only chunk j
+//      reads: one (N, T, d) buffer carries dY in and dx out, and is the next layer's dY.
 //
-// Peak per layer: K, V, dK, dV, the K/V path's saved tensors (all O(T d)), dx, and ONE chunk's activations:
-// never a T x I, T x V or T x T tensor. Chunk j's scores span e_j keys, so attention costs about
-// (1 + D) / (2 D) of the full T x T product (D = ceil(T / c) chunks).
+// Peak per layer: K, V, dK, dV, dY (all O(T Akv) or O(T d), no graph), and ONE chunk's activations: never a
+// T x I, T x V or T x T tensor, nor the K/V path's saved tensors for all rows. The price: the K/V path runs
+// three times per layer (a., and c.'s forward and backward) where whole-layer recomputation runs it twice,
+// i.e. attn_norm and the k and v projections once more: 2 N T d (2 Akv) FLOPs per layer. Chunk j's scores
+// span e_j keys, so attention costs about (1 + D) / (2 D) of the full T x T product (D = ceil(T / c)
+// chunks).
 #include <fmt/format.h>
 
 #include "impls/layerwise.h"
@@ -65,13 +70,14 @@ class StreamBP final : public Strategy {
     f.attention_by_partition = true;
     f.recomputes_layers = true;
     f.streams_head = true;
+    f.recomputes_kv = true;
     return f;
   }
 };
 
 // Its estimate: the checkpointed forward in chunks of `partition` queries, the chunked head over every layer
-// input, then per layer (a. to c. above) the K/V path for all rows beside one chunk's graph, at the chunks
-// that see the most keys.
+// input, then per layer (a. to c. above) K, V, dK, dV and dY for all rows beside one chunk's graph, its
+// attention backward into dK, dV, or its rows' K/V path backward, at the chunks that see the most keys.
 std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
                                                    const Partitioning& partition) const {
   const int64_t c = partition.rows, cl = partition.logits_rows;
@@ -84,19 +90,17 @@ std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
     add_chunk_head(p, D, cl);
     out.push_back(p.done());
   }
-  // Alive through the top layer's chunks: the layer inputs below, dy and dx, the K/V path for all T rows with
-  // its graph (attn_norm, k_norm, K, V), dK and dV, and the k rope tables. StreamBP holds K and V themselves
-  // (leaves), so on CUDA's efficient kernel a chunk's graph adds the repeated K[:e], V[:e] on top.
+  // Alive through the top layer's chunks: the layer inputs below, dy (whose rows become dx's), K and V of all
+  // T rows (values, no graph), dK and dV. On CUDA's efficient kernel a chunk's graph adds the repeated
+  // K[:e], V[:e] on top.
   auto layer_base = [&](PhaseBuilder& p, const AttentionLayer& layer) {
     add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", layer.index), layer.index + 1);
-    p.add("dy and dx: 2 x N*T*d*s", 2 * rows * D.d * D.s);
-    p.add("K/V path graph, all rows: N*T*(rms(d) + d*s + kv_row)",
-          rows * (D.rms(D.d, 1) + D.d * D.s + D.kv_row()));
+    p.add("dy, its rows becoming dx's: N*T*d*s", rows * D.d * D.s);
+    p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * rows * D.Akv * D.s);
     p.add("dK, dV accumulators: 2 x N*T*Akv*acc", 2 * rows * D.Akv * D.acc());
-    p.add("k rope tables: 2*T*hd*s", D.rope(D.T));
   };
   const AttentionLayer& top = D.attention_layers.front();
-  PhaseEstimate mlp, attn;
+  PhaseEstimate mlp, attn, kv_backward;
   for (auto [r, e] : critical_chunks(D.T, c)) {
     {
       PhaseBuilder p("layer mlp backward");
@@ -124,12 +128,27 @@ std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
       p.add("q rope tables", D.rope(r));
       p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
             D.kv_repeat(keys));
-      add_attention_backward(p, D, r, keys, layer.window, "c", "e");
+      add_attention_backward(p, D, r, keys, layer.window, "c", "e", /*into_sink=*/true);
       keep_larger(attn, p.done());
+    }
+    {
+      // c. with the chunk's dx rows so far: the K/V path of its rows recomputed with its graph, and its
+      // backward (bfloat16: the dK, dV rows rounded to the model dtype first).
+      PhaseBuilder p("layer K/V backward");
+      layer_base(p, top);
+      p.add("chunk dx rows: N*c*d*s", D.N * r * D.d * D.s);
+      p.add("K/V path graph, the chunk's rows: N*c*(rms(d) + d*s + kv_row)",
+            D.N * r * (D.rms(D.d, 1) + D.d * D.s + D.kv_row()));
+      p.add("k rope tables, the chunk's rows", D.rope(r));
+      if (D.acc() != D.s) p.add("dK, dV rows in the model dtype: 2 x N*c*Akv*s", 2 * D.N * r * D.Akv * D.s);
+      p.add("its backward: dK, dV through k_norm and RoPE, dh from both projections: N*c*(2*Akv + 2*d)*s",
+            D.N * r * (2 * D.Akv + 2 * D.d) * D.s);
+      keep_larger(kv_backward, p.done());
     }
   }
   out.push_back(mlp);
   out.push_back(attn);
+  out.push_back(kv_backward);
   return out;
 }
 

@@ -227,13 +227,17 @@ TEST(Estimate, PhasesAndOrderingOnSmall) {
   EXPECT_LT(ckpt.peak_bytes, plain.peak_bytes);
   // With no T x T scores, what sets each peak at 8192: the full (T, V) logits; the whole-sequence MLP
   // backward; the whole-sequence no-grad forward, whose MLP holds four (T, I) temporaries at once (measured
-  // to the byte by EstimateSmall mst_T8192); one head chunk. StreamBP's layers take over by 32768.
+  // to the byte by EstimateSmall mst_T8192); one head chunk. StreamBP's layers take over by 131072: what a
+  // layer's backward holds per token (dy, K, V, dK, dV: 3 KB) is only 1 KB above the head's (x_L, dx), so the
+  // head chunk's logits (98 MB) set the peak far out.
   EXPECT_EQ(ckpt.dominant_phase, "head");
   EXPECT_EQ(chunked.dominant_phase, "layer mlp backward");
   EXPECT_EQ(mst.dominant_phase, "forward");
   EXPECT_EQ(sbp.dominant_phase, "head chunk");
-  in.seq_len = 32768;
-  EXPECT_EQ(est("streambp").dominant_phase, "layer attention backward");
+  in.seq_len = 65536;
+  EXPECT_EQ(est("streambp").dominant_phase, "head chunk");
+  in.seq_len = 131072;
+  EXPECT_EQ(est("streambp").dominant_phase, "layer mlp backward");
   in.seq_len = 1024;
   EXPECT_EQ(est("checkpoint").dominant_phase, "head");  // full (T, V) logits at 1024
   EXPECT_EQ(est("streambp").dominant_phase, "head chunk");
@@ -392,19 +396,23 @@ TEST(EstimateCuda, FlashBackwardHoldsDqAccumulatorAndExpandedDkDv) {
   EXPECT_EQ(term_bytes(phase_named(estimate_peak(mha), "layer attention backward"), "flash backward, GQA"),
             0);
 
-  // A StreamBP chunk is one call of c queries over its e keys (flash is bottom-right causal: no prefix and
-  // diagonal calls): T = 256, c = 64, the last chunk sees all 256 keys; its accumulator is 128 rows.
+  // A StreamBP chunk's forward is one call of c queries over its e keys (flash is bottom-right causal); its
+  // backward adds dK, dV into StreamBP's accumulators by key blocks (attention_gpu.cpp: FlashSinkAttention):
+  // the prefix's 192 keys in one block (up to 8192 keys a block), then the diagonal 64. T = 256, c = 64, the
+  // last chunk sees all 256 keys; its accumulator is 128 rows; flash's GQA expansion covers one block.
   EstimateInput chunked = small_cell(torch::kBFloat16, "streambp", 256, "cuda");
   chunked.partition = 64;
   chunked.logits_partition = 64;
   const MemoryEstimate streamed = estimate_peak(chunked);
   const auto& chunk = phase_named(streamed, "layer attention backward");
-  const int64_t c = 64, e = 256, Akv = 128;
-  EXPECT_EQ(term_bytes(chunk, "attention backward (flash): dO, dQ, dK, dV"),
-            N * (2 * c * Aq + 2 * e * Akv) * s);
+  const int64_t c = 64, widest_block = 192;
+  EXPECT_EQ(term_bytes(chunk, "attention backward (flash) into dK, dV by key blocks"),
+            N * (3 * c * Aq + 2 * widest_block * 128) * s);
   EXPECT_EQ(term_bytes(chunk, "flash backward: float32 dq accumulator"), N * 128 * Hq * hd * 4);
-  EXPECT_EQ(term_bytes(chunk, "flash backward, GQA: dK, dV expanded to Hq heads"), 2 * N * e * Aq * s);
-  EXPECT_EQ(term_bytes(chunk, "attention backward, two calls"), 0);  // the CPU kernel's
+  EXPECT_EQ(term_bytes(chunk, "flash backward, GQA: one block's dK, dV expanded to Hq heads"),
+            2 * N * widest_block * Aq * s);
+  EXPECT_EQ(term_bytes(chunk, "flash backward, GQA: dK, dV expanded to Hq heads"), 0);  // all e keys' no more
+  EXPECT_EQ(term_bytes(chunk, "attention backward, two calls"), 0);                     // the CPU kernel's
 }
 
 // float32 runs the memory-efficient kernel, which takes K and V repeated to Hq heads: the graph saves those

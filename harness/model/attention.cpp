@@ -15,11 +15,9 @@
 namespace bpbench {
 
 namespace {
-using KernelFn = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double,
-                                   int64_t);
 struct KernelEntry {
   const char* name;
-  KernelFn run;
+  AttentionKernelFn run;
 };
 // Indexed by AttentionKernel, in its order.
 constexpr KernelEntry kKernels[] = {{"cpu-fused", cpu_fused_attention},
@@ -68,15 +66,36 @@ AttentionPairs attention_pairs(AttentionKernel kernel, int64_t c, int64_t e, int
           /*rescored=*/kernel != AttentionKernel::math};
 }
 
+torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, double scale, int64_t window,
+                                  const KvGradSink& sink) {
+  // Leaves that alias k and v: hooks add their gradients into the sink as the kernel's backward makes them;
+  // the leaves and their .grad go with the graph once its backward is done.
+  auto k_leaf = k.detach().requires_grad_(true), v_leaf = v.detach().requires_grad_(true);
+  k_leaf.register_hook([dk = sink.dk](const torch::Tensor& grad) { dk.add_(grad); });
+  v_leaf.register_hook([dv = sink.dv](const torch::Tensor& grad) { dv.add_(grad); });
+  return run(q, k_leaf, v_leaf, scale, window);
+}
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window, double scale) {
+                               int64_t window, double scale, const KvGradSink& sink) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2);
   TORCH_CHECK(e >= c, "causal_attention: ", c, " queries need at least as many keys, got ", e);
   TORCH_CHECK(hq % hkv == 0, "causal_attention: ", hq, " query heads are not groups of ", hkv, " kv heads");
   if (scale <= 0.0) scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd, window);
-  auto out = entry(kernel).run(q, k, v, scale, window);  // (N, Hq, c, hd)
+  TORCH_CHECK(!sink.defined() || (sink.dk.sizes() == k.sizes() && sink.dv.sizes() == v.sizes()),
+              "causal_attention: the gradient sink's shapes are not k's and v's");
+  torch::Tensor out;  // (N, Hq, c, hd)
+  if (!sink.defined())
+    out = entry(kernel).run(q, k, v, scale, window);
+  else if (kernel == AttentionKernel::cpu_fused)
+    out = cpu_fused_attention(q, k, v, scale, window, sink);
+  else if (kernel == AttentionKernel::flash)
+    out = flash_attention(q, k, v, scale, window, sink);
+  else  // efficient (float32) and math (float64): whole dK, dV, then added
+    out = attention_into_sink(entry(kernel).run, q, k, v, scale, window, sink);
   count_attention(n, hq, hd, attention_pairs(kernel, c, e, window), out);
   return out.transpose(1, 2).reshape({n, c, hq * hd});
 }

@@ -31,22 +31,27 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+// A chunk's output and logsumexp (N, Hq, c), the prefix and diagonal calls merged (the file's comment).
+std::pair<torch::Tensor, torch::Tensor> merged_chunk_forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                             const torch::Tensor& v, double scale) {
+  const int64_t c = q.size(2), prefix = k.size(2) - c;
+  auto [o_p, lse_p] = at::_scaled_dot_product_flash_attention_for_cpu(
+      q, k.narrow(2, 0, prefix), v.narrow(2, 0, prefix), 0.0, /*is_causal=*/false, {}, scale);
+  auto [o_d, lse_d] = at::_scaled_dot_product_flash_attention_for_cpu(
+      q, k.narrow(2, prefix, c), v.narrow(2, prefix, c), 0.0, /*is_causal=*/true, {}, scale);
+  auto lse = torch::logaddexp(lse_p, lse_d);  // (N, Hq, c), in the kernel's accumulation dtype
+  auto from_prefix = torch::exp(lse_p - lse).unsqueeze(-1),
+       from_diagonal = torch::exp(lse_d - lse).unsqueeze(-1);
+  auto out = (o_p.to(lse.scalar_type()) * from_prefix + o_d.to(lse.scalar_type()) * from_diagonal)
+                 .to(q.scalar_type());  // (N, Hq, c, hd)
+  return {out, lse};
+}
+
 class ChunkAttention : public torch::autograd::Function<ChunkAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale) {
-    const int64_t c = q.size(2), prefix = k.size(2) - c;
-    auto [o_p, lse_p] = at::_scaled_dot_product_flash_attention_for_cpu(q, k.narrow(2, 0, prefix),
-                                                                        v.narrow(2, 0, prefix), 0.0,
-                                                                        /*is_causal=*/false, {}, scale);
-    auto [o_d, lse_d] = at::_scaled_dot_product_flash_attention_for_cpu(q, k.narrow(2, prefix, c),
-                                                                        v.narrow(2, prefix, c), 0.0,
-                                                                        /*is_causal=*/true, {}, scale);
-    auto lse = torch::logaddexp(lse_p, lse_d);  // (N, Hq, c), in the kernel's accumulation dtype
-    auto from_prefix = torch::exp(lse_p - lse).unsqueeze(-1),
-         from_diagonal = torch::exp(lse_d - lse).unsqueeze(-1);
-    auto out = (o_p.to(lse.scalar_type()) * from_prefix + o_d.to(lse.scalar_type()) * from_diagonal)
-                   .to(q.scalar_type());  // (N, Hq, c, hd)
+    auto [out, lse] = merged_chunk_forward(q, k, v, scale);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
     return out;
@@ -74,6 +79,65 @@ class ChunkAttention : public torch::autograd::Function<ChunkAttention> {
     dv_prefix.reset();
     dv_diagonal.reset();
     return {dq, dk, dv, torch::Tensor()};
+  }
+};
+
+// A chunk whose dK, dV go to a sink (ops.h: KvGradSink; StreamBP's accumulators). Forward as ChunkAttention,
+// or the kernel's own causal call when c = e. Backward: the prefix keys in blocks of at most
+// max(c, kMinSinkKeyBlock) keys, then the diagonal, one kernel call each given the merged o and lse (as
+// ChunkAttention's two calls are); each call's dK, dV are added into the sink and released before the next,
+// so no gradient for all e keys is ever held. dQ sums the calls' terms. k and v are constants here.
+class SinkAttention : public torch::autograd::Function<SinkAttention> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, const torch::Tensor& dk_sink,
+                               const torch::Tensor& dv_sink) {
+    torch::Tensor out, lse;
+    if (k.size(2) == q.size(2)) {
+      auto result =
+          at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
+      out = std::get<0>(result);
+      lse = std::get<1>(result);
+    } else {
+      std::tie(out, lse) = merged_chunk_forward(q, k, v, scale);
+    }
+    ctx->save_for_backward({q, out, lse});
+    // Not saved for backward: k and v are read-only views of the caller's K and V, and the sinks change
+    // between this forward and the backward (other nodes add into them), which a saved tensor may not.
+    ctx->saved_data["k"] = k;
+    ctx->saved_data["v"] = v;
+    ctx->saved_data["dk_sink"] = dk_sink;
+    ctx->saved_data["dv_sink"] = dv_sink;
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &out = saved[1], &lse = saved[2];
+    const auto k = ctx->saved_data["k"].toTensor(), v = ctx->saved_data["v"].toTensor();
+    auto dk_sink = ctx->saved_data["dk_sink"].toTensor(), dv_sink = ctx->saved_data["dv_sink"].toTensor();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const int64_t c = q.size(2), prefix = k.size(2) - c;
+    const int64_t block = std::max(c, kMinSinkKeyBlock);
+    const auto& grad_out = grads[0];
+    torch::Tensor dq;
+    auto keys_backward = [&](int64_t key0, int64_t keys, bool causal) {
+      auto [dq_part, dk_part, dv_part] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          grad_out, q, k.narrow(2, key0, keys), v.narrow(2, key0, keys), out, lse, 0.0, causal, {}, scale);
+      dk_sink.narrow(2, key0, keys).add_(dk_part);
+      dk_part.reset();
+      dv_sink.narrow(2, key0, keys).add_(dv_part);
+      dv_part.reset();
+      if (dq.defined())
+        dq.add_(dq_part);
+      else
+        dq = std::move(dq_part);
+    };
+    for (int64_t key0 = 0; key0 < prefix; key0 += block)
+      keys_backward(key0, std::min(block, prefix - key0), /*causal=*/false);
+    keys_backward(prefix, c, /*causal=*/true);
+    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -176,6 +240,14 @@ torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k
     return std::get<0>(
         at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale));
   return ChunkAttention::apply(q, k, v, scale);
+}
+
+torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  double scale, int64_t window, const KvGradSink& sink) {
+  // A window bounds the keys a chunk sees (at most c + window - 1): the banded node's own dK, dV are small.
+  if (window > 0 && window < k.size(2))
+    return attention_into_sink(cpu_fused_attention, q, k, v, scale, window, sink);
+  return SinkAttention::apply(q, k, v, scale, sink.dk, sink.dv);
 }
 
 }  // namespace bpbench

@@ -6,8 +6,10 @@
 // Both are bottom-right aligned for c < e (query row i sees keys j <= i + e - c), the contract's rule:
 // FlashAttention-2's is_causal is, and the memory-efficient kernel's custom_mask_type 2
 // (CausalFromBottomRight) is. Their derivatives are registered by PyTorch; autograd calls the backward
-// kernels with the logsumexp they saved.
+// kernels with the logsumexp they saved, except FlashSinkAttention's, which calls flash's backward itself.
 #include "harness/model/attention_kernels.h"
+
+#include <algorithm>
 
 namespace bpbench {
 namespace {
@@ -30,6 +32,79 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
       window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt,
       window > 0 ? std::optional<int64_t>(0) : std::nullopt));
   return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
+}
+
+namespace {
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// flash_attention with dK, dV into a sink (ops.h: KvGradSink), no window: the forward is flash's one call
+// over all e keys; the backward is flash's backward kernel once per key block given that call's output and
+// logsumexp (P = exp(S - lse) is then the true probability over all e keys, and D = rowsum(dO * O) the whole
+// row's), so the blocks' dQ terms sum to dQ and each block's dK, dV are exact. The prefix keys [0, e - c) are
+// visible to every query (no mask); the diagonal block [e - c, e) is causal, square, so either alignment.
+// Each block's dK, dV (and flash's expansion of them to Hq heads, for GQA) exist for that block only: a
+// block of kCudaSinkKeyBlock keys, not all e.
+class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, const torch::Tensor& dk_sink,
+                               const torch::Tensor& dv_sink) {
+    const int64_t c = q.size(2), e = k.size(2);
+    auto [out, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e,
+        0.0, /*is_causal=*/true, /*return_debug_mask=*/false, std::optional<double>(scale));
+    ctx->save_for_backward({q, out, lse, rng_state, unused});
+    // Not saved for backward: k and v are read-only views of the caller's K and V, and the sinks change
+    // between this forward and the backward (other nodes add into them), which a saved tensor may not.
+    ctx->saved_data["k"] = k;
+    ctx->saved_data["v"] = v;
+    ctx->saved_data["dk_sink"] = dk_sink;
+    ctx->saved_data["dv_sink"] = dv_sink;
+    ctx->saved_data["scale"] = scale;
+    return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &out = saved[1], &lse = saved[2], &rng_state = saved[3], &unused = saved[4];
+    const auto k = ctx->saved_data["k"].toTensor(), v = ctx->saved_data["v"].toTensor();
+    auto dk_sink = ctx->saved_data["dk_sink"].toTensor(), dv_sink = ctx->saved_data["dv_sink"].toTensor();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const int64_t c = q.size(2), prefix = k.size(2) - c;
+    const int64_t block = std::max(c, kCudaSinkKeyBlock);
+    auto grad_out = grads[0].transpose(1, 2);  // (N, c, Hq, hd)
+    if (grad_out.stride(-1) != 1) grad_out = grad_out.contiguous();
+    torch::Tensor dq;  // (N, c, Hq, hd)
+    auto keys_backward = [&](int64_t key0, int64_t keys, bool causal) {
+      auto [dq_part, dk_part, dv_part] = at::_flash_attention_backward(
+          grad_out, q.transpose(1, 2), k.narrow(2, key0, keys).transpose(1, 2),
+          v.narrow(2, key0, keys).transpose(1, 2), out, lse, /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, keys, 0.0,
+          causal, rng_state, unused, std::optional<double>(scale));
+      dk_sink.narrow(2, key0, keys).add_(dk_part.transpose(1, 2));
+      dk_part.reset();
+      dv_sink.narrow(2, key0, keys).add_(dv_part.transpose(1, 2));
+      dv_part.reset();
+      if (dq.defined())
+        dq.add_(dq_part);
+      else
+        dq = std::move(dq_part);
+    };
+    for (int64_t key0 = 0; key0 < prefix; key0 += block)
+      keys_backward(key0, std::min(block, prefix - key0), /*causal=*/false);
+    keys_backward(prefix, c, /*causal=*/true);
+    return {dq.transpose(1, 2), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(),    torch::Tensor(), torch::Tensor()};
+  }
+};
+}  // namespace
+
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              double scale, int64_t window, const KvGradSink& sink) {
+  // A window bounds the keys a chunk sees (at most c + window - 1): flash's own node, dK, dV then added.
+  if (window > 0 && window < k.size(2))
+    return attention_into_sink(flash_attention, q, k, v, scale, window, sink);
+  return FlashSinkAttention::apply(q, k, v, scale, sink.dk, sink.dv);
 }
 
 torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

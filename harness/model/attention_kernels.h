@@ -12,7 +12,9 @@
 
 #include <string>
 
+#include "harness/model/attention_blocks.h"
 #include "harness/model/flop_count.h"
+#include "harness/model/ops.h"
 
 namespace bpbench {
 
@@ -35,8 +37,23 @@ AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType
 // window > 0: query row i (at key position e - c + i) sees keys e - c + i - window + 1 .. e - c + i only.
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   double scale, int64_t window);
+// Any of them with dK, dV added into `sink` (ops.h) as the kernel's backward makes them whole: for the
+// kernels without a sink of their own.
+using AttentionKernelFn = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                            double, int64_t);
+torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, double scale, int64_t window,
+                                  const KvGradSink& sink);
+// The CPU kernel's own: dK, dV added into `sink` in blocks of at most max(c, kMinSinkKeyBlock) keys
+// (attention_blocks.h; under a window: attention_into_sink, its keys being few).
+torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  double scale, int64_t window, const KvGradSink& sink);
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               double scale, int64_t window);
+// The same with dK, dV added into `sink`, flash's backward by blocks of max(c, kCudaSinkKeyBlock) keys
+// (attention_blocks.h; under a window: attention_into_sink).
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              double scale, int64_t window, const KvGradSink& sink);
 torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   double scale, int64_t window);
 torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -16,8 +16,21 @@ namespace {
 // CUDA: the attention backward as one kernel call of `rows` queries over `keys` keys (named R and E in the
 // terms): dO coming in, the kernel's dQ, dK, dV, and its own buffers while it runs.
 void add_cuda_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t rows, int64_t keys,
-                                 const char* R, const char* E) {
-  if (D.flash) {
+                                 int64_t window, const char* R, const char* E, bool into_sink) {
+  if (D.flash && into_sink && keys > rows && !(window > 0 && window < keys)) {
+    // FlashSinkAttention (attention_gpu.cpp): one backward call per key block of at most b keys, each
+    // call's dK, dV added into the sink and released.
+    const int64_t widest = std::max(rows, std::min(std::max(rows, kCudaSinkKeyBlock), keys - rows));
+    p.add(fmt::format("attention backward (flash) into dK, dV by key blocks: dO, dQ, one call's dQ, dK, dV: "
+                      "N*(3*{}*Aq + 2*b*Akv)*s, b = max({}, min(8192, {} - {}))",
+                      R, R, E, R),
+          D.N * (3 * rows * D.Aq + 2 * widest * D.Akv) * D.s);
+    p.add(fmt::format("flash backward: float32 dq accumulator: N*round128({})*Hq*hd_r*4", R),
+          D.flash_dq_accum(rows));
+    p.add(fmt::format("flash backward: softmax_d: N*Hq*round128({})*4", R), D.flash_softmax_d(rows));
+    p.add("flash backward, GQA: one block's dK, dV expanded to Hq heads: 2 x N*b*Aq*s",
+          D.flash_expanded(widest));
+  } else if (D.flash) {
     p.add(fmt::format("attention backward (flash): dO, dQ, dK, dV: N*({0}*2*Aq + {1}*2*Akv)*s", R, E),
           D.N * (2 * rows * D.Aq + 2 * keys * D.Akv) * D.s);
     p.add(fmt::format("flash backward: float32 dq accumulator: N*round128({})*Hq*hd_r*4", R),
@@ -39,8 +52,12 @@ void add_cuda_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t 
 
 // The CPU attention backward of `rows` queries over `keys` keys of layer type `window` (cpu_attn_backward).
 void add_cpu_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t rows, int64_t keys,
-                                int64_t window, const char* R) {
-  if (D.windowed(keys, window))
+                                int64_t window, const char* R, bool into_sink) {
+  if (into_sink && !D.windowed(keys, window) && keys > rows)
+    p.add(
+        "attention backward into dK, dV by key blocks: dO, dQ, one call's dQ, dK, dV: see sink_attn_backward",
+        D.sink_attn_backward(rows, keys));
+  else if (D.windowed(keys, window))
     p.add(
         fmt::format("attention backward, sliding window {} (banded blocks): dO, dQ, dK, dV, and one block's "
                     "mask, dQ/dK/dV and scratch",
@@ -88,12 +105,12 @@ void add_chunk_head(PhaseBuilder& p, const MemoryTerms& D, int64_t cl) {
 // norm's backward with those saved tensors still alive. Attention-backward phases count the attention half
 // without the output norm (attn_row() - output_norm()) and add this.
 void add_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t rows, int64_t keys, int64_t window,
-                            const char* R, const char* E) {
+                            const char* R, const char* E, bool into_sink) {
   PhaseBuilder kernel("kernel");
   if (D.cuda())
-    add_cuda_attention_backward(kernel, D, rows, keys, R, E);
+    add_cuda_attention_backward(kernel, D, rows, keys, window, R, E, into_sink);
   else
-    add_cpu_attention_backward(kernel, D, rows, keys, window, R);
+    add_cpu_attention_backward(kernel, D, rows, keys, window, R, into_sink);
   const PhaseEstimate k = kernel.done();
   const int64_t output_norm = D.N * rows * D.output_norm() + D.output_norm_backward(rows);
   if (output_norm > k.bytes) {

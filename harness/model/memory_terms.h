@@ -71,6 +71,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/model/attention_blocks.h"
+
 namespace bpbench {
 
 // One named tensor term of a phase: `bytes` in all (count x shape x element size).
@@ -224,6 +226,16 @@ struct MemoryTerms {
   }
   // The attention backward of `rows` queries over `keys` keys (already cut to the window) as the CPU kernel
   // runs it: whole sequence, a chunk's two calls, or banded blocks under a window (dO coming in, dQ, dK, dV).
+  // A chunk's backward into a gradient sink (ops.h, StreamBP's dK, dV; attention_cpu.cpp: SinkAttention):
+  // the prefix keys in blocks of max(c, kMinSinkKeyBlock), then the diagonal, one call at a time, each
+  // call's dK, dV added into the sink and released. At a later call: dO, dQ so far, the call's dQ, dK, dV
+  // over its keys (at most `widest`) and its scratch. One call when keys = rows.
+  int64_t sink_attn_backward(int64_t rows, int64_t keys) const {
+    if (keys == rows) return attn_backward(rows);
+    const int64_t block = std::max(rows, kMinSinkKeyBlock);
+    const int64_t widest = std::max(rows, std::min(block, keys - rows));
+    return N * (3 * rows * Aq + 2 * widest * Akv) * s + attn_backward_scratch(rows, widest);
+  }
   int64_t cpu_attn_backward(int64_t rows, int64_t keys, int64_t window) const {
     if (windowed(keys, window))
       return N * (2 * rows * Aq + 2 * keys * Akv) * s + window_block_backward(rows, keys, window);
@@ -318,9 +330,10 @@ void add_chunk_head(PhaseBuilder& p, const MemoryTerms& D, int64_t cl);
 // `window`, from its output norm (Gemma 3) to the attention kernel: its high point is either the kernel's
 // backward (Notes above; the output norm's saved tensors already released) or, before it, the output norm's
 // backward with those saved tensors still alive. Attention-backward phases count the attention half without
-// the output norm (attn_row() - output_norm()) and add this.
+// the output norm (attn_row() - output_norm()) and add this. into_sink: dK, dV go to a gradient sink
+// (sink_attn_backward on the CPU kernel; the other kernels make them whole as before).
 void add_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t rows, int64_t keys, int64_t window,
-                            const char* R, const char* E);
+                            const char* R, const char* E, bool into_sink = false);
 // "K path saved + K + V" of a whole-layer graph (kv_row_graph), named for what the efficient kernel saves.
 const char* kv_graph_name(const MemoryTerms& D);
 

@@ -250,11 +250,15 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t heads, int64_t hd) {
 }  // namespace
 
 KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
+  return project_kv(i, h, 0, h.size(1));
+}
+
+KV Model::project_kv(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
   const auto& w = layers[i];
-  auto k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
+  auto k = split_heads(w.k(h_rows, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, c, hd)
   if (w.k_norm.defined()) k = norm(k, w.k_norm);
-  k = apply_rope(k, 0, h.size(1), config.rope_of(i));
-  auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, T, hd)
+  k = apply_rope(k, pos0, seq_len, config.rope_of(i));
+  auto v = split_heads(w.v(h_rows, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, c, hd)
   return {k, v};
 }
 
@@ -268,8 +272,9 @@ torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t p
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                      const KV& kv) const {
   const auto& w = layers[i];
-  auto o = causal_attention(q, kv.k, kv.v, config.window_of(i), config.attention_scale());  // (N, c, Hq*hd)
-  auto y = w.o(o, lora_enabled);                                                            // (N, c, d)
+  auto o = causal_attention(q, kv.k, kv.v, config.window_of(i), config.attention_scale(),
+                            kv.sink);  // (N, c, Hq*hd)
+  auto y = w.o(o, lora_enabled);       // (N, c, d)
   return x_rows + (w.attn_output_norm.defined() ? norm(y, w.attn_output_norm) : y);
 }
 

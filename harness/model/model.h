@@ -5,6 +5,7 @@
 //
 //   h      = attn_norm(i, x)                       x: (N, rows, d)
 //   K, V   = project_kv(i, h_all)                  (N, Hkv, T, hd) each: RoPE'd, k-normed keys; values
+//            project_kv(i, h_rows, s, T)           (N, Hkv, c, hd): rows [s, e) of them alone
 //   q      = project_q(i, h_rows, s, T)            (N, Hq, c, hd): rows [s, e) of a T-token sequence
 //   x1     = attention_block(i, x_rows, q, K[k0:e], V[k0:e])   x_rows + o_proj(causal_attention(q, K, V))
 //   y      = mlp_block(i, x1)                      x1 + down(act(gate(n)) * up(n)), n = mlp_norm(x1)
@@ -18,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/model/model_config.h"
@@ -60,7 +62,11 @@ struct NamedParameter {
 };
 
 struct KV {
+  KV() = default;
+  KV(torch::Tensor keys, torch::Tensor values, KvGradSink grad_sink = {})
+      : k(std::move(keys)), v(std::move(values)), sink(std::move(grad_sink)) {}
   torch::Tensor k, v;  // (N, Hkv, T, hd)
+  KvGradSink sink;     // defined: attention adds dK, dV here; k and v need no grad (ops.h)
 };
 
 class Model {
@@ -104,6 +110,8 @@ class Model {
   torch::Tensor attn_norm(int64_t i, const torch::Tensor& x) const;
   // Keys and values of all T rows, at positions 0 .. T-1.
   KV project_kv(int64_t i, const torch::Tensor& h) const;
+  // Keys and values of rows at positions pos0 .. of a seq_len-token sequence: those rows of project_kv's.
+  KV project_kv(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
   // Queries of rows at positions pos0 .. of a seq_len-token sequence (RoPE's dynamic scaling depends on it).
   torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
   torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,

@@ -33,6 +33,16 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // so it is always the composite (norm_kernel selects among Qwen and Llama norms only).
 torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// Where K's and V's gradients go when the caller accumulates them itself (StreamBP's dK, dV over its
+// chunks): dk and dv, the shape of k and v in any floating dtype, receive them, added, during the backward,
+// and k and v are constants to autograd. The fused CPU kernel adds them key block by key block, so no
+// gradient for all e keys is ever held (attention_cpu.cpp); the CUDA kernels add their whole dK and dV once
+// made (attention.cpp).
+struct KvGradSink {
+  torch::Tensor dk, dv;
+  bool defined() const { return dk.defined(); }
+};
+
 // Causal attention for a block of queries that are the LAST rows of the key range:
 //   q: (N, Hq, c, hd) at global positions e-c .. e-1;   k, v: (N, Hkv, e, hd) at positions 0 .. e-1
 //   -> (N, c, Hq * hd)
@@ -46,7 +56,8 @@ torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& 
 // from max(0, s - window + 1) on). The CPU kernel then runs banded query blocks with a small float mask each
 // (attention_cpu.cpp); flash takes the window itself.
 // scale: the softmax scale of the scores; 0 means hd^-1/2 (Gemma 3 passes query_pre_attn_scalar^-1/2).
+// sink: where dK and dV go instead (above); undefined: to k and v through autograd.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window = 0, double scale = 0.0);
+                               int64_t window = 0, double scale = 0.0, const KvGradSink& sink = {});
 
 }  // namespace bpbench

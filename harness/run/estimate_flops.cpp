@@ -34,6 +34,12 @@ std::vector<LinearShape> mlp_linears(const ModelConfig& c) {
   return {all.begin() + 4, all.end()};
 }
 
+// The k and v projections: what StreamBP's K/V values run again.
+std::vector<LinearShape> kv_linears(const ModelConfig& c) {
+  auto all = layer_linears(c, false);
+  return {all.begin() + 1, all.begin() + 3};
+}
+
 // Forward FLOPs of `linears` over `rows` rows, LoRA adapters (rank r) included.
 int64_t forward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
   int64_t f = 0;
@@ -100,7 +106,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
 
   // What the strategy runs again (impls/, its flop_schedule()): attention with grad whole or in chunks of
   // `partition` queries, a no-grad forward of the layers (K/V for all rows, queries in the same blocks), and
-  // the head or the MLP once more.
+  // the head, the MLP or the K/V projections once more.
   const FlopSchedule schedule = make_strategy(in.impl)->flop_schedule();
   const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
   const int64_t grad_block = schedule.attention_by_partition ? partition : T;
@@ -112,6 +118,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
     }
   if (schedule.recomputes_head) f.recompute_matmul += head_forward;
   if (schedule.recomputes_mlp) f.recompute_matmul += L * forward_matmul(mlp_linears(c), rows, r);
+  if (schedule.recomputes_kv) f.recompute_matmul += L * forward_matmul(kv_linears(c), rows, r);
   if (schedule.streams_head && in.objective == "dpo") f.recompute_matmul += head_forward;
   return f;
 }
