@@ -54,13 +54,14 @@ HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, co
 torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x, const Batch& batch,
                                      const Objective& objective, int64_t rows);
 
-// StreamBP's backward of layer i (the algorithm: streambp.cpp): K/V once for all T rows, then forward and at
-// once backward per chunk of `rows` rows (phases "chunk j"), then the K/V path backward once. x_in (N, T, d)
-// is the layer's input as a leaf requiring grad, dy (N, T, d) the gradient of its output (released after the
-// last chunk). Returns dx = dL/dx_in (N, T, d), or an undefined tensor where x_in requires no grad (LoRA's
-// layer 0); layer i's weight gradients accumulate in their .grad. between_chunks(j), when given, runs after
-// chunk j whenever another chunk follows, once chunk j's activations are freed: streambp-dist's naive_comm
-// reduces the layer's partial gradients there.
+// StreamBP's backward of layer i (the algorithm: streambp.cpp): K and V for all T rows as values, then from
+// the last chunk of `rows` rows to the first, forward and at once backward (phases "chunk j"), the
+// attention adding into dK, dV, then that chunk's rows' K/V path recomputed and backpropagated ("chunk j
+// K/V backward"). x_in (N, T, d) is the layer's input as a leaf requiring grad, dy (N, T, d) the gradient of
+// its output, whose buffer receives dx row by row. Returns dx = dL/dx_in (N, T, d) in dy's buffer, or an
+// undefined tensor where x_in requires no grad (LoRA's layer 0); layer i's weight gradients accumulate in
+// their .grad. between_chunks(j), when given, runs after chunk j whenever another chunk follows, once chunk
+// j's activations are freed: streambp-dist's naive_comm reduces the layer's partial gradients there.
 torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
                                       torch::Tensor dy, int64_t rows,
                                       const std::function<void(int64_t j)>& between_chunks = {});

@@ -62,7 +62,7 @@ class StreamBPDist final : public dist::DistStrategy {
       step.open(step.layer(i));
       auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
       xs[i] = torch::Tensor();
-      // naive_comm: what the design avoids, a reduction per chunk (the last one waits for the K/V backward).
+      // naive_comm: what the design avoids, a reduction per chunk (the last one after the layer is done).
       std::function<void(int64_t)> between_chunks;
       if (options_.naive_comm) between_chunks = [&](int64_t) { step.reduce(step.layer(i)); };
       dy = streambp_layer_backward(m, i, x_in, std::move(dy), in.partition.rows, between_chunks);

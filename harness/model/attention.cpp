@@ -77,6 +77,26 @@ torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q,
   return run(q, k_leaf, v_leaf, scale, window);
 }
 
+torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const KvGradSink& sink,
+                                          const SinkBlockCall& call) {
+  torch::Tensor dq;
+  auto run = [&](int64_t key0, int64_t keys, bool causal) {
+    auto [dq_part, dk_part, dv_part] = call(key0, keys, causal);
+    sink.dk.narrow(2, key0, keys).add_(dk_part);
+    dk_part.reset();
+    sink.dv.narrow(2, key0, keys).add_(dv_part);
+    dv_part.reset();
+    if (dq.defined())
+      dq.add_(dq_part);
+    else
+      dq = std::move(dq_part);
+  };
+  const int64_t prefix = e - c;
+  for (int64_t key0 = 0; key0 < prefix; key0 += block) run(key0, std::min(block, prefix - key0), false);
+  run(prefix, c, /*causal=*/true);
+  return dq;
+}
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                int64_t window, double scale, const KvGradSink& sink) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);

@@ -116,27 +116,16 @@ class SinkAttention : public torch::autograd::Function<SinkAttention> {
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &out = saved[1], &lse = saved[2];
     const auto k = ctx->saved_data["k"].toTensor(), v = ctx->saved_data["v"].toTensor();
-    auto dk_sink = ctx->saved_data["dk_sink"].toTensor(), dv_sink = ctx->saved_data["dv_sink"].toTensor();
+    const KvGradSink sink{ctx->saved_data["dk_sink"].toTensor(), ctx->saved_data["dv_sink"].toTensor()};
     const double scale = ctx->saved_data["scale"].toDouble();
-    const int64_t c = q.size(2), prefix = k.size(2) - c;
-    const int64_t block = std::max(c, kMinSinkKeyBlock);
+    const int64_t c = q.size(2), e = k.size(2);
     const auto& grad_out = grads[0];
-    torch::Tensor dq;
-    auto keys_backward = [&](int64_t key0, int64_t keys, bool causal) {
-      auto [dq_part, dk_part, dv_part] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          grad_out, q, k.narrow(2, key0, keys), v.narrow(2, key0, keys), out, lse, 0.0, causal, {}, scale);
-      dk_sink.narrow(2, key0, keys).add_(dk_part);
-      dk_part.reset();
-      dv_sink.narrow(2, key0, keys).add_(dv_part);
-      dv_part.reset();
-      if (dq.defined())
-        dq.add_(dq_part);
-      else
-        dq = std::move(dq_part);
-    };
-    for (int64_t key0 = 0; key0 < prefix; key0 += block)
-      keys_backward(key0, std::min(block, prefix - key0), /*causal=*/false);
-    keys_backward(prefix, c, /*causal=*/true);
+    auto dq = sink_backward_by_key_blocks(c, e, std::max(c, kMinSinkKeyBlock), sink,
+                                          [&](int64_t key0, int64_t keys, bool causal) {
+                                            return at::_scaled_dot_product_flash_attention_for_cpu_backward(
+                                                grad_out, q, k.narrow(2, key0, keys), v.narrow(2, key0, keys),
+                                                out, lse, 0.0, causal, {}, scale);
+                                          });
     return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

@@ -69,32 +69,21 @@ class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> 
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &out = saved[1], &lse = saved[2], &rng_state = saved[3], &unused = saved[4];
     const auto k = ctx->saved_data["k"].toTensor(), v = ctx->saved_data["v"].toTensor();
-    auto dk_sink = ctx->saved_data["dk_sink"].toTensor(), dv_sink = ctx->saved_data["dv_sink"].toTensor();
+    const KvGradSink sink{ctx->saved_data["dk_sink"].toTensor(), ctx->saved_data["dv_sink"].toTensor()};
     const double scale = ctx->saved_data["scale"].toDouble();
-    const int64_t c = q.size(2), prefix = k.size(2) - c;
-    const int64_t block = std::max(c, kCudaSinkKeyBlock);
+    const int64_t c = q.size(2), e = k.size(2);
     auto grad_out = grads[0].transpose(1, 2);  // (N, c, Hq, hd)
     if (grad_out.stride(-1) != 1) grad_out = grad_out.contiguous();
-    torch::Tensor dq;  // (N, c, Hq, hd)
-    auto keys_backward = [&](int64_t key0, int64_t keys, bool causal) {
-      auto [dq_part, dk_part, dv_part] = at::_flash_attention_backward(
-          grad_out, q.transpose(1, 2), k.narrow(2, key0, keys).transpose(1, 2),
-          v.narrow(2, key0, keys).transpose(1, 2), out, lse, /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, keys, 0.0,
-          causal, rng_state, unused, std::optional<double>(scale));
-      dk_sink.narrow(2, key0, keys).add_(dk_part.transpose(1, 2));
-      dk_part.reset();
-      dv_sink.narrow(2, key0, keys).add_(dv_part.transpose(1, 2));
-      dv_part.reset();
-      if (dq.defined())
-        dq.add_(dq_part);
-      else
-        dq = std::move(dq_part);
-    };
-    for (int64_t key0 = 0; key0 < prefix; key0 += block)
-      keys_backward(key0, std::min(block, prefix - key0), /*causal=*/false);
-    keys_backward(prefix, c, /*causal=*/true);
-    return {dq.transpose(1, 2), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(),    torch::Tensor(), torch::Tensor()};
+    // Flash's layout is (N, rows, H, hd): its results come back transposed to the sink's (N, H, rows, hd).
+    auto dq = sink_backward_by_key_blocks(
+        c, e, std::max(c, kCudaSinkKeyBlock), sink, [&](int64_t key0, int64_t keys, bool causal) {
+          auto [dq_part, dk_part, dv_part] = at::_flash_attention_backward(
+              grad_out, q.transpose(1, 2), k.narrow(2, key0, keys).transpose(1, 2),
+              v.narrow(2, key0, keys).transpose(1, 2), out, lse, /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, keys,
+              0.0, causal, rng_state, unused, std::optional<double>(scale));
+          return std::make_tuple(dq_part.transpose(1, 2), dk_part.transpose(1, 2), dv_part.transpose(1, 2));
+        });
+    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 }  // namespace

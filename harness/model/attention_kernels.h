@@ -10,7 +10,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
+#include <tuple>
 
 #include "harness/model/attention_blocks.h"
 #include "harness/model/flop_count.h"
@@ -44,6 +46,14 @@ using AttentionKernelFn = torch::Tensor (*)(const torch::Tensor&, const torch::T
 torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, double scale, int64_t window,
                                   const KvGradSink& sink);
+// A sink's backward by key blocks (SinkAttention, FlashSinkAttention): `call(key0, keys, causal)` runs one
+// backward kernel call for keys [key0, key0 + keys) and returns its (dQ, dK, dV) as (N, H, rows, hd) views;
+// the prefix keys [0, e - c) go in blocks of at most `block` (no mask), then the diagonal [e - c, e)
+// causally. Each call's dK, dV are added into the sink and released before the next. Returns dQ, the sum.
+using SinkBlockCall =
+    std::function<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(int64_t, int64_t, bool)>;
+torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const KvGradSink& sink,
+                                          const SinkBlockCall& call);
 // The CPU kernel's own: dK, dV added into `sink` in blocks of at most max(c, kMinSinkKeyBlock) keys
 // (attention_blocks.h; under a window: attention_into_sink, its keys being few).
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
