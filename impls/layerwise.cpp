@@ -117,15 +117,12 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
     PhaseScope phase("K/V");
     MemoryScope scope(Category::kv);
     torch::NoGradGuard no_grad;
+    const auto& cfg = model.config;
+    keys = torch::empty({x_in.size(0), cfg.kv_heads, T, cfg.head_dim}, x_in.options());
+    values = torch::empty_like(keys);
     for (int64_t s = 0; s < T; s += rows) {
       const int64_t c = std::min(rows, T - s);
       const KV kv = model.project_kv(i, model.attn_norm(i, x_in.detach().narrow(1, s, c)), s, T);
-      if (!keys.defined()) {
-        auto shape = kv.k.sizes().vec();
-        shape[2] = T;
-        keys = torch::empty(shape, kv.k.options());
-        values = torch::empty(shape, kv.v.options());
-      }
       keys.narrow(2, s, c).copy_(kv.k);
       values.narrow(2, s, c).copy_(kv.v);
     }

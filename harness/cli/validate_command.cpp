@@ -16,8 +16,9 @@ namespace bpbench {
 const char* kValidateHelp = R"(usage: bpbench validate FILE...
 
 Checks each file against its published JSON Schema: a results.json (it has a "schema" key; an older version
-translated as bpbench's readers translate it) against reports/results.schema.json, any other file against scenarios/scenario.schema.json. Prints "FILE: ok" per file;
-the first mismatch is one line naming the file and the field, exit status 2. A scenario that matches its schema
+translated as bpbench's readers translate it) against reports/results.schema.json, any other file against
+scenarios/scenario.schema.json. Prints "FILE: ok" per file; the first mismatch is one line naming the file and
+the field, exit status 2. A scenario that matches its schema
 can still be refused by `bpbench run` for what a schema cannot say (a seq_len beside a max-length search).
 )";
 

@@ -77,6 +77,20 @@ torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q,
   return run(q, k_leaf, v_leaf, scale, window);
 }
 
+void SinkNodeData::save(torch::autograd::AutogradContext* ctx) const {
+  ctx->saved_data["k"] = k;
+  ctx->saved_data["v"] = v;
+  ctx->saved_data["dk_sink"] = sink.dk;
+  ctx->saved_data["dv_sink"] = sink.dv;
+  ctx->saved_data["scale"] = scale;
+}
+
+SinkNodeData SinkNodeData::load(torch::autograd::AutogradContext* ctx) {
+  auto& d = ctx->saved_data;
+  return {d["k"].toTensor(), d["v"].toTensor(), KvGradSink{d["dk_sink"].toTensor(), d["dv_sink"].toTensor()},
+          d["scale"].toDouble()};
+}
+
 torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const KvGradSink& sink,
                                           const SinkBlockCall& call) {
   torch::Tensor dq;

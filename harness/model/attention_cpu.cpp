@@ -102,25 +102,19 @@ class SinkAttention : public torch::autograd::Function<SinkAttention> {
       std::tie(out, lse) = merged_chunk_forward(q, k, v, scale);
     }
     ctx->save_for_backward({q, out, lse});
-    // Not saved for backward: k and v are read-only views of the caller's K and V, and the sinks change
-    // between this forward and the backward (other nodes add into them), which a saved tensor may not.
-    ctx->saved_data["k"] = k;
-    ctx->saved_data["v"] = v;
-    ctx->saved_data["dk_sink"] = dk_sink;
-    ctx->saved_data["dv_sink"] = dv_sink;
-    ctx->saved_data["scale"] = scale;
+    SinkNodeData{k, v, KvGradSink{dk_sink, dv_sink}, scale}.save(ctx);
     return out;
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &out = saved[1], &lse = saved[2];
-    const auto k = ctx->saved_data["k"].toTensor(), v = ctx->saved_data["v"].toTensor();
-    const KvGradSink sink{ctx->saved_data["dk_sink"].toTensor(), ctx->saved_data["dv_sink"].toTensor()};
-    const double scale = ctx->saved_data["scale"].toDouble();
+    const SinkNodeData node = SinkNodeData::load(ctx);
+    const torch::Tensor &k = node.k, &v = node.v;
+    const double scale = node.scale;
     const int64_t c = q.size(2), e = k.size(2);
     const auto& grad_out = grads[0];
-    auto dq = sink_backward_by_key_blocks(c, e, std::max(c, kMinSinkKeyBlock), sink,
+    auto dq = sink_backward_by_key_blocks(c, e, std::max(c, kMinSinkKeyBlock), node.sink,
                                           [&](int64_t key0, int64_t keys, bool causal) {
                                             return at::_scaled_dot_product_flash_attention_for_cpu_backward(
                                                 grad_out, q, k.narrow(2, key0, keys), v.narrow(2, key0, keys),

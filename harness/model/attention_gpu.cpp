@@ -55,28 +55,22 @@ class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> 
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e,
         0.0, /*is_causal=*/true, /*return_debug_mask=*/false, std::optional<double>(scale));
     ctx->save_for_backward({q, out, lse, rng_state, unused});
-    // Not saved for backward: k and v are read-only views of the caller's K and V, and the sinks change
-    // between this forward and the backward (other nodes add into them), which a saved tensor may not.
-    ctx->saved_data["k"] = k;
-    ctx->saved_data["v"] = v;
-    ctx->saved_data["dk_sink"] = dk_sink;
-    ctx->saved_data["dv_sink"] = dv_sink;
-    ctx->saved_data["scale"] = scale;
+    SinkNodeData{k, v, KvGradSink{dk_sink, dv_sink}, scale}.save(ctx);
     return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &out = saved[1], &lse = saved[2], &rng_state = saved[3], &unused = saved[4];
-    const auto k = ctx->saved_data["k"].toTensor(), v = ctx->saved_data["v"].toTensor();
-    const KvGradSink sink{ctx->saved_data["dk_sink"].toTensor(), ctx->saved_data["dv_sink"].toTensor()};
-    const double scale = ctx->saved_data["scale"].toDouble();
+    const SinkNodeData node = SinkNodeData::load(ctx);
+    const torch::Tensor &k = node.k, &v = node.v;
+    const double scale = node.scale;
     const int64_t c = q.size(2), e = k.size(2);
     auto grad_out = grads[0].transpose(1, 2);  // (N, c, Hq, hd)
     if (grad_out.stride(-1) != 1) grad_out = grad_out.contiguous();
     // Flash's layout is (N, rows, H, hd): its results come back transposed to the sink's (N, H, rows, hd).
     auto dq = sink_backward_by_key_blocks(
-        c, e, std::max(c, kCudaSinkKeyBlock), sink, [&](int64_t key0, int64_t keys, bool causal) {
+        c, e, std::max(c, kCudaSinkKeyBlock), node.sink, [&](int64_t key0, int64_t keys, bool causal) {
           auto [dq_part, dk_part, dv_part] = at::_flash_attention_backward(
               grad_out, q.transpose(1, 2), k.narrow(2, key0, keys).transpose(1, 2),
               v.narrow(2, key0, keys).transpose(1, 2), out, lse, /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, keys,

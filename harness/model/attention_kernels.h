@@ -50,6 +50,17 @@ torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q,
 // backward kernel call for keys [key0, key0 + keys) and returns its (dQ, dK, dV) as (N, H, rows, hd) views;
 // the prefix keys [0, e - c) go in blocks of at most `block` (no mask), then the diagonal [e - c, e)
 // causally. Each call's dK, dV are added into the sink and released before the next. Returns dQ, the sum.
+// What a sink's autograd node (SinkAttention, FlashSinkAttention) keeps beside its saved q, output and
+// logsumexp, in its saved_data rather than saved for backward: k and v are read-only views of the caller's K
+// and V, and the sinks change between the node's forward and its backward (other nodes add into them), which
+// a tensor saved for backward may not.
+struct SinkNodeData {
+  torch::Tensor k, v;
+  KvGradSink sink;
+  double scale = 0;
+  void save(torch::autograd::AutogradContext* ctx) const;
+  static SinkNodeData load(torch::autograd::AutogradContext* ctx);
+};
 using SinkBlockCall =
     std::function<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(int64_t, int64_t, bool)>;
 torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const KvGradSink& sink,

@@ -20,7 +20,7 @@ void add_cuda_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t 
   if (D.flash && into_sink && keys > rows && !(window > 0 && window < keys)) {
     // FlashSinkAttention (attention_gpu.cpp): one backward call per key block of at most b keys, each
     // call's dK, dV added into the sink and released.
-    const int64_t widest = std::max(rows, std::min(std::max(rows, kCudaSinkKeyBlock), keys - rows));
+    const int64_t widest = D.sink_widest_block(rows, keys);
     p.add(fmt::format("attention backward (flash) into dK, dV by key blocks: dO, dQ, one call's dQ, dK, dV: "
                       "N*(3*{}*Aq + 2*b*Akv)*s, b = max({}, min(8192, {} - {}))",
                       R, R, E, R),

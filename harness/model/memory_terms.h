@@ -232,9 +232,14 @@ struct MemoryTerms {
   // over its keys (at most `widest`) and its scratch. One call when keys = rows.
   int64_t sink_attn_backward(int64_t rows, int64_t keys) const {
     if (keys == rows) return attn_backward(rows);
-    const int64_t block = std::max(rows, kMinSinkKeyBlock);
-    const int64_t widest = std::max(rows, std::min(block, keys - rows));
+    const int64_t widest = sink_widest_block(rows, keys);
     return N * (3 * rows * Aq + 2 * widest * Akv) * s + attn_backward_scratch(rows, widest);
+  }
+  // The most keys one call of a sink's backward takes: the prefix's blocks of max(rows, the kernel's
+  // minimum: attention_blocks.h, flash's on CUDA), or the diagonal's rows.
+  int64_t sink_widest_block(int64_t rows, int64_t keys) const {
+    const int64_t block = std::max(rows, flash ? kCudaSinkKeyBlock : kMinSinkKeyBlock);
+    return std::max(rows, std::min(block, keys - rows));
   }
   int64_t cpu_attn_backward(int64_t rows, int64_t keys, int64_t window) const {
     if (windowed(keys, window))

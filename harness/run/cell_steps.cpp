@@ -201,8 +201,6 @@ MeasuredRegion::~MeasuredRegion() {
 }
 
 void MeasuredRegion::end() {
-  if (ended_) return;
-  ended_ = true;
   mem_.peak_bytes = recorder_.peak_bytes();
   mem_.peak_by_category = category_map(recorder_.peak_by_category());
   mem_.reserved_peak_bytes = recorder_.reserved_peak_bytes();

@@ -43,11 +43,11 @@ class MeasuredRegion {
   MeasuredRegion(const MeasuredRegion&) = delete;
   MeasuredRegion& operator=(const MeasuredRegion&) = delete;
 
-  void end();  // the peaks into `mem`; once (later calls do nothing)
+  void end();  // the peaks into `mem`
 
  private:
   profiles::Recorder& recorder_;
-  bool offloads_, budgeted_, ended_ = false;
+  bool offloads_, budgeted_;
   MemoryResult& mem_;
 };
 
