@@ -129,6 +129,7 @@ std::string section_summary(const Analysis& a, const std::string& source) {
   }
   if (!windows.empty()) s += fmt::format("- sliding-window attention: {}\n", fmt::join(windows, "; "));
   if (!text(meta, "memory_note").empty()) s += fmt::format("- memory: {}\n", text(meta, "memory_note"));
+  if (!text(meta, "heap").empty()) s += fmt::format("- heap: {}\n", text(meta, "heap"));
   s += "\nBytes are shown with GiB = 2^30 and MiB = 2^20 bytes; \"k\" tokens = 1000 tokens.\n";
   return s;
 }

@@ -3,17 +3,23 @@
 // exactly.
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "profiles/cuda_build.h"
+#include "profiles/heap_policy.h"
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
 #include "profiles/step_timer.h"
@@ -480,6 +486,26 @@ TEST(RecorderTables, RecorderAndTimerByDevice) {
     EXPECT_NE(&recorder_for("cuda"), static_cast<Recorder*>(&MemoryRecorder::instance()));
     EXPECT_NO_THROW(step_timer_for("cuda"));
   }
+}
+
+// The heap policy bpbench's main sets (heap_policy.h): a 16 MiB block comes from the heap, not from mmap, and
+// freeing it hands nothing back to the kernel, so the next step's tensors of that size fault no new pages.
+TEST(HeapPolicy, FreedBlocksStayInTheProcess) {
+  keep_freed_heap_memory();
+#if defined(__GLIBC__)
+  EXPECT_NE(heap_policy_note().find("32 MiB"), std::string::npos) << heap_policy_note();
+  const struct mallinfo2 before = mallinfo2();
+  char* volatile block = static_cast<char*>(std::malloc(16 << 20));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 1, 16 << 20);
+  const struct mallinfo2 held = mallinfo2();
+  EXPECT_EQ(held.hblkhd, before.hblkhd) << "the 16 MiB block was mmapped";
+  std::free(block);
+  const struct mallinfo2 after = mallinfo2();
+  EXPECT_EQ(after.arena, held.arena) << "the heap was trimmed";
+#else
+  EXPECT_EQ(heap_policy_note(), "");
+#endif
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // main.cpp: the bpbench command-line entry point (see harness/cli.h).
 #include "harness/cli/cli.h"
+#include "profiles/heap_policy.h"
 
 int main(int argc, char** argv) {
+  bpbench::profiles::keep_freed_heap_memory();  // before any allocation that could be trimmed
   return bpbench::cli_main(argc, argv);
 }

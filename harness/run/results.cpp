@@ -16,6 +16,7 @@
 
 #include "harness/run/json_schema.h"
 #include "profiles/cuda_build.h"
+#include "profiles/heap_policy.h"
 
 namespace bpbench {
 
@@ -163,7 +164,7 @@ json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv
           ? fmt::format("{}, host {}", gpus_description(device["gpus"]), device["cpu"].get<std::string>())
           : fmt::format("{}, {} cores", device["cpu"].get<std::string>(),
                         std::thread::hardware_concurrency());
-  return {
+  json meta = {
       {"bpbench_version", kBpbenchVersion},
       {"versions",
        {{"bpbench", kBpbenchVersion},
@@ -184,6 +185,8 @@ json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv
       {"scenario", scenario.source},
       {"memory_note", "peaks count LibTorch CPU tensors only, not BLAS scratch buffers (oneDNN is off)"},
   };
+  if (const std::string heap = profiles::heap_policy_note(); !heap.empty()) meta["heap"] = heap;
+  return meta;
 }
 
 // ---- results.json

@@ -54,6 +54,8 @@ import time
 
 import torch
 
+import heap_policy
+
 SCHEMA = "bpbench.results/1"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KEPT_STATUSES = ("ok", "oom")
@@ -325,6 +327,8 @@ def run(peer, tool, description, argv):
                     "start_time": start, "hostname": socket.gethostname(),
                     "scenario_name": f"{tool} {args.model}", "scenario": None, "hf_config": config_json},
            "cells": []}
+    if heap_policy.is_set():
+        doc["meta"]["heap"] = heap_policy.NOTE
     kept = resumable_cells(args, doc["meta"], impl, tool)
     why_not = peer.unavailable(args)
     config = None if why_not else peer.config(config_json)

@@ -8,6 +8,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import heap_policy  # noqa: E402
+
+if __name__ == "__main__":
+    heap_policy.keep_freed_heap_memory()  # before torch is imported
+
 import fused_loss  # noqa: E402  (puts .peers/kernels on sys.path)
 
 

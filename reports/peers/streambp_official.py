@@ -17,6 +17,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import heap_policy  # noqa: E402
+
+if __name__ == "__main__":
+    heap_policy.keep_freed_heap_memory()  # before torch is imported
+
 import official_streambp  # noqa: E402  (first: its transformers 4.51.3 ahead of the main environment's)
 import common  # noqa: E402
 

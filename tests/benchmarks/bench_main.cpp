@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "profiles/heap_policy.h"
 #include "tests/benchmarks/bench_common.h"
 
 namespace bpbench::bench {
@@ -24,6 +25,7 @@ c10::Allocator* raw_cpu_allocator() {
 }  // namespace bpbench::bench
 
 int main(int argc, char** argv) {
+  bpbench::profiles::keep_freed_heap_memory();  // as bpbench's own runs (profiles/heap_policy.h)
   int threads = 1;
   std::vector<char*> args;
   const char* flag = "--torch_threads=";

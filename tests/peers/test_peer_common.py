@@ -32,7 +32,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def load_common():
-    """reports/peers/common.py by path (it is a script's module, not a package)."""
+    """reports/peers/common.py by path (it is a script's module, not a package; its neighbours on sys.path, as
+    a peer script puts them)."""
+    sys.path.insert(0, os.path.join(REPO, "reports", "peers"))
     spec = importlib.util.spec_from_file_location("peers_common", os.path.join(REPO, "reports", "peers", "common.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -253,6 +255,16 @@ class Run(unittest.TestCase):
         self.assertIn("T=16", last)
         self.assertNotIn("32", last)
         self.assertIn('"error"', last)
+
+    def test_the_heap_policy_is_recorded_only_where_it_was_set(self):
+        # heap_policy.py: a peer script restarts itself with glibc's tunables; the file says so, or says nothing.
+        heap_policy = sys.modules["heap_policy"]
+        with mock.patch.dict(os.environ, {"GLIBC_TUNABLES": heap_policy.TUNABLES}):
+            _, doc, _ = self.run_script(["ok"], [8])
+        self.assertEqual(doc["meta"]["heap"], heap_policy.NOTE)
+        with mock.patch.dict(os.environ, {"GLIBC_TUNABLES": ""}):
+            _, doc, _ = self.run_script(["ok"], [8])
+        self.assertNotIn("heap", doc["meta"])
 
     def test_oom_alone_is_a_result_and_exits_0(self):
         status, doc, stderr = self.run_script(["ok", "build-oom"], [64, 32])
