@@ -17,7 +17,7 @@ torch::Tensor checkpointed_forward(const Model& model, const torch::Tensor& ids,
   PhaseScope phase("forward");
   MemoryScope scope(Category::checkpoints);
   torch::NoGradGuard no_grad;
-  torch::Tensor x = model.embed(ids);
+  torch::Tensor x = first_layer_input(model, ids);
   for (int64_t i = 0; i < model.config.layers; ++i) {
     torch::Tensor next = model.layer_in_chunks(i, x, rows);
     store.put(i, std::move(x));
@@ -39,6 +39,26 @@ CheckpointStore& checkpoint_store(const StepInputs& in, std::unique_ptr<Checkpoi
   if (in.checkpoints) return *in.checkpoints;
   owned = make_checkpoint_store(Offload::none, in.batch.input_ids.device());
   return *owned;
+}
+
+torch::Tensor first_layer_input(const Model& model, const torch::Tensor& ids) {
+  MemoryScope scope(Category::checkpoints);
+  torch::NoGradGuard no_grad;
+  return model.embed(ids);
+}
+
+void FirstInputRecomputed::put(int64_t i, torch::Tensor x) {
+  if (i != 0) kept_.put(i, std::move(x));
+}
+
+void FirstInputRecomputed::prefetch(int64_t i) {
+  if (i != 0) kept_.prefetch(i);
+}
+
+torch::Tensor FirstInputRecomputed::take(int64_t i) {
+  if (i != 0) return kept_.take(i);
+  PhaseScope phase("x_0 again");  // what making it again costs shows on the timeline
+  return first_layer_input(model_, ids_);
 }
 
 torch::Tensor layers_backward(const Model& model, CheckpointStore& store, torch::Tensor dy,
@@ -76,7 +96,8 @@ torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x,
 }
 
 HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, const Batch& batch,
-                                  const Objective& objective, int64_t rows, torch::Tensor sums) {
+                                  const Objective& objective, int64_t rows, torch::Tensor sums,
+                                  HeadDx where) {
   const int64_t T = x.size(1);
   if (!sums.defined() && !objective.outer_is_linear())
     sums = streamed_sequence_sums(model, x, batch, objective, rows);  // DPO: S first, then f'(S)
@@ -91,7 +112,8 @@ HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, co
                    .requires_grad_(true);
   auto outer_grad = torch::autograd::grad({objective.outer(s_var, batch)}, {s_var})[0];  // (N)
 
-  auto dx = torch::empty_like(x);
+  // Row s of x is read by chunk s's forward only (and the sums' pass, done by now).
+  auto dx = where == HeadDx::into_x ? x : torch::empty_like(x);
   torch::Tensor accumulated = torch::zeros({batch.sequences()}, outer_grad.options());
   for (int64_t s = 0, j = 0; s < T; s += rows, ++j) {
     PhaseScope chunk(fmt::format("head chunk {}", j));

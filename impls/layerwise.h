@@ -26,6 +26,30 @@ std::vector<torch::Tensor> checkpointed_forward(const Model& model, const torch:
 // store kept in `owned`.
 CheckpointStore& checkpoint_store(const StepInputs& in, std::unique_ptr<CheckpointStore>& owned);
 
+// x_0 = embed(ids) (N, T, d) without grad, allocated as a checkpoint: layer 0's input made again where a
+// strategy does not keep it.
+torch::Tensor first_layer_input(const Model& model, const torch::Tensor& ids);
+
+// A store in front of `kept` that keeps every layer input but x_0: put(0) drops it, take(0) makes it again
+// from the ids (first_layer_input). An embedding row is a gather (Gemma 3: and one multiply), exact and all
+// but free to redo, so holding x_0 from the forward to the end of the backward buys nothing: StreamBP's
+// checkpoints are x_1..x_{L-1}, N*T*d*s bytes fewer through every phase, and with offload one fewer host
+// buffer and copy each way.
+class FirstInputRecomputed final : public CheckpointStore {
+ public:
+  FirstInputRecomputed(CheckpointStore& kept, const Model& model, const torch::Tensor& ids)
+      : kept_(kept), model_(model), ids_(ids) {}
+  Offload offload() const override { return kept_.offload(); }
+  void put(int64_t i, torch::Tensor x) override;
+  void prefetch(int64_t i) override;
+  torch::Tensor take(int64_t i) override;
+
+ private:
+  CheckpointStore& kept_;
+  const Model& model_;
+  const torch::Tensor& ids_;
+};
+
 // The backward through the layers, from the top: for i = L-1..0 (phase "layer i backward"), x_i is taken from
 // `store` as a leaf requiring grad, layer i-1's is prefetched, and dy <- backward(i, x_i, dy), which returns
 // dL/dx_i. Returns dL/dx_0. Nothing is prefetched before it (offload.h: the head holds no layer input).
@@ -47,8 +71,13 @@ struct HeadResult {
   torch::Tensor loss;  // 0-dim
   torch::Tensor dx;    // (N, T, d)
 };
+// Where dx goes: a buffer of its own, or x's rows, each once its chunk is done (for a caller that is done
+// with x, as StreamBP is with x_L: N*T*d*s bytes fewer through the head; x then holds dx, and so does the
+// result's dx, whose bytes stay in the memory category x was allocated under, "checkpoints").
+enum class HeadDx { own_buffer, into_x };
 HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, const Batch& batch,
-                                  const Objective& objective, int64_t rows, torch::Tensor sums = {});
+                                  const Objective& objective, int64_t rows, torch::Tensor sums = {},
+                                  HeadDx where = HeadDx::own_buffer);
 
 // S (N) under no grad, over chunks of `rows` rows: the first pass of a non-linear objective, MsT's forward.
 torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x, const Batch& batch,

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace bpbench {
 
 namespace {
@@ -16,10 +18,13 @@ int64_t on_device(const MemoryTerms& D, int64_t count, int64_t offloaded_on_devi
 
 // No-grad checkpointed forward at the top layer: the stored inputs, the output being built, K and V for all
 // rows, and one query chunk's attention (`rows` queries over all keys for the last chunk).
-PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, const AttentionLayer& layer) {
+PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, const AttentionLayer& layer,
+                                         FirstInput first) {
   PhaseBuilder p("forward");
-  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{} and the output being built", layer.index),
-                  layer.index + 2);
+  // Layer 0 reads x_0 even where it is not kept.
+  const FirstInput stored = layer.index == 0 ? FirstInput::kept : first;
+  add_checkpoints(p, D, layer_inputs_label(layer.index, stored) + " and the output being built",
+                  layer_inputs_alive(layer.index, stored) + 1);
   p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
   const int64_t keys = MemoryTerms::visible_keys(rows, D.T, layer.window);
   // A chunk's high point is in its attention (with the kernel's scratch) or in its MLP, whose four (N, c, I)
@@ -68,6 +73,15 @@ PhaseEstimate whole_attention_backward(const MemoryTerms& D, const AttentionLaye
 
 }  // namespace
 
+int64_t layer_inputs_alive(int64_t index, FirstInput first) {
+  return first == FirstInput::kept ? index + 1 : std::max<int64_t>(index, 1);
+}
+
+std::string layer_inputs_label(int64_t index, FirstInput first) {
+  if (first == FirstInput::kept || index == 0) return fmt::format("layer inputs x_0..x_{}", index);
+  return fmt::format("layer inputs x_1..x_{} (x_0 not kept)", index);
+}
+
 int64_t checkpoints_bytes(const MemoryTerms& D, int64_t count) {
   return count * D.N * D.T * D.d * D.s;
 }
@@ -83,9 +97,10 @@ void add_checkpoints(PhaseBuilder& p, const MemoryTerms& D, const std::string& w
 }
 
 // The no-grad forward's high point: at the topmost layer of each attention type.
-PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows) {
+PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows, FirstInput first) {
   PhaseEstimate best;
-  for (const auto& layer : D.attention_layers) keep_larger(best, checkpointed_forward_layer(D, rows, layer));
+  for (const auto& layer : D.attention_layers)
+    keep_larger(best, checkpointed_forward_layer(D, rows, layer, first));
   return best;
 }
 

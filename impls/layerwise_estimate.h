@@ -20,10 +20,20 @@ int64_t checkpoints_bytes(const MemoryTerms& D, int64_t count);
 void add_checkpoints(PhaseBuilder& p, const MemoryTerms& D, const std::string& which, int64_t count,
                      int64_t offloaded_on_device = 2);
 
+// Whether layer 0's input x_0 is among the checkpoints or made again from the ids when layer 0's backward
+// needs it (layerwise.h: FirstInputRecomputed).
+enum class FirstInput { kept, recomputed };
+
+// The layer inputs alive while layer `index` runs backward (from x_0, or x_1 where x_0 is recomputed, to
+// x_index; layer 0's own input either way), and the label naming them.
+int64_t layer_inputs_alive(int64_t index, FirstInput first);
+std::string layer_inputs_label(int64_t index, FirstInput first);
+
 // The no-grad checkpointed forward's high point (layerwise.h: checkpointed_forward), queries in blocks of
 // `rows`: at the topmost layer of each attention type, the stored inputs, the output being built, K and V
 // for all rows and one query block's attention or MLP.
-PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows);
+PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows,
+                                         FirstInput first = FirstInput::kept);
 
 // A whole-sequence re-forward's attention backward at the top layer of each attention type (the largest:
 // every lower checkpoint still alive), with `flows` (N, T, d) gradients in flight, named by `flow_note`.

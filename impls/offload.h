@@ -4,11 +4,13 @@
 // (N, T, d) from the forward to that layer's backward. With `offload: checkpoints` they hand them to a
 // CheckpointStore that moves them to host memory, so the device holds two of them at a time (the layer being
 // backpropagated and the next one, prefetched) instead of L; StreamBP's device floor then moves from
-// L x N*T*d*s bytes of checkpoints to host memory.
+// (L - 1) x N*T*d*s bytes of checkpoints (it keeps no x_0) to host memory.
 //
 // The order a strategy follows, whatever the store:
 //   forward:   put(0, x_0) ... put(L-1, x_{L-1})       each once x_{i+1} is computed from it
 //   backward:  after the head, for i = L-1..0: x_i = take(i); prefetch(i-1)
+// StreamBP puts no x_0 (layerwise.h: FirstInputRecomputed stands in front of the store and makes it again),
+// so its store sees layers 1..L-1 only.
 // Layer L-1's is not prefetched during the head: the head is often the peak phase, and holding no layer
 // input through it is worth one exposed copy per step.
 // Prefetch depth is 1: one checkpoint in flight while a layer computes. At the lengths offload is for,

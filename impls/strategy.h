@@ -69,6 +69,9 @@ class Strategy {
   virtual bool uses_logits_partition() const { return false; }
   // Whether it keeps its layer checkpoints in StepInputs::checkpoints, so `offload` applies to it.
   virtual bool uses_offload() const { return false; }
+  // Whether x_0 is among them; false where layer 0's input is made again from the ids (layerwise.h:
+  // FirstInputRecomputed), so L - 1 of them go to host memory.
+  virtual bool keeps_first_input() const { return true; }
   // Forward and backward; returns the loss (0-dim, detached).
   virtual torch::Tensor forward_backward(const StepInputs& in) const = 0;
 

@@ -1,9 +1,12 @@
 // streambp.cpp: StreamBP (Luo et al.), exact backpropagation streamed along the sequence.
 //
 // Forward as checkpointing: keep each layer input x_i (N, T, d), no grad, on the device or, with `offload:
-// checkpoints`, in host memory (offload.h), prefetched one layer ahead of the backward.
+// checkpoints`, in host memory (offload.h), prefetched one layer ahead of the backward. All but x_0 =
+// embed(ids): a gather, made again for layer 0's backward (layerwise.h: FirstInputRecomputed), so the
+// checkpoints held through the step are x_1..x_{L-1}.
 // Head: logits, loss terms and their gradients exist for one chunk of logits_partition rows at a time
-// (layerwise.cpp: streamed_head_backward). Each layer i, from the top, with dY (N, T, d) (layerwise.cpp:
+// (layerwise.cpp: streamed_head_backward); each chunk's dx rows overwrite its rows of x_L, which nothing
+// reads again. Each layer i, from the top, with dY (N, T, d) (layerwise.cpp:
 // streambp_layer_backward):
 //
 //   a. K and V of all T rows, values only (no graph), made chunk by chunk under no grad at positions s..e-1:
@@ -46,13 +49,15 @@ class StreamBP final : public Strategy {
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
   bool uses_offload() const override { return true; }
+  bool keeps_first_input() const override { return false; }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     const Model& m = in.model;
     std::unique_ptr<CheckpointStore> owned;
-    CheckpointStore& store = checkpoint_store(in, owned);
+    FirstInputRecomputed store(checkpoint_store(in, owned), m, in.batch.input_ids);       // x_1..x_{L-1} kept
     auto x_last = checkpointed_forward(m, in.batch.input_ids, in.partition.rows, store);  // x_L (N, T, d)
-    auto head = streamed_head_backward(m, x_last, in.batch, in.objective, in.partition.logits_rows);
+    auto head = streamed_head_backward(m, x_last, in.batch, in.objective, in.partition.logits_rows, {},
+                                       HeadDx::into_x);  // x_L becomes dL/dx_L
     x_last = torch::Tensor();
     auto dx = layers_backward(m, store, std::move(head.dx),
                               [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
@@ -75,26 +80,30 @@ class StreamBP final : public Strategy {
   }
 };
 
-// Its estimate: the checkpointed forward in chunks of `partition` queries, the chunked head over every layer
-// input, then per layer (a. to c. above) K, V, dK, dV and dY for all rows beside one chunk's graph, its
-// attention backward into dK, dV, or its rows' K/V path backward, at the chunks that see the most keys.
+// Its estimate: the checkpointed forward in chunks of `partition` queries, the chunked head over x_1..x_L
+// (x_L's rows becoming dx's), then per layer (a. to c. above) K, V, dK, dV and dY for all rows beside one
+// chunk's graph, its attention backward into dK, dV, or its rows' K/V path backward, at the chunks that see
+// the most keys.
 std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
                                                    const Partitioning& partition) const {
   const int64_t c = partition.rows, cl = partition.logits_rows;
   const int64_t rows = D.N * D.T;
   std::vector<PhaseEstimate> out;
-  out.push_back(checkpointed_forward_phase(D, c));
+  out.push_back(checkpointed_forward_phase(D, c, FirstInput::recomputed));
   {
     PhaseBuilder p("head chunk");
-    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
-    add_chunk_head(p, D, cl);
+    add_checkpoints(p, D,
+                    fmt::format("layer inputs x_1..x_{} (x_0 not kept), x_{}'s rows becoming dx's", D.L, D.L),
+                    D.L, /*offloaded_on_device=*/1);
+    add_chunk_head(p, D, cl, /*dx_in_x=*/true);
     out.push_back(p.done());
   }
   // Alive through the top layer's chunks: the layer inputs below, dy (whose rows become dx's), K and V of all
   // T rows (values, no graph), dK and dV. On CUDA's efficient kernel a chunk's graph adds the repeated
   // K[:e], V[:e] on top.
   auto layer_base = [&](PhaseBuilder& p, const AttentionLayer& layer) {
-    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", layer.index), layer.index + 1);
+    add_checkpoints(p, D, layer_inputs_label(layer.index, FirstInput::recomputed),
+                    layer_inputs_alive(layer.index, FirstInput::recomputed));
     p.add("dy, its rows becoming dx's: N*T*d*s", rows * D.d * D.s);
     p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * rows * D.Akv * D.s);
     p.add("dK, dV accumulators: 2 x N*T*Akv*acc", 2 * rows * D.Akv * D.acc());

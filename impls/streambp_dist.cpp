@@ -51,7 +51,8 @@ class StreamBPDist final : public dist::DistStrategy {
 
     // Head: lm_head and final norm grads, reduced once (tied: the lm_head's join the embedding's bucket).
     step.open_head();
-    auto head = streamed_head_backward(m, xs.back(), step.batch(), in.objective, in.partition.logits_rows);
+    auto head = streamed_head_backward(m, xs.back(), step.batch(), in.objective, in.partition.logits_rows, {},
+                                       HeadDx::into_x);  // x_L becomes dL/dx_L
     step.reduce_and_close(step.head());
     xs.pop_back();
 

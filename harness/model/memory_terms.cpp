@@ -93,9 +93,9 @@ void add_whole_head(PhaseBuilder& p, const MemoryTerms& D) {
 }
 
 // Streamed head: per chunk of c_l rows the same, plus dx (N, T, d) for the whole sequence.
-void add_chunk_head(PhaseBuilder& p, const MemoryTerms& D, int64_t cl) {
+void add_chunk_head(PhaseBuilder& p, const MemoryTerms& D, int64_t cl, bool dx_in_x) {
   const int64_t rows = D.N * cl;
-  p.add("dx of the head: N*T*d*s", D.N * D.T * D.d * D.s);
+  if (!dx_in_x) p.add("dx of the head: N*T*d*s", D.N * D.T * D.d * D.s);
   p.add("final norm saved + output, one chunk: N*c_l*(rms(d) + d*s)", rows * D.final_norm_row());
   add_head_backward(p, D, rows, "c_l", true);
 }

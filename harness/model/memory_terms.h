@@ -327,8 +327,9 @@ void add_head_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t rows, cons
 // Whole-sequence head (plain, checkpoint): the final norm's saved tensors and output for all rows, then the
 // head backward over N*T rows.
 void add_whole_head(PhaseBuilder& p, const MemoryTerms& D);
-// Streamed head: per chunk of c_l rows the same, plus dx (N, T, d) for the whole sequence.
-void add_chunk_head(PhaseBuilder& p, const MemoryTerms& D, int64_t cl);
+// Streamed head: per chunk of c_l rows the same, plus dx (N, T, d) for the whole sequence unless it is
+// written into x_L's rows (`dx_in_x`: layerwise.h, HeadDx::into_x; x_L is then counted by the caller).
+void add_chunk_head(PhaseBuilder& p, const MemoryTerms& D, int64_t cl, bool dx_in_x = false);
 
 // ---- attention backward ----
 // A layer's attention backward of `rows` queries over `keys` keys (named R and E in the terms) of layer type

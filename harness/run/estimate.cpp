@@ -212,7 +212,8 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   if (in.objective == "grpo") e.batch += 2 * D.N * D.T * 8 + 2 * D.N * 8;
   e.base = e.params + e.grads + e.batch;
 
-  e.phases = make_strategy(in.impl)->memory_phases(D, Partitioning{cp, cl});
+  const auto strategy = make_strategy(in.impl);
+  e.phases = strategy->memory_phases(D, Partitioning{cp, cl});
 
   for (const auto& p : e.phases) {
     int64_t ckpt = 0;
@@ -232,7 +233,8 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   for (const auto& t : top->terms) e.checkpoints += t.checkpoint ? t.bytes : 0;
   e.peak_bytes = e.base + e.peak_above_base;
   if (D.offload) {
-    e.host_bytes = checkpoints_bytes(D, D.L);    // one pinned buffer per layer input, reused every step
+    // One pinned buffer per stored layer input, reused every step.
+    e.host_bytes = checkpoints_bytes(D, strategy->keeps_first_input() ? D.L : D.L - 1);
     e.offload_traffic_bytes = 2 * e.host_bytes;  // each checkpoint out in the forward, back in the backward
   }
   return e;
