@@ -139,15 +139,9 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
     PhaseScope phase("K/V");
     MemoryScope scope(Category::kv);
     torch::NoGradGuard no_grad;
-    const auto& cfg = model.config;
-    keys = torch::empty({x_in.size(0), cfg.kv_heads, T, cfg.head_dim}, x_in.options());
-    values = torch::empty_like(keys);
-    for (int64_t s = 0; s < T; s += rows) {
-      const int64_t c = std::min(rows, T - s);
-      const KV kv = model.project_kv(i, model.attn_norm(i, x_in.detach().narrow(1, s, c)), s, T);
-      keys.narrow(2, s, c).copy_(kv.k);
-      values.narrow(2, s, c).copy_(kv.v);
-    }
+    const KV kv = model.kv_values(i, x_in.detach(), rows);
+    keys = kv.k;
+    values = kv.v;
     // bf16: accumulate dK/dV over chunks in float32, as one big matmul would, then round once per row.
     const auto acc = keys.scalar_type() == torch::kBFloat16 ? torch::kFloat : keys.scalar_type();
     dk = torch::zeros_like(keys, keys.options().dtype(acc));

@@ -262,6 +262,20 @@ KV Model::project_kv(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64
   return {k, v};
 }
 
+KV Model::kv_values(int64_t i, const torch::Tensor& x, int64_t rows) const {
+  torch::NoGradGuard no_grad;
+  const int64_t T = x.size(1);
+  auto k = torch::empty({x.size(0), config.kv_heads, T, config.head_dim}, x.options());
+  auto v = torch::empty_like(k);
+  for (int64_t s = 0; s < T; s += rows) {
+    const int64_t c = std::min(rows, T - s);
+    const KV part = project_kv(i, attn_norm(i, x.narrow(1, s, c)), s, T);
+    k.narrow(2, s, c).copy_(part.k);
+    v.narrow(2, s, c).copy_(part.v);
+  }
+  return {k, v};
+}
+
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
   const auto& w = layers[i];
   auto q = split_heads(w.q(h_rows, lora_enabled), config.heads, config.head_dim);  // (N, Hq, c, hd)
@@ -304,7 +318,7 @@ torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
 torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
-  auto kv = project_kv(i, attn_norm(i, x));  // (N, Hkv, T, hd)
+  const KV kv = kv_values(i, x, rows);  // (N, Hkv, T, hd), made chunk by chunk as the queries below
   auto y = torch::empty_like(x);
   for (int64_t s = 0; s < T; s += rows) {
     const int64_t c = std::min(rows, T - s), e = s + c;

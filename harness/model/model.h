@@ -112,6 +112,9 @@ class Model {
   KV project_kv(int64_t i, const torch::Tensor& h) const;
   // Keys and values of rows at positions pos0 .. of a seq_len-token sequence: those rows of project_kv's.
   KV project_kv(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
+  // Keys and values of all T rows of layer i's input x (N, T, d), values only (no grad), made `rows` rows at
+  // a time into (N, Hkv, T, hd) buffers: no T-row temporary beside them (normed rows, raw projections).
+  KV kv_values(int64_t i, const torch::Tensor& x, int64_t rows) const;
   // Queries of rows at positions pos0 .. of a seq_len-token sequence (RoPE's dynamic scaling depends on it).
   torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
   torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
