@@ -9,6 +9,8 @@ Writes, for each section present in the data (see reports/README.md for its form
                                 beside hardware FLOPs and the attention's dense-mask FLOPs vs partition size
   OUT_DIR/timeline.png          live memory over time stacked by category, with phase marks (Figures 1 and 8)
   OUT_DIR/train_loss.png        each training run's loss per step by strategy, and the difference from plain BP
+  OUT_DIR/<file>                `bpbench estimate --plot`: estimated peak vs sequence length per strategy, the
+                                budgets, and the longest length within each (section "estimate_vs_seq_len")
 and prints the name of each file written. All the selection happens in C++; this script only draws.
 
 Exit status: 0 done; 2 bad arguments or data; 3 matplotlib is not installed for this python.
@@ -69,7 +71,7 @@ def plot_peak(data, out_dir, plt):
     rows, cols = grid_shape(len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.4 * rows + 0.8), squeeze=False)
     for ax, panel in zip(axes.flat, panels):
-        peaks = [p for s in panel["series"] for p in s["peak_bytes"]]
+        peaks = [p for s in panel["series"] for p in s["peak_bytes"] + s.get("estimate_bytes", [])]
         div, unit = byte_unit(max(peaks + ([budget] if budget else []) + [1]))
         top = max(peaks + [budget or 0]) / div
         oom_y = (budget / div) if budget else (top * 1.05 if top > 0 else 1)
@@ -80,6 +82,10 @@ def plot_peak(data, out_dir, plt):
             if pts:
                 ax.plot([x for x, _ in pts], [y / div for _, y in pts], color=colour[impl(s["label"])],
                         **style[impl(s["label"])])
+            if s.get("estimate_bytes"):
+                est = sorted(zip(s["estimate_seq_len"], s["estimate_bytes"]))
+                ax.plot([x for x, _ in est], [y / div for _, y in est], color=colour[impl(s["label"])],
+                        linestyle=":", linewidth=1.2, alpha=0.8)
             if s["oom_seq_len"]:
                 ax.plot(s["oom_seq_len"], [oom_y] * len(s["oom_seq_len"]), "x",
                         color=colour[impl(s["label"])], markersize=10, markeredgewidth=2)
@@ -95,6 +101,9 @@ def plot_peak(data, out_dir, plt):
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     handles = [plt.Line2D([], [], color=colour[name], label=legend[name], **style[name]) for name in impls]
+    if any(s.get("estimate_bytes") for p in panels for s in p["series"]):
+        handles.append(plt.Line2D([], [], color="grey", linestyle=":", linewidth=1.2,
+                                  label="estimate (bpbench estimate), dotted"))
     if budget:
         handles.append(plt.Line2D([], [], color="black", linestyle="--",
                                   label="memory budget (%.2f GiB)" % (budget / GIB)))
@@ -105,6 +114,46 @@ def plot_peak(data, out_dir, plt):
     fig.suptitle("Peak BP memory vs sequence length")
     fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(handles) / 4) / rows, 1, 1))
     return save(fig, out_dir, "peak_vs_seq_len.png", plt, layout=False)
+
+
+def plot_estimate(data, out_dir, plt):
+    """`bpbench estimate --plot`: each strategy's estimated peak against T, every budget as a dashed line,
+    and each strategy's longest length within each budget marked on its curve."""
+    series, budgets = data["series"], data.get("budgets") or []
+    peaks = [p for s in series for p in s["peak_bytes"]] + [b["bytes"] for b in budgets]
+    div, unit = byte_unit(max(peaks + [1]))
+    fig, ax = plt.subplots(figsize=(8.4, 5.4))
+    xs = []
+    for i, s in enumerate(series):
+        colour = "C%d" % (i % 10)
+        ax.plot(s["seq_len"], [y / div for y in s["peak_bytes"]], color=colour,
+                linestyle=["-", "--", "-.", ":"][i % 4], linewidth=1.8, label=s["label"])
+        xs += s["seq_len"]
+        for m in s["longest"]:
+            ax.plot([m["seq_len"]], [m["peak_bytes"] / div], "o", color=colour, markersize=7,
+                    markeredgecolor="black", markeredgewidth=0.6)
+    for b in budgets:
+        ax.axhline(b["bytes"] / div, color="black", linestyle="--", linewidth=0.8, alpha=0.6)
+        ax.annotate("%s %.1f %s" % (b["label"], b["bytes"] / div, unit), (0.005, b["bytes"] / div),
+                    xycoords=("axes fraction", "data"), fontsize=7, va="bottom", alpha=0.8)
+    if xs:
+        log2_ticks(ax, xs)
+    # With a budget, the region around it is what matters: curves far past it leave the plot at the top.
+    top = max(peaks + [1]) / div
+    if budgets:
+        top = min(top, 1.6 * max(b["bytes"] for b in budgets) / div)
+    ax.set_ylim(bottom=0, top=top * 1.05)
+    ax.set_xlim(min(xs), max(xs))
+    ax.set_title(data.get("title", "estimate"), fontsize=10)
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("estimated peak memory (%s)" % unit)
+    ax.grid(True, alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if any(s["longest"] for s in series):
+        handles.append(plt.Line2D([], [], color="grey", marker="o", linestyle="", markeredgecolor="black",
+                                  label="longest length within a budget"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left")
+    return save(fig, out_dir, data.get("file", "estimate_vs_seq_len.png"), plt)
 
 
 def plot_partition(data, out_dir, plt):
@@ -282,6 +331,8 @@ def main(argv):
         return 2
     if (data.get("peak_vs_seq_len") or {}).get("panels"):
         plot_peak(data["peak_vs_seq_len"], argv[2], plt)
+    if (data.get("estimate_vs_seq_len") or {}).get("series"):
+        plot_estimate(data["estimate_vs_seq_len"], argv[2], plt)
     if (data.get("partition_sweep") or {}).get("panels"):
         plot_partition(data["partition_sweep"], argv[2], plt)
     if data.get("timeline") and data["timeline"].get("t_ms"):

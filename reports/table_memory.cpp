@@ -87,7 +87,8 @@ std::string section_peak(const Analysis& a, bool plot_drawn) {
 
 // Figure 3: one curve per strategy and panel. Where a strategy was also run at several partition sizes (a
 // sweep, which is Figure 5's subject), the curve follows the (partition, logits partition) pair measured most
-// often and says which. Max-length probes draw the curve of a strategy that the grid did not measure.
+// often and says which. Max-length probes draw the curve of a strategy that the grid did not measure. Where
+// the cells carry the estimate (memory.estimate_bytes), it is drawn beside the measured curve, dotted.
 json peak_plot_data(const Analysis& a) {
   const auto keys = a.heading_keys({"impl", "seq_len", "partition", "logits_partition"});
   json panels = json::array();
@@ -118,7 +119,7 @@ json peak_plot_data(const Analysis& a) {
                 {"seq_len", json::array()},
                 {"peak_bytes", json::array()},
                 {"oom_seq_len", json::array()}};
-      std::map<int64_t, int64_t> peaks;
+      std::map<int64_t, int64_t> peaks, estimates;
       std::set<int64_t> ooms;
       if (pairs.count(impl)) {
         std::pair<int64_t, int64_t> main = pairs[impl].front();
@@ -132,6 +133,7 @@ json peak_plot_data(const Analysis& a) {
         }
         for (const CellView* c : cells) {
           if (!is_grid_cell(*c) || c->axis("impl") != impl || pair_of(*c) != main) continue;
+          if (c->estimate && c->seq_len) estimates.emplace(*c->seq_len, *c->estimate);
           if (c->ok() && c->peak)
             peaks.emplace(*c->seq_len, *c->peak);
           else if (c->status == "oom")
@@ -153,6 +155,11 @@ json peak_plot_data(const Analysis& a) {
       }
       for (const auto& [len, peak] : peaks) s["seq_len"].push_back(len), s["peak_bytes"].push_back(peak);
       for (int64_t len : ooms) s["oom_seq_len"].push_back(len);
+      // The strategy's own estimate at the same lengths (`bpbench estimate`'s curve), drawn beside them.
+      s["estimate_seq_len"] = json::array();
+      s["estimate_bytes"] = json::array();
+      for (const auto& [len, bytes] : estimates)
+        s["estimate_seq_len"].push_back(len), s["estimate_bytes"].push_back(bytes);
       if (!peaks.empty() || !ooms.empty()) series.push_back(s);
     }
     if (!series.empty()) panels.push_back({{"title", heading(*cells.front(), keys)}, {"series", series}});

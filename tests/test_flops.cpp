@@ -261,7 +261,7 @@ TEST(FlopClaims, EstimateCommandPrintsTheCountedFlops) {
                    out);
   for (const auto& impl : estimated_impls()) {
     const FlopCounts f = counted_step(impl, model, batch, *objective, {16, 8});
-    EXPECT_NE(out.str().find(fmt::format("{:<24} {:>20} {:>20}", impl, f.model(), f.hardware())),
+    EXPECT_NE(out.str().find(fmt::format("{:<24} {:>9} {:>20} {:>20}", impl, 40, f.model(), f.hardware())),
               std::string::npos)
         << impl << " counted model " << f.model() << ", hardware " << f.hardware() << "; printed:\n"
         << out.str();

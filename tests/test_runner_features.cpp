@@ -16,6 +16,7 @@
 #include "harness/model/safetensors.h"
 #include "harness/objectives/batch.h"
 #include "harness/objectives/data_file.h"
+#include "harness/run/estimate_inverse.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "impls/strategy.h"
@@ -145,6 +146,22 @@ TEST_F(RunnerFeatures, MaxSeqLenSearchFindsTheExactBoundary) {
     }
   }
   EXPECT_GT(found["streambp"], 2 * found["checkpoint"]);
+
+  // `bpbench estimate --budget`'s inverse gives the same answer, to the granularity, without running
+  // anything.
+  for (const auto& [impl, T] : found) {
+    EstimateInput in;
+    in.config = find_model_preset("tiny");
+    in.impl = impl;
+    in.partition = 16;
+    in.logits_partition = 16;
+    in.threads = 1;
+    LengthBudget limits;
+    limits.device_bytes = budget;
+    limits.granularity = granularity;
+    limits.upper = 8192;
+    EXPECT_EQ(longest_seq_len(in, limits).seq_len, T) << impl;
+  }
 }
 
 TEST_F(RunnerFeatures, DistributedCellMatchesPlainOnTheGlobalBatch) {

@@ -46,8 +46,8 @@ commands:
                           markdown tables (the paper's layouts) and PNG plots
   compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT]
                           match cells by axes; exit status = number of memory regressions
-  estimate --model M --seq-len T [--impl I,...]
-                          analytic peak bytes of each strategy
+  estimate --model M --seq-len T[,T...] | --gpu NAME|all | --budget BYTES
+                          analytic peak bytes and FLOPs of each strategy; the longest length that fits
   hf-config MODEL         a preset as transformers' config.json (stdout), for peers run in transformers
   validate FILE...        a results.json or a scenario against its published JSON Schema
   help [COMMAND]          this text, or a command's

@@ -1,4 +1,5 @@
-// estimate_command.h: the `bpbench estimate` subcommand over harness/run/estimate.h.
+// estimate_command.h: the `bpbench estimate` subcommand over harness/run/estimate.h: the estimate at given
+// lengths, and the longest length per strategy within a memory budget or on a GPU (estimate_request.h).
 #pragma once
 
 #include <iosfwd>
@@ -7,10 +8,9 @@
 
 namespace bpbench {
 
-// `bpbench estimate --model NAME --seq-len T [--impl I,...] [--batch B] [--group G] [--partition C]
-// [--logits-partition CL] [--dtype D] [--objective O] [--lora-rank R] [--threads N] [--offload O]
-// [--device cpu|cuda] [--verbose]`: prints one line per impl (or the full breakdown with --verbose) to `out`.
-// Throws std::invalid_argument on bad input. Returns 0.
+// Prints the answers to `out` as text or (--json) one JSON document; --plot writes a PNG too. Throws
+// std::invalid_argument on bad input (one line naming the flag), std::runtime_error when a plot cannot be
+// drawn. Returns 0.
 int estimate_command(const std::vector<std::string>& args, std::ostream& out);
 extern const char* kEstimateHelp;
 

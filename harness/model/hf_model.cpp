@@ -93,11 +93,16 @@ bool is_hf_model_dir(const std::string& path) {
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
 }
 
-ModelConfig read_hf_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "config.json").string();
+ModelConfig read_hf_config(const std::string& dir_or_file) {
+  std::error_code ec;
+  const bool file = fs::is_regular_file(dir_or_file, ec);
+  const std::string path = file ? dir_or_file : (fs::path(dir_or_file) / "config.json").string();
+  // The model's name: its directory's, also when the file itself is named (".../Qwen3-8B/config.json").
+  const std::string dir = file ? fs::path(dir_or_file).parent_path().string() : dir_or_file;
   std::ifstream in(path);
   if (!in)
-    throw std::runtime_error(fmt::format("Hugging Face model '{}': cannot open config.json ({})", dir, path));
+    throw std::runtime_error(
+        fmt::format("Hugging Face model '{}': cannot open config.json ({})", dir_or_file, path));
   json j;
   try {
     j = json::parse(in);

@@ -30,8 +30,10 @@ namespace bpbench {
 // True when `path` is a directory holding a config.json (how a scenario's model value is told from a preset).
 bool is_hf_model_dir(const std::string& path);
 
-// The ModelConfig of `dir`'s config.json; name = the directory's basename. Validated (ModelConfig::validate).
-ModelConfig read_hf_config(const std::string& dir);
+// The ModelConfig of `dir_or_file`: a model directory's config.json, or a config.json file itself (no weights
+// needed: `bpbench estimate` takes either). name = the directory's basename. Validated
+// (ModelConfig::validate).
+ModelConfig read_hf_config(const std::string& dir_or_file);
 
 // The model of `dir` on `options`' device and dtype, every base weight requiring grad (full fine-tuning).
 Model load_hf_model(const std::string& dir, const torch::TensorOptions& options);

@@ -224,4 +224,9 @@ const json& scenario_schema() {
   return schema;
 }
 
+const json& estimate_schema() {
+  static const json schema = parse_schema(schema_texts::kEstimate, "reports/estimate.schema.json");
+  return schema;
+}
+
 }  // namespace bpbench

@@ -1,5 +1,6 @@
 // json_schema.h: bpbench's published JSON Schemas (reports/results.schema.json,
-// scenarios/scenario.schema.json, compiled into the binary) and the validator that holds a document to them.
+// scenarios/scenario.schema.json, reports/estimate.schema.json, compiled into the binary) and the validator
+// that holds a document to them.
 //
 // The validator takes the part of JSON Schema (draft 2020-12) those two files use, with its meaning: "type"
 // (a name or a list; an integer is a number without a fraction), "enum", "const", "minimum",
@@ -23,6 +24,7 @@ std::optional<std::string> schema_violation(const nlohmann::json& schema, const 
 // validator does not take).
 const nlohmann::json& results_schema();
 const nlohmann::json& scenario_schema();
+const nlohmann::json& estimate_schema();  // reports/estimate.schema.json: `bpbench estimate --json`
 
 // Throws std::logic_error naming the keyword when `schema` uses one the validator does not take.
 void check_schema_keywords(const nlohmann::json& schema);

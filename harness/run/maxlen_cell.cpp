@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "harness/run/estimate_inverse.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "profiles/host_memory.h"
@@ -110,15 +111,7 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
       const auto e = estimate_at(T);
       return e && e->peak_bytes <= *spec.budget_bytes && !over_host(e);
     };
-    int64_t lo = 0, hi = spec.upper / spec.granularity;  // in units of granularity
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (fits(mid * spec.granularity))
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    search.start = std::max<int64_t>(1, lo) * spec.granularity;
+    search.start = std::max(spec.granularity, largest_fitting_multiple(spec.granularity, spec.upper, fits));
     search.growth = 1.25;
   }
 

@@ -1,0 +1,243 @@
+// estimate_request.cpp: estimate_request.h: the flags of `bpbench estimate`, and its answers.
+#include "harness/cli/estimate_request.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include "harness/cli/accelerators.h"
+#include "harness/cli/quantities.h"
+#include "harness/model/hf_model.h"
+#include "harness/model/model_config.h"
+#include "harness/run/estimate_flops.h"
+#include "harness/run/runner.h"
+#include "impls/offload.h"
+#include "impls/strategy.h"
+
+namespace bpbench {
+
+namespace {
+
+// The partitions when none is given: the StreamBP paper's (layer chunks of 500 rows, LM-head chunks of 100),
+// which scenarios/h100_table3_maxlen.json uses too. A length below them is one chunk.
+constexpr int64_t kDefaultPartition = 500, kDefaultLogitsPartition = 100;
+
+int64_t integer(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty())
+    throw std::invalid_argument(fmt::format("estimate: {} expects an integer, got '{}'", flag, v));
+  return x;
+}
+
+bool is_preset_name(const std::string& name) {
+  for (const auto& p : model_presets())
+    if (p.name == name) return true;
+  return false;
+}
+
+// A preset, a Hugging Face model directory, or a config.json: the config alone, no weights read.
+ModelConfig model_of(const std::string& model, std::string& source) {
+  namespace fs = std::filesystem;
+  if (is_preset_name(model)) {
+    source = "preset";
+    return find_model_preset(model);
+  }
+  std::error_code ec;
+  if (!fs::exists(model, ec))
+    throw std::invalid_argument(
+        fmt::format("estimate: unknown model '{}' (valid: a preset: {}; a Hugging Face model directory; or "
+                    "its config.json)",
+                    model, model_preset_names()));
+  source = "hf-config";
+  try {
+    return read_hf_config(model);
+  } catch (const std::exception& e) {  // one line naming the file and the field (hf_model.h)
+    throw std::invalid_argument(fmt::format("estimate: {}", e.what()));
+  }
+}
+
+torch::ScalarType dtype_of(const std::string& v) {
+  if (v == "float32") return torch::kFloat;
+  if (v == "bfloat16") return torch::kBFloat16;
+  if (v == "float64") return torch::kDouble;
+  throw std::invalid_argument(
+      fmt::format("estimate: unknown dtype '{}' (valid: float32, bfloat16, float64)", v));
+}
+
+}  // namespace
+
+EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
+  EstimateRequest r;
+  EstimateInput& in = r.in;
+  in.threads = default_threads();
+  std::string impls, gpu, device;
+  std::optional<int64_t> budget, reserve, partition, logits_partition;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--verbose" || a == "--json") {
+      (a == "--json" ? r.json : r.verbose) = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0 || i + 1 >= args.size())
+      throw std::invalid_argument(fmt::format(
+          "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
+          "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
+          "--device, --train, --budget, --gpu, --reserve, --host-budget, --granularity, --upper, --plot, "
+          "each "
+          "with a value; --verbose, --json)",
+          a));
+    const std::string& v = args[++i];
+    if (a == "--model")
+      r.model = v;
+    else if (a == "--seq-len")
+      r.seq_lens = parse_token_counts(a, v);
+    else if (a == "--impl")
+      impls = v;
+    else if (a == "--batch")
+      r.batch = integer(a, v);
+    else if (a == "--group")
+      r.group = integer(a, v);
+    else if (a == "--partition")
+      partition = parse_token_count(a, v);
+    else if (a == "--logits-partition")
+      logits_partition = parse_token_count(a, v);
+    else if (a == "--objective")
+      in.objective = v;
+    else if (a == "--lora-rank")
+      in.lora_rank = integer(a, v);
+    else if (a == "--threads")
+      in.threads = integer(a, v);
+    else if (a == "--offload")
+      in.offload = parse_offload(v) == Offload::checkpoints;
+    else if (a == "--device") {
+      if (v != "cpu" && v != "cuda")
+        throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", v));
+      device = v;
+    } else if (a == "--train") {
+      if (v != "model" && v != "mixed")
+        throw std::invalid_argument(
+            fmt::format("estimate: unknown --train precision '{}' (valid: model, mixed)", v));
+      in.train = TrainEstimate{/*steps=*/2, /*batches=*/1, v == "mixed"};
+    } else if (a == "--dtype")
+      in.dtype = dtype_of(v);
+    else if (a == "--budget")
+      budget = parse_byte_size(a, v);
+    else if (a == "--gpu")
+      gpu = v;
+    else if (a == "--reserve")
+      reserve = parse_byte_size(a, v);
+    else if (a == "--host-budget")
+      r.host_budget = parse_byte_size(a, v), r.host_budget_source = "--host-budget";
+    else if (a == "--granularity")
+      r.granularity = parse_token_count(a, v);
+    else if (a == "--upper")
+      r.upper = parse_token_count(a, v);
+    else if (a == "--plot")
+      r.plot_file = v;
+    else
+      throw std::invalid_argument(fmt::format("estimate: unknown option '{}'", a));
+  }
+  if (r.model.empty() || (r.seq_lens.empty() && !budget && gpu.empty()))
+    throw std::invalid_argument(
+        "estimate: --model and --seq-len (or a memory budget: --budget or --gpu) are required");
+  if (budget && !gpu.empty())
+    throw std::invalid_argument("estimate: --budget and --gpu both give the memory (valid: one of them)");
+  if (reserve && gpu.empty())
+    throw std::invalid_argument("estimate: --reserve holds back part of a GPU's memory (valid with --gpu)");
+  if (!gpu.empty() && device == "cpu")
+    throw std::invalid_argument(
+        "estimate: --gpu estimates a CUDA run (valid: --device cuda, or no --device)");
+  if (r.granularity > r.upper)
+    throw std::invalid_argument(fmt::format(
+        "estimate: --granularity {} is above --upper {} (valid: at most it)", r.granularity, r.upper));
+  if (in.train && in.train->mixed && in.dtype != torch::kBFloat16)
+    throw std::invalid_argument(
+        "estimate: --train mixed keeps float32 masters of bfloat16 weights (valid with "
+        "--dtype bfloat16; --train model otherwise)");
+  in.device = !device.empty() ? device : gpu.empty() ? "cpu" : "cuda";
+  in.partition = partition.value_or(kDefaultPartition);
+  in.logits_partition = logits_partition.value_or(kDefaultLogitsPartition);
+  in.config = model_of(r.model, r.source);
+  in.sequences = sequences_for(in.objective, r.batch, r.group);
+
+  if (budget)
+    r.budgets.push_back({
+        "budget",
+        "--budget",
+        *budget,
+        0,
+        "",
+    });
+  if (gpu == "all" || gpu == "ALL") {
+    for (const auto& a : accelerators())
+      r.budgets.push_back(
+          {a.key, a.label, a.memory_bytes, reserve.value_or(default_reserve_bytes(a.memory_bytes)), a.note});
+  } else if (!gpu.empty()) {
+    const Accelerator& a = find_accelerator(gpu);
+    r.budgets.push_back(
+        {a.key, a.label, a.memory_bytes, reserve.value_or(default_reserve_bytes(a.memory_bytes)), a.note});
+  }
+  for (const auto& b : r.budgets)
+    if (b.bytes() <= 0)
+      throw std::invalid_argument(
+          fmt::format("estimate: nothing is left of {} ({} bytes) after --reserve {} (valid: "
+                      "a reserve below the memory)",
+                      b.label, b.memory_bytes, b.reserve_bytes));
+  if (!in.offload) {
+    r.host_budget.reset();
+    r.host_budget_source.clear();
+  } else if (!r.host_budget && !budget) {
+    r.host_budget_source = "not bounded (the GPU's host is another machine; --host-budget bounds it)";
+  } else if (!r.host_budget) {
+    r.host_budget = default_host_budget();
+    r.host_budget_source =
+        "this machine's available memory less a tenth and 4 GiB, as a max-length search bounds it";
+  }
+
+  if (impls.empty()) {
+    for (const auto& name : estimated_impls())
+      if (!in.offload || make_strategy(name)->uses_offload()) r.impls.push_back(name);
+  } else {
+    std::stringstream ss(impls);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) r.impls.push_back(item);
+  }
+  return r;
+}
+
+EstimateInput input_at(const EstimateRequest& request, const std::string& impl, int64_t seq_len) {
+  EstimateInput in = request.in;
+  in.impl = impl;
+  in.seq_len = seq_len;
+  return in;
+}
+
+EstimateAnswers answer_estimate(const EstimateRequest& request) {
+  EstimateAnswers a;
+  for (int64_t T : request.seq_lens)
+    for (const auto& impl : request.impls) {
+      const EstimateInput in = input_at(request, impl, T);
+      a.at_lengths.push_back({impl, T, estimate_peak(in), estimate_flops(in)});
+    }
+  for (size_t b = 0; b < request.budgets.size(); ++b)
+    for (const auto& impl : request.impls) {
+      LengthBudget limits;
+      limits.device_bytes = request.budgets[b].bytes();
+      limits.host_bytes = request.host_budget;
+      limits.granularity = request.granularity;
+      limits.upper = request.upper;
+      a.longest.push_back({b, impl, longest_seq_len(input_at(request, impl, request.granularity), limits)});
+    }
+  return a;
+}
+
+}  // namespace bpbench

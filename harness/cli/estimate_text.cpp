@@ -1,0 +1,147 @@
+// estimate_text.cpp: print_estimate_text (estimate_output.h).
+#include <fmt/format.h>
+
+#include <ostream>
+
+#include "harness/cli/estimate_output.h"
+#include "harness/cli/quantities.h"
+
+namespace bpbench {
+
+namespace {
+
+const char* dtype_label(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kDouble ? "float64" : "float32";
+}
+
+std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
+  const EstimateInput& in = r.in;
+  std::string s = fmt::format("{} ({}), {}, {}, N={}, partition {}, logits partition {}", r.model,
+                              r.source == "preset" ? "preset" : "Hugging Face config", dtype_label(in.dtype),
+                              in.objective, in.sequences, in.partition, in.logits_partition);
+  if (in.lora_rank > 0) s += fmt::format(", LoRA r={}", in.lora_rank);
+  if (in.offload) s += ", checkpoints offloaded";
+  if (in.train) s += fmt::format(", training run (AdamW, precision {})", in.train->mixed ? "mixed" : "model");
+  if (in.device == "cuda")
+    s += fmt::format(", on cuda: {} attention (terms from PyTorch 2.11's source, not yet measured on a GPU)",
+                     kernel);
+  else
+    s += fmt::format(", on cpu: {} attention, {} threads", kernel, in.threads);
+  return s;
+}
+
+// "152576", ">=16777216" (never stopped), "412672 h" (stopped by the host budget), "-" (nothing fits)
+std::string longest_cell(const LongestLength& l) {
+  if (l.seq_len == 0) return "-";
+  if (l.bound == "upper") return fmt::format(">={}", l.seq_len);
+  return fmt::format("{}{}", l.seq_len, l.bound == "host" ? " h" : "");
+}
+
+void print_lengths(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  const bool offload = r.in.offload;
+  if (r.verbose) {
+    for (const auto& x : a.at_lengths) out << format_estimate(input_at(r, x.impl, x.seq_len), x.memory);
+  } else {
+    out << fmt::format("{:<24} {:>9} {:>16} {:>16}{}  {}\n", "impl", "seq_len", "peak bytes", "above base",
+                       offload ? fmt::format(" {:>16}", "host bytes") : "", "dominant phase");
+    for (const auto& x : a.at_lengths)
+      out << fmt::format("{:<24} {:>9} {:>16} {:>16}{}  {}\n", x.impl, x.seq_len, x.memory.peak_bytes,
+                         x.memory.peak_above_base, offload ? fmt::format(" {:>16}", x.memory.host_bytes) : "",
+                         x.memory.dominant_phase);
+  }
+  out << fmt::format("\n{:<24} {:>9} {:>20} {:>20} {:>9} {:>20}\n", "impl", "seq_len", "model FLOPs",
+                     "hardware FLOPs", "overhead", "dense attention");
+  for (const auto& x : a.at_lengths) {
+    const FlopCounts& f = x.flops;
+    const double overhead =
+        100.0 * static_cast<double>(f.hardware() - f.model()) / static_cast<double>(f.model());
+    out << fmt::format("{:<24} {:>9} {:>20} {:>20} {:>8.1f}% {:>20}\n", x.impl, x.seq_len, f.model(),
+                       f.hardware(), overhead, f.attention_dense);
+  }
+}
+
+void print_host_budget(const EstimateRequest& r, std::ostream& out) {
+  if (!r.in.offload) return;
+  out << (r.host_budget
+              ? fmt::format("host budget for the offloaded checkpoints: {}, {}\n", format_gb(*r.host_budget),
+                            r.host_budget_source)
+              : fmt::format("host budget for the offloaded checkpoints: {}\n", r.host_budget_source));
+}
+
+void print_one_budget(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  const MemoryBudget& b = r.budgets.front();
+  if (b.key == "budget")
+    out << fmt::format("longest sequence within {} (--budget), in multiples of {} tokens\n",
+                       format_gb(b.bytes()), r.granularity);
+  else
+    out << fmt::format(
+        "longest sequence on {}: {} less {} held back (--reserve) = {}, in multiples of {} tokens\n", b.label,
+        format_gb(b.memory_bytes), format_gb(b.reserve_bytes), format_gb(b.bytes()), r.granularity);
+  if (!b.note.empty()) out << fmt::format("  ({})\n", b.note);
+  print_host_budget(r, out);
+  const bool offload = r.in.offload;
+  out << fmt::format("{:<24} {:>12} {:>16}{} {:>7}  {}\n", "impl", "longest T", "peak bytes",
+                     offload ? fmt::format(" {:>16}", "host bytes") : "", "bound", "dominant phase at T");
+  for (const auto& l : a.longest) {
+    const LongestLength& x = l.longest;
+    out << fmt::format(
+        "{:<24} {:>12} {:>16}{} {:>7}  {}\n", l.impl, longest_cell(x),
+        x.seq_len > 0 ? fmt::format("{}", x.at.peak_bytes) : "-",
+        offload ? fmt::format(" {:>16}", x.seq_len > 0 ? fmt::format("{}", x.at.host_bytes) : "-") : "",
+        x.bound, x.seq_len > 0 ? x.at.dominant_phase : "");
+  }
+}
+
+void print_budget_table(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  out << fmt::format(
+      "longest sequence per GPU (tokens, multiples of {}); budget = the GPU's memory less what is held back "
+      "(default 1 GiB + 5%; --reserve)\n",
+      r.granularity);
+  print_host_budget(r, out);
+  std::string head = fmt::format("{:<16} {:>10} {:>10}", "gpu", "memory GB", "budget GB");
+  for (const auto& impl : r.impls) head += fmt::format(" {:>{}}", impl, std::max<size_t>(impl.size(), 10));
+  out << head << "\n";
+  bool host_bound = false, upper = false, none = false;
+  std::vector<std::string> notes;
+  for (size_t b = 0; b < r.budgets.size(); ++b) {
+    const MemoryBudget& budget = r.budgets[b];
+    std::string row = fmt::format("{:<16} {:>10.2f} {:>10.2f}", budget.label, budget.memory_bytes / 1e9,
+                                  budget.bytes() / 1e9);
+    for (const auto& l : a.longest) {
+      if (l.budget != b) continue;
+      row += fmt::format(" {:>{}}", longest_cell(l.longest), std::max<size_t>(l.impl.size(), 10));
+      host_bound = host_bound || l.longest.bound == "host";
+      upper = upper || l.longest.bound == "upper";
+      none = none || l.longest.seq_len == 0;
+    }
+    out << row << "\n";
+    if (!budget.note.empty()) notes.push_back(fmt::format("{}: {}", budget.label, budget.note));
+  }
+  if (none)
+    out << fmt::format("-: not even {} tokens fit (base alone: {} bytes of weights, gradients and batch)\n",
+                       r.granularity, a.longest.front().longest.at.base);
+  if (host_bound) out << "h: bounded by the host budget for the offloaded checkpoints, not by the GPU\n";
+  if (upper) out << fmt::format(">=: fits at --upper {} tokens, the longest tried\n", r.upper);
+  for (const auto& n : notes) out << n << "\n";
+}
+
+}  // namespace
+
+void print_estimate_text(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  const std::string kernel = !a.at_lengths.empty() ? a.at_lengths.front().memory.attention_kernel
+                             : !a.longest.empty()  ? a.longest.front().longest.at.attention_kernel
+                                                   : "";
+  out << setting_line(r, kernel) << "\n";
+  if (!a.at_lengths.empty()) {
+    out << "\n";
+    print_lengths(r, a, out);
+  }
+  if (r.budgets.empty()) return;
+  out << "\n";
+  if (r.budgets.size() == 1)
+    print_one_budget(r, a, out);
+  else
+    print_budget_table(r, a, out);
+}
+
+}  // namespace bpbench
