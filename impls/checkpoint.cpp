@@ -83,7 +83,14 @@ class Checkpoint final : public Strategy {
 // layer's re-forward graph through its MLP and attention backward.
 std::vector<PhaseEstimate> Checkpoint::memory_phases(const MemoryTerms& D,
                                                      const Partitioning& partition) const {
-  const bool chunked_head = chunked_head_;
+  return checkpoint_phases(D, partition, chunked_head_);
+}
+
+}  // namespace
+
+// Checkpointing's phases (layerwise_estimate.h), shared with checkpoint-dist.
+std::vector<PhaseEstimate> checkpoint_phases(const MemoryTerms& D, const Partitioning& partition,
+                                             bool chunked_head) {
   const int64_t cl = partition.logits_rows;
   std::vector<PhaseEstimate> out;
   out.push_back(checkpointed_forward_phase(D, D.T));
@@ -100,8 +107,6 @@ std::vector<PhaseEstimate> Checkpoint::memory_phases(const MemoryTerms& D,
   out.push_back(whole_attention_backward(D, 3, "dy, x_in.grad, the residual's gradient"));
   return out;
 }
-
-}  // namespace
 
 std::unique_ptr<Strategy> make_checkpoint_strategy() {
   return std::make_unique<Checkpoint>(false);

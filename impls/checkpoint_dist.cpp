@@ -14,6 +14,7 @@
 
 #include "impls/dist_common.h"
 #include "impls/layerwise.h"
+#include "impls/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -29,6 +30,16 @@ class CheckpointDist final : public dist::DistStrategy {
   explicit CheckpointDist(const dist::DistOptions& options)
       : DistStrategy("checkpoint-dist", "layerwise checkpointing (full-logits head), data parallel, ZeRO-2",
                      options) {}
+  // checkpoint's phases (whole head) on the rank's rows, and the buckets and shards.
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override {
+    return data_parallel_phases(D, checkpoint_phases(D, partition, /*chunked_head=*/false));
+  }
+  FlopSchedule flop_schedule() const override {
+    FlopSchedule f;
+    f.recomputes_layers = true;
+    return f;
+  }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce

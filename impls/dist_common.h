@@ -71,6 +71,10 @@ class DistStrategy : public Strategy {
   const DistOptions& options() const { return options_; }
   // A reason when there is no process group and none will be made (world_size 1, no torchrun environment).
   std::optional<std::string> unsupported(const CellTraits& traits) const override;
+  // One rank's estimate (layerwise_estimate.h: data_parallel_phases), ZeRO-2 only: shard_params (ZeRO-3
+  // style parameter shards) is not estimated.
+  bool estimated() const override { return !options_.shard_params; }
+  bool data_parallel() const override { return true; }
 
   const GradientShards& last_gradient_shards() const;
   CommStats last_step_comm() const;  // this rank's collectives during the last forward_backward

@@ -130,3 +130,56 @@ PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints) {
 }
 
 }  // namespace bpbench
+
+namespace bpbench {
+
+std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vector<PhaseEstimate> phases) {
+  const int64_t layer_bucket = D.layer_group ? D.bucket(D.layer_group) : 0;
+  const int64_t layer_shard = D.layer_group ? D.shard(D.layer_group) : 0;
+  const int64_t head_shard = D.head_group ? D.shard(D.head_group) : 0;
+  const int64_t embedding_bucket = D.embedding_group ? D.bucket(D.embedding_group) : 0;
+  const int64_t layer_input = D.N * D.T * D.d * D.s;  // one (N, T, d) checkpoint
+  auto starts = [](const std::string& name, const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  for (auto& p : phases) {
+    if (starts(p.name, "head")) {  // open_head: the head's bucket; tied, the embedding's (the LM head's) too
+      if (D.head_group) p.terms.push_back({"the head group's gradient bucket", D.bucket(D.head_group)});
+      if (D.tied && embedding_bucket)
+        p.terms.push_back(
+            {"the embedding's gradient bucket (tied: the LM head's, open until the embedding "
+             "backward)",
+             embedding_bucket});
+    } else if (starts(p.name, "layer")) {
+      if (layer_bucket) p.terms.push_back({"this layer's gradient bucket", layer_bucket});
+      if (head_shard) p.terms.push_back({"the head's gradient shard", head_shard});
+      if (D.tied && embedding_bucket)
+        p.terms.push_back({"the embedding's gradient bucket (tied, open since the head)", embedding_bucket});
+      // The phase is the top layer's; at layer 0 the L - 1 layers above have left their shards and taken
+      // their inputs: the larger of the two ends (the change is linear in the layer).
+      const int64_t down = (D.L - 1) * (layer_shard - layer_input);
+      if (down > 0 && !D.offload) {
+        p.terms.push_back(
+            {fmt::format("at layer 0 rather than {}: (L-1) x (a layer's gradient shard - N*T*d*s)", D.L - 1),
+             down});
+        p.name += " (layer 0)";
+      }
+    } else {
+      continue;  // the forward: no gradient exists yet (the previous step's shards were freed as it began)
+    }
+    p.bytes = 0;
+    for (const auto& t : p.terms) p.bytes += t.bytes;
+  }
+  if (embedding_bucket) {
+    // embedding_backward: the embedding's output made again and its dense (V, d) gradient, added into the
+    // bucket; the input gradient dy; the head's and every layer's shards.
+    PhaseBuilder p("embedding backward");
+    p.add("dy: N*T*d*s", layer_input);
+    p.add("the embedding's output, made again: N*T*d*s", layer_input);
+    p.add("the embedding's dense gradient: V*d*s", D.V * D.d * D.s);
+    p.add("the embedding's gradient bucket", embedding_bucket);
+    p.add("the head's and every layer's gradient shards", head_shard + D.L * layer_shard);
+    phases.push_back(p.done());
+  }
+  return phases;
+}
+
+}  // namespace bpbench

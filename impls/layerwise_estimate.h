@@ -7,6 +7,7 @@
 #include <string>
 
 #include "harness/model/memory_terms.h"
+#include "impls/strategy.h"
 
 namespace bpbench {
 
@@ -42,5 +43,18 @@ PhaseEstimate whole_attention_backward(const MemoryTerms& D, int64_t flows, cons
 // The MLP backward of the top layer for a whole-layer re-forward (checkpoint), `checkpoints` layer inputs
 // alive.
 PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints);
+
+// The phases of checkpointing (checkpoint.cpp; whole or chunked head) and of StreamBP (streambp.cpp; x_0
+// made again or kept), which their data-parallel versions share.
+std::vector<PhaseEstimate> checkpoint_phases(const MemoryTerms& D, const Partitioning& partition,
+                                             bool chunked_head);
+std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partitioning& partition,
+                                           FirstInput first);
+
+// A data-parallel step (impls/dist_common.h, ZeRO-2) of one rank, from the single-process phases of the
+// same schedule with D.N the rank's rows: no gradient is pre-allocated; each phase adds the group buckets
+// open in it and the shards reduced before it, a layer's phase at the top layer or at layer 0, whichever
+// holds more (going down, a layer shard more and a layer input less); then the embedding's backward.
+std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vector<PhaseEstimate> phases);
 
 }  // namespace bpbench

@@ -76,8 +76,11 @@ class Strategy {
   virtual torch::Tensor forward_backward(const StepInputs& in) const = 0;
 
   // Its estimate, next to the code it describes (harness/run/estimate.h asks for it; a strategy that returns
-  // false from estimated(), as the distributed ones do, is refused by `bpbench estimate` by name):
+  // false from estimated() is refused by `bpbench estimate` by name):
   virtual bool estimated() const { return false; }
+  // Data parallel over a process group (impls/dist_common.h): its phases count the gradient buckets and
+  // shards of one rank and no pre-allocated gradients (harness/run/estimate.cpp takes them apart).
+  virtual bool data_parallel() const { return false; }
   // The phases one step goes through, in the order it runs them, each with the tensors alive at its high
   // point above base (memory_terms.h's terms for `D`; `partition` rows per chunk, clamped to 1..T).
   virtual std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning& partition) const;

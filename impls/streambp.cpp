@@ -86,15 +86,25 @@ class StreamBP final : public Strategy {
 // the most keys.
 std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
                                                    const Partitioning& partition) const {
+  return streambp_phases(D, partition, FirstInput::recomputed);
+}
+
+}  // namespace
+
+// StreamBP's phases (layerwise_estimate.h): with x_0 made again (streambp) or kept (streambp-dist).
+std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partitioning& partition,
+                                           FirstInput first) {
   const int64_t c = partition.rows, cl = partition.logits_rows;
   const int64_t rows = D.N * D.T;
   std::vector<PhaseEstimate> out;
-  out.push_back(checkpointed_forward_phase(D, c, FirstInput::recomputed));
+  out.push_back(checkpointed_forward_phase(D, c, first));
   {
     PhaseBuilder p("head chunk");
+    const bool kept = first == FirstInput::kept;
     add_checkpoints(p, D,
-                    fmt::format("layer inputs x_1..x_{} (x_0 not kept), x_{}'s rows becoming dx's", D.L, D.L),
-                    D.L, /*offloaded_on_device=*/1);
+                    fmt::format("layer inputs x_{}..x_{}{}, x_{}'s rows becoming dx's", kept ? 0 : 1, D.L,
+                                kept ? "" : " (x_0 not kept)", D.L),
+                    kept ? D.L + 1 : D.L, /*offloaded_on_device=*/1);
     add_chunk_head(p, D, cl, /*dx_in_x=*/true);
     out.push_back(p.done());
   }
@@ -102,8 +112,7 @@ std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
   // T rows (values, no graph), dK and dV. On CUDA's efficient kernel a chunk's graph adds the repeated
   // K[:e], V[:e] on top.
   auto layer_base = [&](PhaseBuilder& p, const AttentionLayer& layer) {
-    add_checkpoints(p, D, layer_inputs_label(layer.index, FirstInput::recomputed),
-                    layer_inputs_alive(layer.index, FirstInput::recomputed));
+    add_checkpoints(p, D, layer_inputs_label(layer.index, first), layer_inputs_alive(layer.index, first));
     p.add("dy, its rows becoming dx's: N*T*d*s", rows * D.d * D.s);
     p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * rows * D.Akv * D.s);
     p.add("dK, dV accumulators: 2 x N*T*Akv*acc", 2 * rows * D.Akv * D.acc());
@@ -160,8 +169,6 @@ std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
   out.push_back(kv_backward);
   return out;
 }
-
-}  // namespace
 
 std::unique_ptr<Strategy> make_streambp_strategy() {
   return std::make_unique<StreamBP>();

@@ -27,6 +27,7 @@
 
 #include "impls/dist_common.h"
 #include "impls/layerwise.h"
+#include "impls/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -43,6 +44,19 @@ class StreamBPDist final : public dist::DistStrategy {
                      options) {}
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
+  // streambp's phases on the rank's rows, with x_0 kept (checkpointed_forward), and the buckets and shards.
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override {
+    return data_parallel_phases(D, streambp_phases(D, partition, FirstInput::kept));
+  }
+  FlopSchedule flop_schedule() const override {
+    FlopSchedule f;
+    f.attention_by_partition = true;
+    f.recomputes_layers = true;
+    f.streams_head = true;
+    f.recomputes_kv = true;
+    return f;
+  }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce

@@ -249,6 +249,29 @@ TEST(EstimateCalculator, GpusReserveAndTheTableOfAll) {
             std::string::npos);
 }
 
+// --ranks R: one rank's estimate of the data-parallel strategies (measured against Gloo runs in
+// RunnerFeatures.DistributedPeakOfEveryRankMatchesItsEstimate); their shards shrink with R.
+TEST(EstimateCalculator, RanksEstimateOneRankOfTheDataParallelStrategies) {
+  const json two = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--threads", "1"});
+  const json four = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "4", "--threads", "1"});
+  ASSERT_EQ(two["estimates"].size(), 2u);  // streambp-dist, checkpoint-dist
+  EXPECT_EQ(two["setting"]["ranks"], 2);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_NE(two["estimates"][k]["impl"].get<std::string>().find("-dist"), std::string::npos);
+    EXPECT_LT(four["estimates"][k]["memory"]["grads_bytes"], two["estimates"][k]["memory"]["grads_bytes"]);
+  }
+  EXPECT_EQ(schema_violation(estimate_schema(), two), std::nullopt);
+  EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--impl", "streambp"})
+                .find("streambp runs in one process (valid with 2 ranks: "),
+            std::string::npos);
+  EXPECT_NE(
+      one_line_error({"--model", "small", "--seq-len", "2k", "--impl", "streambp-dist"}).find("--ranks"),
+      std::string::npos);
+  EXPECT_NE(one_line_error({"--model", "small-gemma3", "--seq-len", "2k", "--ranks", "2"})
+                .find("sliding-window layers is not estimated"),
+            std::string::npos);
+}
+
 TEST(EstimateCalculator, JsonMatchesItsSchemaAndTheText) {
   const json doc = estimate_doc({"--model", "llama3.1-8b", "--seq-len", "8k,64k", "--gpu", "all", "--dtype",
                                  "bfloat16", "--offload", "checkpoints", "--impl", "checkpoint,streambp"});

@@ -27,9 +27,7 @@ json model_json(const EstimateRequest& r) {
 
 json setting_json(const EstimateRequest& r) {
   const EstimateInput& in = r.in;
-  return {{"dtype", in.dtype == torch::kBFloat16 ? "bfloat16"
-                    : in.dtype == torch::kDouble ? "float64"
-                                                 : "float32"},
+  return {{"dtype", dtype_flag_name(in.dtype)},
           {"objective", in.objective},
           {"batch", r.batch},
           {"group", r.group},
@@ -38,6 +36,7 @@ json setting_json(const EstimateRequest& r) {
           {"logits_partition", in.logits_partition},
           {"lora_rank", in.lora_rank},
           {"threads", in.threads},
+          {"ranks", in.ranks},
           {"device", in.device},
           {"offload", in.offload ? "checkpoints" : "none"},
           {"train", in.train ? json(in.train->mixed ? "mixed" : "model") : json(nullptr)}};

@@ -68,12 +68,10 @@ void draw_estimate_plot(const EstimateRequest& r, const EstimateAnswers& a) {
   json budgets = json::array();
   for (const auto& b : r.budgets)
     budgets.push_back({{"label", b.key == "budget" ? "budget" : b.label}, {"bytes", b.bytes()}});
-  const std::string title = fmt::format("{}, {}, {}, N={}, partition {}/{}, {}{}", r.in.config.name,
-                                        r.in.dtype == torch::kBFloat16 ? "bfloat16"
-                                        : r.in.dtype == torch::kDouble ? "float64"
-                                                                       : "float32",
-                                        r.in.objective, r.in.sequences, r.in.partition, r.in.logits_partition,
-                                        r.in.device, r.in.offload ? ", checkpoints offloaded" : "");
+  const std::string title =
+      fmt::format("{}, {}, {}, N={}, partition {}/{}, {}{}", r.in.config.name, dtype_flag_name(r.in.dtype),
+                  r.in.objective, r.in.sequences, r.in.partition, r.in.logits_partition, r.in.device,
+                  r.in.offload ? ", checkpoints offloaded" : "");
   const json data = {
       {"estimate_vs_seq_len",
        {{"file", file.filename().string()}, {"title", title}, {"budgets", budgets}, {"series", series}}}};

@@ -91,9 +91,9 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
           "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
-          "--device, --train, --budget, --gpu, --reserve, --host-budget, --granularity, --upper, --plot, "
-          "each "
-          "with a value; --verbose, --json)",
+          "--device, --train, --ranks, --budget, --gpu, --reserve, --host-budget, --granularity, --upper, "
+          "--plot, "
+          "each with a value; --verbose, --json)",
           a));
     const std::string& v = args[++i];
     if (a == "--model")
@@ -116,6 +116,8 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       in.lora_rank = integer(a, v);
     else if (a == "--threads")
       in.threads = integer(a, v);
+    else if (a == "--ranks")
+      in.ranks = integer(a, v);
     else if (a == "--offload")
       in.offload = parse_offload(v) == Offload::checkpoints;
     else if (a == "--device") {
@@ -203,8 +205,10 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
         "this machine's available memory less a tenth and 4 GiB, as a max-length search bounds it";
   }
 
+  if (in.ranks < 1)
+    throw std::invalid_argument(fmt::format("estimate: --ranks must be >= 1, got {}", in.ranks));
   if (impls.empty()) {
-    for (const auto& name : estimated_impls())
+    for (const auto& name : in.ranks > 1 ? estimated_data_parallel_impls() : estimated_impls())
       if (!in.offload || make_strategy(name)->uses_offload()) r.impls.push_back(name);
   } else {
     std::stringstream ss(impls);
@@ -212,6 +216,10 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       if (!item.empty()) r.impls.push_back(item);
   }
   return r;
+}
+
+const char* dtype_flag_name(torch::ScalarType dtype) {
+  return dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kDouble ? "float64" : "float32";
 }
 
 EstimateInput input_at(const EstimateRequest& request, const std::string& impl, int64_t seq_len) {

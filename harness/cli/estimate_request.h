@@ -65,6 +65,9 @@ struct EstimateAnswers {
 // Every answer the request asks for; throws what estimate_peak throws (before anything is printed).
 EstimateAnswers answer_estimate(const EstimateRequest& request);
 
+// "float32", "bfloat16" or "float64": the names --dtype takes, for the outputs.
+const char* dtype_flag_name(torch::ScalarType dtype);
+
 // The request's input at one (impl, T): partitions clamped to T as the estimate clamps them.
 EstimateInput input_at(const EstimateRequest& request, const std::string& impl, int64_t seq_len);
 

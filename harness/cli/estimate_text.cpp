@@ -10,16 +10,14 @@ namespace bpbench {
 
 namespace {
 
-const char* dtype_label(torch::ScalarType t) {
-  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kDouble ? "float64" : "float32";
-}
-
 std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
   const EstimateInput& in = r.in;
-  std::string s = fmt::format("{} ({}), {}, {}, N={}, partition {}, logits partition {}", r.model,
-                              r.source == "preset" ? "preset" : "Hugging Face config", dtype_label(in.dtype),
-                              in.objective, in.sequences, in.partition, in.logits_partition);
+  std::string s =
+      fmt::format("{} ({}), {}, {}, N={}, partition {}, logits partition {}", r.model,
+                  r.source == "preset" ? "preset" : "Hugging Face config", dtype_flag_name(in.dtype),
+                  in.objective, in.sequences, in.partition, in.logits_partition);
   if (in.lora_rank > 0) s += fmt::format(", LoRA r={}", in.lora_rank);
+  if (in.ranks > 1) s += fmt::format(", one rank of {} (ZeRO-2; N per rank)", in.ranks);
   if (in.offload) s += ", checkpoints offloaded";
   if (in.train) s += fmt::format(", training run (AdamW, precision {})", in.train->mixed ? "mixed" : "model");
   if (in.device == "cuda")
@@ -68,6 +66,16 @@ void print_host_budget(const EstimateRequest& r, std::ostream& out) {
               : fmt::format("host budget for the offloaded checkpoints: {}\n", r.host_budget_source));
 }
 
+// The footnote of "-": what is alive before the step's first token (the same for every strategy).
+void print_nothing_fits(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  for (const auto& l : a.longest)
+    if (l.longest.seq_len == 0) {
+      out << fmt::format("-: not even {} tokens fit (base alone: {} bytes of weights, gradients and batch)\n",
+                         r.granularity, l.longest.at.base);
+      return;
+    }
+}
+
 void print_one_budget(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
   const MemoryBudget& b = r.budgets.front();
   if (b.key == "budget")
@@ -90,6 +98,7 @@ void print_one_budget(const EstimateRequest& r, const EstimateAnswers& a, std::o
         offload ? fmt::format(" {:>16}", x.seq_len > 0 ? fmt::format("{}", x.at.host_bytes) : "-") : "",
         x.bound, x.seq_len > 0 ? x.at.dominant_phase : "");
   }
+  print_nothing_fits(r, a, out);
 }
 
 void print_budget_table(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
@@ -101,7 +110,7 @@ void print_budget_table(const EstimateRequest& r, const EstimateAnswers& a, std:
   std::string head = fmt::format("{:<16} {:>10} {:>10}", "gpu", "memory GB", "budget GB");
   for (const auto& impl : r.impls) head += fmt::format(" {:>{}}", impl, std::max<size_t>(impl.size(), 10));
   out << head << "\n";
-  bool host_bound = false, upper = false, none = false;
+  bool host_bound = false, upper = false;
   std::vector<std::string> notes;
   for (size_t b = 0; b < r.budgets.size(); ++b) {
     const MemoryBudget& budget = r.budgets[b];
@@ -112,14 +121,11 @@ void print_budget_table(const EstimateRequest& r, const EstimateAnswers& a, std:
       row += fmt::format(" {:>{}}", longest_cell(l.longest), std::max<size_t>(l.impl.size(), 10));
       host_bound = host_bound || l.longest.bound == "host";
       upper = upper || l.longest.bound == "upper";
-      none = none || l.longest.seq_len == 0;
     }
     out << row << "\n";
     if (!budget.note.empty()) notes.push_back(fmt::format("{}: {}", budget.label, budget.note));
   }
-  if (none)
-    out << fmt::format("-: not even {} tokens fit (base alone: {} bytes of weights, gradients and batch)\n",
-                       r.granularity, a.longest.front().longest.at.base);
+  print_nothing_fits(r, a, out);
   if (host_bound) out << "h: bounded by the host budget for the offloaded checkpoints, not by the GPU\n";
   if (upper) out << fmt::format(">=: fits at --upper {} tokens, the longest tried\n", r.upper);
   for (const auto& n : notes) out << n << "\n";

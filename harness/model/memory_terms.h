@@ -115,6 +115,16 @@ struct MemoryTerms {
   bool cuda() const { return flash || efficient; }
   bool gqa() const { return Hq != Hkv; }
 
+  // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/dist_common.h; N is then the
+  // rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding (with
+  // tied embeddings the LM head's too), one layer, the head (final norm and an untied LM head).
+  int64_t ranks = 1;
+  int64_t embedding_group = 0, layer_group = 0, head_group = 0;
+  bool tied = false;
+  // A group's gradient bucket (flat, padded to a multiple of ranks, model dtype) and one rank's shard of it.
+  int64_t bucket(int64_t numel) const { return (numel + ranks - 1) / ranks * ranks * s; }
+  int64_t shard(int64_t numel) const { return bucket(numel) / ranks; }
+
   // dK/dV accumulators of streambp: float32 for a bfloat16 model, else the model dtype.
   int64_t acc() const { return s == 2 ? 4 : s; }
   // The input of an rms_norm stays alive as the saved tensor when no upcast copy replaces it.

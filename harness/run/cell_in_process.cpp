@@ -226,11 +226,10 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   if (timed) loss = timed_steps(step, repeat, seconds);
   r.loss = loss;
   if (m.memory) {
-    if (world == 1)
-      if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device)) {
-        mem.estimate_bytes = e->peak_bytes;
-        if (offloads) mem.estimate_host_bytes = e->host_bytes;
-      }
+    if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, std::nullopt, world)) {
+      mem.estimate_bytes = e->peak_bytes;
+      if (offloads) mem.estimate_host_bytes = e->host_bytes;
+    }
     r.memory = mem;
   }
   if (timed) r.time = time_stats(seconds, warmup);

@@ -115,8 +115,8 @@ ModelConfig model_config_of(const std::string& name, const json& rope) {
 }
 
 std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads, const std::string& device,
-                                            const std::optional<TrainEstimate>& train) {
-  const auto& known = estimated_impls();
+                                            const std::optional<TrainEstimate>& train, int64_t ranks) {
+  const auto& known = ranks > 1 ? estimated_data_parallel_impls() : estimated_impls();
   if (c.seq_len < 1 || std::find(known.begin(), known.end(), c.impl) == known.end()) return std::nullopt;
   try {
     EstimateInput in;
@@ -133,6 +133,7 @@ std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads, cons
     in.offload = parse_offload(c.offload) != Offload::none;
     in.device = device;  // cuda: the CUDA attention kernels' terms (float64 there: no estimate)
     in.train = train;
+    in.ranks = ranks;
     return estimate_peak(in);
   } catch (const std::exception&) {  // a model that cannot be read, or a kernel the estimate does not model
     return std::nullopt;

@@ -102,8 +102,22 @@ std::string mib(int64_t bytes) {
 
 }  // namespace
 
+namespace {
+std::vector<std::string> estimated_names(bool data_parallel) {
+  std::vector<std::string> names;
+  for (const auto& name : estimated_strategy_names())
+    if (make_strategy(name)->data_parallel() == data_parallel) names.push_back(name);
+  return names;
+}
+}  // namespace
+
 const std::vector<std::string>& estimated_impls() {
-  static const std::vector<std::string> names = estimated_strategy_names();
+  static const std::vector<std::string> names = estimated_names(false);
+  return names;
+}
+
+const std::vector<std::string>& estimated_data_parallel_impls() {
+  static const std::vector<std::string> names = estimated_names(true);
   return names;
 }
 
@@ -117,9 +131,26 @@ int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group
 
 void check_estimate_input(const EstimateInput& in) {
   const auto& impls = estimated_impls();
-  if (std::find(impls.begin(), impls.end(), in.impl) == impls.end())
+  const auto& parallel = estimated_data_parallel_impls();
+  const bool one_process = std::find(impls.begin(), impls.end(), in.impl) != impls.end();
+  const bool data_parallel = std::find(parallel.begin(), parallel.end(), in.impl) != parallel.end();
+  if (!one_process && !data_parallel)
     throw std::invalid_argument(
-        fmt::format("estimate: no estimate for impl '{}' (valid: {})", in.impl, fmt::join(impls, ", ")));
+        fmt::format("estimate: no estimate for impl '{}' (valid: {}; with ranks >= 2: {})", in.impl,
+                    fmt::join(impls, ", "), fmt::join(parallel, ", ")));
+  if (one_process && in.ranks != 1)
+    throw std::invalid_argument(fmt::format("estimate: {} runs in one process (valid with {} ranks: {})",
+                                            in.impl, in.ranks, fmt::join(parallel, ", ")));
+  if (data_parallel && in.ranks < 2)
+    throw std::invalid_argument(
+        fmt::format("estimate: {} is data parallel: one rank of ranks >= 2 is estimated (--ranks)", in.impl));
+  if (data_parallel && in.train)
+    throw std::invalid_argument(fmt::format(
+        "estimate: a training run of {} is not estimated (valid: one step, no --train)", in.impl));
+  if (data_parallel && in.config.has_sliding_layers())
+    throw std::invalid_argument(fmt::format(
+        "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
+        in.impl));
   if (in.objective != "sft" && in.objective != "dpo" && in.objective != "grpo")
     throw std::invalid_argument(
         fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", in.objective));
@@ -196,6 +227,16 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
       D.attention_layers.push_back({i, c.window_of(i)});
       break;
     }
+  // Data parallel: the trainable elements of each gradient group (impls/dist_common.h).
+  D.ranks = in.ranks;
+  D.tied = c.tie_embeddings;
+  if (D.full) {
+    D.embedding_group = c.vocab * c.hidden;
+    D.head_group = c.hidden + (c.tie_embeddings ? 0 : c.vocab * c.hidden);
+    D.layer_group = (c.parameter_count() - D.embedding_group - D.head_group) / c.layers;
+  } else {
+    D.layer_group = lora_adapter_params(c, in.lora_rank) / c.layers;
+  }
   D.flash = kernel == AttentionKernel::flash;
   D.efficient = kernel == AttentionKernel::efficient;
   const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
@@ -214,6 +255,12 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
 
   const auto strategy = make_strategy(in.impl);
   e.phases = strategy->memory_phases(D, Partitioning{cp, cl});
+  // Data parallel: no gradient is pre-allocated, and the phases count the buckets and shards of the step
+  // above params + batch; at the step's start the previous step's shards are alive (the measured base).
+  if (strategy->data_parallel()) {
+    e.grads = D.shard(D.embedding_group) + D.shard(D.head_group) + D.L * D.shard(D.layer_group);
+    e.base = e.params + e.grads + e.batch;
+  }
 
   for (const auto& p : e.phases) {
     int64_t ckpt = 0;
@@ -229,9 +276,10 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   for (const auto& p : e.phases)
     if (p.bytes > top->bytes) top = &p;
   e.dominant_phase = top->name;
-  e.peak_above_base = top->bytes;
   for (const auto& t : top->terms) e.checkpoints += t.checkpoint ? t.bytes : 0;
-  e.peak_bytes = e.base + e.peak_above_base;
+  const int64_t phases_above = strategy->data_parallel() ? e.params + e.batch : e.base;
+  e.peak_bytes = phases_above + top->bytes;
+  e.peak_above_base = e.peak_bytes - e.base;
   if (D.offload) {
     // One pinned buffer per stored layer input, reused every step.
     e.host_bytes = checkpoints_bytes(D, strategy->keeps_first_input() ? D.L : D.L - 1);
@@ -251,6 +299,12 @@ std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
   o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}{}\n", e.base, mib(e.base),
                    e.params, e.grads, e.batch,
                    in.train ? fmt::format(" ({} batches)", in.train->batches) : "");
+  if (in.ranks > 1)
+    o << fmt::format(
+        "  one rank of {}: the phases are above params + batch (the previous step's gradient shards, in "
+        "base, "
+        "are freed as the step starts)\n",
+        in.ranks);
   if (in.train)
     o << fmt::format("  training run of {} AdamW steps, precision {}: optimizer {} bytes ({})\n",
                      in.train->steps, in.train->mixed ? "mixed" : "model", e.optimizer, mib(e.optimizer));

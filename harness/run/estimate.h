@@ -56,11 +56,15 @@ struct EstimateInput {
   // with a head dim that is a multiple of 8; float64 there runs the math kernel, which is not modelled.
   std::string device = "cpu";
   std::optional<TrainEstimate> train;  // set: the peak of a training run, not of one step
+  // Processes of a data-parallel strategy (streambp-dist, checkpoint-dist; >= 2, and 1 for every other):
+  // the estimate is one rank's, `sequences` its rows.
+  int64_t ranks = 1;
 };
 
 struct MemoryEstimate {
   int64_t params = 0;       // model weights (+ LoRA adapters)
-  int64_t grads = 0;        // .grad of every trainable parameter (pre-allocated, as the runner does)
+  int64_t grads = 0;        // .grad of every trainable parameter (pre-allocated, as the runner does); data
+                            // parallel: this rank's gradient shards, the previous step's at the step's start
   int64_t batch = 0;        // token ids, targets and objective extras (training: of every batch)
   int64_t base = 0;         // params + grads + batch: live when the step (or training run) starts
   int64_t optimizer = 0;    // training: AdamW's moments (mixed: + float32 masters and their gradients)
@@ -87,8 +91,9 @@ void check_estimate_input(const EstimateInput& in);
 // N for an objective: sft B, dpo 2B, grpo B*G.
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group);
 
-// The impls estimate_peak knows.
+// The impls estimate_peak knows: one process, and data parallel (one rank of `ranks`).
 const std::vector<std::string>& estimated_impls();
+const std::vector<std::string>& estimated_data_parallel_impls();
 
 // A readable breakdown: base, every phase with its terms, the peak. For `bpbench estimate`.
 std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e);

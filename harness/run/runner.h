@@ -51,9 +51,11 @@ ModelConfig model_config_of(const std::string& name, const nlohmann::json& rope 
 // The analytic estimate (harness/run/estimate.h) of a cell run with `threads` CPU threads on `device` (cpu |
 // cuda: whose attention kernel the terms model): its peak, and offload's host bytes; nullopt for an impl
 // without an estimate, or a CUDA cell on the math kernel (float64). With `train`: the training run's peak.
+// With `ranks` > 1 (a distributed cell's world_size): one rank's.
 std::optional<MemoryEstimate> estimate_cell(const Cell& cell, int64_t threads,
                                             const std::string& device = "cpu",
-                                            const std::optional<TrainEstimate>& train = std::nullopt);
+                                            const std::optional<TrainEstimate>& train = std::nullopt,
+                                            int64_t ranks = 1);
 torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError
 int64_t default_threads();                               // every core
 
