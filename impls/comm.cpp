@@ -41,6 +41,18 @@
 namespace bpbench::dist {
 namespace {
 
+// A tensor over `t`'s memory that does not own it, for Gloo. ProcessGroupGloo's worker thread lets go of a
+// collective's tensors only after wait() has returned (runLoop resets its work item after marking it
+// complete), so a buffer handed over itself may be freed on that thread a moment later, when its owner has
+// already dropped it: nondeterministically inside the next phase (a layer's gradient bucket inside the next
+// layer's peak, the last one in the next step's base), depending on how the threads were scheduled. Handed
+// this alias, the buffer is freed when its owner lets go, as the estimate counts it. The work has finished
+// with the memory when wait() returns; only the reference outlives it. (Not for NCCL: its work keeps the
+// tensors it was given until the GPU is done with them, which the caching allocator relies on.)
+at::Tensor borrowed(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options());
+}
+
 using Engine = c10d::Backend;
 
 using Clock = std::chrono::steady_clock;
@@ -481,7 +493,7 @@ torch::Tensor Communicator::reduce_scatter(torch::Tensor input, ReduceOp op, con
     o.timeout = s.config.timeout;
     if (s.backend == "gloo") {
       // No reduce_scatter in Gloo: reduce everything in place, keep our shard.
-      std::vector<at::Tensor> tensors{input};
+      std::vector<at::Tensor> tensors{borrowed(input)};
       s.wait(s.pg->allreduce(tensors, o));
       shard = input.narrow(0, rank() * m, m).clone();
     } else {
@@ -511,8 +523,8 @@ torch::Tensor Communicator::all_gather(const torch::Tensor& shard, const std::st
     o.timeout = s.config.timeout;
     if (s.backend == "gloo") {
       std::vector<std::vector<at::Tensor>> outputs(1);
-      for (int64_t r = 0; r < R; ++r) outputs[0].push_back(out.narrow(0, r * m, m));
-      std::vector<at::Tensor> inputs{shard};
+      for (int64_t r = 0; r < R; ++r) outputs[0].push_back(borrowed(out.narrow(0, r * m, m)));
+      std::vector<at::Tensor> inputs{borrowed(shard)};
       s.wait(s.pg->allgather(outputs, inputs, o));
     } else {
       auto in = shard;
@@ -531,7 +543,7 @@ void Communicator::all_reduce(torch::Tensor& tensor, ReduceOp op, const std::str
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = s.config.timeout;
-    std::vector<at::Tensor> tensors{tensor};
+    std::vector<at::Tensor> tensors{s.backend == "gloo" ? borrowed(tensor) : tensor};  // nccl keeps its own
     s.wait(s.pg->allreduce(tensors, o));
   });
   if (op == ReduceOp::avg) tensor.div_(static_cast<double>(world_size()));
@@ -546,7 +558,7 @@ void Communicator::broadcast(torch::Tensor& tensor, int root, const std::string&
     c10d::BroadcastOptions o;
     o.rootRank = root;
     o.timeout = s.config.timeout;
-    std::vector<at::Tensor> tensors{tensor};
+    std::vector<at::Tensor> tensors{s.backend == "gloo" ? borrowed(tensor) : tensor};
     s.wait(s.pg->broadcast(tensors, o));
   });
   s.count(Collective::broadcast, bytes, rank() == root && world_size() > 1 ? 1.0 : 0.0, "broadcast", bytes);
