@@ -40,6 +40,7 @@ CellView view_cell(const json& c, size_t index) {
   v.time_median = number(t, "median_s");
   v.time_count = integer(t, "count").value_or(field(t, "runs_s").is_array() ? field(t, "runs_s").size() : 0);
   v.max_seq_len = integer(c, "max_seq_len");
+  v.estimate_max_seq_len = integer(field(c, "search"), "estimate_max_seq_len");
   v.hit_upper = flag(c, "hit_upper");
   v.probes = field(c, "probes").is_array() ? field(c, "probes") : json();
   v.grad_error = field(c, "grad_error").is_object() ? field(c, "grad_error") : json();

@@ -53,8 +53,9 @@ struct CellView {
   std::optional<double> time_median;
   int64_t time_count = 0;
   std::optional<int64_t> max_seq_len;
-  json probes;      // array or null
-  json grad_error;  // object or null
+  std::optional<int64_t> estimate_max_seq_len;  // search.estimate_max_seq_len: the estimate's answer
+  json probes;                                  // array or null
+  json grad_error;                              // object or null
   // "compute" (results.h): FLOPs of the step and their rate; nullopt where the results have none.
   std::optional<int64_t> model_flops, hardware_flops, dense_attention_flops;
   std::optional<double> tflops_per_s, mfu, hfu;

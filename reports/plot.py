@@ -110,9 +110,10 @@ def plot_peak(data, out_dir, plt):
     if any(s["oom_seq_len"] for p in panels for s in p["series"]):
         handles.append(plt.Line2D([], [], color="grey", marker="x", linestyle="", markersize=10,
                                   markeredgewidth=2, label="out of memory (drawn at the budget)"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=9, frameon=False)
+    ncol = min(len(handles), 3 if cols == 1 else 4)  # one 6.4-inch panel holds three entries a row
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
     fig.suptitle("Peak BP memory vs sequence length")
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(handles) / 4) / rows, 1, 1))
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * math.ceil(len(handles) / ncol) / rows, 1, 1))
     return save(fig, out_dir, "peak_vs_seq_len.png", plt, layout=False)
 
 

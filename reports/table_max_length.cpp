@@ -70,6 +70,7 @@ std::string section_max_length(const Analysis& a) {
     const auto &row_keys = t.row_keys, &columns = t.columns, &header = t.header;
     const ImplLabeler& labeler = t.labeler;
     std::vector<std::vector<std::string>> rows;
+    bool any_estimate = false;
     for (const auto& [row_id, cells] : t.rows(search)) {
       std::vector<std::string> row = t.row_start(cells);
       for (const auto& col : columns) {
@@ -84,6 +85,10 @@ std::string section_max_length(const Analysis& a) {
             v = "oom";  // not even the smallest probe fit
           else
             v = (c->hit_upper ? "≥ " : "") + thousands(*c->max_seq_len);
+          if (c->ok() && c->estimate_max_seq_len) {
+            v += fmt::format(" (est. {})", thousands(*c->estimate_max_seq_len));
+            any_estimate = true;
+          }
           break;
         }
         row.push_back(v);
@@ -92,8 +97,11 @@ std::string section_max_length(const Analysis& a) {
     }
     s += "The longest sequence (thousands of tokens) whose BP fit in the memory budget";
     s += a.budget ? fmt::format(" ({})", format_bytes(*a.budget)) : std::string();
-    s += ". \"≥\": the search stopped at its upper limit; \"oom\": not even the shortest probe fit.\n\n" +
-         md_table(header, rows, row_keys.size()) + "\n";
+    s += ". \"≥\": the search stopped at its upper limit; \"oom\": not even the shortest probe fit.";
+    if (any_estimate)
+      s += " \"est.\": the analytic estimate's answer for the same budget and granularity (`bpbench estimate "
+           "--budget`), where the search started.";
+    s += "\n\n" + md_table(header, rows, row_keys.size()) + "\n";
     s += "Probes of each search (sequence length: outcome, peak):\n\n";
     for (const CellView* c : search) {
       std::vector<std::string> probes;
@@ -106,8 +114,9 @@ std::string section_max_length(const Analysis& a) {
         }
       }
       s += fmt::format(
-          "- {}: max {}; {}\n", heading(*c, a.heading_keys({"seq_len"}, {"impl"}, &search)),
+          "- {}: max {}{}; {}\n", heading(*c, a.heading_keys({"seq_len"}, {"impl"}, &search)),
           c->max_seq_len ? std::to_string(*c->max_seq_len) : outcome_text(*c),
+          c->estimate_max_seq_len ? fmt::format(" (estimate {})", *c->estimate_max_seq_len) : std::string(),
           probes.empty() ? std::string("no probes recorded") : fmt::format("{}", fmt::join(probes, ", ")));
     }
     return s;

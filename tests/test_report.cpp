@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -210,6 +211,33 @@ TEST_F(Report, BadInputReturns2WithOneLine) {
   }
   EXPECT_EQ(run({"--help"}), 0);
   EXPECT_NE(out_.str().find("--timeline-cell"), std::string::npos);
+}
+
+// A search that recorded the estimate's answer shows it beside the measured length, in Table 3 and the
+// probes list; one without it shows only what it measured.
+TEST_F(Report, MaxLengthShowsTheEstimatesAnswerBesideTheMeasuredOne) {
+  json doc = load_results(kFixture);
+  auto search_cell = [](const std::string& impl, int64_t found, std::optional<int64_t> estimate) {
+    json search = {{"budget_bytes", 335544320}, {"granularity", 128}, {"upper", 65536}, {"error", ""}};
+    if (estimate) search["estimate_max_seq_len"] = *estimate;
+    return json{{"axes", {{"model", "small"}, {"objective", "sft"}, {"impl", impl}}},
+                {"status", "ok"},
+                {"max_seq_len", found},
+                {"hit_upper", false},
+                {"search", search},
+                {"probes", json::array({{{"seq_len", found}, {"status", "ok"}, {"peak_bytes", 335000000}}})}};
+  };
+  doc["cells"] = json::array({search_cell("streambp", 19456, 19456), search_cell("mst", 8320, std::nullopt)});
+  doc.erase("meta");
+  fs::create_directories(dir_ / "run");
+  std::ofstream(dir_ / "run" / "results.json") << doc.dump();
+  ASSERT_EQ(run({(dir_ / "run").string(), "--python", "/nonexistent"}), 0) << err_.str();
+  const std::string t3 =
+      section(slurp(dir_ / "run" / "report" / "report.md"), "Maximum sequence length (Table 3)");
+  EXPECT_NE(row(t3, "small").find("19.5k (est. 19.5k)"), std::string::npos) << t3;
+  EXPECT_NE(row(t3, "small").find("| 8.3k |"), std::string::npos) << t3;
+  EXPECT_NE(t3.find("max 19456 (estimate 19456)"), std::string::npos) << t3;
+  EXPECT_NE(t3.find("\"est.\": the analytic estimate's answer"), std::string::npos) << t3;
 }
 
 TEST_F(Report, TimelineFromASeparateFileAndAbsentFields) {

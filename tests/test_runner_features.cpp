@@ -127,6 +127,9 @@ TEST_F(RunnerFeatures, MaxSeqLenSearchFindsTheExactBoundary) {
     EXPECT_FALSE(cell["hit_upper"].get<bool>());
     ASSERT_GE(cell["probes"].size(), 2u);
     found[cell["axes"]["impl"]] = T;
+    // The estimate's answer, recorded beside the measured one (and the first probe): the same length.
+    EXPECT_EQ(cell["search"]["estimate_max_seq_len"], T);
+    EXPECT_EQ(cell["probes"][0]["seq_len"], T);
 
     // The boundary, checked directly: T fits the budget and T + granularity does not.
     for (const int64_t length : {T, T + granularity}) {

@@ -89,7 +89,8 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
 
   const int64_t threads = job.settings.threads > 0 ? job.settings.threads : default_threads();
   auto estimate_at = [&](int64_t T) {
-    return estimate_cell(probe_job(job, T, spec).cell, threads, job.settings.device);
+    return estimate_cell(probe_job(job, T, spec).cell, threads, job.settings.device, std::nullopt,
+                         job.settings.world_size);
   };
   const bool offloads = job.cell.offload != "none";
   const int64_t host_budget = offloads ? spec.host_budget_bytes.value_or(default_host_budget()) : 0;
@@ -106,12 +107,14 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
   // Start at the largest length the analytic estimate puts within the budgets (the device's and, offloaded,
   // the host's), and grow or shrink by a quarter from there: the estimate is within a few percent for the
   // strategies it knows. Without a device budget (a GPU's own memory) the search starts at one granularity.
+  std::optional<int64_t> estimated;
   if (spec.budget_bytes && estimate_at(spec.granularity)) {
     auto fits = [&](int64_t T) {
       const auto e = estimate_at(T);
       return e && e->peak_bytes <= *spec.budget_bytes && !over_host(e);
     };
-    search.start = std::max(spec.granularity, largest_fitting_multiple(spec.granularity, spec.upper, fits));
+    estimated = largest_fitting_multiple(spec.granularity, spec.upper, fits);
+    search.start = std::max(spec.granularity, *estimated);
     search.growth = 1.25;
   }
 
@@ -149,7 +152,7 @@ CellResult search_cell_max_seq_len(const CellJob& job, const std::string& exe,
     return p;
   };
   r.max_len = MaxLenRecord{search_max_seq_len(search, probe, callbacks.on_probe), search,
-                           offloads ? std::optional<int64_t>(host_budget) : std::nullopt};
+                           offloads ? std::optional<int64_t>(host_budget) : std::nullopt, estimated};
   if (!r.max_len->error.empty()) {
     r.status = "error";
     r.reason = r.max_len->error;

@@ -206,6 +206,7 @@ const JsonFields<CellResult>& cell_fields() {
                    {"upper", m.search.upper},
                    {"error", m.error}};
          if (m.host_budget_bytes) s["host_budget_bytes"] = *m.host_budget_bytes;
+         if (m.estimate_max_seq_len) s["estimate_max_seq_len"] = *m.estimate_max_seq_len;
          return s;
        },
        [](C& r, const json& s, const json& record) {
@@ -216,6 +217,8 @@ const JsonFields<CellResult>& cell_fields() {
          m.search.upper = s.at("upper").get<int64_t>();
          m.error = s.value("error", std::string());
          if (s.contains("host_budget_bytes")) m.host_budget_bytes = s.at("host_budget_bytes").get<int64_t>();
+         if (s.contains("estimate_max_seq_len"))
+           m.estimate_max_seq_len = s.at("estimate_max_seq_len").get<int64_t>();
          m.max_seq_len = record.at("max_seq_len").get<int64_t>();
          m.hit_upper = record.value("hit_upper", false);
          for (const auto& p : record.value("probes", json::array())) m.probes.push_back(probe_from_json(p));

@@ -59,6 +59,9 @@ struct MemoryResult {
 struct MaxLenRecord : MaxLenResult {
   MaxLenSearch search;                       // budget_bytes, granularity, upper (and where it started)
   std::optional<int64_t> host_budget_bytes;  // offload: what the checkpoints could take of the host
+  // The estimate's answer for the same budgets and granularity (estimate_inverse.h), where the strategy has
+  // an estimate and the search a device budget: what the search started from, beside what it measured.
+  std::optional<int64_t> estimate_max_seq_len;
 };
 
 struct TimeResult {
