@@ -50,6 +50,9 @@ std::vector<PhaseEstimate> checkpoint_phases(const MemoryTerms& D, const Partiti
                                              bool chunked_head);
 std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partitioning& partition,
                                            FirstInput first);
+// What StreamBP runs again (streambp.cpp), the same for one process and one rank: attention by partition,
+// the layers without grad, the head in chunks, each layer's K and V values.
+FlopSchedule streambp_flop_schedule();
 
 // A data-parallel step (impls/dist_common.h, ZeRO-2) of one rank, from the single-process phases of the
 // same schedule with D.N the rank's rows: no gradient is pre-allocated; each phase adds the group buckets

@@ -70,20 +70,9 @@ class StreamBP final : public Strategy {
   bool estimated() const override { return true; }
   std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
                                            const Partitioning& partition) const override;
-  FlopSchedule flop_schedule() const override {
-    FlopSchedule f;
-    f.attention_by_partition = true;
-    f.recomputes_layers = true;
-    f.streams_head = true;
-    f.recomputes_kv = true;
-    return f;
-  }
+  FlopSchedule flop_schedule() const override { return streambp_flop_schedule(); }
 };
 
-// Its estimate: the checkpointed forward in chunks of `partition` queries, the chunked head over x_1..x_L
-// (x_L's rows becoming dx's), then per layer (a. to c. above) K, V, dK, dV and dY for all rows beside one
-// chunk's graph, its attention backward into dK, dV, or its rows' K/V path backward, at the chunks that see
-// the most keys.
 std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
                                                    const Partitioning& partition) const {
   return streambp_phases(D, partition, FirstInput::recomputed);
@@ -91,7 +80,19 @@ std::vector<PhaseEstimate> StreamBP::memory_phases(const MemoryTerms& D,
 
 }  // namespace
 
-// StreamBP's phases (layerwise_estimate.h): with x_0 made again (streambp) or kept (streambp-dist).
+FlopSchedule streambp_flop_schedule() {
+  FlopSchedule f;
+  f.attention_by_partition = true;
+  f.recomputes_layers = true;
+  f.streams_head = true;
+  f.recomputes_kv = true;
+  return f;
+}
+
+// StreamBP's phases (layerwise_estimate.h), with x_0 made again (streambp) or kept (streambp-dist): the
+// checkpointed forward in chunks of `partition` queries, the chunked head over the layer inputs (x_L's rows
+// becoming dx's), then per layer (a. to c. above) K, V, dK, dV and dY for all rows beside one chunk's graph,
+// its attention backward into dK, dV, or its rows' K/V path backward, at the chunks that see the most keys.
 std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partitioning& partition,
                                            FirstInput first) {
   const int64_t c = partition.rows, cl = partition.logits_rows;

@@ -49,14 +49,7 @@ class StreamBPDist final : public dist::DistStrategy {
                                            const Partitioning& partition) const override {
     return data_parallel_phases(D, streambp_phases(D, partition, FirstInput::kept));
   }
-  FlopSchedule flop_schedule() const override {
-    FlopSchedule f;
-    f.attention_by_partition = true;
-    f.recomputes_layers = true;
-    f.streams_head = true;
-    f.recomputes_kv = true;
-    return f;
-  }
+  FlopSchedule flop_schedule() const override { return streambp_flop_schedule(); }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
