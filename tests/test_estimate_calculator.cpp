@@ -163,6 +163,14 @@ TEST(EstimateCalculator, LengthsAndSizesWithUnits) {
   for (const std::string bad : {"80 GB", "80XB", "-1GB", "GB"})
     EXPECT_THROW(parse_byte_size("--budget", bad), std::invalid_argument) << bad;
 
+  // Past int64 the FLOP counts are left out, never printed wrapped around; the memory is still estimated.
+  const json long_doc = estimate_doc({"--model", "qwen3-8b", "--seq-len", "512k,16M", "--impl", "streambp",
+                                      "--dtype", "bfloat16", "--device", "cuda"});
+  EXPECT_GT(long_doc["estimates"][0]["flops"]["model"].get<int64_t>(), 0);
+  EXPECT_TRUE(long_doc["estimates"][1]["flops"].is_null());
+  EXPECT_GT(long_doc["estimates"][1]["memory"]["peak_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(schema_violation(estimate_schema(), long_doc), std::nullopt);
+
   std::ostringstream out;
   estimate_command({"--model", "small", "--seq-len", "1k,2k", "--impl", "streambp,plain", "--threads", "1"},
                    out);

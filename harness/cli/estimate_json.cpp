@@ -74,9 +74,10 @@ json estimate_json(const EstimateRequest& r, const EstimateAnswers& a) {
   for (const auto& x : a.at_lengths) {
     json row = {{"impl", x.impl}, {"seq_len", x.seq_len}};
     row["memory"] = memory_json(x.memory);
-    row["flops"] = {{"model", x.flops.model()},
-                    {"hardware", x.flops.hardware()},
-                    {"attention_dense", x.flops.attention_dense}};
+    row["flops"] = x.flops ? json{{"model", x.flops->model()},
+                                  {"hardware", x.flops->hardware()},
+                                  {"attention_dense", x.flops->attention_dense}}
+                           : json(nullptr);
     at.push_back(row);
   }
   doc["estimates"] = at;

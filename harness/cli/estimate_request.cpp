@@ -218,6 +218,16 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   return r;
 }
 
+bool flops_fit_in_int64(const EstimateInput& in) {
+  const ModelConfig& c = in.config;
+  const double N = static_cast<double>(in.sequences), T = static_cast<double>(in.seq_len);
+  // Scores and their products (2 x 2 FLOPs per query, key and head dim), forward, recomputed and backward
+  // (x 2); every parameter's multiply-add per row in the same four passes.
+  const double attention = 32.0 * N * T * T * static_cast<double>(c.heads * c.head_dim) * c.layers;
+  const double matmuls = 8.0 * N * T * static_cast<double>(c.parameter_count());
+  return attention + matmuls < 4.6e18;
+}
+
 const char* dtype_flag_name(torch::ScalarType dtype) {
   return dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kDouble ? "float64" : "float32";
 }
@@ -234,7 +244,9 @@ EstimateAnswers answer_estimate(const EstimateRequest& request) {
   for (int64_t T : request.seq_lens)
     for (const auto& impl : request.impls) {
       const EstimateInput in = input_at(request, impl, T);
-      a.at_lengths.push_back({impl, T, estimate_peak(in), estimate_flops(in)});
+      a.at_lengths.push_back(
+          {impl, T, estimate_peak(in),
+           flops_fit_in_int64(in) ? std::optional<FlopCounts>(estimate_flops(in)) : std::nullopt});
     }
   for (size_t b = 0; b < request.budgets.size(); ++b)
     for (const auto& impl : request.impls) {

@@ -48,7 +48,7 @@ struct EstimateAtLength {
   std::string impl;
   int64_t seq_len = 0;
   MemoryEstimate memory;
-  FlopCounts flops;
+  std::optional<FlopCounts> flops;  // none where the counts would pass int64 (flops_fit_in_int64)
 };
 
 struct LongestFor {
@@ -64,6 +64,11 @@ struct EstimateAnswers {
 
 // Every answer the request asks for; throws what estimate_peak throws (before anything is printed).
 EstimateAnswers answer_estimate(const EstimateRequest& request);
+
+// Whether the step's FLOP counts stay well inside int64 (estimate_flops counts in int64): a bound of the
+// attention's and the matmuls' work, every pass included, at most half of int64's range. Qwen3-8B: up to
+// T = 512k (1M is past it).
+bool flops_fit_in_int64(const EstimateInput& in);
 
 // "float32", "bfloat16" or "float64": the names --dtype takes, for the outputs.
 const char* dtype_flag_name(torch::ScalarType dtype);

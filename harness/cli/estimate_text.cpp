@@ -49,13 +49,20 @@ void print_lengths(const EstimateRequest& r, const EstimateAnswers& a, std::ostr
   }
   out << fmt::format("\n{:<24} {:>9} {:>20} {:>20} {:>9} {:>20}\n", "impl", "seq_len", "model FLOPs",
                      "hardware FLOPs", "overhead", "dense attention");
+  bool beyond = false;
   for (const auto& x : a.at_lengths) {
-    const FlopCounts& f = x.flops;
+    if (!x.flops) {
+      out << fmt::format("{:<24} {:>9} {:>20} {:>20} {:>9} {:>20}\n", x.impl, x.seq_len, "-", "-", "-", "-");
+      beyond = true;
+      continue;
+    }
+    const FlopCounts& f = *x.flops;
     const double overhead =
         100.0 * static_cast<double>(f.hardware() - f.model()) / static_cast<double>(f.model());
     out << fmt::format("{:<24} {:>9} {:>20} {:>20} {:>8.1f}% {:>20}\n", x.impl, x.seq_len, f.model(),
                        f.hardware(), overhead, f.attention_dense);
   }
+  if (beyond) out << "-: FLOPs not counted at this length (the counts would pass int64)\n";
 }
 
 void print_host_budget(const EstimateRequest& r, std::ostream& out) {
