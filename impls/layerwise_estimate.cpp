@@ -156,7 +156,7 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
       // The phase is the top layer's; at layer 0 the L - 1 layers above have left their shards and taken
       // their inputs: the larger of the two ends (the change is linear in the layer).
       const int64_t down = (D.L - 1) * (layer_shard - layer_input);
-      if (down > 0 && !D.offload) {
+      if (down > 0) {  // (the data-parallel strategies keep their checkpoints on the device)
         p.terms.push_back(
             {fmt::format("at layer 0 rather than {}: (L-1) x (a layer's gradient shard - N*T*d*s)", D.L - 1),
              down});

@@ -65,14 +65,6 @@ ModelConfig model_of(const std::string& model, std::string& source) {
   }
 }
 
-torch::ScalarType dtype_of(const std::string& v) {
-  if (v == "float32") return torch::kFloat;
-  if (v == "bfloat16") return torch::kBFloat16;
-  if (v == "float64") return torch::kDouble;
-  throw std::invalid_argument(
-      fmt::format("estimate: unknown dtype '{}' (valid: float32, bfloat16, float64)", v));
-}
-
 }  // namespace
 
 EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
@@ -130,7 +122,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
             fmt::format("estimate: unknown --train precision '{}' (valid: model, mixed)", v));
       in.train = TrainEstimate{/*steps=*/2, /*batches=*/1, v == "mixed"};
     } else if (a == "--dtype")
-      in.dtype = dtype_of(v);
+      in.dtype = parse_dtype(v);  // InputError (an invalid_argument) naming the valid ones
     else if (a == "--budget")
       budget = parse_byte_size(a, v);
     else if (a == "--gpu")

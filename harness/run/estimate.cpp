@@ -301,9 +301,8 @@ std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
                    in.train ? fmt::format(" ({} batches)", in.train->batches) : "");
   if (in.ranks > 1)
     o << fmt::format(
-        "  one rank of {}: the phases are above params + batch (the previous step's gradient shards, in "
-        "base, "
-        "are freed as the step starts)\n",
+        "  one rank of {}: the phases are above params + batch; base also holds the previous step's\n"
+        "  gradient shards, which are freed as the step starts\n",
         in.ranks);
   if (in.train)
     o << fmt::format("  training run of {} AdamW steps, precision {}: optimizer {} bytes ({})\n",
