@@ -178,6 +178,8 @@ const char* collective_name(Collective c) {
       return "all_reduce";
     case Collective::broadcast:
       return "broadcast";
+    case Collective::all_to_all:
+      return "all_to_all";
     case Collective::barrier:
       return "barrier";
   }
@@ -562,6 +564,27 @@ void Communicator::broadcast(torch::Tensor& tensor, int root, const std::string&
     s.wait(s.pg->broadcast(tensors, o));
   });
   s.count(Collective::broadcast, bytes, rank() == root && world_size() > 1 ? 1.0 : 0.0, "broadcast", bytes);
+}
+
+torch::Tensor Communicator::all_to_all(const torch::Tensor& input, const std::string& what) {
+  Impl& s = *impl_;
+  const int64_t R = world_size();
+  TORCH_CHECK(input.is_contiguous() && input.dim() >= 1 && input.size(0) % R == 0,
+              "all_to_all needs a contiguous tensor whose first dimension is a multiple of the world size, "
+              "got ",
+              input.sizes());
+  auto out = torch::empty_like(input);
+  const int64_t bytes = input.numel() * static_cast<int64_t>(input.element_size());
+  s.run(Collective::all_to_all, what, bytes, [&] {
+    c10d::AllToAllOptions o;
+    o.timeout = s.config.timeout;
+    std::vector<int64_t> equal_splits;  // empty: R equal blocks of the first dimension
+    auto in = s.backend == "gloo" ? borrowed(input) : input;
+    auto to = s.backend == "gloo" ? borrowed(out) : out;
+    s.wait(s.pg->alltoall_base(to, in, equal_splits, equal_splits, o));
+  });
+  s.count(Collective::all_to_all, bytes, s.ring_fraction(), "all_to_all", bytes);
+  return out;
 }
 
 void Communicator::barrier(const std::string& what) {

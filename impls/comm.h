@@ -10,9 +10,9 @@
 // local shard is kept; that is one logical reduce_scatter call and one physical all_reduce call). Byte
 // conventions, per call, n = elements of the FULL (unsharded) buffer, s = element size:
 //   reduce_scatter  n*s (the input)      all_gather  n*s (the output)    all_reduce, broadcast  n*s
-//   barrier         0
+//   all_to_all      n*s (the input, = the output)                       barrier                0
 // wire_bytes estimates what this rank sends with ring algorithms over R ranks: reduce_scatter and all_gather
-// (R-1)/R n s, all_reduce 2 (R-1)/R n s, broadcast n s at the root.
+// (R-1)/R n s, all_reduce 2 (R-1)/R n s, broadcast n s at the root; all_to_all sends (R-1)/R n s directly.
 //
 // Failures are bounded and loud: the store and the process group time out (default 60 s; env
 // BPBENCH_DIST_TIMEOUT_S), and any failure is rethrown as one CommError line naming the rank, the collective
@@ -54,8 +54,8 @@
 
 namespace bpbench::dist {
 
-enum class Collective : uint8_t { reduce_scatter, all_gather, all_reduce, broadcast, barrier };
-inline constexpr int kCollectiveCount = 5;
+enum class Collective : uint8_t { reduce_scatter, all_gather, all_reduce, broadcast, all_to_all, barrier };
+inline constexpr int kCollectiveCount = 6;
 const char* collective_name(Collective c);
 
 // avg: the sum divided by the world size.
@@ -140,6 +140,10 @@ class Communicator {
   torch::Tensor all_gather(const torch::Tensor& shard, const std::string& what);
   void all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what);  // in place, contiguous
   void broadcast(torch::Tensor& tensor, int root, const std::string& what);      // in place, contiguous
+  // `input` contiguous, its first dimension a multiple of R: block r of it (rows [r n0/R, (r+1) n0/R) of the
+  // first dimension) goes to rank r, and block r of the result (same shape) came from rank r. Sequence
+  // parallelism's exchange of sequence shards for head shards (impls/sequence_parallel.h).
+  torch::Tensor all_to_all(const torch::Tensor& input, const std::string& what);
   void barrier(const std::string& what);
 
   // Counts of every collective so far; seconds of every collective but the last one queued on nccl, whose

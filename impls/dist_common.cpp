@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "impls/layerwise.h"
+#include "impls/sequence_parallel.h"
 #include "profiles/memory.h"
 
 namespace bpbench::dist {
@@ -87,6 +88,14 @@ Batch rank_batch(const Batch& global, int rank, int world_size) {
   b.examples = global.examples / world_size;
   b.loss_tokens = b.targets.ne(kIgnoreIndex).sum().item<int64_t>();
   return b;
+}
+
+int64_t global_examples(const Strategy& strategy, int64_t examples, int world) {
+  return strategy.sequence_parallel() ? examples : examples * world;
+}
+
+Batch local_batch(const Strategy& strategy, const Batch& global, int rank, int world) {
+  return strategy.sequence_parallel() ? shard_batch(global, rank, world) : rank_batch(global, rank, world);
 }
 
 // ---- strategy state ---------------------------------------------------------------------------------------
@@ -227,17 +236,29 @@ DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strateg
     counts = counts.cpu();
     const int64_t tokens = counts[0].item<int64_t>(), sum_e = counts[1].item<int64_t>(),
                   sum_e2 = counts[2].item<int64_t>();
-    if (in.objective.name() == "sft") {
+    if (strategy.sequence_parallel()) {
+      // Every rank holds a slice of the same sequences (sequence_parallel.h): each weight gradient is the
+      // sum of the ranks' parts. The loss: linear objectives' shares add up; DPO's f(S) is the same on every
+      // rank (its S all-reduced first).
+      if (sum_e != E * R || sum_e2 != E * E * R)
+        throw std::logic_error("sequence parallelism: the ranks hold different sequences");
+      if (in.objective.name() == "sft") {
+        if (tokens == 0) throw std::invalid_argument("sft: no target token in the sequences");
+        batch_.loss_tokens = tokens;
+      }
+      grad_op_ = ReduceOp::sum;
+      loss_op_ = in.objective.outer_is_linear() ? ReduceOp::sum : ReduceOp::avg;
+    } else if (in.objective.name() == "sft") {
       if (tokens == 0) throw std::invalid_argument("sft: no rank has a target token");
       batch_.loss_tokens = tokens;  // rank loss = its share of the global mean: gradients add up
-      grad_op_ = ReduceOp::sum;
+      grad_op_ = loss_op_ = ReduceOp::sum;
     } else {
       if (sum_e2 * R != sum_e * sum_e)  // equality holds iff every rank has the same count
         throw std::invalid_argument(fmt::format(
             "{}: every rank must hold the same number of examples ({} over {} ranks) for the mean of "
             "per-rank means to be the global mean",
             in.objective.name(), sum_e, R));
-      grad_op_ = ReduceOp::avg;  // rank loss = mean over its examples = R x its share
+      grad_op_ = loss_op_ = ReduceOp::avg;  // rank loss = mean over its examples = R x its share
     }
   }
 
@@ -418,7 +439,7 @@ torch::Tensor DistStep::finish(const torch::Tensor& local_loss) {
   {
     MemoryScope scope(Category::comm);
     loss = local_loss.detach().to(torch::kDouble).reshape({1}).clone();
-    comm_->all_reduce(loss, grad_op_, "loss");  // SFT: shares add up; others: mean of equal-sized means
+    comm_->all_reduce(loss, loss_op_, "loss");  // SFT: shares add up; others: mean of equal-sized means
   }
   comm_->settle();  // nccl: the device seconds of the step's last collective (comm.h)
   st.last_comm = comm_->stats().since(comm_before_);
@@ -437,6 +458,14 @@ std::unique_ptr<Strategy> make_streambp_dist_strategy() {
 
 std::unique_ptr<Strategy> make_checkpoint_dist_strategy() {
   return make_checkpoint_dist(dist::default_dist_options());
+}
+
+std::unique_ptr<Strategy> make_ulysses_strategy() {
+  return make_ulysses(dist::default_dist_options());
+}
+
+std::unique_ptr<Strategy> make_streambp_ulysses_strategy() {
+  return make_streambp_ulysses(dist::default_dist_options());
 }
 
 }  // namespace bpbench

@@ -1,4 +1,5 @@
-// dist_common.h: what the data-parallel strategies (streambp-dist, checkpoint-dist) share: options, the
+// dist_common.h: what the distributed strategies (streambp-dist, checkpoint-dist; the sequence-parallel
+// ulysses and streambp-ulysses use the buckets too: sequence_parallel.h) share: options, the
 // rank's slice of a global batch, the loss normalisation across ranks, ZeRO-2 gradient buckets (flatten a
 // parameter group's gradients, pad to a multiple of the world size, reduce-scatter, keep the shard, free the
 // full buffer), ZeRO-3-style layer parameter shards, and the gathering of full gradients for checks.
@@ -46,6 +47,13 @@ DistOptions default_dist_options();
 // Rank `rank`'s batch of a global batch: rows [rank N/R, (rank+1) N/R) of every per-row tensor (ids, targets,
 // DPO/GRPO extras), examples B/R, loss_tokens recounted. Throws unless R divides the examples.
 Batch rank_batch(const Batch& global, int rank, int world_size);
+
+// A step over `world` ranks with `examples` examples per cell: data parallel, each rank has `examples` of its
+// own (the global batch has examples x world); sequence parallel, the ranks share the same `examples`.
+int64_t global_examples(const Strategy& strategy, int64_t examples, int world);
+// The batch rank `rank` works on: its examples (rank_batch), or its slice of every sequence
+// (sequence_parallel.h: shard_batch).
+Batch local_batch(const Strategy& strategy, const Batch& global, int rank, int world);
 
 // One parameter group's reduced gradient on this rank: its shard of the flattened, zero-padded group.
 struct GradientShard {
@@ -152,7 +160,8 @@ class DistStep {
   const StepInputs& in_;
   Communicator* comm_ = nullptr;
   Batch batch_;
-  ReduceOp grad_op_ = ReduceOp::avg;
+  ReduceOp grad_op_ = ReduceOp::avg;  // of the gradient shards
+  ReduceOp loss_op_ = ReduceOp::avg;  // of the ranks' losses
   std::vector<Group> groups_;
   int64_t layers_ = 0;
   CommStats comm_before_;
@@ -167,4 +176,8 @@ std::unique_ptr<Strategy> make_streambp_dist_strategy();
 std::unique_ptr<Strategy> make_checkpoint_dist_strategy();
 std::unique_ptr<dist::DistStrategy> make_streambp_dist(const dist::DistOptions& options);
 std::unique_ptr<dist::DistStrategy> make_checkpoint_dist(const dist::DistOptions& options);
+std::unique_ptr<Strategy> make_ulysses_strategy();
+std::unique_ptr<Strategy> make_streambp_ulysses_strategy();
+std::unique_ptr<dist::DistStrategy> make_ulysses(const dist::DistOptions& options);
+std::unique_ptr<dist::DistStrategy> make_streambp_ulysses(const dist::DistOptions& options);
 }  // namespace bpbench

@@ -16,8 +16,10 @@ std::unique_ptr<Strategy> make_checkpoint_strategy();
 std::unique_ptr<Strategy> make_checkpoint_chunked_head_strategy();
 std::unique_ptr<Strategy> make_mst_strategy();
 std::unique_ptr<Strategy> make_streambp_strategy();
-std::unique_ptr<Strategy> make_streambp_dist_strategy();    // impls/dist_common.cpp, default options
-std::unique_ptr<Strategy> make_checkpoint_dist_strategy();  // impls/dist_common.cpp, default options
+std::unique_ptr<Strategy> make_streambp_dist_strategy();     // impls/dist_common.cpp, default options
+std::unique_ptr<Strategy> make_checkpoint_dist_strategy();   // impls/dist_common.cpp, default options
+std::unique_ptr<Strategy> make_ulysses_strategy();           // impls/dist_common.cpp, default options
+std::unique_ptr<Strategy> make_streambp_ulysses_strategy();  // impls/dist_common.cpp, default options
 
 namespace {
 using Factory = std::unique_ptr<Strategy> (*)();
@@ -30,6 +32,8 @@ const std::vector<std::pair<std::string, Factory>>& strategy_registry() {
       {"streambp", make_streambp_strategy},
       {"streambp-dist", make_streambp_dist_strategy},
       {"checkpoint-dist", make_checkpoint_dist_strategy},
+      {"ulysses", make_ulysses_strategy},
+      {"streambp-ulysses", make_streambp_ulysses_strategy},
   };
   return entries;
 }

@@ -81,6 +81,9 @@ class Strategy {
   // Data parallel over a process group (impls/dist_common.h): its phases count the gradient buckets and
   // shards of one rank and no pre-allocated gradients (harness/run/estimate.cpp takes them apart).
   virtual bool data_parallel() const { return false; }
+  // Sequence parallel over a process group (impls/sequence_parallel.h): every rank gets the same sequences
+  // and takes its slice of their rows (the runner gives it the whole batch, or dist::local_batch's slice).
+  virtual bool sequence_parallel() const { return false; }
   // The phases one step goes through, in the order it runs them, each with the tensors alive at its high
   // point above base (memory_terms.h's terms for `D`; `partition` rows per chunk, clamped to 1..T).
   virtual std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning& partition) const;

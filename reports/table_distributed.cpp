@@ -24,18 +24,19 @@ std::string section_distributed(const Analysis& a) {
           {fmt::format("#{} {} T={}", c.index, text(c.axes, "impl"), integer(c.axes, "seq_len").value_or(0)),
            std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
            peak ? format_bytes(*peak) : std::string(kDash), t ? format_time(*t) : std::string(kDash),
-           collective("reduce_scatter"), collective("all_gather"), collective("all_reduce")});
+           collective("reduce_scatter"), collective("all_gather"), collective("all_reduce"),
+           collective("all_to_all")});
     }
   }
   if (rows.empty()) return "";
   return "\n## Distributed cells, per rank\n\nPeak live bytes of each rank, its BP time, and its collectives "
          "in the "
          "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
-         "the "
-         "embedding.\n\n" +
-         md_table(
-             {"cell", "rank", "status", "peak", "BP time (s)", "reduce_scatter", "all_gather", "all_reduce"},
-             rows, 3);
+         "the embedding; sequence parallelism (ulysses, streambp-ulysses) exchanges rows and heads by "
+         "all-to-all, six per layer.\n\n" +
+         md_table({"cell", "rank", "status", "peak", "BP time (s)", "reduce_scatter", "all_gather",
+                   "all_reduce", "all_to_all"},
+                  rows, 3);
 }
 
 }  // namespace bpbench::report_detail

@@ -1,10 +1,8 @@
 // test_dist.cpp: distributed StreamBP over Gloo, 2 and 3 local ranks (separate processes).
 //
-// The test binary re-executes itself (harness/run/dist_launch.h) with --gtest_filter=DistChild.RankBody and a
-// job in BPBENCH_DIST_TEST_JOB; each child is one rank: it builds the same float64 tiny model and the same
-// global batch (examples = B x world size), takes rows [r B, (r+1) B) (dist::rank_batch), runs one step of
-// the strategy, all-gathers the gradient shards and (rank 0) writes them with the loss and the collective
-// counts to a temporary directory. The parent compares them with single-process plain BP on the global batch.
+// Each rank is a child process running one step (tests/dist_ranks.h): the same float64 tiny model and global
+// batch (examples = B x world size) on every rank, rows [r B, (r+1) B) its own (dist::rank_batch). The
+// parent compares the gathered gradients with single-process plain BP on the global batch.
 //
 // Checked:
 //   DistExactness   every parameter's gathered gradient and the loss equal plain BP on the concatenated
@@ -39,6 +37,7 @@
 #include "harness/run/runner.h"
 #include "impls/dist_common.h"
 #include "profiles/memory.h"
+#include "tests/dist_ranks.h"
 #include "tests/test_support.h"
 
 namespace bpbench::testing {
@@ -47,222 +46,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int64_t kT = 13, kPartition = 4, kLogitsPartition = 3, kExamplesPerRank = 2;
+constexpr int64_t kT = kDistT, kPartition = kDistPartition, kLogitsPartition = kDistLogitsPartition;
 constexpr double kTol = 1e-10;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "bpbench-dist-XXXXXX").string();
-    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-BatchSpec spec_for(const json& job, int64_t vocab, int world) {
-  BatchSpec s;
-  s.examples = job.value("examples_per_rank", kExamplesPerRank) * world;
-  s.seq_len = job.value("seq_len", kT);
-  s.padding = job.value("padding", true);
-  const std::string objective = job.at("objective");
-  s.prompt_len = objective == "sft" ? -1 : job.value("prompt_len", int64_t{8});
-  s.group = 3;
-  s.beta = 0.1;
-  s.seed = 3;
-  s.vocab = vocab;
-  return s;
-}
-
-Model model_for(const json& job) {
-  const std::string name = job.value("model", "tiny");
-  if (name == "tiny") return tiny_model({2, job.value("tied", false)});
-  return load_model(name, torch::TensorOptions().dtype(parse_dtype(job.value("dtype", "float32"))), 0);
-}
-
-// ---- the rank side ----------------------------------------------------------------------------------------
-
-// A rank that dies in the middle of a step: the objective exits the process when the LM head first asks it
-// for token sums (after the step's first collective, before the head's reduce_scatter).
-class DyingObjective final : public Objective {
- public:
-  explicit DyingObjective(std::unique_ptr<Objective> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  Batch make_batch(const BatchSpec& spec, Model& model, int64_t rows) const override {
-    return inner_->make_batch(spec, model, rows);
-  }
-  torch::Tensor token_sums(const torch::Tensor&, const Batch&, int64_t) const override { std::_Exit(7); }
-  torch::Tensor outer(const torch::Tensor& sums, const Batch& batch) const override {
-    return inner_->outer(sums, batch);
-  }
-  bool outer_is_linear() const override { return inner_->outer_is_linear(); }
-
- private:
-  std::unique_ptr<Objective> inner_;
-};
-
-void write_json(const fs::path& p, const json& j) {
-  std::ofstream(p) << j.dump(2) << "\n";
-}
-
-int rank_main(const json& job) {
-  auto& rec = profiles::MemoryRecorder::instance();  // before the first tensor
-  torch::set_num_threads(job.value("threads", 1));
-  const fs::path out = job.at("out").get<std::string>();
-  const int rank = std::stoi(std::getenv("RANK")), world = std::stoi(std::getenv("WORLD_SIZE"));
-  const std::string mode = job.value("mode", "step");
-  if (mode == "exit") {  // the launcher test: rank `exit_rank` fails at once, the others hang
-    if (rank == job.at("exit_rank").get<int>()) return job.value("exit_code", 5);
-    std::this_thread::sleep_for(std::chrono::seconds(120));
-    return 0;
-  }
-  if (rank == job.value("skip_rank", -1)) return 0;  // a rank that never joins the rendezvous
-  try {
-    auto comm = dist::Communicator::create(dist::CommConfig::from_env());
-    dist::set_current_communicator(comm.get());
-    Model model = [&] {
-      profiles::MemoryScope scope(profiles::Category::params);
-      return model_for(job);
-    }();
-    std::unique_ptr<Objective> objective = make_objective(job.at("objective"));
-    if (rank == job.value("die_rank", -1)) objective = std::make_unique<DyingObjective>(std::move(objective));
-    const Partitioning part{job.value("partition", kPartition),
-                            job.value("logits_partition", kLogitsPartition)};
-    Batch global = objective->make_batch(spec_for(job, model.config.vocab, world), model, part.logits_rows);
-    Batch local = dist::rank_batch(global, rank, world);
-    global = Batch();
-
-    dist::DistOptions options;
-    options.shard_params = job.value("shard_params", false);
-    options.naive_comm = job.value("naive_comm", false);
-    const std::string impl = job.at("impl");
-    const bool distributed = impl == "streambp-dist" || impl == "checkpoint-dist";
-    std::unique_ptr<Strategy> strategy = impl == "streambp-dist"     ? make_streambp_dist(options)
-                                         : impl == "checkpoint-dist" ? make_checkpoint_dist(options)
-                                                                     : make_strategy(impl);
-    auto* dist_strategy = dynamic_cast<dist::DistStrategy*>(strategy.get());
-    const StepInputs in{model, local, *objective, part};
-
-    // Warm-up steps, then measured ones: memory from the first measured step, time the fastest.
-    double loss = 0, seconds = std::numeric_limits<double>::infinity();
-    int64_t base = 0, peak = 0, end_live = 0;
-    profiles::CategoryBytes peak_cats{};
-    const int warmup = job.value("warmup", 0), repeat = job.value("repeat", 1);
-    for (int s = 0; s < warmup + repeat; ++s) {
-      for (auto& p : model.trainable_parameters()) p.tensor.mutable_grad().reset();
-      comm->barrier("before step");
-      rec.reset_peak();
-      const int64_t live = rec.live_bytes();
-      const auto t0 = std::chrono::steady_clock::now();
-      loss = strategy->forward_backward(in).item<double>();
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (s == warmup) {
-        base = live;
-        peak = rec.peak_bytes();
-        peak_cats = rec.peak_by_category();
-        end_live = rec.live_bytes();  // what the step leaves: full gradients, or this rank's shards
-      }
-      if (s >= warmup) seconds = std::min(seconds, dt);
-    }
-    json result = {{"rank", rank},
-                   {"loss", loss},
-                   {"seconds", seconds},
-                   {"base_bytes", base},
-                   {"peak_bytes", peak},
-                   {"step_peak_bytes", peak - base},
-                   {"end_live_bytes", end_live},
-                   {"impl", impl},
-                   {"options", options.label()}};
-    if (dist_strategy) result["comm"] = dist_strategy->last_step_comm().to_json();
-    json peak_by_category = json::object();
-    for (int c = 0; c < profiles::kCategoryCount; ++c)
-      peak_by_category[profiles::category_name(static_cast<profiles::Category>(c))] = peak_cats[c];
-    result["peak_by_category"] = peak_by_category;
-
-    if (distributed && job.value("gather", true)) {
-      auto grads = dist_strategy->gather_full_gradients();
-      std::vector<std::string> names;
-      std::vector<torch::Tensor> tensors;
-      for (auto& g : grads) {
-        names.push_back(g.name);
-        tensors.push_back(g.tensor.to(torch::kDouble));
-      }
-      result["names"] = names;
-      if (rank == 0) torch::save(tensors, (out / "grads.pt").string());
-
-      // What a runner does for its gradient-error report: full parameters back, full gradients into .grad.
-      dist_strategy->restore_parameters(model);
-      dist_strategy->load_full_gradients(model);
-      const Model fresh = model_for(job);
-      const auto now = model.named_parameters(), then = fresh.named_parameters();
-      bool params_restored = now.size() == then.size(), grads_loaded = true;
-      for (size_t k = 0; params_restored && k < now.size(); ++k)
-        params_restored = now[k].tensor.equal(then[k].tensor);
-      const auto trainable = model.trainable_parameters();
-      for (size_t k = 0; k < trainable.size(); ++k)
-        grads_loaded = grads_loaded && trainable[k].tensor.grad().defined() &&
-                       trainable[k].tensor.grad().to(torch::kDouble).equal(tensors.at(k));
-      result["params_restored"] = params_restored;
-      result["grads_loaded"] = grads_loaded;
-    }
-    write_json(out / fmt::format("rank{}.json", rank), result);
-    comm->barrier("end");  // rank 0 holds the store: nobody leaves while another still needs it
-    return 0;
-  } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
-    std::ofstream(out / fmt::format("rank{}.error", rank)) << what << "\n";
-    std::cerr << "rank " << rank << ": " << what << "\n";
-    return 3;
-  }
-}
-
-// One rank of a parent's launch; skipped in an ordinary test run.
-TEST(DistChild, RankBody) {
-  const char* job = std::getenv("BPBENCH_DIST_TEST_JOB");
-  if (!job) GTEST_SKIP() << "runs only as a rank launched by the other Dist tests";
-  const int code = rank_main(json::parse(job));
-  std::cout.flush();
-  std::cerr.flush();
-  std::_Exit(code);  // no static destructors: a rank's exit must never wait on a peer
-}
-
-// ---- the parent side --------------------------------------------------------------------------------------
 
 LaunchResult launch(const json& job, int world, std::vector<std::pair<std::string, std::string>> env = {},
                     std::chrono::milliseconds grace = std::chrono::seconds(15)) {
-  LaunchOptions o;
-  o.world_size = world;
-  o.args = {"--gtest_filter=DistChild.RankBody"};
-  env.emplace_back("BPBENCH_DIST_TEST_JOB", job.dump());
-  env.emplace_back("OMP_NUM_THREADS", "1");
-  // A sharded test process (ctest's shard_K_of_N) hands GoogleTest's shard variables down: the child must run
-  // its one filtered test whichever shard that lands in.
-  env.emplace_back("GTEST_TOTAL_SHARDS", "1");
-  env.emplace_back("GTEST_SHARD_INDEX", "0");
-  o.env = env;
-  o.grace = grace;
-  o.timeout = std::chrono::seconds(300);
-  return launch_local_ranks(o);
-}
-
-std::string rank_errors(const fs::path& dir, int world) {
-  std::string all;
-  for (int r = 0; r < world; ++r)
-    if (fs::exists(dir / fmt::format("rank{}.error", r))) all += slurp(dir / fmt::format("rank{}.error", r));
-  return all;
+  return launch_ranks(job, world, std::move(env), grace);
 }
 
 struct DistCase {
@@ -301,7 +90,7 @@ TEST_P(DistExactness, GatheredGradientsEqualPlainOnConcatenatedBatch) {
   // Reference: single-process plain BP on the global (concatenated) batch, float64.
   Model model = tiny_model({2, c.tied});
   auto objective = make_objective(c.objective);
-  Batch global = objective->make_batch(spec_for(job, model.config.vocab, c.world), model, kLogitsPartition);
+  Batch global = dist_job_global_batch(job, model, c.world);
   const StepResult ref = run_step("plain", model, global, *objective, {kT, kT});
 
   const json r0 = json::parse(slurp(tmp.path() / "rank0.json"));

@@ -101,7 +101,8 @@ offload: "checkpoints" keeps the layer checkpoints of checkpoint, checkpoint-chu
   synchronous copies on the CPU); results add memory.host_peak_bytes beside the device's peak_bytes.
 data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
   sequences); results record the file's name and SHA-256.
-world_size: ranks for streambp-dist / checkpoint-dist, started as local processes; other impls are skipped.
+world_size: ranks for streambp-dist, checkpoint-dist (data parallel), ulysses, streambp-ulysses (sequence
+  parallel), started as local processes; other impls are skipped.
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
   llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
 timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).

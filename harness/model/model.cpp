@@ -285,10 +285,16 @@ torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t p
 
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                      const KV& kv) const {
+  return attention_output(i, x_rows, attention_heads(i, q, kv));
+}
+
+torch::Tensor Model::attention_heads(int64_t i, const torch::Tensor& q, const KV& kv) const {
+  return causal_attention(q, kv.k, kv.v, config.window_of(i), config.attention_scale(), kv.sink);
+}
+
+torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o) const {
   const auto& w = layers[i];
-  auto o = causal_attention(q, kv.k, kv.v, config.window_of(i), config.attention_scale(),
-                            kv.sink);  // (N, c, Hq*hd)
-  auto y = w.o(o, lora_enabled);       // (N, c, d)
+  auto y = w.o(o, lora_enabled);  // (N, c, d)
   return x_rows + (w.attn_output_norm.defined() ? norm(y, w.attn_output_norm) : y);
 }
 

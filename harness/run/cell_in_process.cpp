@@ -181,10 +181,11 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   }();
 
   // The batch is built before measurement: DPO and GRPO run a no-grad reference pass here. A distributed
-  // cell builds the global batch (batch examples per rank) and keeps its rank's rows.
+  // cell builds the global batch (batch examples per rank, or batch examples that sequence-parallel ranks
+  // share) and keeps its rank's part.
   auto objective = make_objective(c.objective);
   BatchSpec spec;
-  spec.examples = c.batch * world;
+  spec.examples = dist_strategy ? dist::global_examples(strategy, c.batch, world) : c.batch;
   spec.seq_len = c.seq_len;
   spec.prompt_len = c.prompt_len;
   spec.group = c.group;
@@ -203,7 +204,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     if (!job.settings.data_path.empty())
       spec.data_tokens = data_tokens(job, spec.examples, model.config.vocab, r);
     batch = objective->make_batch(spec, model, c.logits_partition);
-    if (world > 1) batch = dist::rank_batch(batch, rank, world);
+    if (world > 1) batch = dist::local_batch(strategy, batch, rank, world);
   }
 
   const bool timed = m.time.enabled;

@@ -27,6 +27,13 @@ bool is_distributed(const Strategy& strategy) {
   return dynamic_cast<const dist::DistStrategy*>(&strategy) != nullptr;
 }
 
+std::vector<std::string> distributed_strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& name : strategy_names())
+    if (is_distributed(*make_strategy(name))) names.push_back(name);
+  return names;
+}
+
 bool killed_by_sigkill(const CellResult& r) {
   return r.status == "error" && r.reason.find(fmt::format("by signal {} (", SIGKILL)) != std::string::npos;
 }
@@ -41,8 +48,8 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
     return fmt::format("{} keeps no layer checkpoints in a store it could offload (offload applies to {})",
                        strategy.name(), fmt::join(offloading_strategy_names(), ", "));
   if (!is_distributed(strategy) && job.settings.world_size > 1)
-    return fmt::format("runs in one process; world_size {} is for the -dist strategies",
-                       job.settings.world_size);
+    return fmt::format("runs in one process; world_size {} is for the distributed strategies ({})",
+                       job.settings.world_size, fmt::join(distributed_strategy_names(), ", "));
   return std::nullopt;
 }
 }  // namespace

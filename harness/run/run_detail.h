@@ -18,6 +18,8 @@ std::string one_line(std::string s);
 std::string read_file(const std::string& path);  // the whole file; "" when it cannot be read
 
 bool is_distributed(const Strategy& strategy);
+// The registry's distributed strategies, for messages.
+std::vector<std::string> distributed_strategy_names();
 // True for the "error" of a cell whose process (or one of whose ranks) died of SIGKILL, which the system's
 // OOM killer sends: run_cell_isolated's and run_cell_distributed's reasons say "by signal 9 (".
 bool killed_by_sigkill(const CellResult& r);

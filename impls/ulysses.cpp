@@ -1,0 +1,110 @@
+// ulysses.cpp: DeepSpeed-Ulysses sequence parallelism with layerwise checkpointing, over c10d ranks: the
+// baseline streambp-ulysses is measured against (the layout, the exchanges and the loss across ranks:
+// sequence_parallel.h; gradient buckets and shards: dist_common.h).
+//
+// Rank r holds rows [r Ts, (r+1) Ts) of every sequence (Ts = ceil(T / P), x: (N, Ts, d)):
+//
+//   forward (no grad): x_0 = embed(ids); x_{i+1} = layer_i(x_i)           keep x_i (N, Ts, d)
+//       layer_i: q, k, v of the rows -all_to_all-> the rank's heads over all T' rows; attention;
+//                -all_to_all-> the rows; o_proj, MLP                       [shard_params: all_gather around]
+//   head: logits of the rank's rows whole (N, Ts, V), as the checkpoint baseline; DPO: S all-reduced first
+//         reduce_scatter(head)
+//   layer i = L-1..0: layer_i again from x_i with grad (its two all-to-alls), backward with dY: autograd runs
+//         the exchanges backwards (two more); dx is the next dY; reduce_scatter(layer i)
+//   embedding backward; reduce_scatter(embedding)
+//
+// Collectives per step: 6 L all_to_alls (2 L forward, 2 L again, 2 L backward), L + 2 reduce_scatters, 2
+// all_reduces (normalisers, loss), DPO one more (the sequence sums).
+#include <fmt/format.h>
+
+#include "impls/dist_common.h"
+#include "impls/layerwise.h"
+#include "impls/sequence_parallel.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+namespace {
+
+using dist::DistStep;
+using dist::SequenceLayout;
+using profiles::Category;
+using profiles::MemoryScope;
+using profiles::PhaseScope;
+
+class Ulysses final : public dist::DistStrategy {
+ public:
+  explicit Ulysses(const dist::DistOptions& options)
+      : DistStrategy("ulysses",
+                     "DeepSpeed-Ulysses sequence parallelism: all-to-all between sequence and head shards, "
+                     "layerwise checkpointing, full-logits head",
+                     options) {}
+  bool data_parallel() const override { return false; }
+  bool sequence_parallel() const override { return true; }
+  bool estimated() const override { return false; }
+
+  torch::Tensor forward_backward(const StepInputs& in) const override {
+    DistStep step(*this, in);  // global normalisers: one all_reduce
+    const Model& m = in.model;
+    auto& comm = step.comm();
+    const SequenceLayout layout = dist::layout_of(m.config, step.batch(), comm);
+    const int64_t whole = layout.padded();  // attention over every row in one call, as DeepSpeed's
+
+    std::vector<torch::Tensor> xs;  // x_0..x_L (N, Ts, d)
+    {
+      PhaseScope phase("forward");
+      MemoryScope scope(Category::checkpoints);
+      torch::NoGradGuard no_grad;
+      xs.push_back(m.embed(step.batch().input_ids));
+      for (int64_t i = 0; i < m.config.layers; ++i) {
+        step.gather_layer(i);
+        xs.push_back(dist::sequence_parallel_layer(m, i, xs.back(), layout, comm, whole));
+        step.release_layer(i);
+      }
+    }
+
+    torch::Tensor loss, dy;
+    step.open_head();
+    {
+      PhaseScope phase("head");
+      MemoryScope scope(Category::logits);
+      auto x_last = xs.back().detach().requires_grad_(true);
+      auto sums = in.objective.token_sums(m.head_logits(x_last), step.batch(), 0);  // (N), via (N, Ts, V)
+      if (!in.objective.outer_is_linear())  // f'(S) at the whole sequences' S
+        sums = sums + (dist::all_sequence_sums(sums, comm) - sums.detach());
+      auto rank_loss = in.objective.outer(sums, step.batch());
+      rank_loss.backward();
+      loss = rank_loss.detach();
+      dy = x_last.grad();  // (N, Ts, d)
+    }
+    step.reduce_and_close(step.head());
+    xs.pop_back();
+
+    for (int64_t i = m.config.layers - 1; i >= 0; --i) {
+      PhaseScope phase(fmt::format("layer {} backward", i));
+      step.gather_layer(i);
+      step.open(step.layer(i));
+      {
+        MemoryScope scope(Category::activations);
+        auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
+        xs[i] = torch::Tensor();
+        dist::sequence_parallel_layer(m, i, x_in, layout, comm, whole).backward(dy);
+        dy = x_in.grad();  // (N, Ts, d)
+      }
+      step.reduce_and_close(step.layer(i));
+      step.release_layer(i);
+    }
+
+    step.open(step.embedding());
+    embedding_backward(m, step.batch().input_ids, dy);
+    step.reduce_and_close(step.embedding());
+    return step.finish(loss);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<dist::DistStrategy> make_ulysses(const dist::DistOptions& options) {
+  return std::make_unique<Ulysses>(options);
+}
+
+}  // namespace bpbench
