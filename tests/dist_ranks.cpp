@@ -156,6 +156,8 @@ int rank_main(const json& job) {
                    {"step_peak_bytes", peak - base},
                    {"end_live_bytes", end_live},
                    {"impl", impl},
+                   {"local_rank", std::stoi(std::getenv("LOCAL_RANK"))},
+                   {"node", std::stoi(std::getenv("GROUP_RANK"))},
                    {"options", options.label()}};
     if (dist_strategy) result["comm"] = dist_strategy->last_step_comm().to_json();
     json peak_by_category = json::object();
@@ -219,6 +221,7 @@ LaunchResult launch_ranks(const json& job, int world, std::vector<std::pair<std:
                           std::chrono::milliseconds grace) {
   LaunchOptions o;
   o.world_size = world;
+  o.nodes = job.value("nodes", 1);
   o.args = {"--gtest_filter=DistChild.RankBody"};
   env.emplace_back("BPBENCH_DIST_TEST_JOB", job.dump());
   env.emplace_back("OMP_NUM_THREADS", "1");

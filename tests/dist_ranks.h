@@ -7,8 +7,8 @@
 // strategy's steps, all-gathers the gradient shards and writes rank<r>.json (rank 0 also grads.pt) to the
 // job's "out" directory. Job keys: impl, objective, out; model ("tiny" | a preset), dtype, tied, kv_heads,
 // lora_rank, examples_per_rank, seq_len, padding, prompt_len, partition, logits_partition, shard_params,
-// naive_comm, warmup, repeat, threads, gather; for the failure tests mode, exit_rank, exit_code, skip_rank,
-// die_rank.
+// naive_comm, warmup, repeat, threads, gather, nodes (torchrun-style nodes on this machine, dist_launch.h);
+// for the failure tests mode, exit_rank, exit_code, skip_rank, die_rank.
 #pragma once
 
 #include <unistd.h>

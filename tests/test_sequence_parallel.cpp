@@ -178,6 +178,54 @@ std::vector<SpCase> exactness_cases() {
   return cases;
 }
 
+// Two "nodes" of two ranks with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT): the rendezvous spans both, and the step is the same.
+TEST(SequenceParallelLaunch, TwoNodesOfTwoRanksWithTorchrunsVariables) {
+  TempDir tmp;
+  const json job = {{"impl", "streambp-ulysses"},
+                    {"objective", "sft"},
+                    {"dtype", "float64"},
+                    {"nodes", 2},
+                    {"out", tmp.path().string()}};
+  const LaunchResult run = launch_ranks(job, 4);
+  ASSERT_EQ(run.exit_code, 0) << run.error << "\n" << rank_errors(tmp.path(), 4);
+  for (int r = 0; r < 4; ++r) {
+    const json rr = json::parse(slurp(tmp.path() / fmt::format("rank{}.json", r)));
+    EXPECT_EQ(rr.at("local_rank"), r % 2) << "rank " << r;
+    EXPECT_EQ(rr.at("node"), r / 2) << "rank " << r;
+  }
+  Model model = dist_job_model(job);
+  const Batch global = dist_job_global_batch(job, model, 4);
+  const StepResult ref = run_step("plain", model, global, *make_objective("sft"), {kDistT, kDistT});
+  StepResult got;
+  const json r0 = json::parse(slurp(tmp.path() / "rank0.json"));
+  got.loss = r0.at("loss");
+  got.names = r0.at("names").get<std::vector<std::string>>();
+  torch::load(got.grads, (tmp.path() / "grads.pt").string());
+  expect_same_gradients(ref, got, kTol, "2 nodes x 2 ranks");
+}
+
+// A rank that dies in its LM head (after the forward's all-to-alls): the others fail on their own within the
+// timeout, each with one line naming itself and the collective it was in.
+TEST(SequenceParallelLaunch, DeadRankEndsTheStepWithAOneLineError) {
+  TempDir tmp;
+  const json job = {
+      {"impl", "streambp-ulysses"}, {"objective", "sft"}, {"die_rank", 1}, {"out", tmp.path().string()}};
+  const auto t0 = std::chrono::steady_clock::now();
+  const LaunchResult run = launch_ranks(job, 4, {{"BPBENCH_DIST_TIMEOUT_S", "20"}});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_LT(seconds, 60.0);
+  EXPECT_NE(run.error.find("rank 1 of 4"), std::string::npos) << run.error;
+  EXPECT_NE(run.error.find("exited with status 7"), std::string::npos) << run.error;
+  for (int r : {0, 2, 3}) {
+    EXPECT_EQ(run.ranks[r].signal, 0) << run.ranks[r].describe();
+    const std::string err = slurp(tmp.path() / fmt::format("rank{}.error", r));
+    EXPECT_NE(err.find(fmt::format("rank {} of 4 (gloo)", r)), std::string::npos) << err;
+    EXPECT_EQ(err.find('\n'), err.size() - 1) << "one line: " << err;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Gloo, SequenceParallelExactness, ::testing::ValuesIn(exactness_cases()), case_name);
 
 }  // namespace

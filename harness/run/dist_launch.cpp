@@ -107,11 +107,19 @@ LaunchResult launch_local_ranks(const LaunchOptions& options) {
   };
 
   // Start every rank.
+  const int nodes = std::max(1, options.nodes), per_node = R / nodes;
+  if (R % nodes != 0)
+    throw std::invalid_argument(fmt::format("launch: {} ranks do not split over {} nodes", R, nodes));
   for (int r = 0; r < R; ++r) {
     std::vector<std::pair<std::string, std::string>> vars = {
-        {"RANK", std::to_string(r)},          {"WORLD_SIZE", std::to_string(R)},
-        {"LOCAL_RANK", std::to_string(r)},    {"LOCAL_WORLD_SIZE", std::to_string(R)},
-        {"MASTER_ADDR", options.master_addr}, {"MASTER_PORT", std::to_string(result.master_port)},
+        {"RANK", std::to_string(r)},
+        {"WORLD_SIZE", std::to_string(R)},
+        {"LOCAL_RANK", std::to_string(r % per_node)},
+        {"LOCAL_WORLD_SIZE", std::to_string(per_node)},
+        {"GROUP_RANK", std::to_string(r / per_node)},
+        {"GROUP_WORLD_SIZE", std::to_string(nodes)},
+        {"MASTER_ADDR", options.master_addr},
+        {"MASTER_PORT", std::to_string(result.master_port)},
     };
     // As torchrun does: ranks sharing the cores should not each start a pool of every core.
     if (!std::getenv("OMP_NUM_THREADS") && R > 1) {

@@ -27,6 +27,10 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{15000};  // after the first failure, before the other ranks are killed
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free local port
+  // The ranks as `nodes` torchrun nodes of world_size / nodes ranks each, all on this machine (a multi-node
+  // run's environment, for tests): rank r is LOCAL_RANK r % (world_size / nodes) of GROUP_RANK (the node)
+  // r / (world_size / nodes). world_size must be a multiple of nodes.
+  int nodes = 1;
 };
 
 struct RankExit {
