@@ -209,27 +209,66 @@ torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& la
 }
 
 torch::Tensor sequence_parallel_layer(const Model& m, int64_t i, const torch::Tensor& x,
-                                      const SequenceLayout& layout, Communicator& comm, int64_t rows) {
-  auto h = m.attn_norm(i, x);                                            // (N, Ts, d)
-  auto q = m.project_q(i, h, layout.first_row(), layout.seq_len);        // (N, Hq, Ts, hd)
-  const KV kv = m.project_kv(i, h, layout.first_row(), layout.seq_len);  // (N, Hkv, Ts, hd)
-  h = torch::Tensor();
-  auto heads = exchange_qkv(q, kv.k, kv.v, layout, comm, fmt::format("layer {} q, k, v", i));
-  q = torch::Tensor();
-  // The rank's heads over every row, queries in blocks of `rows`: (N, T', Hq' hd).
-  const int64_t Tp = layout.padded();
-  std::vector<torch::Tensor> blocks;
-  for (int64_t s = 0; s < Tp; s += rows) {
-    const int64_t c = std::min(rows, Tp - s), e = s + c, k0 = m.config.first_visible_key(i, s);
-    blocks.push_back(m.attention_heads(i, heads.q.narrow(2, s, c),
-                                       KV{heads.k.narrow(2, k0, e - k0), heads.v.narrow(2, k0, e - k0)}));
+                                      const SequenceLayout& layout, Communicator& comm) {
+  HeadShards heads;
+  {
+    auto h = m.attn_norm(i, x);                                      // (N, Ts, d)
+    auto q = m.project_q(i, h, layout.first_row(), layout.seq_len);  // (N, Hq, Ts, hd)
+    KV kv = m.project_kv(i, h, layout.first_row(), layout.seq_len);  // (N, Hkv, Ts, hd)
+    heads = exchange_qkv(q, kv.k, kv.v, layout, comm, fmt::format("layer {} q, k, v", i));
   }
+  auto o = m.attention_heads(i, heads.q, KV{heads.k, heads.v});  // (N, T', Hq' hd)
   heads = HeadShards{};
-  auto o = blocks.size() == 1 ? blocks.front() : torch::cat(blocks, 1);
-  blocks.clear();
   auto o_rows = attention_to_rows(o, layout, comm, fmt::format("layer {} attention output", i));
   o = torch::Tensor();
   return m.mlp_block(i, m.attention_output(i, x, o_rows));
+}
+
+HeadShards qkv_to_heads(const Model& m, int64_t i, const torch::Tensor& x, const SequenceLayout& layout,
+                        Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const auto& c = m.config;
+  const int64_t N = x.size(0), Ts = layout.rows, pos0 = layout.first_row();
+  auto q = torch::empty({N, c.heads, Ts, c.head_dim}, x.options());
+  auto k = torch::empty({N, c.kv_heads, Ts, c.head_dim}, x.options()), v = torch::empty_like(k);
+  for (int64_t s = 0; s < Ts; s += rows) {
+    const int64_t n = std::min(rows, Ts - s);
+    auto h = m.attn_norm(i, x.narrow(1, s, n));
+    q.narrow(2, s, n).copy_(m.project_q(i, h, pos0 + s, layout.seq_len));
+    const KV kv = m.project_kv(i, h, pos0 + s, layout.seq_len);
+    k.narrow(2, s, n).copy_(kv.k);
+    v.narrow(2, s, n).copy_(kv.v);
+  }
+  return exchange_qkv(q, k, v, layout, comm, fmt::format("layer {} q, k, v", i));
+}
+
+torch::Tensor attention_rows(const Model& m, int64_t i, const HeadShards& heads, const SequenceLayout& layout,
+                             Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const int64_t N = heads.q.size(0), Tp = layout.padded();
+  auto o = torch::empty({N, Tp, heads.q.size(1) * heads.q.size(3)}, heads.q.options());
+  for (int64_t s = 0; s < Tp; s += rows) {
+    const int64_t n = std::min(rows, Tp - s), e = s + n, k0 = m.config.first_visible_key(i, s);
+    o.narrow(1, s, n).copy_(m.attention_heads(
+        i, heads.q.narrow(2, s, n), KV{heads.k.narrow(2, k0, e - k0), heads.v.narrow(2, k0, e - k0)}));
+  }
+  return attention_to_rows(o, layout, comm, fmt::format("layer {} attention output", i));
+}
+
+torch::Tensor layer_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const SequenceLayout& layout,
+                              Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor o_rows;  // (N, Ts, Hq hd)
+  {
+    const HeadShards heads = qkv_to_heads(m, i, x, layout, comm, rows);
+    o_rows = attention_rows(m, i, heads, layout, comm, rows);
+  }
+  auto y = torch::empty_like(x);
+  for (int64_t s = 0; s < layout.rows; s += rows) {
+    const int64_t n = std::min(rows, layout.rows - s);
+    y.narrow(1, s, n).copy_(m.mlp_block(i, m.attention_output(i, x.narrow(1, s, n), o_rows.narrow(1, s, n))));
+  }
+  return y;
 }
 
 }  // namespace bpbench::dist

@@ -96,9 +96,21 @@ torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& la
                                 const std::string& what);
 
 // Layer i on the rank's rows x (N, Ts, d) -> (N, Ts, d), differentiable (autograd runs the exchanges
-// backwards): norms and projections on the rows, attention of the rank's heads over every row in query
-// blocks of `rows` (T' for one call), o_proj and the MLP on the rows.
+// backwards): norms and projections on the rows, attention of the rank's heads over all T' rows in one call,
+// o_proj and the MLP on the rows. DeepSpeed-Ulysses' layer.
 torch::Tensor sequence_parallel_layer(const Model& model, int64_t i, const torch::Tensor& x,
-                                      const SequenceLayout& layout, Communicator& comm, int64_t rows);
+                                      const SequenceLayout& layout, Communicator& comm);
+
+// The same layer as values (no grad), `rows` at a time wherever a piece has rows (StreamBP's forward):
+//   qkv_to_heads:    q, k, v of the rows, made `rows` rows at a time into (N, H, Ts, hd) buffers, exchanged
+//   attention_rows:  the attention of the rank's heads in blocks of `rows` queries into (N, T', Hq' hd),
+//                    exchanged back to the rows: (N, Ts, Hq hd)
+//   layer_in_chunks: both, then o_proj, the residual and the MLP `rows` rows at a time into (N, Ts, d)
+HeadShards qkv_to_heads(const Model& model, int64_t i, const torch::Tensor& x, const SequenceLayout& layout,
+                        Communicator& comm, int64_t rows);
+torch::Tensor attention_rows(const Model& model, int64_t i, const HeadShards& heads,
+                             const SequenceLayout& layout, Communicator& comm, int64_t rows);
+torch::Tensor layer_in_chunks(const Model& model, int64_t i, const torch::Tensor& x,
+                              const SequenceLayout& layout, Communicator& comm, int64_t rows);
 
 }  // namespace bpbench::dist

@@ -5,7 +5,8 @@
 //
 // Rank r, rows [r Ts, (r+1) Ts) (x: (N, Ts, d); c = partition rows, c_l = logits_partition rows):
 //
-//   forward (no grad): x_{i+1} = layer_i(x_i), attention in blocks of c queries; keep x_1..x_{L-1}
+//   forward (no grad): x_{i+1} = layer_i(x_i) as a. and b. below, then o_proj and the MLP in chunks of c
+//                      rows; keep x_1..x_{L-1}
 //                      (x_0 = embed(ids) made again for layer 0, layerwise.h: FirstInputRecomputed)
 //   head: in chunks of c_l rows (layerwise.h: streamed_head_backward), dx into x_L's rows; DPO: S
 //         all-reduced first; reduce_scatter(head)
@@ -61,34 +62,17 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
     for (int64_t s = 0; s < length; s += rows) body(s, std::min(rows, length - s));
   };
 
-  HeadShards heads;  // a.
+  HeadShards heads;      // a.
+  torch::Tensor o_rows;  // b. (N, Ts, Hq hd)
   {
     PhaseScope phase("q, k, v to heads");
     MemoryScope scope(Category::kv);
-    torch::NoGradGuard no_grad;
-    auto q = torch::empty({N, cfg.heads, Ts, hd}, x_in.options());
-    auto k = torch::empty({N, cfg.kv_heads, Ts, hd}, x_in.options()), v = torch::empty_like(k);
-    for_chunks(Ts, [&](int64_t s, int64_t c) {
-      auto h = m.attn_norm(i, x_in.detach().narrow(1, s, c));
-      q.narrow(2, s, c).copy_(m.project_q(i, h, pos0 + s, T));
-      const KV kv = m.project_kv(i, h, pos0 + s, T);
-      k.narrow(2, s, c).copy_(kv.k);
-      v.narrow(2, s, c).copy_(kv.v);
-    });
-    heads = dist::exchange_qkv(q, k, v, layout, comm, fmt::format("layer {} q, k, v", i));
+    heads = dist::qkv_to_heads(m, i, x_in.detach(), layout, comm, rows);
   }
-  torch::Tensor o_rows;  // b. (N, Ts, Hq hd)
   {
     PhaseScope phase("attention to rows");
     MemoryScope scope(Category::activations);
-    torch::NoGradGuard no_grad;
-    auto o = torch::empty({N, Tp, layout.q_heads * hd}, x_in.options());
-    for_chunks(Tp, [&](int64_t s, int64_t c) {
-      const int64_t e = s + c, k0 = cfg.first_visible_key(i, s);
-      o.narrow(1, s, c).copy_(m.attention_heads(
-          i, heads.q.narrow(2, s, c), KV{heads.k.narrow(2, k0, e - k0), heads.v.narrow(2, k0, e - k0)}));
-    });
-    o_rows = dist::attention_to_rows(o, layout, comm, fmt::format("layer {} attention output", i));
+    o_rows = dist::attention_rows(m, i, heads, layout, comm, rows);
   }
   {  // c.
     PhaseScope phase("mlp chunks");
@@ -185,7 +169,7 @@ class StreamBPUlysses final : public dist::DistStrategy {
       x = first_layer_input(m, ids);
       for (int64_t i = 0; i < m.config.layers; ++i) {
         step.gather_layer(i);
-        torch::Tensor next = dist::sequence_parallel_layer(m, i, x, layout, comm, rows);
+        torch::Tensor next = dist::layer_in_chunks(m, i, x, layout, comm, rows);
         step.release_layer(i);
         store.put(i, std::move(x));
         x = std::move(next);

@@ -47,7 +47,6 @@ class Ulysses final : public dist::DistStrategy {
     const Model& m = in.model;
     auto& comm = step.comm();
     const SequenceLayout layout = dist::layout_of(m.config, step.batch(), comm);
-    const int64_t whole = layout.padded();  // attention over every row in one call, as DeepSpeed's
 
     std::vector<torch::Tensor> xs;  // x_0..x_L (N, Ts, d)
     {
@@ -57,7 +56,7 @@ class Ulysses final : public dist::DistStrategy {
       xs.push_back(m.embed(step.batch().input_ids));
       for (int64_t i = 0; i < m.config.layers; ++i) {
         step.gather_layer(i);
-        xs.push_back(dist::sequence_parallel_layer(m, i, xs.back(), layout, comm, whole));
+        xs.push_back(dist::sequence_parallel_layer(m, i, xs.back(), layout, comm));
         step.release_layer(i);
       }
     }
@@ -87,7 +86,7 @@ class Ulysses final : public dist::DistStrategy {
         MemoryScope scope(Category::activations);
         auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
         xs[i] = torch::Tensor();
-        dist::sequence_parallel_layer(m, i, x_in, layout, comm, whole).backward(dy);
+        dist::sequence_parallel_layer(m, i, x_in, layout, comm).backward(dy);
         dy = x_in.grad();  // (N, Ts, d)
       }
       step.reduce_and_close(step.layer(i));

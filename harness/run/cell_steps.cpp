@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -54,11 +55,19 @@ class TimelineGuard {
 // Where the allocator's state goes (CUDA: recorder.writes_snapshots()), DIR/NAME.memory_viz.pickle: written
 // when an allocation fails, and after the step when a timeline was asked for. Unset again when the cell ends,
 // however it ends.
+// The name of this process's timeline files: the job's, and for a rank of a distributed cell (each rank
+// records its own) "-rank<r>" after it, so that the ranks never write one file.
+std::string own_timeline_name(const CellJob& job) {
+  const char* rank = std::getenv("RANK");
+  if (job.settings.world_size <= 1 || !rank || job.timeline_name.empty()) return job.timeline_name;
+  return fmt::format("{}-rank{}", job.timeline_name, rank);
+}
+
 class SnapshotGuard {
  public:
   SnapshotGuard(profiles::Recorder& recorder, const CellJob& job) : recorder_(recorder) {
     if (!recorder.writes_snapshots() || job.timeline_dir.empty() || job.timeline_name.empty()) return;
-    name_ = job.timeline_name + ".memory_viz.pickle";
+    name_ = own_timeline_name(job) + ".memory_viz.pickle";
     path_ = (std::filesystem::path(job.timeline_dir) / name_).string();
     std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
     recorder_.set_oom_snapshot_path(path_);
@@ -127,14 +136,14 @@ void write_timeline(const CellJob& job, const profiles::Timeline& timeline, Memo
   if (job.timeline_dir.empty() || job.timeline_name.empty()) return;
   namespace fs = std::filesystem;
   const fs::path dir = job.timeline_dir;
-  fs::create_directories((dir / job.timeline_name).parent_path());
+  const std::string name = own_timeline_name(job);
+  fs::create_directories((dir / name).parent_path());
   const std::string label = job.cell.label({"model", "impl", "objective", "seq_len", "partition"});
-  write_json_atomically(dir / (job.timeline_name + ".json"),
+  write_json_atomically(dir / (name + ".json"),
                         json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
-  write_json_atomically(dir / (job.timeline_name + ".trace.json"),
-                        profiles::chrome_trace(timeline, label, device));
-  mem.timeline_file = job.timeline_name + ".json";
-  mem.trace_file = job.timeline_name + ".trace.json";
+  write_json_atomically(dir / (name + ".trace.json"), profiles::chrome_trace(timeline, label, device));
+  mem.timeline_file = name + ".json";
+  mem.trace_file = name + ".trace.json";
 }
 
 // Every step starts from fresh gradients, and every rank starts it together (its clock included).

@@ -149,7 +149,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
     job.settings = settings;
     job.timeline_dir = writer.path().parent_path().string();
     job.timeline_name = fmt::format("timelines/cell-{:03d}", i);
-    if (kept_timelines.count(job.timeline_name + ".json"))
+    if (kept_timelines.count(job.timeline_name + ".json") ||
+        kept_timelines.count(job.timeline_name + "-rank0.json"))
       job.timeline_name += fmt::format("-resumed-{}", resumed->meta.at("resumed").size());
     if (options.progress)
       *options.progress << fmt::format("[{}/{}] {} ... ", i + 1, cells.size(), cells[i].label(label_keys))
