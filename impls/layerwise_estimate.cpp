@@ -133,7 +133,8 @@ PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints) {
 
 namespace bpbench {
 
-std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vector<PhaseEstimate> phases) {
+std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vector<PhaseEstimate> phases,
+                                                FirstInput first) {
   const int64_t layer_bucket = D.layer_group ? D.bucket(D.layer_group) : 0;
   const int64_t layer_shard = D.layer_group ? D.shard(D.layer_group) : 0;
   const int64_t head_shard = D.head_group ? D.shard(D.head_group) : 0;
@@ -155,10 +156,16 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
         p.terms.push_back({"the embedding's gradient bucket (tied, open since the head)", embedding_bucket});
       // The phase is the top layer's; at layer 0 the L - 1 layers above have left their shards and taken
       // their inputs: the larger of the two ends (the change is linear in the layer).
-      const int64_t down = (D.L - 1) * (layer_shard - layer_input);
-      if (down > 0) {  // (the data-parallel strategies keep their checkpoints on the device)
+      const int64_t inputs_freed =
+          D.offload ? 0 : layer_inputs_alive(D.L - 1, first) - layer_inputs_alive(0, first);
+      const int64_t down = (D.L - 1) * layer_shard - inputs_freed * layer_input;
+      if (down > 0) {
         p.terms.push_back(
-            {fmt::format("at layer 0 rather than {}: (L-1) x (a layer's gradient shard - N*T*d*s)", D.L - 1),
+            {inputs_freed == D.L - 1
+                 ? fmt::format("at layer 0 rather than {}: (L-1) x (a layer's gradient shard - N*T*d*s)",
+                               D.L - 1)
+                 : fmt::format("at layer 0 rather than {}: (L-1) x a layer's gradient shard - {} x N*T*d*s",
+                               D.L - 1, inputs_freed),
              down});
         p.name += " (layer 0)";
       }

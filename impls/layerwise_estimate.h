@@ -58,6 +58,9 @@ FlopSchedule streambp_flop_schedule();
 // same schedule with D.N the rank's rows: no gradient is pre-allocated; each phase adds the group buckets
 // open in it and the shards reduced before it, a layer's phase at the top layer or at layer 0, whichever
 // holds more (going down, a layer shard more and a layer input less); then the embedding's backward.
-std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vector<PhaseEstimate> phases);
+// `first`: whether the strategy keeps x_0 (then going down a layer frees one input) or makes it again (then
+// layer 0 holds one input as layer 1 does). Sequence-parallel strategies pass their rows view (D.T = Ts).
+std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vector<PhaseEstimate> phases,
+                                                FirstInput first = FirstInput::kept);
 
 }  // namespace bpbench

@@ -122,7 +122,10 @@ variable_list heads_to_seq_raw(at::TensorList ys, Communicator& comm, const std:
   const int64_t N = recv.size(1), Ts = recv.size(3), hd = recv.size(4);
   variable_list out;
   for (int64_t a = 0, h0 = 0; a < static_cast<int64_t>(heads.size()); h0 += heads[a], ++a)
-    out.push_back(recv.narrow(2, h0, heads[a]).transpose(0, 1).reshape({N, P * heads[a], Ts, hd}));
+    // A copy, always: with one head per rank and N = 1 reshape would return a view that keeps the whole
+    // receive buffer alive.
+    out.push_back(
+        recv.narrow(2, h0, heads[a]).transpose(0, 1).reshape({N, P * heads[a], Ts, hd}).contiguous());
   return out;
 }
 

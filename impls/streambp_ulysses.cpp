@@ -36,6 +36,7 @@
 #include "impls/dist_common.h"
 #include "impls/layerwise.h"
 #include "impls/sequence_parallel.h"
+#include "impls/sequence_parallel_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -145,7 +146,12 @@ class StreamBPUlysses final : public dist::DistStrategy {
                      options) {}
   bool data_parallel() const override { return false; }
   bool sequence_parallel() const override { return true; }
-  bool estimated() const override { return false; }
+  // One rank's phases (sequence_parallel_estimate.h); shard_params is not estimated.
+  bool estimated() const override { return !options_.shard_params; }
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override {
+    return streambp_ulysses_phases(D, partition);
+  }
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
   bool uses_offload() const override { return !options_.shard_params; }

@@ -20,6 +20,7 @@
 #include "impls/dist_common.h"
 #include "impls/layerwise.h"
 #include "impls/sequence_parallel.h"
+#include "impls/sequence_parallel_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -40,7 +41,11 @@ class Ulysses final : public dist::DistStrategy {
                      options) {}
   bool data_parallel() const override { return false; }
   bool sequence_parallel() const override { return true; }
-  bool estimated() const override { return false; }
+  // One rank's phases (sequence_parallel_estimate.h); shard_params is not estimated.
+  bool estimated() const override { return !options_.shard_params; }
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning&) const override {
+    return ulysses_phases(D);
+  }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce

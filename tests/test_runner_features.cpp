@@ -240,6 +240,44 @@ TEST_F(RunnerFeatures, DistributedPeakOfEveryRankMatchesItsEstimate) {
   }
 }
 
+// Sequence parallelism (ulysses, streambp-ulysses): every rank's peak and base within 2% of the estimate
+// per rank, at lengths where the head (small) or the layers (small-text) set the peak, T odd included.
+TEST_F(RunnerFeatures, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
+  struct Case {
+    const char* model;
+    int64_t seq_len, ranks;
+  };
+  for (const Case& k : {Case{"small", 4096, 2}, Case{"small", 4096, 4}, Case{"small-text", 8192, 2},
+                        Case{"small-text", 8191, 4}}) {
+    const json results = run({{"threads", 1},
+                              {"world_size", k.ranks},
+                              {"grid",
+                               {{"model", k.model},
+                                {"impl", {"streambp-ulysses", "ulysses"}},
+                                {"seq_len", k.seq_len},
+                                {"partition", 128},
+                                {"logits_partition", 128}}},
+                              {"measure", {{"time", {{"warmup", 1}, {"repeat", 1}}}, {"grad_error", false}}}},
+                             fmt::format("sp-{}-{}-{}", k.model, k.seq_len, k.ranks));
+    ASSERT_EQ(results["cells"].size(), 2u);
+    for (const auto& c : results["cells"]) {
+      ASSERT_EQ(c["status"], "ok") << c["reason"];
+      const auto e = estimate_cell(Cell::from_axes(c["axes"]), 1, "cpu", std::nullopt, k.ranks);
+      ASSERT_TRUE(e.has_value()) << c["axes"]["impl"];
+      EXPECT_EQ(c["memory"]["estimate_bytes"].get<int64_t>(), e->peak_bytes);
+      ASSERT_EQ(c["ranks"].size(), static_cast<size_t>(k.ranks));
+      for (const auto& rank : c["ranks"]) {
+        const std::string where = fmt::format("{} T={} {} rank {} of {} ({})", k.model, k.seq_len,
+                                              c["axes"]["impl"].get<std::string>(), rank["rank"].get<int>(),
+                                              k.ranks, e->dominant_phase);
+        EXPECT_NEAR(e->peak_bytes / rank["peak_bytes"].get<double>(), 1.0, 0.02) << where;
+        EXPECT_NEAR(e->base / rank["base_bytes"].get<double>(), 1.0, 0.02) << where;
+        std::cout << where << ": measured " << rank["peak_bytes"] << ", estimate " << e->peak_bytes << "\n";
+      }
+    }
+  }
+}
+
 TEST_F(RunnerFeatures, DistributedCellOutOfMemoryIsAResultNotAHang) {
   // Both ranks run out of the budget inside the step; the cell is "oom" with the ranks' peaks, and the run
   // goes on to the next cell.

@@ -103,10 +103,15 @@ std::string mib(int64_t bytes) {
 }  // namespace
 
 namespace {
+// Over a process group, one rank estimated: its gradient buckets and shards, no pre-allocated gradients.
+bool distributed(const Strategy& s) {
+  return s.data_parallel() || s.sequence_parallel();
+}
+
 std::vector<std::string> estimated_names(bool data_parallel) {
   std::vector<std::string> names;
   for (const auto& name : estimated_strategy_names())
-    if (make_strategy(name)->data_parallel() == data_parallel) names.push_back(name);
+    if (distributed(*make_strategy(name)) == data_parallel) names.push_back(name);
   return names;
 }
 }  // namespace
@@ -143,7 +148,7 @@ void check_estimate_input(const EstimateInput& in) {
                                             in.impl, in.ranks, fmt::join(parallel, ", ")));
   if (data_parallel && in.ranks < 2)
     throw std::invalid_argument(
-        fmt::format("estimate: {} is data parallel: one rank of ranks >= 2 is estimated (--ranks)", in.impl));
+        fmt::format("estimate: {} is distributed: one rank of ranks >= 2 is estimated (--ranks)", in.impl));
   if (data_parallel && in.train)
     throw std::invalid_argument(fmt::format(
         "estimate: a training run of {} is not estimated (valid: one step, no --train)", in.impl));
@@ -248,16 +253,18 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   e.grads = (D.full ? base_params : adapters) * D.s;
   // input_ids and targets (N, T) int64; DPO: reference sums (N) float64; GRPO: reference and old log-probs
   // (N, T), advantages and token weights (N), float64.
-  e.batch = 2 * D.N * D.T * 8;
+  const auto strategy = make_strategy(in.impl);
+  // A sequence-parallel rank holds its slice of the rows (sequence_parallel.h: shard_batch).
+  const int64_t batch_rows = strategy->sequence_parallel() ? (D.T + D.ranks - 1) / D.ranks : D.T;
+  e.batch = 2 * D.N * batch_rows * 8;
   if (in.objective == "dpo") e.batch += D.N * 8;
-  if (in.objective == "grpo") e.batch += 2 * D.N * D.T * 8 + 2 * D.N * 8;
+  if (in.objective == "grpo") e.batch += 2 * D.N * batch_rows * 8 + 2 * D.N * 8;
   e.base = e.params + e.grads + e.batch;
 
-  const auto strategy = make_strategy(in.impl);
   e.phases = strategy->memory_phases(D, Partitioning{cp, cl});
   // Data parallel: no gradient is pre-allocated, and the phases count the buckets and shards of the step
   // above params + batch; at the step's start the previous step's shards are alive (the measured base).
-  if (strategy->data_parallel()) {
+  if (distributed(*strategy)) {
     e.grads = D.shard(D.embedding_group) + D.shard(D.head_group) + D.L * D.shard(D.layer_group);
     e.base = e.params + e.grads + e.batch;
   }
@@ -277,12 +284,14 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     if (p.bytes > top->bytes) top = &p;
   e.dominant_phase = top->name;
   for (const auto& t : top->terms) e.checkpoints += t.checkpoint ? t.bytes : 0;
-  const int64_t phases_above = strategy->data_parallel() ? e.params + e.batch : e.base;
+  const int64_t phases_above = distributed(*strategy) ? e.params + e.batch : e.base;
   e.peak_bytes = phases_above + top->bytes;
   e.peak_above_base = e.peak_bytes - e.base;
   if (D.offload) {
     // One pinned buffer per stored layer input, reused every step.
-    e.host_bytes = checkpoints_bytes(D, strategy->keeps_first_input() ? D.L : D.L - 1);
+    MemoryTerms rank_rows = D;  // a sequence-parallel rank's checkpoints are its rows'
+    rank_rows.T = batch_rows;
+    e.host_bytes = checkpoints_bytes(rank_rows, strategy->keeps_first_input() ? D.L : D.L - 1);
     e.offload_traffic_bytes = 2 * e.host_bytes;  // each checkpoint out in the forward, back in the backward
   }
   return e;

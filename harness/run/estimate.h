@@ -91,7 +91,8 @@ void check_estimate_input(const EstimateInput& in);
 // N for an objective: sft B, dpo 2B, grpo B*G.
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group);
 
-// The impls estimate_peak knows: one process, and data parallel (one rank of `ranks`).
+// The impls estimate_peak knows: one process, and distributed (data or sequence parallel: one rank of
+// `ranks`).
 const std::vector<std::string>& estimated_impls();
 const std::vector<std::string>& estimated_data_parallel_impls();
 
