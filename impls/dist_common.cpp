@@ -156,6 +156,8 @@ std::string DistStrategy::description() const {
 }
 
 std::optional<std::string> DistStrategy::unsupported(const CellTraits& traits) const {
+  if (sequence_parallel() && traits.model && traits.world_size > 1)
+    if (auto why = sequence_parallel_refusal(*traits.model, traits.world_size)) return why;
   if (current_communicator() || CommConfig::env_present() || traits.world_size > 1) return std::nullopt;
   return "needs a process group: world_size >= 2 in the scenario, or a torchrun-style launch (RANK, "
          "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)";
@@ -424,6 +426,12 @@ std::vector<torch::Tensor> DistStep::checkpointed_forward(int64_t rows) {
     release_layer(i);
   }
   return xs;
+}
+
+void DistStep::embedding_backward(const torch::Tensor& dx) {
+  open(embedding());
+  bpbench::embedding_backward(in_.model, batch_.input_ids, dx);
+  reduce_and_close(embedding());
 }
 
 torch::Tensor DistStep::finish(const torch::Tensor& local_loss) {

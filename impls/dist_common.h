@@ -77,7 +77,8 @@ class DistStrategy : public Strategy {
   std::string name() const override { return name_; }
   std::string description() const override;  // "<schedule> (<options label>)"
   const DistOptions& options() const { return options_; }
-  // A reason when there is no process group and none will be made (world_size 1, no torchrun environment).
+  // A reason when there is no process group and none will be made (world_size 1, no torchrun environment),
+  // or, sequence parallel, when the model's heads do not split over the ranks (sequence_parallel.h).
   std::optional<std::string> unsupported(const CellTraits& traits) const override;
   // One rank's estimate (layerwise_estimate.h: data_parallel_phases), ZeRO-2 only: shard_params (ZeRO-3
   // style parameter shards) is not estimated.
@@ -149,6 +150,9 @@ class DistStep {
   // checkpointed_forward (layerwise.h; attention in query chunks of `rows`), gathering each layer's
   // parameters around its forward under shard_params: L + 1 tensors (N, T, d).
   std::vector<torch::Tensor> checkpointed_forward(int64_t rows);
+
+  // The embedding's backward with dL/dx_0 (N, T, d) (layerwise.h), its gradient reduced once and closed.
+  void embedding_backward(const torch::Tensor& dx);
 
   // Ends the step: shards published to the strategy, counters taken. Returns the global loss (all_reduce).
   torch::Tensor finish(const torch::Tensor& local_loss);

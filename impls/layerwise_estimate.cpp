@@ -154,20 +154,26 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
       if (head_shard) p.terms.push_back({"the head's gradient shard", head_shard});
       if (D.tied && embedding_bucket)
         p.terms.push_back({"the embedding's gradient bucket (tied, open since the head)", embedding_bucket});
-      // The phase is the top layer's; at layer 0 the L - 1 layers above have left their shards and taken
-      // their inputs: the larger of the two ends (the change is linear in the layer).
-      const int64_t inputs_freed =
-          D.offload ? 0 : layer_inputs_alive(D.L - 1, first) - layer_inputs_alive(0, first);
-      const int64_t down = (D.L - 1) * layer_shard - inputs_freed * layer_input;
-      if (down > 0) {
+      // The phase is the top layer's; at layer i the L - 1 - i layers above have left their shards and the
+      // device holds the inputs of layer i (offloaded: add_checkpoints' two in a layer's backward, one at
+      // layer 0 or where x_0 is made again, whose prefetch has nothing below it). The highest layer wins;
+      // when x_0 is kept on the device the change is linear in i, so one of the two ends.
+      const int64_t top_inputs = on_device(D, layer_inputs_alive(D.L - 1, first), 2);
+      int64_t best = 0, best_layer = D.L - 1, best_freed = 0;
+      for (int64_t i = D.L - 2; i >= 0; --i) {
+        const int64_t freed = top_inputs - on_device(D, layer_inputs_alive(i, first), 2);
+        const int64_t down = (D.L - 1 - i) * layer_shard - freed * layer_input;
+        if (down > best) best = down, best_layer = i, best_freed = freed;
+      }
+      if (best > 0) {
         p.terms.push_back(
-            {inputs_freed == D.L - 1
+            {best_layer == 0 && best_freed == D.L - 1
                  ? fmt::format("at layer 0 rather than {}: (L-1) x (a layer's gradient shard - N*T*d*s)",
                                D.L - 1)
-                 : fmt::format("at layer 0 rather than {}: (L-1) x a layer's gradient shard - {} x N*T*d*s",
-                               D.L - 1, inputs_freed),
-             down});
-        p.name += " (layer 0)";
+                 : fmt::format("at layer {} rather than {}: {} x a layer's gradient shard - {} x N*T*d*s",
+                               best_layer, D.L - 1, D.L - 1 - best_layer, best_freed),
+             best});
+        p.name += fmt::format(" (layer {})", best_layer);
       }
     } else {
       continue;  // the forward: no gradient exists yet (the previous step's shards were freed as it began)

@@ -129,41 +129,29 @@ variable_list heads_to_seq_raw(at::TensorList ys, Communicator& comm, const std:
   return out;
 }
 
-Communicator& comm_of(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
-}
-
-variable_list with_undefined_tail(variable_list grads) {
-  grads.emplace_back();  // comm
-  grads.emplace_back();  // what
-  return grads;
-}
-
-struct SeqToHeads : public torch::autograd::Function<SeqToHeads> {
+// One exchange as an autograd function: rows to heads (kToHeads) or heads to rows; its backward is the other
+// way, applied to the gradients.
+template <bool kToHeads>
+struct Exchange : public torch::autograd::Function<Exchange<kToHeads>> {
+  static variable_list run(at::TensorList xs, Communicator& comm, const std::string& what, bool to_heads) {
+    return to_heads ? seq_to_heads_raw(xs, comm, what) : heads_to_seq_raw(xs, comm, what);
+  }
   static variable_list forward(AutogradContext* ctx, at::TensorList xs, Communicator* comm,
                                std::string what) {
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
     ctx->saved_data["what"] = what;
-    return seq_to_heads_raw(xs, *comm, what);
+    return run(xs, *comm, what, kToHeads);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return with_undefined_tail(
-        heads_to_seq_raw(grads, comm_of(ctx), ctx->saved_data["what"].toStringRef() + " (backward)"));
+    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    auto out = run(grads, *comm, ctx->saved_data["what"].toStringRef() + " (backward)", !kToHeads);
+    out.emplace_back();  // no gradient for comm
+    out.emplace_back();  // nor for what
+    return out;
   }
 };
-
-struct HeadsToSeq : public torch::autograd::Function<HeadsToSeq> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList ys, Communicator* comm,
-                               std::string what) {
-    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
-    ctx->saved_data["what"] = what;
-    return heads_to_seq_raw(ys, *comm, what);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return with_undefined_tail(
-        seq_to_heads_raw(grads, comm_of(ctx), ctx->saved_data["what"].toStringRef() + " (backward)"));
-  }
-};
+using SeqToHeads = Exchange<true>;
+using HeadsToSeq = Exchange<false>;
 
 }  // namespace
 

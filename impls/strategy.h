@@ -40,6 +40,7 @@ struct StepInputs {
 struct CellTraits {
   std::string objective;
   int64_t world_size = 1;
+  const ModelConfig* model = nullptr;  // the cell's model, where it could be read
 };
 
 // Where a strategy runs the model's work again, for the FLOP estimate (harness/run/estimate_flops.h): every
@@ -54,6 +55,10 @@ struct FlopSchedule {
                                    // K and V values, made before its chunks recompute their rows' graph)
   bool streams_head = false;       // the head in logits_partition rows: DPO, whose loss needs the sequence
                                    // sums first, runs it once more without grad
+  bool recomputes_q = false;       // every layer's q projection once more without grad (streambp-ulysses'
+                                   // q, k, v values before their exchange)
+  bool recomputes_attention = false;  // every layer's attention once more without grad, in the same blocks
+                                      // (streambp-ulysses' attention output before its MLP chunks)
 };
 
 class Strategy {

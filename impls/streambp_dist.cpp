@@ -78,9 +78,7 @@ class StreamBPDist final : public dist::DistStrategy {
       step.release_layer(i);
     }
 
-    step.open(step.embedding());
-    embedding_backward(m, step.batch().input_ids, dy);
-    step.reduce_and_close(step.embedding());
+    step.embedding_backward(dy);
     return step.finish(head.loss);
   }
 };

@@ -152,6 +152,17 @@ class StreamBPUlysses final : public dist::DistStrategy {
                                            const Partitioning& partition) const override {
     return streambp_ulysses_phases(D, partition);
   }
+  // Besides the model's work: the no-grad forward, a.'s q, k, v and b.'s attention once more.
+  FlopSchedule flop_schedule() const override {
+    FlopSchedule f;
+    f.attention_by_partition = true;
+    f.recomputes_layers = true;
+    f.streams_head = true;
+    f.recomputes_kv = true;
+    f.recomputes_q = true;
+    f.recomputes_attention = true;
+    return f;
+  }
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
   bool uses_offload() const override { return !options_.shard_params; }
@@ -201,9 +212,7 @@ class StreamBPUlysses final : public dist::DistStrategy {
                                 step.release_layer(i);
                                 return dy;
                               });
-    step.open(step.embedding());
-    embedding_backward(m, ids, dx);
-    step.reduce_and_close(step.embedding());
+    step.embedding_backward(dx);
     return step.finish(head.loss);
   }
 };

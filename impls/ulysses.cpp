@@ -39,6 +39,11 @@ class Ulysses final : public dist::DistStrategy {
                      "DeepSpeed-Ulysses sequence parallelism: all-to-all between sequence and head shards, "
                      "layerwise checkpointing, full-logits head",
                      options) {}
+  FlopSchedule flop_schedule() const override {  // the no-grad forward: the layers once more
+    FlopSchedule f;
+    f.recomputes_layers = true;
+    return f;
+  }
   bool data_parallel() const override { return false; }
   bool sequence_parallel() const override { return true; }
   // One rank's phases (sequence_parallel_estimate.h); shard_params is not estimated.
@@ -98,9 +103,7 @@ class Ulysses final : public dist::DistStrategy {
       step.release_layer(i);
     }
 
-    step.open(step.embedding());
-    embedding_backward(m, step.batch().input_ids, dy);
-    step.reduce_and_close(step.embedding());
+    step.embedding_backward(dy);
     return step.finish(loss);
   }
 };

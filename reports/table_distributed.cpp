@@ -18,24 +18,35 @@ std::string section_distributed(const Analysis& a) {
         return calls ? fmt::format("{} / {}", calls, format_bytes(integer(k, "bytes").value_or(0)))
                      : std::string(kDash);
       };
+      // Seconds inside the step's collectives (comm.h: Gloo host wall time, NCCL device time), barriers
+      // (the runner's, between steps) left out: beside the BP time, what the step spent communicating.
+      double comm_s = 0;
+      bool any = false;
+      if (comm.is_object())
+        for (const auto& [kind, k] : comm.items())
+          if (kind != "barrier")
+            if (const auto sec = number(k, "seconds")) {
+              comm_s += *sec;
+              any = true;
+            }
       const auto peak = integer(r, "peak_bytes");
       const auto t = number(r, "time_median_s");
       rows.push_back(
           {fmt::format("#{} {} T={}", c.index, text(c.axes, "impl"), integer(c.axes, "seq_len").value_or(0)),
            std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
            peak ? format_bytes(*peak) : std::string(kDash), t ? format_time(*t) : std::string(kDash),
-           collective("reduce_scatter"), collective("all_gather"), collective("all_reduce"),
-           collective("all_to_all")});
+           any ? format_time(comm_s) : std::string(kDash), collective("reduce_scatter"),
+           collective("all_gather"), collective("all_reduce"), collective("all_to_all")});
     }
   }
   if (rows.empty()) return "";
-  return "\n## Distributed cells, per rank\n\nPeak live bytes of each rank, its BP time, and its collectives "
-         "in the "
-         "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
+  return "\n## Distributed cells, per rank\n\nPeak live bytes of each rank, its BP time, the seconds of it "
+         "spent in collectives (Gloo: host wall time; NCCL: device time) and its collectives in the measured "
+         "step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
          "the embedding; sequence parallelism (ulysses, streambp-ulysses) exchanges rows and heads by "
          "all-to-all, six per layer.\n\n" +
-         md_table({"cell", "rank", "status", "peak", "BP time (s)", "reduce_scatter", "all_gather",
-                   "all_reduce", "all_to_all"},
+         md_table({"cell", "rank", "status", "peak", "BP time (s)", "comm (s)", "reduce_scatter",
+                   "all_gather", "all_reduce", "all_to_all"},
                   rows, 3);
 }
 

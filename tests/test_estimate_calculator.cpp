@@ -257,17 +257,27 @@ TEST(EstimateCalculator, GpusReserveAndTheTableOfAll) {
             std::string::npos);
 }
 
-// --ranks R: one rank's estimate of the data-parallel strategies (measured against Gloo runs in
-// RunnerFeatures.DistributedPeakOfEveryRankMatchesItsEstimate); their shards shrink with R.
+// --ranks R: one rank's estimate of the distributed strategies (measured against Gloo runs in
+// RunnerFeatures.DistributedPeakOfEveryRankMatchesItsEstimate and ...SequenceParallelPeakOf...); their shards
+// shrink with R, and a sequence-parallel rank's share of the sequence too.
 TEST(EstimateCalculator, RanksEstimateOneRankOfTheDataParallelStrategies) {
   const json two = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--threads", "1"});
   const json four = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "4", "--threads", "1"});
-  ASSERT_EQ(two["estimates"].size(), 2u);  // streambp-dist, checkpoint-dist
+  ASSERT_EQ(two["estimates"].size(), 4u);
   EXPECT_EQ(two["setting"]["ranks"], 2);
-  for (size_t k = 0; k < 2; ++k) {
-    EXPECT_NE(two["estimates"][k]["impl"].get<std::string>().find("-dist"), std::string::npos);
+  const std::vector<std::string> impls = {"streambp-dist", "checkpoint-dist", "ulysses", "streambp-ulysses"};
+  for (size_t k = 0; k < impls.size(); ++k) {
+    EXPECT_EQ(two["estimates"][k]["impl"], impls[k]);
     EXPECT_LT(four["estimates"][k]["memory"]["grads_bytes"], two["estimates"][k]["memory"]["grads_bytes"]);
   }
+  for (size_t k = 2; k < impls.size(); ++k)  // the rank's rows: T / R of them
+    EXPECT_LT(four["estimates"][k]["memory"]["peak_bytes"], two["estimates"][k]["memory"]["peak_bytes"]);
+  // 3 ranks cannot split small's 4 query heads: by default only the data-parallel ones; asked for, one line.
+  const json three = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "3", "--threads", "1"});
+  ASSERT_EQ(three["estimates"].size(), 2u);
+  EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "3", "--impl", "ulysses"})
+                .find("3 ranks cannot split 4 query heads and 2 K/V heads"),
+            std::string::npos);
   EXPECT_EQ(schema_violation(estimate_schema(), two), std::nullopt);
   EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--impl", "streambp"})
                 .find("streambp runs in one process (valid with 2 ranks: "),

@@ -150,13 +150,18 @@ TEST_F(Report, DistributedCellsGetAPerRankTable) {
                              {"status", "ok"},
                              {"peak_bytes", (100 + r) << 20},
                              {"time_median_s", 1.5},
-                             {"comm", {{"reduce_scatter", {{"calls", 6}, {"bytes", 3 << 20}}}}}});
+                             {"comm",
+                              {{"reduce_scatter", {{"calls", 6}, {"bytes", 3 << 20}, {"seconds", 0.5}}},
+                               {"all_to_all", {{"calls", 24}, {"bytes", 1 << 20}, {"seconds", 0.25}}},
+                               {"barrier", {{"calls", 2}, {"bytes", 0}, {"seconds", 9.0}}}}}});
   results["cells"].push_back(cell);
   const std::string md = render_report_markdown(results, kFixture.parent_path());
   const size_t at = md.find("## Distributed cells, per rank");
   ASSERT_NE(at, std::string::npos);
-  EXPECT_NE(md.find("| 1 | ok | 101.0 MiB |", at), std::string::npos) << md.substr(at);
+  // BP time, then the seconds in collectives without the runner's barriers: 0.5 + 0.25.
+  EXPECT_NE(md.find("| 1 | ok | 101.0 MiB | 1.50 | 0.75 |", at), std::string::npos) << md.substr(at);
   EXPECT_NE(md.find("6 / 3.00 MiB", at), std::string::npos) << md.substr(at);
+  EXPECT_NE(md.find("24 / 1.00 MiB", at), std::string::npos) << md.substr(at);
   // Without ranks, no such section.
   EXPECT_EQ(render_report_markdown(load_results(kFixture), kFixture.parent_path()).find("Distributed cells"),
             std::string::npos);

@@ -16,6 +16,7 @@
 #include "harness/model/safetensors.h"
 #include "harness/objectives/batch.h"
 #include "harness/objectives/data_file.h"
+#include "harness/run/estimate_flops.h"
 #include "harness/run/estimate_inverse.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
@@ -241,30 +242,49 @@ TEST_F(RunnerFeatures, DistributedPeakOfEveryRankMatchesItsEstimate) {
 }
 
 // Sequence parallelism (ulysses, streambp-ulysses): every rank's peak and base within 2% of the estimate
-// per rank, at lengths where the head (small) or the layers (small-text) set the peak, T odd included.
+// per rank, at lengths where the head (small) or the layers (small-text) set the peak, T odd included, and
+// with the checkpoints offloaded (host bytes equal); the rank's counted FLOPs equal the estimate's.
 TEST_F(RunnerFeatures, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
   struct Case {
     const char* model;
     int64_t seq_len, ranks;
+    bool offload = false;  // streambp-ulysses alone, its checkpoints in host memory
   };
   for (const Case& k : {Case{"small", 4096, 2}, Case{"small", 4096, 4}, Case{"small-text", 8192, 2},
-                        Case{"small-text", 8191, 4}}) {
+                        Case{"small-text", 8191, 4}, Case{"small-text", 4096, 2, true}}) {
+    const json impls = k.offload ? json{"streambp-ulysses"} : json{"streambp-ulysses", "ulysses"};
     const json results = run({{"threads", 1},
                               {"world_size", k.ranks},
                               {"grid",
                                {{"model", k.model},
-                                {"impl", {"streambp-ulysses", "ulysses"}},
+                                {"impl", impls},
+                                {"offload", k.offload ? "checkpoints" : "none"},
                                 {"seq_len", k.seq_len},
                                 {"partition", 128},
                                 {"logits_partition", 128}}},
                               {"measure", {{"time", {{"warmup", 1}, {"repeat", 1}}}, {"grad_error", false}}}},
-                             fmt::format("sp-{}-{}-{}", k.model, k.seq_len, k.ranks));
-    ASSERT_EQ(results["cells"].size(), 2u);
+                             fmt::format("sp-{}-{}-{}-{}", k.model, k.seq_len, k.ranks, k.offload));
+    ASSERT_EQ(results["cells"].size(), impls.size());
     for (const auto& c : results["cells"]) {
       ASSERT_EQ(c["status"], "ok") << c["reason"];
       const auto e = estimate_cell(Cell::from_axes(c["axes"]), 1, "cpu", std::nullopt, k.ranks);
       ASSERT_TRUE(e.has_value()) << c["axes"]["impl"];
       EXPECT_EQ(c["memory"]["estimate_bytes"].get<int64_t>(), e->peak_bytes);
+      if (k.offload) {
+        EXPECT_EQ(c["memory"]["host_peak_bytes"].get<int64_t>(), e->host_bytes);
+      }
+      // One rank's FLOPs as counted in its step (rank 0's record) equal the estimate's per rank.
+      EstimateInput in;
+      in.config = find_model_preset(k.model);
+      in.impl = c["axes"]["impl"].get<std::string>();
+      in.seq_len = k.seq_len;
+      in.sequences = 1;
+      in.partition = 128;
+      in.logits_partition = 128;
+      in.ranks = k.ranks;
+      const FlopCounts flops = estimate_flops(in);
+      EXPECT_EQ(c["compute"]["hardware_flops"].get<int64_t>(), flops.hardware()) << in.impl;
+      EXPECT_EQ(c["compute"]["model_flops"].get<int64_t>(), flops.model()) << in.impl;
       ASSERT_EQ(c["ranks"].size(), static_cast<size_t>(k.ranks));
       for (const auto& rank : c["ranks"]) {
         const std::string where = fmt::format("{} T={} {} rank {} of {} ({})", k.model, k.seq_len,

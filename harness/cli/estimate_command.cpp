@@ -26,10 +26,12 @@ model and lengths:
   --seq-len T[,T...]      tokens per sequence; a list, with k (x1024) and M (x1048576): 8k,32k,128k
   --impl I[,I...]         plain, checkpoint, checkpoint-chunked-head, mst, streambp (default: all; with
                           --offload checkpoints: those that keep layer checkpoints); with --ranks:
-                          streambp-dist, checkpoint-dist
-  --ranks R               data parallel over R ranks (a scenario's world_size): one rank's peak of
-                          streambp-dist and checkpoint-dist (ZeRO-2 gradient buckets and shards); --batch
-                          is per rank, as in a scenario
+                          streambp-dist, checkpoint-dist, ulysses, streambp-ulysses (those whose heads
+                          split over the ranks)
+  --ranks R               R ranks (a scenario's world_size): one rank's peak of streambp-dist and
+                          checkpoint-dist (data parallel, ZeRO-2 gradient buckets and shards; --batch is
+                          per rank, as in a scenario) or of ulysses and streambp-ulysses (the sequence split
+                          over the ranks: --seq-len is the whole sequence, --batch shared by the ranks)
 
 the longest length within a memory budget:
   --budget BYTES          the device's allocated bytes allowed: 80GB (x1e9), 74.5GiB (x2^30), or bytes

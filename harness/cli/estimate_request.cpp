@@ -200,8 +200,13 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   if (in.ranks < 1)
     throw std::invalid_argument(fmt::format("estimate: --ranks must be >= 1, got {}", in.ranks));
   if (impls.empty()) {
-    for (const auto& name : in.ranks > 1 ? estimated_data_parallel_impls() : estimated_impls())
-      if (!in.offload || make_strategy(name)->uses_offload()) r.impls.push_back(name);
+    // Those that can take the request (offload; the ranks splitting the heads, for sequence parallelism).
+    for (const auto& name : in.ranks > 1 ? estimated_data_parallel_impls() : estimated_impls()) {
+      const auto strategy = make_strategy(name);
+      if ((!in.offload || strategy->uses_offload()) &&
+          !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})))
+        r.impls.push_back(name);
+    }
   } else {
     std::stringstream ss(impls);
     for (std::string item; std::getline(ss, item, ',');)

@@ -17,7 +17,10 @@ std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
                   r.source == "preset" ? "preset" : "Hugging Face config", dtype_flag_name(in.dtype),
                   in.objective, in.sequences, in.partition, in.logits_partition);
   if (in.lora_rank > 0) s += fmt::format(", LoRA r={}", in.lora_rank);
-  if (in.ranks > 1) s += fmt::format(", one rank of {} (ZeRO-2; N per rank)", in.ranks);
+  if (in.ranks > 1)
+    s += fmt::format(
+        ", one rank of {} (ZeRO-2; data parallel: N per rank; sequence parallel: N shared, T split)",
+        in.ranks);
   if (in.offload) s += ", checkpoints offloaded";
   if (in.train) s += fmt::format(", training run (AdamW, precision {})", in.train->mixed ? "mixed" : "model");
   if (in.device == "cuda")

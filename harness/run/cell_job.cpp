@@ -43,7 +43,14 @@ namespace {
 // strategy in a multi-rank scenario.
 std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& job) {
   if (job.settings.device == "cuda" && profiles::cuda_device_count() == 0) return profiles::no_gpu_reason();
-  if (auto why = strategy.unsupported(CellTraits{job.cell.objective, job.settings.world_size})) return why;
+  std::optional<ModelConfig> model;
+  try {
+    model = model_config_of(job.cell.model, job.settings.rope);
+  } catch (const std::exception&) {  // a model that cannot be read: the cell's error says why
+  }
+  if (auto why = strategy.unsupported(
+          CellTraits{job.cell.objective, job.settings.world_size, model ? &*model : nullptr}))
+    return why;
   if (parse_offload(job.cell.offload) != Offload::none && !strategy.uses_offload())
     return fmt::format("{} keeps no layer checkpoints in a store it could offload (offload applies to {})",
                        strategy.name(), fmt::join(offloading_strategy_names(), ", "));

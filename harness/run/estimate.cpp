@@ -160,9 +160,10 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument(
         fmt::format("estimate: unknown objective '{}' (valid: sft, dpo, grpo)", in.objective));
   if (in.offload && !make_strategy(in.impl)->uses_offload()) {
-    std::vector<std::string> offloading;  // of those the estimate knows
+    std::vector<std::string> offloading;  // of those the estimate knows, at this many ranks
+    const auto& known = in.ranks > 1 ? parallel : impls;
     for (const auto& name : offloading_strategy_names())
-      if (std::find(impls.begin(), impls.end(), name) != impls.end()) offloading.push_back(name);
+      if (std::find(known.begin(), known.end(), name) != known.end()) offloading.push_back(name);
     throw std::invalid_argument(
         fmt::format("estimate: {} keeps no layer checkpoints to offload (valid with offload: {})", in.impl,
                     fmt::join(offloading, ", ")));

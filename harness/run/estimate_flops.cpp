@@ -40,6 +40,12 @@ std::vector<LinearShape> kv_linears(const ModelConfig& c) {
   return {all.begin() + 1, all.begin() + 3};
 }
 
+// The q projection: what streambp-ulysses runs again besides k and v.
+std::vector<LinearShape> q_linears(const ModelConfig& c) {
+  auto all = layer_linears(c, false);
+  return {all.begin(), all.begin() + 1};
+}
+
 // Forward FLOPs of `linears` over `rows` rows, LoRA adapters (rank r) included.
 int64_t forward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
   int64_t f = 0;
@@ -65,10 +71,15 @@ int64_t backward_matmul(const std::vector<LinearShape>& linears, int64_t rows, i
 FlopCounts estimate_flops(const EstimateInput& in) {
   check_estimate_input(in);
   const ModelConfig& c = in.config;
-  const int64_t N = in.sequences, T = in.seq_len, L = c.layers, r = in.lora_rank;
+  const auto strategy = make_strategy(in.impl);
+  // A sequence-parallel rank (impls/sequence_parallel.h) runs the projections, MLP and head on its Ts rows
+  // and the attention of its Hq / P heads over the padded T' = P Ts rows: one rank's FLOPs.
+  const int64_t P = strategy->sequence_parallel() ? in.ranks : 1;
+  const int64_t N = in.sequences, L = c.layers, r = in.lora_rank;
+  const int64_t Ts = (in.seq_len + P - 1) / P, T = P * Ts;  // T: the attention's length
   const bool full = r == 0;
-  const int64_t rows = N * T;
-  const int64_t per_pair = N * c.heads * c.head_dim;
+  const int64_t rows = N * Ts;
+  const int64_t per_pair = N * (c.heads / P) * c.head_dim;
   const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
   FlopCounts f;
 
@@ -107,7 +118,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   // What the strategy runs again (impls/, its flop_schedule()): attention with grad whole or in chunks of
   // `partition` queries, a no-grad forward of the layers (K/V for all rows, queries in the same blocks), and
   // the head, the MLP or the K/V projections once more.
-  const FlopSchedule schedule = make_strategy(in.impl)->flop_schedule();
+  const FlopSchedule schedule = strategy->flop_schedule();
   const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
   const int64_t grad_block = schedule.attention_by_partition ? partition : T;
   for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, true);
@@ -119,6 +130,9 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   if (schedule.recomputes_head) f.recompute_matmul += head_forward;
   if (schedule.recomputes_mlp) f.recompute_matmul += L * forward_matmul(mlp_linears(c), rows, r);
   if (schedule.recomputes_kv) f.recompute_matmul += L * forward_matmul(kv_linears(c), rows, r);
+  if (schedule.recomputes_q) f.recompute_matmul += L * forward_matmul(q_linears(c), rows, r);
+  if (schedule.recomputes_attention)
+    for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, false);
   if (schedule.streams_head && in.objective == "dpo") f.recompute_matmul += head_forward;
   return f;
 }

@@ -29,8 +29,12 @@ void check_data_file(const Scenario& scenario, const std::vector<Cell>& cells) {
   if (path.empty()) return;
   const std::string valid = "a JSON list of token-id lists with ids below the model's vocabulary";
   std::map<std::string, int64_t> rows_needed;  // model -> sequences its largest cell needs
-  for (const auto& c : cells)
-    rows_needed[c.model] = std::max(rows_needed[c.model], c.batch * scenario.settings.world_size);
+  for (const auto& c : cells) {
+    // Data-parallel ranks take batch sequences each; sequence-parallel ranks share the same batch.
+    const auto strategy = make_strategy(c.impl);
+    const int64_t copies = strategy->sequence_parallel() ? 1 : scenario.settings.world_size;
+    rows_needed[c.model] = std::max(rows_needed[c.model], c.batch * copies);
+  }
   for (const auto& [model, rows] : rows_needed) {
     TokenData d;
     try {
