@@ -22,8 +22,8 @@
 // extras (shard_batch). Exact: causal attention keeps every real query from the padded keys (they come after
 // it), an ignored target puts exactly zero gradient into its row, and a zero row adds exactly zero to every
 // weight gradient and to dK, dV. RoPE takes the real T (its dynamic scalings depend on it) and the padded
-// rows' positions past it. Padding wastes at most P - 1 rows; refusing odd lengths would make the
-// longest-length search and every odd-T test impossible.
+// rows' positions past it. Padding wastes at most P - 1 rows; refusing such lengths instead would confine
+// every length, the longest-length search's included, to multiples of P.
 //
 // Loss and gradients. Every rank holds all N sequences' slices. SFT and GRPO (linear f): rank r's loss is f
 // of its own token sums with the global normalisers, its share; the shares add up. DPO (f not linear): the
@@ -36,7 +36,6 @@
 
 #include <optional>
 #include <string>
-#include <tuple>
 
 #include "harness/model/model.h"
 #include "harness/objectives/batch.h"

@@ -27,8 +27,9 @@
 //   embedding backward; reduce_scatter(embedding)
 //
 // Never on a rank: a tensor of T rows of d or I, or of c x T' scores: everything is Ts rows of the
-// sequence, or T' rows of 1/P of the heads. The attention runs twice (b. and e.) as in checkpointing; the
-// q, k, v projections three times (forward, a., g.), once more than checkpointing.
+// sequence, or T' rows of 1/P of the heads. The price: the attention's forward runs three times (the
+// forward, b., e.) and the q, k, v projections three times (the forward, a., g.), each once more than
+// layerwise checkpointing (flop_schedule below).
 // Collectives per step: 6 L all_to_alls (2 L forward, 4 L backward), L + 2 reduce_scatters, 2 all_reduces,
 // DPO one more (the sequence sums).
 #include <fmt/format.h>
