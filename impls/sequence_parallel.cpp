@@ -16,14 +16,20 @@ using profiles::MemoryScope;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+bool heads_split(int64_t heads, int64_t kv_heads, int64_t P) {
+  return P >= 1 && heads % P == 0 && (kv_heads % P == 0 || P % kv_heads == 0);
+}
+
+int64_t kv_copies(int64_t kv_heads, int64_t P) {
+  return kv_heads >= P ? 1 : P / kv_heads;
+}
+
 std::optional<std::string> sequence_parallel_refusal(const ModelConfig& c, int64_t P) {
   if (P < 1) return fmt::format("sequence parallelism needs at least 1 rank, got {}", P);
-  const bool heads_split = c.heads % P == 0;
-  const bool kv_split = c.kv_heads % P == 0 || P % c.kv_heads == 0;
-  if (heads_split && kv_split) return std::nullopt;
+  if (heads_split(c.heads, c.kv_heads, P)) return std::nullopt;
   std::vector<int64_t> valid;
   for (int64_t r = 1; r <= c.heads; ++r)
-    if (c.heads % r == 0 && (c.kv_heads % r == 0 || r % c.kv_heads == 0)) valid.push_back(r);
+    if (heads_split(c.heads, c.kv_heads, r)) valid.push_back(r);
   return fmt::format(
       "{} ranks cannot split {}'s attention by heads ({} query heads, {} K/V heads: the ranks must divide "
       "the query heads, and divide the K/V heads or be a multiple of them); valid rank counts: {}",
@@ -38,7 +44,7 @@ SequenceLayout sequence_layout(const ModelConfig& c, int64_t T, int64_t P, int64
   l.seq_len = T;
   l.rows = (T + P - 1) / P;
   l.q_heads = c.heads / P;
-  l.kv_repeat = c.kv_heads >= P ? 1 : P / c.kv_heads;
+  l.kv_repeat = kv_copies(c.kv_heads, P);
   l.kv_heads = c.kv_heads * l.kv_repeat / P;
   return l;
 }

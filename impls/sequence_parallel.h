@@ -55,6 +55,10 @@ struct SequenceLayout {
   int64_t first_row() const { return rank * rows; }  // the position of the rank's first row
 };
 
+// Whether P ranks split Hq query and Hkv K/V heads (P divides Hq, and divides Hkv or is a multiple of it),
+// and how many copies of each K/V head the exchange sends (P / Hkv where Hkv < P, else 1).
+bool heads_split(int64_t heads, int64_t kv_heads, int64_t ranks);
+int64_t kv_copies(int64_t kv_heads, int64_t ranks);
 // Why `config` cannot be split over P ranks by heads, in one line naming the valid rank counts; nullopt
 // when it can.
 std::optional<std::string> sequence_parallel_refusal(const ModelConfig& config, int64_t ranks);

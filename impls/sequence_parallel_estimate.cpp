@@ -10,18 +10,19 @@
 #include <stdexcept>
 
 #include "impls/layerwise_estimate.h"
+#include "impls/sequence_parallel.h"
 
 namespace bpbench {
 
 RankViews rank_views(const MemoryTerms& D) {
   const int64_t P = D.ranks;
-  if (P < 1 || D.Hq % P != 0 || (D.Hkv % P != 0 && P % D.Hkv != 0))
+  if (!dist::heads_split(D.Hq, D.Hkv, P))
     throw std::invalid_argument(fmt::format(
         "estimate: {} ranks cannot split {} query heads and {} K/V heads (the ranks must divide the query "
         "heads, and divide the K/V heads or be a multiple of them)",
         P, D.Hq, D.Hkv));
   RankViews v;
-  v.kv_repeat = D.Hkv >= P ? 1 : P / D.Hkv;
+  v.kv_repeat = dist::kv_copies(D.Hkv, P);
   v.rows = D;
   v.rows.T = (D.T + P - 1) / P;
   v.heads = D;
@@ -63,7 +64,7 @@ std::vector<PhaseEstimate> streambp_ulysses_phases(const MemoryTerms& D, const P
   const RankViews v = rank_views(D);
   const MemoryTerms& R = v.rows;
   const MemoryTerms& H = v.heads;
-  const int64_t c = std::min(partition.rows, R.T), cl = std::min(partition.logits_rows, R.T);
+  const int64_t c = std::min(partition.rows, R.T);
   const int64_t top = D.L - 1, window = D.attention_layers.front().window;
   std::vector<PhaseEstimate> out;
   {

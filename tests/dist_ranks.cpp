@@ -29,6 +29,15 @@ void write_json(const fs::path& p, const json& j) {
   std::ofstream(p) << j.dump(2) << "\n";
 }
 
+StepResult rank0_step(const fs::path& dir) {
+  const json r0 = json::parse(slurp(dir / "rank0.json"));
+  StepResult got;
+  got.loss = r0.at("loss");
+  got.names = r0.at("names").get<std::vector<std::string>>();
+  torch::load(got.grads, (dir / "grads.pt").string());
+  return got;
+}
+
 Model dist_job_model(const json& job) {
   const std::string name = job.value("model", "tiny");
   Model m =

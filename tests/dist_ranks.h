@@ -22,6 +22,7 @@
 
 #include "harness/run/dist_launch.h"
 #include "impls/strategy.h"
+#include "tests/test_support.h"
 
 namespace bpbench::testing {
 
@@ -54,6 +55,9 @@ std::unique_ptr<Strategy> dist_job_strategy(const nlohmann::json& job);
 // The global batch of the job on `world` ranks (examples_per_rank x world for data parallel,
 // examples_per_rank shared by sequence-parallel ranks).
 Batch dist_job_global_batch(const nlohmann::json& job, Model& model, int world);
+
+// Rank 0's loss, parameter names and gathered gradients (grads.pt) in `dir`, as a single-process step's.
+StepResult rank0_step(const std::filesystem::path& dir);
 
 // Launches `job` on `world` local ranks.
 LaunchResult launch_ranks(const nlohmann::json& job, int world,

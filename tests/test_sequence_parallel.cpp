@@ -125,10 +125,7 @@ TEST_P(SequenceParallelExactness, GatheredGradientsEqualPlainOnTheWholeSequences
   const StepResult ref = run_step("plain", model, global, *objective, {c.seq_len, c.seq_len});
 
   const json r0 = json::parse(slurp(tmp.path() / "rank0.json"));
-  StepResult got;
-  got.loss = r0.at("loss");
-  got.names = r0.at("names").get<std::vector<std::string>>();
-  torch::load(got.grads, (tmp.path() / "grads.pt").string());
+  const StepResult got = rank0_step(tmp.path());
   expect_same_gradients(ref, got, kTol, label(c));
   EXPECT_TRUE(r0.at("params_restored").get<bool>()) << "restore_parameters";
   EXPECT_TRUE(r0.at("grads_loaded").get<bool>()) << "load_full_gradients";
@@ -197,11 +194,7 @@ TEST(SequenceParallelLaunch, TwoNodesOfTwoRanksWithTorchrunsVariables) {
   Model model = dist_job_model(job);
   const Batch global = dist_job_global_batch(job, model, 4);
   const StepResult ref = run_step("plain", model, global, *make_objective("sft"), {kDistT, kDistT});
-  StepResult got;
-  const json r0 = json::parse(slurp(tmp.path() / "rank0.json"));
-  got.loss = r0.at("loss");
-  got.names = r0.at("names").get<std::vector<std::string>>();
-  torch::load(got.grads, (tmp.path() / "grads.pt").string());
+  const StepResult got = rank0_step(tmp.path());
   expect_same_gradients(ref, got, kTol, "2 nodes x 2 ranks");
 }
 
