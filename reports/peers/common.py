@@ -11,8 +11,9 @@ this module measures that step as bpbench measures a cell:
     and gradients; peak_bytes is torch.cuda.max_memory_allocated over the step (reset before it);
     reserved_peak_bytes is max_memory_reserved;
   - the memory step follows the warm-up with the cache emptied first (the budget is checked only when the
-    allocator reserves memory, so blocks cached by the warm-up would escape it), and on CUDA it is not timed;
-  - time: CUDA-synchronised wall clock of forward + backward, `warmup` steps then the median of `repeat`;
+    allocator reserves memory, so blocks cached by the warm-up would escape it); it is not timed;
+  - time: CUDA-synchronised wall clock of forward + backward, `warmup` steps then the median of `repeat`,
+    their spread (stddev_s, cv) and tokens per second, as bpbench writes them;
   - an out-of-memory step (in the build, the warm-up or the measured step) is a cell with status "oom" and
     the peak since the start of its own length (the peak is reset before the model is built, so it is never
     the previous length's); the model is freed, the cache emptied, and the next length runs;
@@ -24,9 +25,11 @@ this module measures that step as bpbench measures a cell:
 With --resume, the lengths already in --out with status ok or oom (same model, dtype, impl, device and
 versions) are kept and not run again (an "error" length runs again); a file of another model, device or
 version is refused.
-On the CPU, PyTorch keeps no allocator statistics: memory is null there (the loss and time are still
-recorded), and not pretended. The allocator's statistics are read through one object, a meter (CudaMeter on
-CUDA, none on the CPU); METER_FACTORY makes it, so that tests/peers/ can measure a fake peer on a fake meter.
+PyTorch keeps no CPU allocator statistics: on the CPU the peer runs under bpbench's own tracking allocator
+(cpu_meter.py loads libbpbench_peer_meter.so, built beside the bpbench binary), so its base and peak are
+counted exactly as a bpbench CPU cell's, and --budget-bytes is that allocator's budget. The statistics are
+read through one object, a meter (CudaMeter on CUDA, cpu_meter.CpuMeter on the CPU); METER_FACTORY makes it,
+so that tests/peers/ can measure a fake peer on a fake meter.
 
 A peer module (or an object with the same attributes: fused_loss.FusedLossPeer) defines:
   impl(args) -> str             the cells' impl (a name bpbench reads but never runs: impls/strategy.h)
@@ -54,6 +57,7 @@ import time
 
 import torch
 
+import cpu_meter
 import heap_policy
 
 SCHEMA = "bpbench.results/1"
@@ -73,6 +77,8 @@ def parser(peer, description):
     p.add_argument("--budget-bytes", type=int, default=None,
                    help="cap the caching allocator at this many bytes (set_per_process_memory_fraction)")
     p.add_argument("--bpbench", default=os.path.join(REPO, "build", "bpbench"))
+    p.add_argument("--cpu-meter", default=None,
+                   help="bpbench's CPU meter library (default: libbpbench_peer_meter.so beside --bpbench)")
     p.add_argument("--out", required=True, help="results.json to write")
     p.add_argument("--resume", action="store_true",
                    help="keep the finished lengths of --out (status ok or oom) and run the rest")
@@ -156,12 +162,18 @@ class CudaMeter:
         torch.cuda.synchronize(self.device)
 
 
-def memory_meter(device):
-    """The meter of `device`, or None on the CPU (PyTorch keeps no allocator statistics there)."""
-    return CudaMeter(device) if device.type == "cuda" else None
+def memory_meter(device, args):
+    """The meter of `device`: the CUDA allocator's statistics, or bpbench's tracking allocator on the CPU."""
+    if device.type == "cuda":
+        return CudaMeter(device)
+    library = args.cpu_meter or cpu_meter.library_path(args.bpbench)
+    if not os.path.exists(library):
+        sys.exit(f"peer: bpbench's CPU meter {library} not found (build it: cmake --build build --target "
+                 "bpbench_peer_meter, or pass --cpu-meter)")
+    return cpu_meter.CpuMeter(library)
 
 
-METER_FACTORY = memory_meter  # device -> meter or None; tests/peers/ put a fake meter here
+METER_FACTORY = memory_meter  # (device, args) -> meter; tests/peers/ put a fake meter here
 
 
 def base_axes(args, T, impl):
@@ -178,8 +190,23 @@ def empty_cell(args, T, impl):
 
 def memory_of(meter, base):
     peak = meter.peak()
-    return {"base_bytes": base, "peak_bytes": peak, "peak_above_base_bytes": peak - base, "peak_by_category": {},
-            "estimate_bytes": None, "reserved_peak_bytes": meter.reserved_peak()}
+    memory = {"base_bytes": base, "peak_bytes": peak, "peak_above_base_bytes": peak - base, "peak_by_category": {},
+              "estimate_bytes": None}
+    reserved = meter.reserved_peak()
+    if reserved is not None:  # a caching allocator's (CUDA); the CPU has none, as bpbench's CPU cells
+        memory["reserved_peak_bytes"] = reserved
+    return memory
+
+
+def time_of(times, warmup, step_tokens):
+    """results.json's time object, as bpbench's time_stats (harness/run/cell_steps.cpp) writes it."""
+    median = statistics.median(times)
+    spread = len(times) >= 2
+    stddev = statistics.stdev(times) if spread else None  # the sample standard deviation (n - 1)
+    mean = statistics.fmean(times)
+    return {"median_s": median, "min_s": min(times), "max_s": max(times), "count": len(times), "warmup": warmup,
+            "runs_s": times, "stddev_s": stddev, "cv": stddev / mean if spread and mean > 0 else None,
+            "tokens_per_s": step_tokens / median if median > 0 else None}
 
 
 def one_line(text, limit=300):
@@ -199,6 +226,8 @@ def measure_length(peer, args, config, T, device, dtype, meter=None):
         torch.manual_seed(args.seed)
         model, step, axes = peer.build(config, args, device, dtype)
         cell["axes"].update(axes)
+        for axis in ("partition", "logits_partition"):  # a tile of T tokens or more is no tiling at all
+            cell["axes"][axis] = min(cell["axes"][axis], T)
         cell["uses_partition"] = cell["axes"]["partition"] != T
         cell["uses_logits_partition"] = cell["axes"]["logits_partition"] != T
         for p in model.parameters():  # as bpbench: gradients exist before the step and count in its base
@@ -225,8 +254,7 @@ def measure_length(peer, args, config, T, device, dtype, meter=None):
             if measured_memory:
                 cell["memory"] = memory_of(meter, base)
         cell["loss"] = loss.float().item()
-        cell["time"] = {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-                        "count": len(times), "warmup": args.warmup, "runs_s": times}
+        cell["time"] = time_of(times, args.warmup, tokens.numel())
     except torch.OutOfMemoryError as e:
         cell["status"], cell["reason"] = "oom", one_line(e)
         if meter is not None:
@@ -256,8 +284,21 @@ def device_meta(device):
         except (OSError, IndexError):
             meta["driver"] = None
     else:
-        meta["name"] = platform.processor() or platform.machine()
+        meta["name"] = cpu_model_name()
     return meta
+
+
+def cpu_model_name():
+    """The processor as bpbench's own results name it (/proc/cpuinfo's "model name"), so that a history keeps
+    a peer's runs and bpbench's on one machine together."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def git_commit():
@@ -332,7 +373,9 @@ def run(peer, tool, description, argv):
     kept = resumable_cells(args, doc["meta"], impl, tool)
     why_not = peer.unavailable(args)
     config = None if why_not else peer.config(config_json)
-    meter = None if why_not else METER_FACTORY(device)
+    meter = None if why_not else METER_FACTORY(device, args)
+    if meter is not None and device.type == "cpu" and args.budget_bytes is not None:
+        meter.set_budget(args.budget_bytes)  # the tracking allocator's budget, as bpbench's CPU cells have
     failed = []
     for T in args.seq_len:
         if T in kept:

@@ -220,7 +220,7 @@ class Run(unittest.TestCase):
                     "--warmup", "1", "--repeat", "1", "--out", out]
             stderr = io.StringIO()
             with mock.patch.object(common, "preset_config_json", return_value={"vocab_size": 32}), \
-                    mock.patch.object(common, "METER_FACTORY", lambda device: meter), \
+                    mock.patch.object(common, "METER_FACTORY", lambda device, args: meter), \
                     contextlib.redirect_stderr(stderr):
                 status = common.run(peer, "fake_peer", "a fake peer", argv)
             with open(out) as f:
