@@ -38,6 +38,8 @@ CellView view_cell(const json& c, size_t index) {
   v.estimate = integer(v.memory, "estimate_bytes");
   const json& t = field(c, "time");
   v.time_median = number(t, "median_s");
+  v.time_cv = number(t, "cv");
+  v.tokens_per_s = number(t, "tokens_per_s");
   v.time_count = integer(t, "count").value_or(field(t, "runs_s").is_array() ? field(t, "runs_s").size() : 0);
   v.max_seq_len = integer(c, "max_seq_len");
   v.estimate_max_seq_len = integer(field(c, "search"), "estimate_max_seq_len");

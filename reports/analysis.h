@@ -52,6 +52,7 @@ struct CellView {
   std::optional<int64_t> peak, base, above_base, estimate;
   std::optional<double> time_median;
   int64_t time_count = 0;
+  std::optional<double> time_cv, tokens_per_s;  // the runs' spread (stddev / mean) and throughput
   std::optional<int64_t> max_seq_len;
   std::optional<int64_t> estimate_max_seq_len;  // search.estimate_max_seq_len: the estimate's answer
   json probes;                                  // array or null

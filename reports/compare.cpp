@@ -11,6 +11,7 @@
 #include <set>
 
 #include "harness/run/scenario.h"
+#include "reports/mann_whitney.h"
 #include "reports/results_file.h"
 #include "reports/results_json.h"
 
@@ -21,7 +22,8 @@ using nlohmann::json;
 namespace {
 
 const char* kCompareHelp =
-    R"HELP(usage: bpbench compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT] [--gate-time]
+    R"HELP(usage: bpbench compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT] [--time-alpha P]
+                                               [--gate-time]
 
 Matches the cells of two results files by their axes and prints a markdown table: per cell the status, the
 peak memory of both sides and its change, the median BP time of both and a verdict (better / same / worse /
@@ -34,16 +36,19 @@ Regressions:
   - a cell that is only in BASE ("missing": a measurement vanished); cells only in NEW are "new", not
     regressions
   - with --gate-time only: a slower BP time
-Time is compared only where both sides have at least 3 measured runs (time.count): NEW's median outside
-BASE's [min, max] widened by --time-tol percent (default 5) on each side is "slower" or "faster", else
-"same (noise)". Without --gate-time time is reported, never gated, and does not change the verdict.
+Time is decided on the measured runs of both sides (time.runs_s) by a two-sided Mann-Whitney U test, as
+Google Benchmark's compare.py does: "slower" (or "faster") where p < --time-alpha (default 0.05) and the
+median moved by more than --time-tol percent (default 10), else "same (noise)". Runs too few for the test to
+reach p < alpha (3 against 3 can give no p below 0.1; 4 against 4: 0.029) are "n/a". Without --gate-time
+time is reported, never gated, and does not change the verdict.
 
 Axis keys that only one file has are ignored when matching (a newer bpbench may add grid keys); cells with
 the same axes match in order.
 
 options:
   --mem-tol PCT     allowed peak-memory increase in percent (default 0)
-  --time-tol PCT    widening of BASE's time range in percent (default 5)
+  --time-tol PCT    the smallest change of the median time that counts, in percent (default 10)
+  --time-alpha P    the U test's significance level (default 0.05)
   --gate-time       count "slower" as a regression
   -h, --help        this text
 
@@ -58,8 +63,8 @@ using namespace results_json;  // field, number, integer, text, flag
 struct Side {
   std::string status, reason;
   std::optional<int64_t> peak, max_len;
-  std::optional<double> median, min, max;
-  int64_t count = 0;
+  std::optional<double> median;
+  std::vector<double> runs;  // time.runs_s: what the U test compares
 };
 
 // What the table shows of one side of a row (CompareRow's base_* or new_* fields).
@@ -79,11 +84,9 @@ Side read_side(const json& c) {
   s.max_len = integer(c, "max_seq_len");
   const json& t = field(c, "time");
   s.median = number(t, "median_s");
-  s.min = number(t, "min_s");
-  s.max = number(t, "max_s");
-  if (!s.min) s.min = s.median;
-  if (!s.max) s.max = s.median;
-  s.count = integer(t, "count").value_or(field(t, "runs_s").is_array() ? field(t, "runs_s").size() : 0);
+  if (field(t, "runs_s").is_array())
+    for (const auto& run : field(t, "runs_s"))
+      if (run.is_number()) s.runs.push_back(run.get<double>());
   return s;
 }
 
@@ -121,6 +124,33 @@ std::string short_reason(const std::string& r) {
   for (char& ch : s)
     if (ch == '\n' || ch == '\r' || ch == '|') ch = ' ';
   return s;
+}
+
+// Time: a U test on the runs, and a change of the median of at least time_tol_pct. `better` and `regress` are
+// the caller's (judge's): a gated "slower" is a regression, a gated "faster" an improvement.
+template <class Regress>
+void judge_time(CompareRow& row, const Side& b, const Side& n, const CompareOptions& opt, bool& better,
+                const Regress& regress) {
+  const auto n1 = static_cast<int64_t>(b.runs.size()), n2 = static_cast<int64_t>(n.runs.size());
+  if (n1 == 0 || n2 == 0 || smallest_two_sided_p(n1, n2) >= opt.time_alpha) {
+    row.time = fmt::format("n/a ({} and {} runs)", n1, n2);
+    return;
+  }
+  const UTestResult test = mann_whitney_u(b.runs, n.runs);
+  const double change = *n.median / *b.median - 1, tol = opt.time_tol_pct / 100.0;
+  const std::string what = fmt::format("time {:+.1f}% (median {} s → {} s, U test p = {:.2g})", 100 * change,
+                                       format_time(*b.median), format_time(*n.median), test.p);
+  if (test.p >= opt.time_alpha || std::abs(change) <= tol) {
+    row.time = "same (noise)";
+    return;
+  }
+  row.time = change > 0 ? "slower" : "faster";
+  if (change > 0 && opt.gate_time) {
+    regress(what);
+    return;
+  }
+  if (change < 0 && opt.gate_time) better = true;
+  row.notes.push_back(change > 0 ? what + ", not gated" : what);
 }
 
 // Judges one matched pair; fills the row's memory/time/verdict/notes.
@@ -181,29 +211,7 @@ void judge(CompareRow& row, const Side& b, const Side& n, const CompareOptions& 
       if (row.memory.empty() || verdict == "worse" || (verdict == "better" && row.memory == "same"))
         row.memory = verdict;
     }
-    if (b.median && n.median) {
-      if (b.count >= opt.min_time_count && n.count >= opt.min_time_count) {
-        const double tol = opt.time_tol_pct / 100.0;
-        const double lo = *b.min * (1 - tol), hi = *b.max * (1 + tol);
-        if (*n.median > hi) {
-          row.time = "slower";
-          const std::string note =
-              fmt::format("time {:+.1f}% (median {} s → {} s)", 100 * (*n.median / *b.median - 1),
-                          format_time(*b.median), format_time(*n.median));
-          if (opt.gate_time)
-            regress(note);
-          else
-            row.notes.push_back(note + ", not gated");
-        } else if (*n.median < lo) {
-          row.time = "faster";
-          if (opt.gate_time) better = true;
-        } else {
-          row.time = "same (noise)";
-        }
-      } else {
-        row.time = fmt::format("n/a (runs < {})", opt.min_time_count);
-      }
-    }
+    if (b.median && n.median) judge_time(row, b, n, opt, better, regress);
   }
   row.verdict = row.regression ? Verdict::worse : better ? Verdict::better : Verdict::same;
 }
@@ -268,12 +276,12 @@ std::string CompareReport::markdown() const {
     s += "\n";
   }
   s += fmt::format(
-      "\n{} cells: {} better, {} same, {} worse, {} missing, {} new. {} regression{} (memory tolerance {}%, "
-      "time "
-      "tolerance {}%, time {}).\n",
+      "\n{} cells: {} better, {} same, {} worse, {} missing, {} new. {} regression{} (memory tolerance {}%; "
+      "time: U test at p < {} and a median change over {}%, {}).\n",
       rows.size(), count(Verdict::better), count(Verdict::same), count(Verdict::worse),
       count(Verdict::missing), count(Verdict::added), regressions, regressions == 1 ? "" : "s",
-      options.mem_tol_pct, options.time_tol_pct, options.gate_time ? "gated" : "reported, not gated");
+      options.mem_tol_pct, options.time_alpha, options.time_tol_pct,
+      options.gate_time ? "gated" : "reported, not gated");
   return s;
 }
 
@@ -358,7 +366,7 @@ int compare_main(const std::vector<std::string>& args) {
 }
 
 int compare_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  const std::string options = "--mem-tol PCT, --time-tol PCT, --gate-time, --help";
+  const std::string options = "--mem-tol PCT, --time-tol PCT, --time-alpha P, --gate-time, --help";
   try {
     CompareOptions opt;
     std::vector<std::string> files;
@@ -393,6 +401,19 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
         opt.mem_tol_pct = percent("--mem-tol", value("--mem-tol"));
       } else if (is("--time-tol")) {
         opt.time_tol_pct = percent("--time-tol", value("--time-tol"));
+      } else if (is("--time-alpha")) {
+        const std::string v = value("--time-alpha");
+        size_t used = 0;
+        double p = -1;
+        try {
+          p = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size() || !(p > 0 && p < 1))
+          input_error(fmt::format("compare: --time-alpha '{}' is not a significance level", v),
+                      "a number between 0 and 1, e.g. 0.05");
+        opt.time_alpha = p;
       } else if (a == "--gate-time") {
         opt.gate_time = true;
       } else if (a.size() > 1 && a[0] == '-') {

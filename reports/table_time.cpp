@@ -8,6 +8,10 @@
 
 namespace bpbench::report_detail {
 
+// A spread of the runs beyond which a cell's median is not a number to compare with another's: at 10% the
+// medians of two runs of one build on a shared 2-core machine differed by as much (reports/compare.h).
+constexpr double kWideSpread = 0.10;
+
 std::string section_time(const Analysis& a) {
   std::string s = "\n## BP time (Table 1)\n\n";
   const Cells grid = a.select(is_grid_cell);
@@ -20,6 +24,14 @@ std::string section_time(const Analysis& a) {
       "hardware FLOPs it ran per second (on a GPU with a known peak: MFU, model FLOPs over the peak, and "
       "HFU, hardware FLOPs over it; \"FLOPs per step\" below has the counts).\n",
       lo == hi ? std::to_string(lo) : fmt::format("{} to {}", lo, hi));
+  bool any_wide = false;
+  for (const CellView* c : grid) any_wide = any_wide || (c->time_cv && *c->time_cv > kWideSpread);
+  if (any_wide)
+    s += fmt::format(
+        "\nA median marked \"spread cv N%\" comes from runs whose standard deviation is over {:.0f}% of their "
+        "mean: "
+        "too wide to compare with another cell or run (rerun it with more repeats, on a quieter machine).\n",
+        100 * kWideSpread);
   const auto keys =
       a.heading_keys({"impl", "seq_len", "partition", "logits_partition", "offload"}, {}, &grid);
   for (const auto& [id, cells] :
@@ -29,8 +41,19 @@ std::string section_time(const Analysis& a) {
       if (!c.ok()) return outcome_text(c);
       if (!c.time_median) return kDash;
       const std::string rate = rate_text(c);
-      return rate.empty() ? format_time(*c.time_median)
-                          : fmt::format("{} ({})", format_time(*c.time_median), rate);
+      std::string text = rate.empty() ? format_time(*c.time_median)
+                                      : fmt::format("{} ({})", format_time(*c.time_median), rate);
+      if (c.time_cv && *c.time_cv > kWideSpread) text += fmt::format(" spread cv {:.0f}%", 100 * *c.time_cv);
+      return text;
+    });
+    const bool any_rate = std::any_of(cells.begin(), cells.end(),
+                                      [](const CellView* c) { return c->tokens_per_s.has_value(); });
+    if (!any_rate) continue;
+    s += fmt::format("\nTokens per second (every sequence of the step over its median time): {}\n\n",
+                     heading(*cells.front(), keys));
+    s += impl_by_seq_len_table(a, cells, [](const CellView& c) -> std::string {
+      if (!c.ok()) return outcome_text(c);
+      return c.tokens_per_s ? fmt::format("{:.0f}", *c.tokens_per_s) : kDash;
     });
   }
   return s;

@@ -111,7 +111,9 @@ TEST(Schemas, TheScenarioSchemaListsExactlyTheKeysTheParserTakes) {
 TEST(Schemas, TheCommittedResultsFixturesValidate) {
   // results_small.json was written by an older bpbench (inline timelines, probes without reasons): the
   // schema still reads what the readers read.
-  for (const char* file : {"tests/fixtures/results_small.json", "tests/fixtures/results_small_first.json"}) {
+  for (const char* file : {"tests/fixtures/results_small.json", "tests/fixtures/results_small_first.json",
+                           "tests/fixtures/compare_time_a.json", "tests/fixtures/compare_time_b.json",
+                           "tests/fixtures/compare_time_c.json"}) {
     const auto why = schema_violation(results_schema(), read_json(source(file)));
     EXPECT_FALSE(why) << file << ": " << *why;
   }
@@ -165,7 +167,7 @@ CellResult everything() {
   m.host_peak_bytes = 64;
   m.estimate_host_bytes = 64;
   r.memory = m;
-  r.time = TimeResult{0.5, 0.4, 0.6, 1, {0.4, 0.5, 0.6}};
+  r.time = TimeResult{0.5, 0.4, 0.6, 1, {0.4, 0.5, 0.6}, 0.1, 0.2, 2048.0};
   GradErrorResult g;
   g.reference = "float64";
   g.reference_device = "cpu";

@@ -148,7 +148,7 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
   }
   std::vector<double> seconds;
   for (const auto& s : run.steps) seconds.push_back(s.time_s);
-  r.time = time_stats(seconds, 0);
+  r.time = time_stats(seconds, 0, data.train.empty() ? 0 : data.train.front().input_ids.numel());
   r.loss = run.steps.back().loss;
   r.train = run.to_json();
 }
@@ -199,11 +199,13 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     return;
   }
   Batch batch;
+  int64_t step_tokens = 0;
   {
     MemoryScope scope(Category::other);
     if (!job.settings.data_path.empty())
       spec.data_tokens = data_tokens(job, spec.examples, model.config.vocab, r);
     batch = objective->make_batch(spec, model, c.logits_partition);
+    step_tokens = batch.input_ids.numel();  // the global batch's: tokens per second counts every rank's
     if (world > 1) batch = dist::local_batch(strategy, batch, rank, world);
   }
 
@@ -233,7 +235,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     }
     r.memory = mem;
   }
-  if (timed) r.time = time_stats(seconds, warmup);
+  if (timed) r.time = time_stats(seconds, warmup, step_tokens);
   if (flops) r.compute = compute_result(*flops, r.time, device, model.dtype());
   if (dist_strategy) r.comm = dist_strategy->last_step_comm().to_json();
   if (m.grad_error_reference.empty()) return;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -168,7 +169,7 @@ void sync_device(const torch::Device& device) {
   if (device.is_cuda() && torch::cuda::is_available()) torch::cuda::synchronize();
 }
 
-TimeResult time_stats(std::vector<double> runs, int64_t warmup) {
+TimeResult time_stats(std::vector<double> runs, int64_t warmup, int64_t step_tokens) {
   TimeResult t;
   t.runs_s = runs;
   t.warmup = warmup;
@@ -177,6 +178,16 @@ TimeResult time_stats(std::vector<double> runs, int64_t warmup) {
   t.min_s = runs.front();
   t.max_s = runs.back();
   t.median_s = n % 2 ? runs[n / 2] : 0.5 * (runs[n / 2 - 1] + runs[n / 2]);
+  if (n >= 2) {
+    double mean = 0;
+    for (double s : runs) mean += s;
+    mean /= static_cast<double>(n);
+    double squares = 0;
+    for (double s : runs) squares += (s - mean) * (s - mean);
+    t.stddev_s = std::sqrt(squares / static_cast<double>(n - 1));
+    if (mean > 0) t.cv = *t.stddev_s / mean;
+  }
+  if (step_tokens > 0 && t.median_s > 0) t.tokens_per_s = static_cast<double>(step_tokens) / t.median_s;
   return t;
 }
 

@@ -54,8 +54,8 @@ class MeasuredRegion {
 // Clock on: the device's queued work done first (CUDA), so a step's time is its own.
 void start_clock(const torch::Device& device, profiles::StepTimer& timer);
 
-// Median, min and max of the timed steps.
-TimeResult time_stats(std::vector<double> runs, int64_t warmup);
+// Median, min, max and spread of the timed steps; tokens per second of a step of `step_tokens` tokens.
+TimeResult time_stats(std::vector<double> runs, int64_t warmup, int64_t step_tokens);
 
 // What one step of a single-step cell needs: the strategy and its inputs, the parameters whose gradients
 // each step starts from, and the clock.

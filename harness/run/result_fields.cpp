@@ -47,6 +47,9 @@ const JsonFields<TimeResult>& time_fields() {
       derived<T>("count", [](const T& t) { return json(t.runs_s.size()); }),
       always("warmup", &T::warmup),
       always("runs_s", &T::runs_s, true),
+      nullable("stddev_s", &T::stddev_s),
+      nullable("cv", &T::cv),
+      nullable("tokens_per_s", &T::tokens_per_s),
   };
   return fields;
 }

@@ -68,6 +68,10 @@ struct TimeResult {
   double median_s = 0, min_s = 0, max_s = 0;
   int64_t warmup = 0;
   std::vector<double> runs_s;  // measured runs only
+  // The spread of runs_s (2 runs or more): the sample standard deviation and its ratio to the mean. A report
+  // flags a cell whose cv is too wide to compare (reports/table_time.cpp); compare tests the runs themselves.
+  std::optional<double> stddev_s, cv;
+  std::optional<double> tokens_per_s;  // the step's tokens (every sequence of every rank) / median_s
 };
 
 struct GradErrorResult {
