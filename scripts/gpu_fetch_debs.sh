@@ -30,12 +30,16 @@ ls -1 "$root/.deps/debs"
 # CPython >= 3.9 on x86-64 Linux, so the GPU machine's Python (3.12) may differ from this one's, but its processor
 # (x86-64) may not differ from the wheel's. The target is named so that a download from another processor or an
 # older Python still picks that wheel (the hashes then refuse any other).
+# DeepSpeed (scripts/peers/deepspeed.txt) is an sdist only: no --only-binary (pip allows that with --no-deps),
+# and the build backend its offline build needs (setuptools, wheel, packaging) is carried beside it.
 mkdir -p "$root/.deps/wheels"
 for requirements in "$root"/scripts/peers/*.txt; do
-  "$python" -m pip download -q --disable-pip-version-check --no-deps --require-hashes --only-binary=:all: \
+  "$python" -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
     --implementation cp --python-version 3.12 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$root/.deps/wheels" -r "$requirements"
 done
+"$python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$root/.deps/wheels" \
+  setuptools wheel packaging
 ls -1 "$root/.deps/wheels"
 
 # What the carry costs: .deps/ alone, and beside .data/ (scripts/text_data.py) when that exists too.

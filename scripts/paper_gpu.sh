@@ -2,7 +2,8 @@
 # The StreamBP paper's tables on your GPU: every scenarios/h100_*.json, Hugging Face (transformers, SDPA,
 # gradient checkpointing) measured beside the Llama-3.1-8B, Gemma 3-1B and Qwen3-8B cells, and one report per
 # table. The `peers` table puts bpbench's Qwen3-8B cells beside every peer of reports/peers/ (the official
-# StreamBP, Hugging Face checkpointing, Liger FLCE and cut-cross-entropy; scripts/setup_peers.sh installs them).
+# StreamBP, Hugging Face checkpointing with and without its offload, Liger FLCE, cut-cross-entropy and ALST's tiled
+# MLP and loss; scripts/setup_peers.sh installs them).
 #
 #   scripts/paper_gpu.sh [OUT_DIR]          (default reports/results/h100)
 #   ONLY="llama_memory_time table7_grad_error" scripts/paper_gpu.sh   # a subset, by scenario name less h100_
@@ -128,7 +129,9 @@ for s in ${ONLY:-$all}; do
       run_peer "$s" hf_checkpoint hf_checkpoint qwen3-8b "${lengths[@]}"
       run_peer "$s" liger_flce liger_flce qwen3-8b "${lengths[@]}"
       run_peer "$s" cce cce qwen3-8b "${lengths[@]}"
-      report "$s" streambp_official hf_checkpoint liger_flce cce ;;
+      run_peer "$s" hf_checkpoint hf_checkpoint_offload qwen3-8b "${lengths[@]}" -- --offload
+      run_peer "$s" alst_tiled alst_tiled qwen3-8b "${lengths[@]}"
+      report "$s" streambp_official hf_checkpoint liger_flce cce hf_checkpoint_offload alst_tiled ;;
     table3_maxlen)
       # Hugging Face's longest Qwen3-8B step, bracketed: the paper's checkpointing reaches 20k.
       run_peer "$s" hf_checkpoint hf_qwen3_8b qwen3-8b 8192 16384 20480 24576

@@ -2,6 +2,7 @@
 # Installs the peers (reports/peers/) apart from the main environment, pinned and hashed:
 #   .peers/streambp-official  scripts/peers/streambp-official.txt: the official StreamBP and its transformers 4.x
 #   .peers/kernels            scripts/peers/kernels.txt: Liger-Kernel and cut-cross-entropy (GPU only at run time)
+#   .peers/deepspeed          scripts/peers/deepspeed.txt: DeepSpeed (an sdist, built here) for ALST's tiled MLP/loss
 # Each is `pip install --no-deps --require-hashes --target`, redone only when its requirements file changes (a
 # stamp in the target holds the file's sha256). Wheels come from .deps/wheels when it holds them (a GPU machine
 # without network: scripts/gpu_fetch_debs.sh downloads them there and the device tool carries .deps), else from
@@ -18,14 +19,31 @@ fi
 source=()
 if compgen -G "$root/.deps/wheels/*.whl" >/dev/null; then source=(--no-index --find-links "$root/.deps/wheels"); fi
 
+install() {  # install REQUIREMENTS TARGET [pip options]: one peer, afresh
+  rm -rf "$2"
+  "$python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes "${@:3}" --target "$2" -r "$1"
+}
+failed=()
 for requirements in "$root"/scripts/peers/*.txt; do
   name="$(basename "$requirements" .txt)"
   target="$root/.peers/$name"
   stamp="$(sha256sum "$requirements" | cut -d' ' -f1)"
   [ "$(cat "$target/.requirements.sha256" 2>/dev/null)" = "$stamp" ] && continue
   echo "setup_peers: installing $name into .peers/$name" >&2
-  rm -rf "$target"
-  "$python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes "${source[@]}" \
-    --target "$target" -r "$requirements"
+  # Carried wheels that lack a peer's files (DeepSpeed is an sdist, which gpu_fetch_debs.sh's binary-only download
+  # does not fetch) leave that peer to the index, tried briefly (without network it fails in seconds); and one
+  # peer that cannot be installed leaves the others installed (the exit status is still 1).
+  if ! install "$requirements" "$target" "${source[@]}" &&
+     ! { ((${#source[@]})) && echo "setup_peers: $name: not all in .deps/wheels; from the index" >&2 &&
+         install "$requirements" "$target" --retries 0 --timeout 10; }; then
+    echo "setup_peers: $name was not installed" >&2
+    rm -rf "$target"
+    failed+=("$name")
+    continue
+  fi
   echo "$stamp" >"$target/.requirements.sha256"
 done
+if ((${#failed[@]})); then
+  echo "setup_peers: not installed: ${failed[*]}" >&2
+  exit 1
+fi

@@ -1,15 +1,24 @@
 """hf_checkpoint.py: Hugging Face transformers with SDPA attention and gradient checkpointing (impl
-"hf-checkpoint"; "hf" with --no-checkpointing), the StreamBP paper's baseline.
+"hf-checkpoint"; "hf" with --no-checkpointing; "hf-checkpoint-offload" with --offload), the StreamBP paper's
+baseline.
 
 Usage:
   reports/peers/hf_checkpoint.py --model qwen3-8b --seq-len 8192 16384 --out out/hf/results.json
-                                 [--dtype bfloat16] [--device cuda] [--no-checkpointing] [--warmup 1] [--repeat 3]
+                                 [--dtype bfloat16] [--device cuda] [--no-checkpointing | --offload]
+                                 [--warmup 1] [--repeat 3]
                                  [--bpbench build/bpbench] [--seed 0] [--budget-bytes N] [--resume]
 
 SFT on one sequence of random tokens (labels = inputs, transformers' own shifted loss), random weights, the bpbench
 preset's network, built directly on --device (common.causal_lm). Measured as common.py says: each length is a cell
 (ok, oom, or "error" with the exception as its reason), every length runs, and the exit status is 1 when some
 length failed with "error" (stderr names them). (reports/hf_side_by_side.py is this script under its older name.)
+
+--offload is transformers' own checkpoint offload (`gradient_checkpointing_enable(offload=True)`, 5.x): each
+layer's checkpointed input is saved through torch.autograd.graph.save_on_cpu(pin_memory=True), a copy to pinned
+host memory in the forward and back in the backward, both on the compute stream (not overlapped, unlike
+bpbench's offload: impls/offload.h). It is a GPU peer: on the CPU there is no device to offload from, and
+save_on_cpu's pinned buffers need a CUDA driver (with a CUDA-enabled torch and no GPU it raises "Found no NVIDIA
+driver"), so there every length is "skipped" with that reason.
 """
 
 import os
@@ -26,12 +35,17 @@ import common  # noqa: E402
 import transformers  # noqa: E402
 
 def add_arguments(p):
-    p.add_argument("--no-checkpointing", action="store_true", help="impl hf: keep every activation")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--no-checkpointing", action="store_true", help="impl hf: keep every activation")
+    mode.add_argument("--offload", action="store_true",
+                      help="impl hf-checkpoint-offload: checkpoints in pinned host memory (transformers' offload=True)")
 
 
 def describe(args):
     return (f"transformers {transformers.__version__}, SDPA, "
-            + ("no checkpointing" if args.no_checkpointing else "gradient checkpointing"))
+            + ("no checkpointing" if args.no_checkpointing else
+               "gradient checkpointing, checkpoints offloaded to pinned host memory (save_on_cpu)"
+               if getattr(args, "offload", False) else "gradient checkpointing"))
 
 
 def versions():
@@ -39,10 +53,15 @@ def versions():
 
 
 def impl(args):
-    return "hf" if args.no_checkpointing else "hf-checkpoint"
+    if args.no_checkpointing:
+        return "hf"
+    return "hf-checkpoint-offload" if getattr(args, "offload", False) else "hf-checkpoint"
 
 
 def unavailable(args):
+    if getattr(args, "offload", False) and args.device != "cuda":
+        return ("transformers' offload=True pins host memory for a device's checkpoints: GPU only "
+                "(--device cuda)")
     return None
 
 
@@ -56,7 +75,8 @@ def checkpointed_model(config, args, device, dtype):
     model = common.causal_lm(config, dtype, device)
     model.train()
     if not getattr(args, "no_checkpointing", False):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False},
+                                            offload=getattr(args, "offload", False))
     return model
 
 
@@ -68,7 +88,7 @@ def build(config, args, device, dtype):
         loss.backward()
         return loss.detach()
 
-    return model, step, {}
+    return model, step, {"offload": "checkpoints"} if getattr(args, "offload", False) else {}
 
 
 if __name__ == "__main__":
