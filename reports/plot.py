@@ -312,6 +312,30 @@ def plot_train(data, out_dir, plt):
     print(path)
 
 
+def plot_history(data, out_dir, plt):
+    """history_<metric>.png: a metric over the runs of a history, one panel per machine and device, a line per
+    cell that repeats (bpbench history report)."""
+    by_metric = {}
+    for panel in data["panels"]:
+        by_metric.setdefault(panel["metric"], []).append(panel)
+    for metric, panels in by_metric.items():
+        fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
+        for ax, panel in zip(axes[:, 0], panels):
+            for s in panel["series"]:
+                y = s["y"]
+                if metric == "peak_bytes":
+                    scale, unit = byte_unit(max(max(p["y"]) for p in panel["series"]))
+                    y = [v / scale for v in y]
+                ax.plot(s["x"], y, marker="o", label=s["label"])
+            ax.set_title(panel["title"], fontsize=9)
+            ax.set_xlabel("run (in the order appended)")
+            ax.set_ylabel(unit if metric == "peak_bytes" else metric)
+            ax.set_xticks(range(1, panel["runs"] + 1))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        save(fig, out_dir, "history_%s.png" % metric, plt)
+
+
 def main(argv):
     if len(argv) != 3:
         print("usage: plot.py PLOT_DATA.json OUT_DIR", file=sys.stderr)
@@ -340,6 +364,8 @@ def main(argv):
         plot_timeline(data["timeline"], argv[2], plt)
     if (data.get("train_loss") or {}).get("panels"):
         plot_train(data["train_loss"], argv[2], plt)
+    if (data.get("history") or {}).get("panels"):
+        plot_history(data["history"], argv[2], plt)
     return 0
 
 

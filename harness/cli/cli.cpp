@@ -24,6 +24,7 @@
 #include "harness/run/scenario.h"
 #include "impls/strategy.h"
 #include "reports/compare.h"
+#include "reports/history.h"
 #include "reports/report.h"
 
 namespace bpbench {
@@ -44,8 +45,10 @@ commands:
                           what a scenario's grid may name
   report RESULTS.json --out DIR
                           markdown tables (the paper's layouts) and PNG plots
-  compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT]
+  compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT] [--time-alpha P]
                           match cells by axes; exit status = number of memory regressions
+  history append RESULTS.json... --to HISTORY.jsonl | history report HISTORY.jsonl --out DIR
+                          keep runs over time; the trend of the cells that repeat
   estimate --model M --seq-len T[,T...] | --gpu NAME|all | --budget BYTES
                           analytic peak bytes and FLOPs of each strategy; the longest length that fits
   hf-config MODEL         a preset as transformers' config.json (stdout), for peers run in transformers
@@ -283,7 +286,7 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
 }
 
 int dispatch(const std::vector<std::string>& argv) {
-  const std::string commands = "run, list, report, compare, estimate, hf-config, validate, help";
+  const std::string commands = "run, list, report, compare, history, estimate, hf-config, validate, help";
   if (argv.size() < 2) usage_error("missing command; try bpbench --help", commands);
   const std::string& cmd = argv[1];
   const std::vector<std::string> args(argv.begin() + 2, argv.end());
@@ -302,6 +305,8 @@ int dispatch(const std::vector<std::string>& argv) {
       std::cout << kRunHelp;
     else if (args[0] == "list")
       std::cout << kListHelp;
+    else if (args[0] == "history")
+      return history_main({"--help"});
     else if (args[0] == "report" || args[0] == "compare")
       return args[0] == "report" ? report_main({"--help"}) : compare_main({"--help"});
     else if (args[0] == "estimate")
@@ -319,6 +324,7 @@ int dispatch(const std::vector<std::string>& argv) {
   // The report and compare layers own their option parsing and exit codes (compare: number of regressions).
   if (cmd == "report") return report_main(args);
   if (cmd == "compare") return compare_main(args);
+  if (cmd == "history") return history_main(args);
   if (cmd == "estimate") {
     if (std::any_of(args.begin(), args.end(), is_help)) {
       std::cout << kEstimateHelp;
