@@ -153,7 +153,7 @@ std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn&
                    const std::string& source) {
   return section_summary(a, source) + section_max_length(a) + section_peak(a, drawn.peak) + section_time(a) +
          section_flops(a) + section_offload(a) + section_partition(a, drawn.partition) +
-         section_grad_error(a) + section_train(a, drawn.train) + section_timeline(a, t, drawn.timeline) +
+         section_grad_error(a) + section_peers(a) + section_train(a, drawn.train) + section_timeline(a, t, drawn.timeline) +
          section_distributed(a) + section_not_run(a);
 }
 

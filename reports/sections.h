@@ -20,8 +20,13 @@ std::string section_peak(const Analysis& a, bool plot_drawn);
 // table_memory.cpp: Figure 3's curves (peak_vs_seq_len in plot_data.json).
 json peak_plot_data(const Analysis& a);
 
-// table_time.cpp: Table 1, the median BP time per strategy and sequence length.
+// table_time.cpp: Table 1, the median BP time per strategy and sequence length, the runs' spread where it is
+// too wide to compare, and tokens per second.
 std::string section_time(const Analysis& a);
+
+// table_peers.cpp: bpbench's streambp beside each peer of a merged report, peak and time as ratios; "" when
+// the files hold no such pair.
+std::string section_peers(const Analysis& a);
 
 // table_flops.cpp: FLOPs per step of every cell that counted them: model, hardware, the overhead of
 // recomputation, the attention as a dense-mask kernel runs it, and the rate.

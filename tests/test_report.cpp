@@ -342,5 +342,48 @@ TEST(ReportFormat, BytesAndTimes) {
   EXPECT_EQ(axis_value_text(json(0.1)), "0.1");
 }
 
+// Real runs (tests/fixtures/compare_time_b.json): its checkpoint cell's 10 runs spread by cv 12.1% (one run
+// of 0.81 s among 0.53-0.66), flagged; streambp's (4.5%) is not. Tokens per second in a table of its own.
+TEST_F(Report, TimeSpreadTooWideToCompareIsFlaggedAndTokensPerSecondShown) {
+  const fs::path run = fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" / "compare_time_b.json";
+  const json results = load_results(run);
+  const std::string md = render_report_markdown(results, run.parent_path());
+  const std::string time = section(md, "BP time");
+  ASSERT_FALSE(time.empty()) << md;
+  EXPECT_NE(time.find("too wide to compare"), std::string::npos) << time;
+  EXPECT_NE(row(time, "checkpoint").find("spread cv 12%"), std::string::npos) << time;
+  EXPECT_EQ(row(time, "streambp").find("spread"), std::string::npos) << time;
+  const auto tokens = time.find("Tokens per second");
+  ASSERT_NE(tokens, std::string::npos) << time;
+  // 512 tokens over streambp's median 0.548 s.
+  EXPECT_NE(time.find("| streambp | 934 |", tokens), std::string::npos) << time.substr(tokens);
+}
+
+// A peer beside a bpbench run: streambp's peak and time as ratios to the peer's at the same length.
+TEST_F(Report, StreambpBesideEachPeerAsRatios) {
+  const fs::path run = fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" / "compare_time_a.json";
+  json peer = load_results(run);
+  json cell = peer["cells"][0];  // its checkpoint cell, as if a peer had measured it
+  ASSERT_EQ(cell["axes"]["impl"], "checkpoint");
+  cell["axes"]["impl"] = "hf-checkpoint";
+  peer["cells"] = json::array({cell});
+  peer["meta"]["peer"] = "a peer for the test";
+  const fs::path peer_file = dir_ / "peer.json";
+  std::ofstream(peer_file) << peer.dump();
+  const json merged = load_merged_results({run, peer_file});
+  const std::string md = render_report_markdown(merged, run.parent_path());
+  const std::string peers = section(md, "bpbench streambp beside the peers");
+  ASSERT_FALSE(peers.empty()) << md;
+  const json mine = load_results(run)["cells"][1];
+  ASSERT_EQ(mine["axes"]["impl"], "streambp");
+  const double peak_ratio = mine["memory"]["peak_bytes"].get<double>() / cell["memory"]["peak_bytes"].get<double>();
+  const double time_ratio = mine["time"]["median_s"].get<double>() / cell["time"]["median_s"].get<double>();
+  const std::string line = row(peers, "hf-checkpoint");
+  EXPECT_NE(line.find(fmt::format("| {:.2f} |", peak_ratio)), std::string::npos) << line;
+  EXPECT_NE(line.rfind(fmt::format("| {:.2f} |", time_ratio)), std::string::npos) << line;
+  // Without a peer, no such section.
+  EXPECT_TRUE(section(render_report_markdown(load_results(run), run.parent_path()), "bpbench streambp beside").empty());
+}
+
 }  // namespace
 }  // namespace bpbench
