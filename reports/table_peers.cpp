@@ -41,8 +41,9 @@ std::string section_peers(const Analysis& a) {
     };
     const bool both = s.ok() && p.ok();
     rows.push_back({p.axis("impl"), p.axis("model"), p.axis("dtype"), std::to_string(*p.seq_len),
-                    p.ok() ? (p.peak ? format_bytes(*p.peak) : kDash) : outcome_text(p),
-                    s.ok() ? (s.peak ? format_bytes(*s.peak) : kDash) : outcome_text(s),
+                    // A cell that did not run: its status here, its reason in "Cells that did not run".
+                    p.ok() ? (p.peak ? format_bytes(*p.peak) : kDash) : p.status,
+                    s.ok() ? (s.peak ? format_bytes(*s.peak) : kDash) : s.status,
                     both ? ratio(as_double(s.peak), as_double(p.peak)) : kDash,
                     both ? ratio(as_double(s.above_base), as_double(p.above_base)) : kDash,
                     p.ok() && p.time_median ? format_time(*p.time_median) : kDash,
@@ -54,7 +55,8 @@ std::string section_peers(const Analysis& a) {
   md +=
       "Ratios of bpbench's streambp to each peer at the same model, dtype and length (below 1: streambp "
       "takes less). \"above base\" leaves out the parameters and gradients both hold. Times are medians of "
-      "runs made one after the other on one machine; a peer that could not run here shows its status.\n\n";
+      "runs made one after the other on one machine (the time table above flags a wide spread); a peer that could not "
+        "run here shows its status.\n\n";
   md += md_table({"peer", "model", "dtype", "T", "peer peak", "streambp peak", "peak ratio",
                   "above-base ratio", "peer time (s)", "streambp time (s)", "time ratio"},
                  rows, 3);
