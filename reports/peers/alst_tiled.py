@@ -115,8 +115,10 @@ def tile_mlps(model, tile):
         mlp.forward = types.MethodType(forward, mlp)
 
 
-def tiled_loss(model, hidden, labels, tile):
-    """The mean next-token cross-entropy over `labels` (-100: none), one loss tile at a time.
+def tiled_loss(model, hidden, labels, tile, count=None):
+    """The mean next-token cross-entropy over `labels` (-100: none), one loss tile at a time; `count` is the
+    mean's normaliser (default: the targets in `labels`; alst_ulysses.py gives every rank's, all-reduced, so that
+    a rank's loss is its share of the global mean).
 
     Each tile returns its share of the mean (transformers' sum / num_items_in_batch) and the tiles are summed, so
     the result is the loss itself and nothing scales it afterwards: TiledFusedLogitsLoss computes the LM head's
@@ -124,7 +126,8 @@ def tiled_loss(model, hidden, labels, tile):
     by the gradient it later receives. (Dividing a summed loss afterwards, as ArcticTraining's SP trainer does,
     would leave the LM head's gradient that many times too large.)"""
     _, TiledFusedLogitsLoss = tiled()
-    count = (labels != -100).sum()
+    if count is None:
+        count = (labels != -100).sum()
     vocab = model.config.vocab_size
 
     def tile_loss(model, hidden, labels):

@@ -41,6 +41,13 @@ A peer module (or an object with the same attributes: fused_loss.FusedLossPeer) 
   build(config, args, device, dtype) -> (model, step, axes)
                                 `step(tokens)` runs forward + backward and returns the detached loss; `axes`
                                 overrides the cell's axes (partition, logits_partition) where the peer chunks.
+A peer that measures a length in processes of its own (alst_ulysses.py: P ranks) adds, all optional:
+  prepare(args, argv) -> int or None   first thing after parsing: its checks and settings; an int ends run()
+                                       with that exit status (a worker process of the peer)
+  check(args, config_json)             the preset against the peer (a refusal exits with one line)
+  meta(args, meta)                     what meta says beyond the common fields (its GPUs, threads)
+  keeps(args, cell) -> bool            whether a finished cell of --out is this run's to keep on --resume
+  measure(args, config_json, T) -> cell  the length's cell, instead of measure_length in this process
 """
 
 import argparse
@@ -350,9 +357,15 @@ def resumable_cells(args, doc_meta, impl, tool):
 def run(peer, tool, description, argv):
     """The whole script: every length of --seq-len measured (or kept, or skipped) into --out."""
     args = parse_args(peer, description, argv)
+    if hasattr(peer, "prepare"):
+        status = peer.prepare(args, argv)
+        if status is not None:
+            return status
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     config_json = preset_config_json(args.bpbench, args.model)
+    if hasattr(peer, "check"):
+        peer.check(args, config_json)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     if args.budget_bytes is not None and device.type == "cuda":
@@ -370,10 +383,15 @@ def run(peer, tool, description, argv):
            "cells": []}
     if heap_policy.is_set():
         doc["meta"]["heap"] = heap_policy.NOTE
+    if hasattr(peer, "meta"):
+        peer.meta(args, doc["meta"])
     kept = resumable_cells(args, doc["meta"], impl, tool)
+    if hasattr(peer, "keeps"):
+        kept = {T: cell for T, cell in kept.items() if peer.keeps(args, cell)}
     why_not = peer.unavailable(args)
-    config = None if why_not else peer.config(config_json)
-    meter = None if why_not else METER_FACTORY(device, args)
+    measure = getattr(peer, "measure", None)  # lengths measured in the peer's own processes: no meter here
+    config = None if why_not or measure else peer.config(config_json)
+    meter = None if why_not or measure else METER_FACTORY(device, args)
     if meter is not None and device.type == "cpu" and args.budget_bytes is not None:
         meter.set_budget(args.budget_bytes)  # the tracking allocator's budget, as bpbench's CPU cells have
     failed = []
@@ -386,6 +404,8 @@ def run(peer, tool, description, argv):
         if why_not:
             cell = empty_cell(args, T, impl)
             cell["status"], cell["reason"] = "skipped", why_not
+        elif measure:
+            cell = measure(args, config_json, T)
         else:
             cell = measure_length(peer, args, config, T, device, dtype, meter)
         if cell["status"] == "error":
@@ -394,8 +414,11 @@ def run(peer, tool, description, argv):
         write_atomically(args.out, doc)  # nothing measured is lost if a later length kills the process
         peak = cell["memory"]["peak_bytes"] / 2**30 if cell["memory"] else None
         told = cell["status"] in ("skipped", "error")
+        per_rank = ", ".join(f"{r['peak_bytes'] / 2**30:.2f}" if r.get("peak_bytes") is not None else "-"
+                             for r in cell.get("ranks") or [])
         print(f"{impl} {args.model} T={T}: {cell['status']}" + (f" ({cell['reason']})" if told else "")
               + (f", peak {peak:.2f} GiB" if peak is not None else "")
+              + (f" (highest rank; per rank GiB: {per_rank})" if per_rank else "")
               + (f", step {cell['time']['median_s']:.3f} s" if cell["time"] else ""), file=sys.stderr)
     doc["complete"] = True
     doc["meta"]["end_time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,553 @@
+"""alst_ulysses.py: ALST (Arctic Long Sequence Training) over P ranks: DeepSpeed's Ulysses sequence parallelism for
+transformers (deepspeed.runtime.sequence_parallel.ulysses_sp.UlyssesSPAttentionHF, DeepSpeed 0.19.8) with ALST's
+tiled MLP and tiled logits + loss (alst_tiled.py's), on transformers' model with non-reentrant gradient
+checkpointing; SFT on one sequence (impl "alst-ulysses", issue 45).
+
+Usage:
+  reports/peers/alst_ulysses.py --model qwen3-8b --seq-len 65536 131072 --ranks 8 --out out/alst-ulysses/results.json
+                                [--partition N] [--logits-partition N] [--threads-per-rank N] [--comm-timeout S]
+                                [--length-timeout S] [the options of common.py]
+
+Each length runs in P fresh worker processes that this script starts (this script again, with --worker), one per
+rank: Gloo on the CPU, NCCL on CUDA with GPU r for rank r (P GPUs needed); they meet through a file store in a
+temporary directory (no port). Every rank measures its own step with common.measure_length on its own meter
+(on the CPU bpbench's tracking allocator, cpu_meter.py), and this process writes the cells:
+  - memory is the highest rank's (its peak_bytes and base_bytes): what a per-device budget must hold;
+  - time is rank 0's (tokens_per_s counts the whole sequence, as bpbench's distributed cells);
+  - loss is the global loss (the ranks' shares all-reduced);
+  - world_size is P and "ranks" holds each rank's status, peak, base, median step time and collectives (calls,
+    logical bytes and, on Gloo, host seconds of all_to_all, all_gather and all_reduce in the last step), as
+    bpbench's distributed cells (harness/run/cell_child.cpp), so `bpbench report` shows the per-rank table.
+    With --ranks 1 there is no sequence parallelism (DeepSpeed registers nothing) and neither field is written.
+A rank that fails (an exception, out of memory, a crash) makes the length's cell "oom" (any rank out of memory)
+or "error", with that rank's one-line reason; its peers, blocked in a collective with it, are killed after
+GRACE_S seconds. Collectives give up after --comm-timeout seconds (default $BPBENCH_DIST_TIMEOUT_S, else 300),
+and --length-timeout bounds a whole length: no length hangs. --resume keeps only cells of the same --ranks.
+
+Layout, as bpbench's own (impls/sequence_parallel.h) and DeepSpeed's UlyssesSPDataLoaderAdapter: rank r holds
+positions [r Ts, (r+1) Ts), Ts = ceil(T / P), with their position_ids (UlyssesSPAttentionHF requires them) and the
+globally shifted labels (shift_labels). DeepSpeed refuses a length not divisible by P; here the sequence is padded
+at its end to P Ts (token 0, target -100, positions past T), exact for causal attention, as bpbench pads. Each
+rank's loss is its tokens' summed cross-entropy over the global target count (all-reduced: the normaliser), so
+the ranks' losses add up to the mean, and every rank's backward puts its rows' part into each gradient; the step
+then sums the gradients over the ranks (all_reduce SUM, one call per parameter) and the losses. There is no
+DeepSpeed engine and no ZeRO: every rank holds whole parameters and gradients (bpbench's ulysses keeps ZeRO-2
+gradient shards instead). --partition / --logits-partition are alst_tiled.py's tiles (ALST's defaults), applied
+to each rank's Ts rows.
+
+DeepSpeed's comm backend JIT-compiles its shared-memory all-reduce (deepspeed_shm_comm, about 75 s on 2 cores,
+cached in ~/.cache/torch_extensions afterwards) whenever it starts on the CPU accelerator. It serves only
+inference_all_reduce (tensor-parallel inference), never the collectives here (torch.distributed's Gloo), and no
+environment variable skips it (DS_BUILD_SHM_COMM acts at install time only), so the workers mark the op
+incompatible in DeepSpeed's table of ops (skip_shm_comm_build) and nothing is compiled. DeepSpeed's accelerator
+is set to --device's (DS_ACCELERATOR): detected, it would be CUDA's on a GPU machine even for --device cpu.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import heap_policy  # noqa: E402
+
+if __name__ == "__main__":
+    heap_policy.keep_freed_heap_memory()  # before torch is imported (the workers inherit it)
+
+import alst_tiled  # noqa: E402  (puts .peers/deepspeed first on sys.path)
+import common  # noqa: E402
+import cpu_meter  # noqa: E402
+import hf_checkpoint  # noqa: E402
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+TOOL = "alst_ulysses"
+GRACE_S = 10.0  # a failed rank's peers, blocked in a collective with it, are killed this long after it exits
+POLL_S = 0.1
+
+
+def impl(args):
+    return "alst-ulysses"
+
+
+def default_comm_timeout():
+    try:
+        return float(os.environ.get("BPBENCH_DIST_TIMEOUT_S", 300))
+    except ValueError:
+        return 300.0
+
+
+def add_arguments(p):
+    alst_tiled.add_arguments(p)
+    p.add_argument("--ranks", type=int, default=2, help="sequence-parallel ranks P (processes; CUDA: one GPU each)")
+    p.add_argument("--threads-per-rank", type=int, default=None,
+                   help="torch threads of each rank (default on the CPU: the usable cores // P, at least 1)")
+    p.add_argument("--comm-timeout", type=float, default=default_comm_timeout(),
+                   help="seconds a collective waits for its peers (default $BPBENCH_DIST_TIMEOUT_S, else 300)")
+    p.add_argument("--length-timeout", type=float, default=None,
+                   help="seconds one length may take in all, workers' start included (default: no limit)")
+    p.add_argument("--save-grads", default=None, metavar="DIR",
+                   help="tests: rank 0 saves the summed gradients of each step to DIR/grads_T<T>.pt (slows the step)")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a rank's process: its launch directory
+
+
+def describe(args):
+    mlp = f"{args.partition} tokens" if args.partition else "hidden size (ALST)"
+    logits = f"{args.logits_partition} tokens" if args.logits_partition else "~1 GiB fp32 logits (ALST)"
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    ranks = f"{args.ranks} rank" + ("s" if args.ranks != 1 else "")
+    return (f"ALST over {ranks} ({backend}): DeepSpeed {alst_tiled.deepspeed_version()} Ulysses sequence "
+            f"parallelism (UlyssesSPAttentionHF, sdpa core) + TiledMLP + TiledFusedLogitsLoss on transformers "
+            f"{transformers.__version__} gradient checkpointing; gradients all-reduced in the step, whole on every "
+            f"rank (no ZeRO); MLP tile {mlp}, loss tile {logits} (of each rank's rows); T padded to a multiple of "
+            f"the ranks; memory: the highest rank's")
+
+
+def versions():
+    return alst_tiled.versions()
+
+
+def unavailable(args):
+    for name in ("partition", "logits_partition"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            sys.exit(f"{TOOL}: --{name.replace('_', '-')} must be >= 1")
+    try:
+        ulysses()
+    except ImportError as e:
+        return f"cannot import DeepSpeed's ulysses_sp ({e}; run scripts/setup_peers.sh)"
+    return alst_tiled.unavailable(args)
+
+
+def config(config_json):
+    return common.auto_config(config_json)
+
+
+def ulysses():
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+    return UlyssesSPAttentionHF
+
+
+def refusal(config_json, ranks, model):
+    """Why `ranks` cannot split the preset's attention by heads (DeepSpeed's rule, and bpbench's:
+    sequence_parallel_refusal), in one line naming the valid counts; None where it can."""
+    heads, kv = config_json["num_attention_heads"], config_json.get("num_key_value_heads") or config_json[
+        "num_attention_heads"]
+
+    def splits(p):
+        return heads % p == 0 and (kv % p == 0 or p % kv == 0)
+
+    if ranks < 1:
+        return f"--ranks must be >= 1, got {ranks}"
+    if splits(ranks):
+        return None
+    valid = ", ".join(str(p) for p in range(1, heads + 1) if splits(p))
+    return (f"--ranks {ranks} cannot split {model}'s attention by heads ({heads} query heads, {kv} K/V heads: the "
+            f"ranks must divide the query heads, and divide the K/V heads or be a multiple of them); valid rank "
+            f"counts: {valid}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A rank (a worker process)
+
+class CommCounter:
+    """The collectives of the last step, per kind as bpbench's comm.h counts them: calls, logical bytes (all_to_all:
+    the input; all_gather: the output; all_reduce: the tensor) and, on Gloo, seconds of host wall time inside the
+    call (peers' waits included). NCCL returns before the device has run the collective: no seconds there."""
+
+    KINDS = {"all_to_all_single": "all_to_all", "all_gather": "all_gather", "all_reduce": "all_reduce"}
+
+    def __init__(self):
+        self.counts, self.last, self.timed = {}, None, True
+
+    def install(self, timed):
+        self.timed = timed
+        dist = torch.distributed
+        for function, kind in self.KINDS.items():
+            original = getattr(dist, function)
+
+            def counted(*a, _original=original, _function=function, _kind=kind, **k):
+                nbytes = self.nbytes(_function, a, k)
+                t0 = time.perf_counter()
+                out = _original(*a, **k)
+                entry = self.counts.setdefault(_kind, {"calls": 0, "bytes": 0})
+                entry["calls"] += 1
+                entry["bytes"] += nbytes
+                if self.timed:
+                    entry["seconds"] = entry.get("seconds", 0.0) + time.perf_counter() - t0
+                return out
+
+            setattr(dist, function, counted)  # DeepSpeed's comm (deepspeed.comm.torch) calls torch.distributed.X
+
+    @staticmethod
+    def nbytes(function, a, k):
+        def size(t):
+            return t.numel() * t.element_size() if torch.is_tensor(t) else 0
+
+        if function == "all_to_all_single":
+            return size(k.get("input", a[1] if len(a) > 1 else None))
+        if function == "all_gather":
+            return sum(size(t) for t in (k.get("tensor_list", a[0] if a else None) or []))
+        return size(k.get("tensor", a[0] if a else None))
+
+    def reset(self):
+        self.counts = {}
+
+    def stop(self):
+        self.last = self.counts
+        self.counts = {}
+
+
+COUNTER = CommCounter()
+_REGISTERED = []  # the UlyssesSP registration, once per process
+
+
+def skip_shm_comm_build():
+    """No JIT build of DeepSpeed's shared-memory all-reduce at init (see the module's docstring): build_shm_op
+    (deepspeed/comm/torch.py) builds it only where deepspeed.ops.__compatible_ops__ says it can. The table is probed
+    (compiler runs) on its first read: set before that, it is never probed; afterwards only this entry changes."""
+    import deepspeed.ops
+    if "__compatible_ops__" not in vars(deepspeed.ops):
+        deepspeed.ops.__compatible_ops__ = {}
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+def start_process_group(args, rank, store):
+    import deepspeed
+    if args.device == "cpu":
+        skip_shm_comm_build()
+    deepspeed.init_distributed(dist_backend="nccl" if args.device == "cuda" else "gloo", auto_mpi_discovery=False,
+                               verbose=False, timeout=datetime.timedelta(seconds=args.comm_timeout),
+                               init_method=f"file://{store}", rank=rank, world_size=args.ranks)
+
+
+def rows_of(T, ranks):
+    return -(-T // ranks)  # Ts = ceil(T / P)
+
+
+def register_ulysses(model, padded, ranks):
+    """DeepSpeed's UlyssesSP in place of the model's sdpa attention (every later sdpa call in this process), for
+    sequences of `padded` tokens over `ranks` ranks."""
+    if ranks > 1 and not _REGISTERED:
+        ulysses().register_with_transformers(model_name_or_path=model, core_attn_implementation="sdpa",
+                                             sequence_parallel_size=ranks, micro_batch_size=1, seq_length=padded,
+                                             seq_length_is_variable=False)
+        _REGISTERED.append(padded)
+    if _REGISTERED and _REGISTERED[0] != padded:
+        raise RuntimeError(f"UlyssesSP was registered for {_REGISTERED[0]} tokens, not {padded}: one length a process")
+
+
+def build(config, args, device, dtype):
+    """A rank's model and step (common.measure_length's peer.build); torch.distributed is up."""
+    if getattr(config, "final_logit_softcapping", None) is not None:
+        raise ValueError("final_logit_softcapping is set: the tiled loss (LM head then loss) would leave it out")
+    dist = torch.distributed
+    P, r = dist.get_world_size(), dist.get_rank()
+    T = args.seq_len[0]  # a worker runs one length
+    Ts = rows_of(T, P)
+    mlp_tile = args.partition or config.hidden_size
+    logits_tile = args.logits_partition or max(1, alst_tiled.LOGITS_TILE_BYTES // 4 // config.vocab_size)
+    model = hf_checkpoint.checkpointed_model(config, args, device, dtype)
+    alst_tiled.tile_mlps(model, mlp_tile)
+    register_ulysses(model, P * Ts, P)
+    params = list(model.parameters())
+    names = [name for name, _ in model.named_parameters()]
+
+    def step(tokens):
+        COUNTER.reset()
+        first, pad = r * Ts, P * Ts - tokens.shape[1]
+        # The rank's rows of the padded sequence: token 0 past T; targets shifted globally (position t predicts
+        # t+1; the last real position and the padding have none); the global positions.
+        ids = torch.nn.functional.pad(tokens, (0, pad), value=0)[:, first:first + Ts]
+        labels = torch.nn.functional.pad(tokens[:, 1:], (0, pad + 1), value=-100)[:, first:first + Ts]
+        positions = torch.arange(first, first + Ts, device=tokens.device).unsqueeze(0)
+        count = (labels != -100).sum()
+        dist.all_reduce(count)  # the normaliser: every rank's targets
+        hidden = model.model(input_ids=ids, position_ids=positions).last_hidden_state  # (1, Ts, d)
+        loss = alst_tiled.tiled_loss(model, hidden, labels, logits_tile, count)
+        loss.backward()
+        for p in params:  # each rank's rows' part of every gradient, summed
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+        total = loss.detach().to(torch.float64)
+        dist.all_reduce(total)  # the shares add up to the loss
+        COUNTER.stop()
+        if args.save_grads and r == 0:
+            torch.save({n: p.grad for n, p in zip(names, params)}, os.path.join(args.save_grads, f"grads_T{T}.pt"))
+        return total
+
+    return model, step, {"partition": mlp_tile, "logits_partition": logits_tile}
+
+
+def write_json(path, doc):
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f)
+    os.replace(path + ".tmp", path)
+
+
+def worker(args):
+    """One rank of one length (args.seq_len[0]): its cell into <launch dir>/rank<r>.json, then exit 0; exit 1 only
+    where even that failed. Exits at once after a failed length: its peers may be blocked in a collective."""
+    rank = int(os.environ["RANK"])
+    T = args.seq_len[0]
+    cell = None
+    try:
+        if args.device == "cuda":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        else:
+            device = torch.device("cpu")
+        if args.threads_per_rank:
+            torch.set_num_threads(args.threads_per_rank)
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error()
+        with open(os.path.join(args.worker, "config.json")) as f:
+            cfg = config(json.load(f))
+        meter = common.METER_FACTORY(device, args)  # the CPU meter before anything is allocated
+        if args.budget_bytes is not None:
+            if device.type == "cuda":
+                total = torch.cuda.get_device_properties(device).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, args.budget_bytes / total), device)
+            else:
+                meter.set_budget(args.budget_bytes)
+        start_process_group(args, rank, os.path.join(args.worker, "store"))
+        COUNTER.install(timed=device.type == "cpu")
+        cell = common.measure_length(sys.modules[__name__], args, cfg, T, device, getattr(torch, args.dtype), meter)
+        cell["comm"] = COUNTER.last if cell["status"] == "ok" else None  # the measured step's, whole
+    except Exception as e:  # before the step (meter, process group): this rank's error
+        cell = common.empty_cell(args, T, impl(args))
+        cell["status"], cell["reason"] = "error", common.one_line(f"{type(e).__name__}: {e}")
+    try:
+        write_json(os.path.join(args.worker, f"rank{rank}.json"), cell)
+        code = 0
+    except OSError as e:
+        print(f"{TOOL} rank {rank}: cannot write its result: {e}", file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if cell["status"] == "ok":
+        torch.distributed.destroy_process_group()
+    os._exit(code)  # no interpreter teardown: nothing waits on a peer that is gone
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The launcher
+
+def last_line(path):
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+        return common.one_line(lines[-1]) if lines else ""
+    except OSError:
+        return ""
+
+
+def exit_reason(code, log):
+    if code < 0:
+        sig = -code
+        try:
+            why = f"killed by signal {sig} ({signal.Signals(sig).name})"
+        except ValueError:
+            why = f"killed by signal {sig}"
+        why += " before writing its result"
+        if sig == signal.SIGKILL:
+            why += " (the system's out-of-memory killer sends this)"
+        return why
+    tail = last_line(log)  # a Python error's last line
+    return f"exited with status {code} and no result" + (f": {tail}" if tail else "")
+
+
+def kill(process):
+    """A worker and whatever it started (its own session), at once."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def launch_length(args, argv, T, config_json):
+    """The P workers of length T; [(cell or None, reason, exit order)] per rank, and the seconds it took."""
+    P = args.ranks
+    started = time.perf_counter()
+    tmp = tempfile.mkdtemp(prefix="bpbench-alst-ulysses-")
+    procs, logs = [], []
+    try:
+        write_json(os.path.join(tmp, "config.json"), config_json)
+        command = [sys.executable, os.path.abspath(__file__), *argv, "--seq-len", str(T), "--worker", tmp]
+        if args.threads_per_rank:
+            command += ["--threads-per-rank", str(args.threads_per_rank)]
+        for r in range(P):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(P), LOCAL_WORLD_SIZE=str(P))
+            if args.device == "cpu" and args.threads_per_rank:
+                env["OMP_NUM_THREADS"] = str(args.threads_per_rank)
+            logs.append(os.path.join(tmp, f"rank{r}.log"))
+            with open(logs[-1], "w") as log:
+                procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, start_new_session=True))
+        exited, reasons, failed_at = {}, {}, None
+        results = [None] * P
+
+        def result(r):
+            path = os.path.join(tmp, f"rank{r}.json")
+            try:
+                with open(path) as f:
+                    return json.load(f)
+            except (OSError, ValueError):
+                return None
+
+        while len(exited) < P:
+            now = time.perf_counter()
+            for r, p in enumerate(procs):
+                if r in exited or p.poll() is None:
+                    continue
+                exited[r] = len(exited)
+                results[r] = result(r)
+                if results[r] is None:
+                    reasons[r] = exit_reason(p.returncode, logs[r])
+                if (results[r] is None or results[r]["status"] != "ok") and failed_at is None:
+                    failed_at = now
+            if len(exited) == P:
+                break
+            over = args.length_timeout is not None and now - started > args.length_timeout
+            if over or (failed_at is not None and now - failed_at > GRACE_S):
+                for r, p in enumerate(procs):
+                    if r not in exited:
+                        kill(p)
+                        exited[r] = len(exited)
+                        results[r] = result(r)
+                        if results[r] is None:
+                            reasons[r] = (f"no result after --length-timeout {args.length_timeout:g} s" if over else
+                                          f"killed {GRACE_S:g} s after another rank failed")
+                break
+            time.sleep(POLL_S)
+        return [(results[r], reasons.get(r, ""), exited[r]) for r in range(P)], time.perf_counter() - started
+    finally:
+        for p in procs:  # Ctrl-C or an error here: no rank outlives the launcher
+            if p.poll() is None:
+                kill(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+STATUS_RANK = {"ok": 0, "skipped": 1, "error": 2, "oom": 3}  # the worst rank's status is the cell's
+
+
+def merge(args, T, ranks, wall_s):
+    """The length's cell from its ranks' (harness/run/cell_child.cpp's run_cell_distributed, in Python): rank 0's
+    record, the worst status (oom before error) with the reason of the rank that failed first, the highest rank's
+    memory, and one record per rank."""
+    P = args.ranks
+    cells = []
+    for r, (cell, reason, order) in enumerate(ranks):
+        if cell is None:
+            cell = common.empty_cell(args, T, impl(args))
+            cell["status"], cell["reason"] = "error", reason
+        cells.append((cell, order))
+    merged = dict(cells[0][0])
+    worst = max(STATUS_RANK[c["status"]] for c, _ in cells)
+    if worst:
+        failing = [(order, r, c) for r, (c, order) in enumerate(cells) if STATUS_RANK[c["status"]] == worst]
+        _, r, c = min(failing)
+        merged["status"], merged["reason"] = c["status"], common.one_line(f"rank {r} of {P}: {c['reason']}")
+    peaks = [(c["memory"]["peak_bytes"], c["memory"]) for c, _ in cells if c.get("memory")]
+    if peaks:
+        memory = dict(max(peaks, key=lambda pm: pm[0])[1])
+        memory["peak_above_base_bytes"] = memory["peak_bytes"] - memory["base_bytes"]
+        merged["memory"] = memory
+    if merged["status"] != "ok":
+        merged["loss"] = merged["time"] = None
+        if merged["status"] == "error":
+            merged["memory"] = None  # a failed length carries no numbers (common.measure_length)
+    # The tiles apply to each rank's Ts rows: one of Ts rows or more is no tiling (common's rule, per rank).
+    Ts = rows_of(T, P)
+    for axis, flag in (("partition", "uses_partition"), ("logits_partition", "uses_logits_partition")):
+        if merged["axes"][axis] >= Ts:
+            merged["axes"][axis] = T
+        merged[flag] = merged["axes"][axis] != T
+    merged["wall_s"] = wall_s
+    if P > 1:
+        merged["world_size"] = P
+        merged["ranks"] = [{"rank": r, "status": c["status"],
+                            "peak_bytes": c["memory"]["peak_bytes"] if c.get("memory") else None,
+                            "base_bytes": c["memory"]["base_bytes"] if c.get("memory") else None,
+                            "time_median_s": c["time"]["median_s"] if c.get("time") else None,
+                            "comm": c.get("comm")} for r, (c, _) in enumerate(cells)]
+        merged["comm"] = cells[0][0].get("comm")
+    else:
+        merged.pop("comm", None)
+    if merged.get("comm") is None:
+        merged.pop("comm", None)
+    return merged
+
+
+def gpus(P):
+    out = []
+    for i in range(P):
+        props = torch.cuda.get_device_properties(i)
+        out.append({"index": i, "name": props.name, "total_memory_bytes": props.total_memory,
+                    "capability": f"{props.major}.{props.minor}"})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# common.run's hooks for a peer that measures each length on P worker processes
+
+def prepare(args, argv):
+    """DeepSpeed's accelerator (the workers inherit it: detected, a GPU machine's would be CUDA's even for --device
+    cpu, and its comm backend would bind a GPU to the Gloo group); a worker runs its rank and ends here; else the
+    launcher's checks."""
+    os.environ["DS_ACCELERATOR"] = "cuda" if args.device == "cuda" else "cpu"
+    if args.worker:
+        return worker(args)
+    if args.ranks < 1:
+        sys.exit(f"{TOOL}: --ranks must be >= 1, got {args.ranks}")
+    if args.comm_timeout <= 0 or (args.length_timeout is not None and args.length_timeout <= 0):
+        sys.exit(f"{TOOL}: --comm-timeout and --length-timeout must be > 0 seconds")
+    if args.threads_per_rank is not None and args.threads_per_rank < 1:
+        sys.exit(f"{TOOL}: --threads-per-rank must be >= 1")
+    if args.device == "cpu":
+        library = args.cpu_meter or cpu_meter.library_path(args.bpbench)
+        if not os.path.exists(library):  # as common.memory_meter says it, before any worker starts
+            sys.exit(f"{TOOL}: bpbench's CPU meter {library} not found (build it: cmake --build build --target "
+                     "bpbench_peer_meter, or pass --cpu-meter)")
+        if args.threads_per_rank is None:
+            args.threads_per_rank = max(1, len(os.sched_getaffinity(0)) // args.ranks)
+    if args.save_grads:
+        os.makedirs(args.save_grads, exist_ok=True)
+    args.worker_argv = [a for a in argv if a != "--resume"]
+    return None
+
+
+def check(args, config_json):
+    why = refusal(config_json, args.ranks, args.model)
+    if why:
+        sys.exit(f"{TOOL}: {why}")
+    if args.device == "cuda" and args.ranks > torch.cuda.device_count():
+        sys.exit(f"{TOOL}: --ranks {args.ranks} needs {args.ranks} GPUs (one a rank, NCCL); "
+                 f"{torch.cuda.device_count()} visible")
+
+
+def meta(args, meta):
+    if args.device == "cuda":
+        meta["device"]["gpus"] = gpus(args.ranks)  # rank r ran on gpus[r]
+    meta["threads"] = args.threads_per_rank or torch.get_num_threads()
+    meta["isolate"] = True  # every length in processes of its own
+
+
+def keeps(args, cell):
+    return cell.get("world_size", 1) == args.ranks  # another --ranks is another measurement
+
+
+def measure(args, config_json, T):
+    ranks, wall_s = launch_length(args, args.worker_argv, T, config_json)
+    return merge(args, T, ranks, wall_s)
+
+
+if __name__ == "__main__":
+    sys.exit(common.run(sys.modules[__name__], TOOL, __doc__.split("\n\n")[0], sys.argv[1:]))

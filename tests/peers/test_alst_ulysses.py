@@ -1,0 +1,168 @@
+"""test_alst_ulysses.py: reports/peers/alst_ulysses.py (DeepSpeed's Ulysses sequence parallelism with ALST's tiled MLP
+and tiled loss) over 2 CPU ranks (Gloo), the tiny preset in float32, as users run it:
+  - T=16 (8 rows a rank) and T=17 (DeepSpeed refuses a length not divisible by the ranks; the script pads it to 18,
+    rank 1 holding one padding row): the loss equals single-process transformers' (no tiling, no checkpointing)
+    within float32 round-off, and so does every parameter's gradient summed over the ranks (--save-grads);
+  - the results file validates (`$BPBENCH validate`), has world_size 2 and one record per rank whose peak is
+    bpbench's CPU meter's, the cell's peak the highest rank's, and the collectives counted per rank;
+  - --ranks that cannot split the heads is a one-line error before any worker starts;
+  - a budget the step overruns makes the length an "oom" cell, promptly (a rank never hangs on its peer).
+No op is JIT-built: the workers skip DeepSpeed's shared-memory all-reduce (alst_ulysses.skip_shm_comm_build).
+About 45 s on 2 cores (each length starts 2 worker processes: ~8 s of imports and start-up a length).
+
+Needs .peers/deepspeed (scripts/setup_peers.sh) and the bpbench binary with its CPU meter library beside it (ctest's
+peers_common gives BPBENCH, else build/bpbench). Where DeepSpeed is missing the test skips, and fails under CI=true.
+
+Run: .venv/bin/python -m unittest tests/peers/test_alst_ulysses.py -v   (ctest: peers_common)
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import torch
+except ImportError:
+    raise unittest.SkipTest("torch is not importable: the peers need it")
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PEERS = os.path.join(REPO, "reports", "peers")
+SCRIPT = os.path.join(PEERS, "alst_ulysses.py")
+BPBENCH = os.environ.get("BPBENCH") or os.path.join(REPO, "build", "bpbench")
+METER = os.path.join(os.path.dirname(BPBENCH), "libbpbench_peer_meter.so")
+LENGTHS = (16, 17)
+
+
+def load(name):
+    """A reports/peers/ module by path (a script's module, not a package; its neighbours on sys.path)."""
+    if PEERS not in sys.path:
+        sys.path.insert(0, PEERS)
+    spec = importlib.util.spec_from_file_location(f"peers_{name}", os.path.join(PEERS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(out, lengths, *options):
+    """The script on the CPU, tiny, float32, 2 ranks; (exit status, results document, stderr, seconds)."""
+    argv = [sys.executable, SCRIPT, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--warmup", "0",
+            "--repeat", "1", "--ranks", "2", "--seq-len", *map(str, lengths), "--bpbench", BPBENCH, "--out", out,
+            *options]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    doc = None
+    if os.path.exists(out):
+        with open(out) as f:
+            doc = json.load(f)
+    return done.returncode, doc, done.stderr, time.perf_counter() - t0
+
+
+class AlstUlyssesOnTwoRanks(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        deepspeed = os.environ.get("BPBENCH_DEEPSPEED", os.path.join(REPO, ".peers", "deepspeed"))
+        if not os.path.isdir(deepspeed):
+            if os.environ.get("CI") == "true":
+                raise AssertionError(f"alst-ulysses under CI: {deepspeed} is missing (scripts/setup_peers.sh)")
+            raise unittest.SkipTest(f"alst-ulysses: {deepspeed} is missing (scripts/setup_peers.sh)")
+        if not (os.path.exists(BPBENCH) and os.path.exists(METER)):
+            raise unittest.SkipTest(f"the bpbench binary and its CPU meter library ({METER}) are not built")
+        cls.module = load("alst_ulysses")
+        cls.common = cls.module.common
+        cls.config_json = cls.common.preset_config_json(BPBENCH, "tiny")
+        cls.config = cls.common.auto_config(cls.config_json)
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.out = os.path.join(cls.tmp.name, "run", "results.json")
+        cls.grads = os.path.join(cls.tmp.name, "grads")
+        cls.status, cls.doc, cls.stderr, cls.seconds = run_script(cls.out, LENGTHS, "--save-grads", cls.grads)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def cell(self, T):
+        self.assertEqual(self.status, 0, self.stderr)
+        return next(c for c in self.doc["cells"] if c["axes"]["seq_len"] == T)
+
+    def reference(self, T):
+        """Plain transformers in one process: the tokens and weights common.measure_length gives every rank (seed 0),
+        one forward over the whole sequence, its own shifted loss."""
+        tokens = torch.randint(0, self.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(0))
+        torch.manual_seed(0)
+        model = self.common.causal_lm(self.config, torch.float32, torch.device("cpu"))
+        model.train()
+        loss = model(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        return loss.item(), {name: p.grad for name, p in model.named_parameters()}
+
+    def test_loss_and_gradients_equal_one_process_transformers(self):
+        for T in LENGTHS:
+            with self.subTest(T=T):
+                cell = self.cell(T)
+                self.assertEqual(cell["status"], "ok", cell["reason"])
+                want_loss, want_grads = self.reference(T)
+                self.assertAlmostEqual(cell["loss"], want_loss, delta=1e-6 * abs(want_loss))
+                grads = torch.load(os.path.join(self.grads, f"grads_T{T}.pt"))
+                self.assertEqual(set(grads), set(want_grads))
+                for name, grad in grads.items():
+                    with self.subTest(parameter=name):
+                        # float32 round-off: the ranks and tiles sum the same products in another order
+                        torch.testing.assert_close(grad, want_grads[name], rtol=1e-5, atol=1e-7)
+
+    def test_the_cells_are_distributed_cells_and_validate(self):
+        run = subprocess.run([BPBENCH, "validate", self.out], capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        layers = self.config.num_hidden_layers
+        for T in LENGTHS:
+            with self.subTest(T=T):
+                cell = self.cell(T)
+                self.assertEqual(cell["axes"]["impl"], "alst-ulysses")
+                self.assertEqual(cell["world_size"], 2)
+                ranks = cell["ranks"]
+                self.assertEqual([r["rank"] for r in ranks], [0, 1])
+                self.assertTrue(all(r["status"] == "ok" and r["peak_bytes"] > r["base_bytes"] > 0 for r in ranks))
+                self.assertEqual(cell["memory"]["peak_bytes"], max(r["peak_bytes"] for r in ranks))
+                self.assertEqual(cell["time"]["median_s"], ranks[0]["time_median_s"])
+                # DeepSpeed's exchanges: q, k, v and the output, each a layer's forward, again in its checkpoint's
+                # recomputation, and once more backwards: 12 all-to-alls a layer; the position ids gathered in
+                # both forwards.
+                for r in ranks:
+                    self.assertEqual(r["comm"]["all_to_all"]["calls"], 12 * layers)
+                    self.assertEqual(r["comm"]["all_gather"]["calls"], 2 * layers)
+        self.assertTrue(self.doc["complete"])
+
+    def test_ranks_that_cannot_split_the_heads_are_refused_in_one_line(self):
+        # tiny: 4 query heads, 2 K/V heads
+        self.assertIsNone(self.module.refusal(self.config_json, 2, "tiny"))
+        self.assertIsNone(self.module.refusal(self.config_json, 4, "tiny"))
+        self.assertIn("valid rank counts: 1, 2, 4", self.module.refusal(self.config_json, 3, "tiny"))
+        self.assertIn("must be >= 1", self.module.refusal(self.config_json, 0, "tiny"))
+        out = os.path.join(self.tmp.name, "refused", "results.json")
+        status, doc, stderr, _ = run_script(out, [16], "--ranks", "3")
+        self.assertNotEqual(status, 0)
+        self.assertIsNone(doc)  # refused before anything ran
+        self.assertEqual(len(stderr.strip().splitlines()), 1, stderr)
+        self.assertIn("alst_ulysses: --ranks 3 cannot split tiny's attention", stderr)
+
+    def test_a_budget_the_step_overruns_is_an_oom_cell_without_a_hang(self):
+        ranks = self.cell(16)["ranks"]
+        budget = (max(r["base_bytes"] for r in ranks) + min(r["peak_bytes"] for r in ranks)) // 2
+        out = os.path.join(self.tmp.name, "budget", "results.json")
+        status, doc, stderr, seconds = run_script(out, [16], "--budget-bytes", str(budget), "--comm-timeout", "60")
+        self.assertEqual(status, 0, stderr)  # oom is a result
+        cell = doc["cells"][0]
+        self.assertEqual(cell["status"], "oom", stderr)
+        self.assertRegex(cell["reason"], r"^rank [01] of 2: .*bpbench CPU budget exceeded")
+        self.assertIsNone(cell["loss"])
+        self.assertLessEqual(cell["memory"]["peak_bytes"], budget)
+        self.assertIn("oom", [r["status"] for r in cell["ranks"]])
+        self.assertLess(seconds, 50)  # well before the collectives' 60 s timeout
+
+
+if __name__ == "__main__":
+    unittest.main()
