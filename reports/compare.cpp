@@ -370,17 +370,22 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
   try {
     CompareOptions opt;
     std::vector<std::string> files;
-    auto percent = [&](const std::string& name, const std::string& v) {
-      std::string s = v;
-      if (!s.empty() && s.back() == '%') s.pop_back();
+    // A number the whole of `text` spells, or NaN.
+    auto number_in = [](const std::string& text) {
       size_t used = 0;
-      double d = -1;
+      double d = std::nan("");
       try {
-        d = std::stod(s, &used);
+        d = std::stod(text, &used);
       } catch (const std::exception&) {
         used = 0;
       }
-      if (s.empty() || used != s.size() || !std::isfinite(d) || d < 0)
+      return text.empty() || used != text.size() ? std::nan("") : d;
+    };
+    auto percent = [&](const std::string& name, const std::string& v) {
+      std::string s = v;
+      if (!s.empty() && s.back() == '%') s.pop_back();
+      const double d = number_in(s);
+      if (!std::isfinite(d) || d < 0)
         input_error(fmt::format("compare: {} '{}' is not a percentage", name, v),
                     "numbers >= 0, e.g. 5 or 0.5");
       return d;
@@ -403,14 +408,8 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
         opt.time_tol_pct = percent("--time-tol", value("--time-tol"));
       } else if (is("--time-alpha")) {
         const std::string v = value("--time-alpha");
-        size_t used = 0;
-        double p = -1;
-        try {
-          p = std::stod(v, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used != v.size() || !(p > 0 && p < 1))
+        const double p = number_in(v);
+        if (!(p > 0 && p < 1))  // NaN fails too
           input_error(fmt::format("compare: --time-alpha '{}' is not a significance level", v),
                       "a number between 0 and 1, e.g. 0.05");
         opt.time_alpha = p;

@@ -55,8 +55,9 @@ std::string section_peers(const Analysis& a) {
   md +=
       "Ratios of bpbench's streambp to each peer at the same model, dtype and length (below 1: streambp "
       "takes less). \"above base\" leaves out the parameters and gradients both hold. Times are medians of "
-      "runs made one after the other on one machine (the time table above flags a wide spread); a peer that could not "
-        "run here shows its status.\n\n";
+      "runs made one after the other on one machine (the time table above flags a wide spread); a peer that "
+      "could not "
+      "run here shows its status.\n\n";
   md += md_table({"peer", "model", "dtype", "T", "peer peak", "streambp peak", "peak ratio",
                   "above-base ratio", "peer time (s)", "streambp time (s)", "time ratio"},
                  rows, 3);

@@ -337,6 +337,8 @@ TEST_F(CompareCli, BadInputExits126WithOneLine) {
                                              {wrong, kFixture.string()},
                                              {kFixture.string()},
                                              {kFixture.string(), kFixture.string(), "--mem-tol", "x"},
+                                             {kFixture.string(), kFixture.string(), "--time-alpha", "1.5"},
+                                             {kFixture.string(), kFixture.string(), "--time-alpha=0.05x"},
                                              {kFixture.string(), kFixture.string(), "--frob"}}) {
     EXPECT_EQ(run(args), 126) << args.back();
     EXPECT_EQ(err_.str().rfind("bpbench: error: ", 0), 0u) << err_.str();

@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 fs::path fixture(const char* which) {
-  return fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" / ("compare_time_" + std::string(which) + ".json");
+  return fs::path(BPBENCH_SOURCE_DIR) / "tests" / "fixtures" /
+         ("compare_time_" + std::string(which) + ".json");
 }
 
 std::vector<json> lines_of(const fs::path& p) {
@@ -56,7 +57,8 @@ TEST(History, AppendKeysEachRunAndRefusesOneTwice) {
 
   // c is new, a is not: nothing of this call is appended, and the error names the run.
   std::ostringstream out2, err2;
-  EXPECT_EQ(history_main({"append", fixture("c").string(), fixture("a").string(), "--to", file}, out2, err2), 2);
+  EXPECT_EQ(history_main({"append", fixture("c").string(), fixture("a").string(), "--to", file}, out2, err2),
+            2);
   const std::string refused = err2.str();
   EXPECT_NE(refused.find("is already in"), std::string::npos) << refused;
   EXPECT_EQ(std::count(refused.begin(), refused.end(), '\n'), 1);

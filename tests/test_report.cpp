@@ -376,13 +376,15 @@ TEST_F(Report, StreambpBesideEachPeerAsRatios) {
   ASSERT_FALSE(peers.empty()) << md;
   const json mine = load_results(run)["cells"][1];
   ASSERT_EQ(mine["axes"]["impl"], "streambp");
-  const double peak_ratio = mine["memory"]["peak_bytes"].get<double>() / cell["memory"]["peak_bytes"].get<double>();
+  const double peak_ratio =
+      mine["memory"]["peak_bytes"].get<double>() / cell["memory"]["peak_bytes"].get<double>();
   const double time_ratio = mine["time"]["median_s"].get<double>() / cell["time"]["median_s"].get<double>();
   const std::string line = row(peers, "hf-checkpoint");
   EXPECT_NE(line.find(fmt::format("| {:.2f} |", peak_ratio)), std::string::npos) << line;
   EXPECT_NE(line.rfind(fmt::format("| {:.2f} |", time_ratio)), std::string::npos) << line;
   // Without a peer, no such section.
-  EXPECT_TRUE(section(render_report_markdown(load_results(run), run.parent_path()), "bpbench streambp beside").empty());
+  EXPECT_TRUE(section(render_report_markdown(load_results(run), run.parent_path()), "bpbench streambp beside")
+                  .empty());
 }
 
 }  // namespace
