@@ -82,7 +82,8 @@ def parser(peer, description):
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-bytes", type=int, default=None,
-                   help="cap the caching allocator at this many bytes (set_per_process_memory_fraction)")
+                   help="cap memory at this many bytes: CUDA's caching allocator (set_per_process_memory_fraction), "
+                        "on the CPU bpbench's tracking allocator's budget")
     p.add_argument("--bpbench", default=os.path.join(REPO, "build", "bpbench"))
     p.add_argument("--cpu-meter", default=None,
                    help="bpbench's CPU meter library (default: libbpbench_peer_meter.so beside --bpbench)")
