@@ -46,7 +46,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int64_t kT = kDistT, kPartition = kDistPartition, kLogitsPartition = kDistLogitsPartition;
+constexpr int64_t kT = kDistT, kPartition = kDistPartition;
 constexpr double kTol = 1e-10;
 
 LaunchResult launch(const json& job, int world, std::vector<std::pair<std::string, std::string>> env = {},
