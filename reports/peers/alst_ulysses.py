@@ -285,12 +285,6 @@ def build(config, args, device, dtype):
     return model, step, {"partition": mlp_tile, "logits_partition": logits_tile}
 
 
-def write_json(path, doc):
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f)
-    os.replace(path + ".tmp", path)
-
-
 def worker(args):
     """One rank of one length (args.seq_len[0]): its cell into <launch dir>/rank<r>.json, then exit 0; exit 1 only
     where even that failed. Exits at once after a failed length: its peers may be blocked in a collective."""
@@ -324,7 +318,7 @@ def worker(args):
         cell = common.empty_cell(args, T, impl(args))
         cell["status"], cell["reason"] = "error", common.one_line(f"{type(e).__name__}: {e}")
     try:
-        write_json(os.path.join(args.worker, f"rank{rank}.json"), cell)
+        common.write_atomically(os.path.join(args.worker, f"rank{rank}.json"), cell)
         code = 0
     except OSError as e:
         print(f"{TOOL} rank {rank}: cannot write its result: {e}", file=sys.stderr)
@@ -379,7 +373,7 @@ def launch_length(args, argv, T, config_json):
     tmp = tempfile.mkdtemp(prefix="bpbench-alst-ulysses-")
     procs, logs = [], []
     try:
-        write_json(os.path.join(tmp, "config.json"), config_json)
+        common.write_atomically(os.path.join(tmp, "config.json"), config_json)
         command = [sys.executable, os.path.abspath(__file__), *argv, "--seq-len", str(T), "--worker", tmp]
         if args.threads_per_rank:
             command += ["--threads-per-rank", str(args.threads_per_rank)]
