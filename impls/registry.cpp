@@ -69,8 +69,8 @@ std::vector<PhaseEstimate> Strategy::memory_phases(const MemoryTerms&, const Par
 }
 
 std::vector<std::string> peer_names() {
-  return {"hf-checkpoint", "hf", "hf-checkpoint-offload", "streambp-official", "liger-flce", "cce", "alst-tiled",
-          "alst-ulysses"};
+  return {"hf-checkpoint", "hf",         "hf-checkpoint-offload", "streambp-official", "liger-flce",
+          "cce",           "alst-tiled", "alst-ulysses"};
 }
 
 bool is_peer(const std::string& impl) {

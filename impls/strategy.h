@@ -104,11 +104,11 @@ const std::string& reference_strategy_name();
 
 // Peers: implementations outside bpbench whose results bpbench reads (report, compare) but never runs,
 // written in bpbench's results schema by the scripts of reports/peers/: "hf-checkpoint", "hf" and
-// "hf-checkpoint-offload" (transformers, SDPA, with and without gradient checkpointing, and with its checkpoint
-// offload; hf_checkpoint.py), "streambp-official" (the authors' StreamBP from PyPI; streambp_official.py),
-// "liger-flce" and "cce" (fused linear cross-entropy kernels on transformers' checkpointing; liger_flce.py,
-// cce.py), "alst-tiled" (ALST's tiled MLP and tiled loss through DeepSpeed; alst_tiled.py) and
-// "alst-ulysses" (the same over P ranks with DeepSpeed's Ulysses; alst_ulysses.py).
+// "hf-checkpoint-offload" (transformers, SDPA, with and without gradient checkpointing, and with its
+// checkpoint offload; hf_checkpoint.py), "streambp-official" (the authors' StreamBP from PyPI;
+// streambp_official.py), "liger-flce" and "cce" (fused linear cross-entropy kernels on transformers'
+// checkpointing; liger_flce.py, cce.py), "alst-tiled" (ALST's tiled MLP and tiled loss through DeepSpeed;
+// alst_tiled.py) and "alst-ulysses" (the same over P ranks with DeepSpeed's Ulysses; alst_ulysses.py).
 std::vector<std::string> peer_names();
 bool is_peer(const std::string& impl);
 // strategy_names() then peer_names(): what a results file's impl axis may hold.

@@ -12,6 +12,7 @@
 
 #include "harness/run/scenario.h"
 #include "reports/mann_whitney.h"
+#include "reports/option_reader.h"
 #include "reports/results_file.h"
 #include "reports/results_json.h"
 
@@ -390,24 +391,18 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
                     "numbers >= 0, e.g. 5 or 0.5");
       return d;
     };
-    for (size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      auto value = [&](const std::string& name) -> std::string {
-        if (a.size() > name.size() && a.compare(0, name.size() + 1, name + "=") == 0)
-          return a.substr(name.size() + 1);
-        if (i + 1 >= args.size()) input_error(fmt::format("compare: {} needs a value", name), options);
-        return args[++i];
-      };
-      auto is = [&](const std::string& name) { return a == name || a.rfind(name + "=", 0) == 0; };
-      if (a == "-h" || a == "--help") {
+    OptionReader opts(args, "compare", options);
+    while (opts.next()) {
+      const std::string& a = opts.arg();
+      if (opts.is_help()) {
         out << kCompareHelp;
         return 0;
-      } else if (is("--mem-tol")) {
-        opt.mem_tol_pct = percent("--mem-tol", value("--mem-tol"));
-      } else if (is("--time-tol")) {
-        opt.time_tol_pct = percent("--time-tol", value("--time-tol"));
-      } else if (is("--time-alpha")) {
-        const std::string v = value("--time-alpha");
+      } else if (opts.is("--mem-tol")) {
+        opt.mem_tol_pct = percent("--mem-tol", opts.value("--mem-tol"));
+      } else if (opts.is("--time-tol")) {
+        opt.time_tol_pct = percent("--time-tol", opts.value("--time-tol"));
+      } else if (opts.is("--time-alpha")) {
+        const std::string v = opts.value("--time-alpha");
         const double p = number_in(v);
         if (!(p > 0 && p < 1))  // NaN fails too
           input_error(fmt::format("compare: --time-alpha '{}' is not a significance level", v),
@@ -415,7 +410,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
         opt.time_alpha = p;
       } else if (a == "--gate-time") {
         opt.gate_time = true;
-      } else if (a.size() > 1 && a[0] == '-') {
+      } else if (opts.is_option()) {
         input_error(fmt::format("compare: unknown option '{}'", a), options);
       } else {
         files.push_back(a);

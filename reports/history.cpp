@@ -17,6 +17,7 @@
 #include "harness/run/run_detail.h"
 #include "harness/run/scenario.h"
 #include "reports/figures.h"
+#include "reports/option_reader.h"
 #include "reports/report.h"
 #include "reports/results_file.h"
 #include "reports/results_json.h"
@@ -191,6 +192,56 @@ json plot_data(const std::vector<Trend>& ts, const std::vector<std::string>& met
   return {{"history", {{"panels", panels}}}};
 }
 
+// history.md's text for trends made of `runs` history lines.
+std::string markdown_of(const std::vector<Trend>& ts, size_t runs, const std::vector<std::string>& metrics) {
+  std::string md = fmt::format(
+      "# bpbench history\n\n{} runs. A trend stays on one machine and device; a cell is "
+      "shown where it ran in two runs or more.\n",
+      runs);
+  for (const Trend& t : ts) {
+    md += fmt::format("\n## {}\n\n", t.series);
+    md += "| run | started (UTC) | commit | scenario | versions |\n|--:|---|---|---|---|\n";
+    for (size_t r = 0; r < t.runs.size(); ++r) {
+      const json& e = *t.runs[r];
+      const json& v = field(field(e, "key"), "versions");
+      std::string versions;
+      for (const char* k : {"bpbench", "torch", "transformers", "deepspeed"})
+        if (field(v, k).is_string())
+          versions += fmt::format("{}{} {}", versions.empty() ? "" : ", ", k, text(v, k));
+      const std::string commit = text(field(e, "key"), "commit");
+      md += fmt::format("| {} | {} | {} | {} | {} |\n", r + 1, text(e, "start_time"),
+                        commit.empty() ? "–" : commit.substr(0, 12), text(e, "scenario_name"), versions);
+    }
+    if (t.cells.empty()) {
+      md += "\nNo cell ran in two runs of this machine yet: nothing to trend.\n";
+      continue;
+    }
+    for (const auto& m : metrics) {
+      md += fmt::format("\n### {}\n\n| cell |", metric_title(m));
+      for (size_t r = 0; r < t.runs.size(); ++r) md += fmt::format(" {} |", r + 1);
+      md += "\n|---|";
+      for (size_t r = 0; r < t.runs.size(); ++r) md += "--:|";
+      md += "\n";
+      for (const auto& id : t.cells) {
+        md += "| " + t.labels.at(id) + " |";
+        for (size_t r = 0; r < t.runs.size(); ++r) {
+          const auto& cells = t.at.at(id);
+          const auto it = cells.find(r);
+          if (it == cells.end()) {
+            md += " |";
+          } else if (text(it->second, "status") != "ok") {
+            md += " " + text(it->second, "status") + " |";
+          } else {
+            md += " " + format_metric(m, field(it->second, m.c_str())) + " |";
+          }
+        }
+        md += "\n";
+      }
+    }
+  }
+  return md;
+}
+
 int append(const std::vector<std::string>& files, const std::string& to, std::ostream& out) {
   if (files.empty())
     input_error("history append: no RESULTS.json given", "bpbench history append RESULTS.json... --to FILE");
@@ -230,10 +281,11 @@ int report(const std::string& file, const fs::path& dir, const std::vector<std::
     input_error(fmt::format("history report: cannot create '{}'", dir.string()), "a writable directory");
   for (const auto& m : history_metrics()) fs::remove(dir / fmt::format("history_{}.png", m), ec);
   const fs::path data = dir / "plot_data.json";
-  write_json_atomically(data, plot_data(trends(entries), metrics));
+  const std::vector<Trend> ts = trends(entries);
+  write_json_atomically(data, plot_data(ts, metrics));
   const std::string problem = report_detail::run_plot_script(python, find_plot_script(), data, dir);
   if (!problem.empty()) err << fmt::format("bpbench: warning: plots not drawn ({})\n", problem);
-  std::string md = history_markdown(entries, metrics);
+  std::string md = markdown_of(ts, entries.size(), metrics);
   for (const auto& m : metrics) {
     const std::string png = fmt::format("history_{}.png", m);
     if (report_detail::nonempty_file(dir / png)) md += fmt::format("\n![{}]({})\n", metric_title(m), png);
@@ -281,52 +333,7 @@ json history_entry(const json& results, const std::string& source) {
 }
 
 std::string history_markdown(const std::vector<json>& entries, const std::vector<std::string>& metrics) {
-  std::string md = fmt::format(
-      "# bpbench history\n\n{} runs. A trend stays on one machine and device; a cell is "
-      "shown where it ran in two runs or more.\n",
-      entries.size());
-  for (const Trend& t : trends(entries)) {
-    md += fmt::format("\n## {}\n\n", t.series);
-    md += "| run | started (UTC) | commit | scenario | versions |\n|--:|---|---|---|---|\n";
-    for (size_t r = 0; r < t.runs.size(); ++r) {
-      const json& e = *t.runs[r];
-      const json& v = field(field(e, "key"), "versions");
-      std::string versions;
-      for (const char* k : {"bpbench", "torch", "transformers", "deepspeed"})
-        if (field(v, k).is_string())
-          versions += fmt::format("{}{} {}", versions.empty() ? "" : ", ", k, text(v, k));
-      const std::string commit = text(field(e, "key"), "commit");
-      md += fmt::format("| {} | {} | {} | {} | {} |\n", r + 1, text(e, "start_time"),
-                        commit.empty() ? "–" : commit.substr(0, 12), text(e, "scenario_name"), versions);
-    }
-    if (t.cells.empty()) {
-      md += "\nNo cell ran in two runs of this machine yet: nothing to trend.\n";
-      continue;
-    }
-    for (const auto& m : metrics) {
-      md += fmt::format("\n### {}\n\n| cell |", metric_title(m));
-      for (size_t r = 0; r < t.runs.size(); ++r) md += fmt::format(" {} |", r + 1);
-      md += "\n|---|";
-      for (size_t r = 0; r < t.runs.size(); ++r) md += "--:|";
-      md += "\n";
-      for (const auto& id : t.cells) {
-        md += "| " + t.labels.at(id) + " |";
-        for (size_t r = 0; r < t.runs.size(); ++r) {
-          const auto& cells = t.at.at(id);
-          const auto it = cells.find(r);
-          if (it == cells.end()) {
-            md += " |";
-          } else if (text(it->second, "status") != "ok") {
-            md += " " + text(it->second, "status") + " |";
-          } else {
-            md += " " + format_metric(m, field(it->second, m.c_str())) + " |";
-          }
-        }
-        md += "\n";
-      }
-    }
-  }
-  return md;
+  return markdown_of(trends(entries), entries.size(), metrics);
 }
 
 int history_main(const std::vector<std::string>& args) {
@@ -346,32 +353,26 @@ int history_main(const std::vector<std::string>& args, std::ostream& out, std::o
       input_error(fmt::format("history: unknown subcommand '{}'", sub), "append, report");
     std::string to, out_dir, python = "/usr/bin/python3";
     std::vector<std::string> files, metrics;
-    for (size_t i = 1; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      auto value = [&](const std::string& name) -> std::string {
-        if (a.size() > name.size() && a.compare(0, name.size() + 1, name + "=") == 0)
-          return a.substr(name.size() + 1);
-        if (i + 1 >= args.size()) input_error(fmt::format("history: {} needs a value", name), options);
-        return args[++i];
-      };
-      auto is = [&](const std::string& name) { return a == name || a.rfind(name + "=", 0) == 0; };
-      if (a == "-h" || a == "--help") {
+    OptionReader opts(args, "history", options, /*first=*/1);
+    while (opts.next()) {
+      const std::string& a = opts.arg();
+      if (opts.is_help()) {
         out << kHistoryHelp;
         return 0;
-      } else if (is("--to") && sub == "append") {
-        to = value("--to");
-      } else if (is("--out") && sub == "report") {
-        out_dir = value("--out");
-      } else if (is("--python") && sub == "report") {
-        python = value("--python");
-      } else if (is("--metric") && sub == "report") {
-        const std::string m = value("--metric");
+      } else if (opts.is("--to") && sub == "append") {
+        to = opts.value("--to");
+      } else if (opts.is("--out") && sub == "report") {
+        out_dir = opts.value("--out");
+      } else if (opts.is("--python") && sub == "report") {
+        python = opts.value("--python");
+      } else if (opts.is("--metric") && sub == "report") {
+        const std::string m = opts.value("--metric");
         const auto& valid = history_metrics();
         if (std::find(valid.begin(), valid.end(), m) == valid.end())
           input_error(fmt::format("history report: unknown metric '{}'", m),
                       fmt::format("{}", fmt::join(valid, ", ")));
         metrics.push_back(m);
-      } else if (a.size() > 1 && a[0] == '-') {
+      } else if (opts.is_option()) {
         input_error(fmt::format("history {}: unknown option '{}'", sub, a), options);
       } else {
         files.push_back(a);

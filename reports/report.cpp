@@ -15,6 +15,7 @@
 #include "harness/run/scenario.h"
 #include "reports/analysis.h"
 #include "reports/figures.h"
+#include "reports/option_reader.h"
 #include "reports/sections.h"
 
 namespace bpbench {
@@ -153,8 +154,8 @@ std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn&
                    const std::string& source) {
   return section_summary(a, source) + section_max_length(a) + section_peak(a, drawn.peak) + section_time(a) +
          section_flops(a) + section_offload(a) + section_partition(a, drawn.partition) +
-         section_grad_error(a) + section_peers(a) + section_train(a, drawn.train) + section_timeline(a, t, drawn.timeline) +
-         section_distributed(a) + section_not_run(a);
+         section_grad_error(a) + section_peers(a) + section_train(a, drawn.train) +
+         section_timeline(a, t, drawn.timeline) + section_distributed(a) + section_not_run(a);
 }
 
 std::string report_line(std::string s) {
@@ -236,24 +237,18 @@ int report_main(const std::vector<std::string>& args, std::ostream& out, std::os
   try {
     ReportOptions opt;
     std::vector<std::filesystem::path> results;
-    for (size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      auto value = [&](const std::string& name) -> std::string {
-        if (a.size() > name.size() && a.compare(0, name.size() + 1, name + "=") == 0)
-          return a.substr(name.size() + 1);
-        if (i + 1 >= args.size()) input_error(fmt::format("report: {} needs a value", name), options);
-        return args[++i];
-      };
-      auto is = [&](const std::string& name) { return a == name || a.rfind(name + "=", 0) == 0; };
-      if (a == "-h" || a == "--help") {
+    OptionReader opts(args, "report", options);
+    while (opts.next()) {
+      const std::string& a = opts.arg();
+      if (opts.is_help()) {
         out << kReportHelp;
         return kReportExitOk;
-      } else if (is("--out")) {
-        opt.out_dir = value("--out");
-      } else if (is("--python")) {
-        opt.python = value("--python");
-      } else if (is("--timeline-cell")) {
-        const std::string v = value("--timeline-cell");
+      } else if (opts.is("--out")) {
+        opt.out_dir = opts.value("--out");
+      } else if (opts.is("--python")) {
+        opt.python = opts.value("--python");
+      } else if (opts.is("--timeline-cell")) {
+        const std::string v = opts.value("--timeline-cell");
         size_t used = 0;
         long long n = -1;
         try {
@@ -264,7 +259,7 @@ int report_main(const std::vector<std::string>& args, std::ostream& out, std::os
         if (used != v.size() || n < 0)
           input_error(fmt::format("report: --timeline-cell '{}' is not a cell index", v), "integers >= 0");
         opt.timeline_cell = static_cast<size_t>(n);
-      } else if (a.size() > 1 && a[0] == '-') {
+      } else if (opts.is_option()) {
         input_error(fmt::format("report: unknown option '{}'", a), options);
       } else {
         results.push_back(a);

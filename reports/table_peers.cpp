@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <set>
 
 #include "impls/strategy.h"
 #include "reports/sections.h"
@@ -18,14 +17,14 @@ std::string section_peers(const Analysis& a) {
                        c.axis("batch"), c.axis("seq_len"));
   };
   std::map<std::string, const CellView*> streambp;  // the first streambp cell of each key, without offload
-  std::set<std::string> peer_impls;
+  bool any_peer = false;
   for (const CellView& c : a.cells) {
     if (!c.seq_len || c.max_length) continue;
     const std::string impl = c.axis("impl");
     if (impl == "streambp" && !is_offloaded(c)) streambp.emplace(twin_key(c), &c);
-    if (is_peer(impl)) peer_impls.insert(impl);
+    any_peer = any_peer || is_peer(impl);
   }
-  if (streambp.empty() || peer_impls.empty()) return "";
+  if (streambp.empty() || !any_peer) return "";
   std::vector<std::vector<std::string>> rows;
   for (const CellView& p : a.cells) {
     if (!p.seq_len || !is_peer(p.axis("impl"))) continue;

@@ -28,7 +28,8 @@ std::string section_time(const Analysis& a) {
   for (const CellView* c : grid) any_wide = any_wide || (c->time_cv && *c->time_cv > kWideSpread);
   if (any_wide)
     s += fmt::format(
-        "\nA median marked \"spread cv N%\" comes from runs whose standard deviation is over {:.0f}% of their "
+        "\nA median marked \"spread cv N%\" comes from runs whose standard deviation is over {:.0f}% of "
+        "their "
         "mean: "
         "too wide to compare with another cell or run (rerun it with more repeats, on a quieter machine).\n",
         100 * kWideSpread);

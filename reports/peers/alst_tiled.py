@@ -76,10 +76,15 @@ def versions():
     return {"transformers": transformers.__version__, "deepspeed": deepspeed_version()}
 
 
-def unavailable(args):
+def check_tiles(args, tool):
+    """--partition and --logits-partition, where given, are tiles of 1 token or more (else one line and exit 2)."""
     for name in ("partition", "logits_partition"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            sys.exit(f"alst_tiled: --{name.replace('_', '-')} must be >= 1")
+            sys.exit(f"{tool}: --{name.replace('_', '-')} must be >= 1")
+
+
+def unavailable(args, tool="alst_tiled"):
+    check_tiles(args, tool)
     try:
         tiled()
     except ImportError as e:

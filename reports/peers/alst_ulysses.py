@@ -115,14 +115,7 @@ def versions():
 
 
 def unavailable(args):
-    for name in ("partition", "logits_partition"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            sys.exit(f"{TOOL}: --{name.replace('_', '-')} must be >= 1")
-    try:
-        ulysses()
-    except ImportError as e:
-        return f"cannot import DeepSpeed's ulysses_sp ({e}; run scripts/setup_peers.sh)"
-    return alst_tiled.unavailable(args)
+    return alst_tiled.unavailable(args, TOOL)  # its tiles, and DeepSpeed's ulysses_sp (UlyssesSPAttentionHF's too)
 
 
 def config(config_json):

@@ -42,10 +42,9 @@ def add_arguments(p):
 
 
 def describe(args):
-    return (f"transformers {transformers.__version__}, SDPA, "
-            + ("no checkpointing" if args.no_checkpointing else
-               "gradient checkpointing, checkpoints offloaded to pinned host memory (save_on_cpu)"
-               if getattr(args, "offload", False) else "gradient checkpointing"))
+    how = {"hf": "no checkpointing", "hf-checkpoint": "gradient checkpointing",
+           "hf-checkpoint-offload": "gradient checkpointing, checkpoints offloaded to pinned host memory (save_on_cpu)"}
+    return f"transformers {transformers.__version__}, SDPA, {how[impl(args)]}"
 
 
 def versions():

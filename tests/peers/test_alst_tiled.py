@@ -9,7 +9,6 @@ peers_common gives BPBENCH, else build/bpbench). Where DeepSpeed is missing the 
 Run: .venv/bin/python -m unittest tests/peers/test_alst_tiled.py -v   (ctest: peers_common)
 """
 
-import importlib.util
 import os
 import sys
 import types
@@ -20,19 +19,8 @@ try:
 except ImportError:
     raise unittest.SkipTest("torch is not importable: the peers need it")
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PEERS = os.path.join(REPO, "reports", "peers")
-
-
-def load(name):
-    """A reports/peers/ module by path (a script's module, not a package; its neighbours on sys.path)."""
-    if PEERS not in sys.path:
-        sys.path.insert(0, PEERS)
-    spec = importlib.util.spec_from_file_location(f"peers_{name}", os.path.join(PEERS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_modules import REPO, load  # noqa: E402
 
 alst = load("alst_tiled")
 common = alst.common

@@ -16,7 +16,6 @@ peers_common gives BPBENCH, else build/bpbench). Where DeepSpeed is missing the 
 Run: .venv/bin/python -m unittest tests/peers/test_alst_ulysses.py -v   (ctest: peers_common)
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -30,22 +29,13 @@ try:
 except ImportError:
     raise unittest.SkipTest("torch is not importable: the peers need it")
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PEERS = os.path.join(REPO, "reports", "peers")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_modules import PEERS, REPO, load  # noqa: E402
+
 SCRIPT = os.path.join(PEERS, "alst_ulysses.py")
 BPBENCH = os.environ.get("BPBENCH") or os.path.join(REPO, "build", "bpbench")
 METER = os.path.join(os.path.dirname(BPBENCH), "libbpbench_peer_meter.so")
 LENGTHS = (16, 17)
-
-
-def load(name):
-    """A reports/peers/ module by path (a script's module, not a package; its neighbours on sys.path)."""
-    if PEERS not in sys.path:
-        sys.path.insert(0, PEERS)
-    spec = importlib.util.spec_from_file_location(f"peers_{name}", os.path.join(PEERS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_script(out, lengths, *options):
