@@ -10,7 +10,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bpbench="${BPBENCH:-$root/build/bpbench}"
 baseline="$root/reports/baselines/cpu/ci.json"
 out="${BPBENCH_GATE_OUT:-$(mktemp -d)}"
-"$bpbench" run "$root/scenarios/ci.json" --out "$out" > /dev/null
+"$bpbench" run "$root/scenarios/ci.json" --out "$out" --force > /dev/null
 if [[ "${1:-}" == "--refresh" ]]; then
   mkdir -p "$(dirname "$baseline")"
   cp "$out/results.json" "$baseline"

@@ -11,7 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT_DIR:-$root/out/cpu_peers}"
 bpbench="${BPBENCH:-$root/build/bpbench}"
 python="${PYTHON:-$root/.venv/bin/python}"
-resume=()
+resume=(--force)  # a run starts anew unless RESUME=1: the earlier results.json is kept beside
 [[ "${RESUME:-0}" == 1 ]] && resume=(--resume)
 lengths=(2048 8192)  # scenarios/cpu_peers.json's seq_len
 repeat=5             # and its measure.time

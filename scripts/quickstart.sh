@@ -8,8 +8,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_TARGETS=bpbench bash "$root/scripts/build.sh"  # the main job runs bpbench only; scripts/test.sh builds the rest
 out="${1:-$root/out/quickstart}"
 bpbench="$root/build/bpbench"
-"$bpbench" run "$root/scenarios/quickstart.json" --out "$out"
-"$bpbench" run "$root/scenarios/quickstart_dist.json" --out "$out/dist"
+# --force: a second quickstart starts anew, its earlier results kept beside as results.replaced-TIME.json
+"$bpbench" run "$root/scenarios/quickstart.json" --out "$out" --force
+"$bpbench" run "$root/scenarios/quickstart_dist.json" --out "$out/dist" --force
 # The timeline plotted is StreamBP's at T = 1024: cell 14 (lengths vary slowest, then the five impls).
 "$bpbench" report "$out/results.json" --out "$out/report" --timeline-cell 14
 "$bpbench" report "$out/dist/results.json" --out "$out/dist/report"

@@ -1,7 +1,10 @@
 // test_cli.cpp: the built bpbench binary as a user meets it: listings, help, a tiny run, and the rule that
 // every bad input gets exit status 2 and exactly one stderr line naming the problem.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "harness/model/model_config.h"
 #include "harness/objectives/objective.h"
@@ -223,6 +227,56 @@ TEST_F(Cli, RunWritesResultsProgressAndTable) {
   EXPECT_EQ(results.at("meta").at("argv")[1], "run");
   EXPECT_EQ(results.at("meta").at("threads"), 1);
   for (const auto& c : results.at("cells")) EXPECT_EQ(c.at("status"), "ok") << c.dump();
+}
+
+// A results.json is never written over by a run that did not start it: a second run into the same folder
+// refuses in one line (pointing at --resume and --force) and leaves the file as it was; --force moves it
+// aside, byte for byte, and writes the new one.
+TEST_F(Cli, ASecondRunNeverOverwritesResultsUnlessForcedAndThenKeepsThem) {
+  write("t.json", R"({"name": "cli-twice", "grid": {"model": "tiny", "impl": "plain", "seq_len": 8},
+    "measure": {"time": false, "grad_error": false}})");
+  ASSERT_EQ(bpbench("run t.json --out res --threads 1 --quiet").status, 0);
+  const std::string first = testing::file_text(dir_ / "res" / "results.json");
+
+  expect_bad_input("run t.json --out res --threads 1", "already holds results");
+  const Outcome refused = bpbench("run t.json --out res --threads 1");
+  EXPECT_NE(refused.err.find("--resume"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--force"), std::string::npos) << refused.err;
+  EXPECT_EQ(testing::file_text(dir_ / "res" / "results.json"), first);
+  expect_bad_input("run t.json --out res --force --resume", "exclude each other");
+
+  const Outcome forced = bpbench("run t.json --out res --threads 1 --force");
+  ASSERT_EQ(forced.status, 0) << forced.err;
+  std::vector<fs::path> aside;
+  for (const auto& entry : fs::directory_iterator(dir_ / "res"))
+    if (entry.path().filename().string().rfind("results.replaced-", 0) == 0) aside.push_back(entry.path());
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_EQ(testing::file_text(aside[0]), first);
+  EXPECT_NE(forced.err.find(aside[0].filename().string()), std::string::npos) << forced.err;
+  const auto results = nlohmann::json::parse(testing::file_text(dir_ / "res" / "results.json"));
+  EXPECT_NE(results.at("meta").at("argv").dump().find("--force"), std::string::npos);
+  EXPECT_EQ(bpbench("run t.json --out res --threads 1 --resume --quiet").status, 0);
+}
+
+// A folder another run is writing into is refused at once, naming that run's pid; its lock goes with its
+// process, so the folder is free again afterwards. The other run here is this test's process holding the
+// lock.
+TEST_F(Cli, ARunIntoAFolderInUseRefusesAtOnce) {
+  write("t.json", R"({"name": "cli-busy", "grid": {"model": "tiny", "impl": "plain", "seq_len": 8},
+    "measure": {"time": false, "grad_error": false}})");
+  fs::create_directories(dir_ / "busy");
+  const std::string lock = (dir_ / "busy" / ".bpbench.lock").string();
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string pid = std::to_string(::getpid());
+  ASSERT_EQ(::write(fd, pid.data(), pid.size()), static_cast<ssize_t>(pid.size()));
+  expect_bad_input("run t.json --out busy --threads 1", "in use by another bpbench run (pid " + pid);
+  expect_bad_input("run t.json --out busy --threads 1 --resume", "in use by another bpbench run");
+  EXPECT_FALSE(fs::exists(dir_ / "busy" / "results.json"));
+  ::close(fd);
+  EXPECT_EQ(bpbench("run t.json --out busy --threads 1 --quiet").status, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "busy" / "results.json"));
 }
 
 }  // namespace

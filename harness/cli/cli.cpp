@@ -39,7 +39,7 @@ Measures how backpropagation strategies for long-sequence LLM training trade mem
 their gradients are exact.
 
 commands:
-  run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume] [--quiet]
+  run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume | --force] [--quiet]
                           run every cell of a scenario's grid; write DIR/results.json
   list [models|impls|objectives]
                           what a scenario's grid may name
@@ -63,7 +63,7 @@ Exit status: 0 success; 1 a cell failed with status "error"; 2 bad input (one li
 )";
 
 const char* kRunHelp =
-    R"(usage: bpbench run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume] [--quiet]
+    R"(usage: bpbench run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume | --force] [--quiet]
 
 Expands the scenario's grid (every combination of its values) and runs each cell: one forward + backward of the
 strategy `impl` under a memory recorder, timed over warmup + repeat runs, with the gradient error against plain
@@ -80,6 +80,9 @@ options:
                   all. Refuses a file of another scenario or build (version, git commit, LibTorch, compiler,
                   CUDA build, GPUs, driver)
   --resume-any    --resume, keeping the matching cells of any results file (recorded in meta.resumed)
+  --force         start anew where DIR already holds a results.json: the old file is moved aside to
+                  DIR/results.replaced-TIME.json. Without --resume or --force such a DIR is refused, and so
+                  is a DIR another run is writing into (DIR/.bpbench.lock)
   --quiet         no progress lines on stderr
   -h, --help      this text
 
@@ -234,7 +237,8 @@ int64_t parse_threads(const std::string& text) {
 }
 
 int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>& argv) {
-  const std::string options = "--out DIR, --threads N, --isolate, --resume, --resume-any, --quiet, --help";
+  const std::string options =
+      "--out DIR, --threads N, --isolate, --resume, --resume-any, --force, --quiet, --help";
   std::optional<std::string> scenario_path, out_dir;
   RunOptions opt;
   bool quiet = false;
@@ -259,6 +263,8 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
       opt.resume = opt.resume == ResumeMode::any ? ResumeMode::any : ResumeMode::same;
     } else if (a == "--resume-any") {
       opt.resume = ResumeMode::any;
+    } else if (a == "--force") {
+      opt.force = true;
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a.size() > 1 && a[0] == '-') {
@@ -269,6 +275,9 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
       scenario_path = a;
     }
   }
+  if (opt.force && opt.resume != ResumeMode::off)
+    usage_error("run: --force and --resume exclude each other (--force starts anew, --resume continues)",
+                "one of them");
   if (!scenario_path)
     usage_error("run: missing SCENARIO.json", "a scenario file, e.g. scenarios/quickstart.json");
   const Scenario scenario = load_scenario(*scenario_path);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "harness/objectives/data_file.h"
+#include "harness/run/out_dir.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "profiles/cuda_build.h"
@@ -96,6 +97,13 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
     if (models.insert(c.model).second) model_config_of(c.model, scenario.settings.rope);
   check_world_size(scenario.settings.device, scenario.settings.world_size, profiles::cuda_device_count());
   json meta = collect_meta(scenario, options.argv, threads, isolate);
+  const OutDirUse use = options.resume != ResumeMode::off ? OutDirUse::resume
+                        : options.force                   ? OutDirUse::force
+                                                          : OutDirUse::fresh;
+  const OutDirClaim claim(options.out_dir, use);  // held until the run returns
+  if (!claim.moved_aside().empty() && options.progress)
+    *options.progress << fmt::format("--force: the earlier results are kept as {}\n",
+                                     claim.moved_aside().string());
   const auto resumed = load_resume_state(std::filesystem::path(options.out_dir) / "results.json", scenario,
                                          cells, meta, options.resume);
   std::map<size_t, json> kept = resumed ? resumed->kept_cells : std::map<size_t, json>{};

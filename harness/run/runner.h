@@ -96,6 +96,7 @@ struct RunOptions {
   std::ostream* progress = nullptr;         // a line per cell (stderr in the CLI); null: silent
   std::ostream* table = nullptr;            // the final table (stdout in the CLI); null: none
   ResumeMode resume = ResumeMode::off;      // keep the finished cells of out_dir/results.json (resume.h)
+  bool force = false;  // no resume: move an earlier out_dir/results.json aside rather than refuse (out_dir.h)
 };
 
 struct RunSummary {
@@ -105,7 +106,8 @@ struct RunSummary {
 };
 
 // Expands the grid, runs every cell (with options.resume, those not finished already), rewrites results.json
-// after each. Throws InputError for a bad output dir, a results file it cannot resume, or check_world_size.
+// after each. Throws InputError for a bad output dir, one in use by another run, a results.json there without
+// resume or force (out_dir.h), a results file it cannot resume, or check_world_size.
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& options);
 
 // NCCL runs one rank per GPU (two ranks on one GPU hang or fail inside NCCL): on device cuda, world_size
