@@ -169,6 +169,37 @@ TEST(CausalAttention, KernelChoiceByDeviceAndDtype) {
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::flash), "flash");
 }
 
+// A chunk's dQ is a sum over key blocks when its dK, dV go to a sink (StreamBP's backward): in bfloat16 that
+// sum is kept in float32 and rounded once, so its error against float64 does not grow with the number of
+// blocks. Summed in bfloat16, each block would add a rounding of the partial sum: about sqrt(blocks / 2)
+// times one rounding, 4 times at 32 blocks. Softmax near uniform (small q, k) spreads dQ over every block.
+double sink_dq_error_in_bfloat16(int64_t blocks) {
+  const int64_t c = 16, heads = 2, hd = 8,
+                e = c + (blocks - 1) * kMinSinkKeyBlock;  // prefix blocks + diagonal
+  torch::manual_seed(11);
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  // The inputs as bfloat16 holds them, so that the reference starts from the very same numbers.
+  auto as_bf16 = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).to(torch::kDouble); };
+  const auto q = as_bf16(0.1 * torch::randn({1, heads, c, hd}, f64));
+  const auto k = as_bf16(0.1 * torch::randn({1, heads, e, hd}, f64));
+  const auto v = as_bf16(torch::randn({1, heads, e, hd}, f64));
+  const auto upstream = as_bf16(torch::randn({1, c, heads * hd}, f64));
+  auto q_ref = q.clone().requires_grad_();
+  masked_attention(q_ref, k, v).backward(upstream);
+  auto q_bf16 = q.to(torch::kBFloat16).requires_grad_();
+  const auto k_bf16 = k.to(torch::kBFloat16), v_bf16 = v.to(torch::kBFloat16);
+  const KvGradSink sink{torch::zeros_like(k_bf16), torch::zeros_like(v_bf16)};
+  causal_attention(q_bf16, k_bf16, v_bf16, 0, 0.0, sink).backward(upstream.to(torch::kBFloat16));
+  EXPECT_EQ(q_bf16.grad().scalar_type(), torch::kBFloat16);
+  return ((q_bf16.grad().to(torch::kDouble) - q_ref.grad()).norm() / q_ref.grad().norm()).item<double>();
+}
+
+TEST(CausalAttention, ASinksDqInBfloat16IsRoundedOnceWhateverTheNumberOfKeyBlocks) {
+  const double two_blocks = sink_dq_error_in_bfloat16(2), many_blocks = sink_dq_error_in_bfloat16(32);
+  EXPECT_LT(many_blocks, 1.5 * two_blocks) << "2 blocks: " << two_blocks << ", 32 blocks: " << many_blocks;
+  EXPECT_LT(many_blocks, 4e-3);  // about one bfloat16 rounding (2^-8 = 3.9e-3 relative)
+}
+
 std::string name_of(const ::testing::TestParamInfo<std::tuple<int64_t, int64_t, int64_t>>& info) {
   const auto [c, e, group] = info.param;
   return "c" + std::to_string(c) + "_e" + std::to_string(e) + "_gqa" + std::to_string(group);

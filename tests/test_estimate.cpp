@@ -397,9 +397,10 @@ TEST(EstimateCuda, FlashBackwardHoldsDqAccumulatorAndExpandedDkDv) {
             0);
 
   // A StreamBP chunk's forward is one call of c queries over its e keys (flash is bottom-right causal); its
-  // backward adds dK, dV into StreamBP's accumulators by key blocks (attention_gpu.cpp: FlashSinkAttention):
-  // the prefix's 192 keys in one block (up to 8192 keys a block), then the diagonal 64. T = 256, c = 64, the
-  // last chunk sees all 256 keys; its accumulator is 128 rows; flash's GQA expansion covers one block.
+  // backward adds dK, dV into StreamBP's accumulators by key blocks (attention_gpu.cpp: FlashSinkAttention)
+  // and the blocks' dQ into a float32 sum: the prefix's 192 keys in one block (up to 8192 keys a block), then
+  // the diagonal 64. T = 256, c = 64, the last chunk sees all 256 keys; its accumulator is 128 rows; flash's
+  // GQA expansion covers one block.
   EstimateInput chunked = small_cell(torch::kBFloat16, "streambp", 256, "cuda");
   chunked.partition = 64;
   chunked.logits_partition = 64;
@@ -407,7 +408,8 @@ TEST(EstimateCuda, FlashBackwardHoldsDqAccumulatorAndExpandedDkDv) {
   const auto& chunk = phase_named(streamed, "layer attention backward");
   const int64_t c = 64, widest_block = 192;
   EXPECT_EQ(term_bytes(chunk, "attention backward (flash) into dK, dV by key blocks"),
-            N * (3 * c * Aq + 2 * widest_block * 128) * s);
+            N * (2 * c * Aq + 2 * widest_block * 128) * s);
+  EXPECT_EQ(term_bytes(chunk, "the blocks' dQ summed in float32"), N * c * Aq * 4);
   EXPECT_EQ(term_bytes(chunk, "flash backward: float32 dq accumulator"), N * 128 * Hq * hd * 4);
   EXPECT_EQ(term_bytes(chunk, "flash backward, GQA: one block's dK, dV expanded to Hq heads"),
             2 * N * widest_block * Aq * s);

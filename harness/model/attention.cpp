@@ -93,22 +93,30 @@ SinkNodeData SinkNodeData::load(torch::autograd::AutogradContext* ctx) {
 
 torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const KvGradSink& sink,
                                           const SinkBlockCall& call) {
+  // dQ is a sum over the key blocks. In bfloat16 or float16 each partial sum would be rounded once more per
+  // block, an error that grows with T / block and is StreamBP's alone (plain BP's kernel accumulates dQ in
+  // float32 inside one call): exactly what the paper's Table 7 compares. So the sum is kept in float32 and
+  // rounded once, as one call would; float32 and float64 sum in their own type.
   torch::Tensor dq;
+  at::ScalarType dq_type = at::kFloat;
   auto run = [&](int64_t key0, int64_t keys, bool causal) {
     auto [dq_part, dk_part, dv_part] = call(key0, keys, causal);
     sink.dk.narrow(2, key0, keys).add_(dk_part);
     dk_part.reset();
     sink.dv.narrow(2, key0, keys).add_(dv_part);
     dv_part.reset();
-    if (dq.defined())
-      dq.add_(dq_part);
-    else
-      dq = std::move(dq_part);
+    if (dq.defined()) {
+      dq.add_(dq_part);  // float32 += the block's terms (a float32 copy of them on the CPU)
+    } else {
+      dq_type = dq_part.scalar_type();
+      const bool reduced = dq_type == at::kBFloat16 || dq_type == at::kHalf;
+      dq = reduced && c < e ? dq_part.to(at::kFloat) : std::move(dq_part);
+    }
   };
   const int64_t prefix = e - c;
   for (int64_t key0 = 0; key0 < prefix; key0 += block) run(key0, std::min(block, prefix - key0), false);
   run(prefix, c, /*causal=*/true);
-  return dq;
+  return dq.scalar_type() == dq_type ? dq : dq.to(dq_type);
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

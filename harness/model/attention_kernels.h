@@ -49,7 +49,8 @@ torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q,
 // A sink's backward by key blocks (SinkAttention, FlashSinkAttention): `call(key0, keys, causal)` runs one
 // backward kernel call for keys [key0, key0 + keys) and returns its (dQ, dK, dV) as (N, H, rows, hd) views;
 // the prefix keys [0, e - c) go in blocks of at most `block` (no mask), then the diagonal [e - c, e)
-// causally. Each call's dK, dV are added into the sink and released before the next. Returns dQ, the sum.
+// causally. Each call's dK, dV are added into the sink and released before the next. Returns dQ, the sum,
+// accumulated in float32 for bfloat16 and float16 (rounded once at the end, as a single call rounds it).
 // What a sink's autograd node (SinkAttention, FlashSinkAttention) keeps beside its saved q, output and
 // logsumexp, in its saved_data rather than saved for backward: k and v are read-only views of the caller's K
 // and V, and the sinks change between the node's forward and its backward (other nodes add into them), which

@@ -19,12 +19,14 @@ void add_cuda_attention_backward(PhaseBuilder& p, const MemoryTerms& D, int64_t 
                                  int64_t window, const char* R, const char* E, bool into_sink) {
   if (D.flash && into_sink && keys > rows && !(window > 0 && window < keys)) {
     // FlashSinkAttention (attention_gpu.cpp): one backward call per key block of at most b keys, each
-    // call's dK, dV added into the sink and released.
+    // call's dK, dV added into the sink and released, its dQ added into a float32 sum (counted at every
+    // call: an upper bound by the first call's, which has no sum yet).
     const int64_t widest = D.sink_widest_block(rows, keys);
-    p.add(fmt::format("attention backward (flash) into dK, dV by key blocks: dO, dQ, one call's dQ, dK, dV: "
-                      "N*(3*{}*Aq + 2*b*Akv)*s, b = max({}, min(8192, {} - {}))",
+    p.add(fmt::format("attention backward (flash) into dK, dV by key blocks: dO, one call's dQ, dK, dV: "
+                      "N*(2*{}*Aq + 2*b*Akv)*s, b = max({}, min(8192, {} - {}))",
                       R, R, E, R),
-          D.N * (3 * rows * D.Aq + 2 * widest * D.Akv) * D.s);
+          D.N * (2 * rows * D.Aq + 2 * widest * D.Akv) * D.s);
+    p.add(fmt::format("the blocks' dQ summed in float32: N*{}*Aq*4", R), D.N * rows * D.Aq * 4);
     p.add(fmt::format("flash backward: float32 dq accumulator: N*round128({})*Hq*hd_r*4", R),
           D.flash_dq_accum(rows));
     p.add(fmt::format("flash backward: softmax_d: N*Hq*round128({})*4", R), D.flash_softmax_d(rows));

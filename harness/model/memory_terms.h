@@ -239,11 +239,24 @@ struct MemoryTerms {
   // A chunk's backward into a gradient sink (ops.h, StreamBP's dK, dV; attention_cpu.cpp: SinkAttention):
   // the prefix keys in blocks of max(c, kMinSinkKeyBlock), then the diagonal, one call at a time, each
   // call's dK, dV added into the sink and released. At a later call: dO, dQ so far, the call's dQ, dK, dV
-  // over its keys (at most `widest`) and its scratch. One call when keys = rows.
+  // over its keys (at most `widest`) and its scratch. One call when keys = rows. In bfloat16 and float16 dQ
+  // so far is float32 (attention.cpp, sink_backward_by_key_blocks) from the second call on, and adding a
+  // call's dQ into it makes a float32 copy of that dQ on the CPU (CUDA's kernel casts as it reads): the
+  // first call (the widest block, no sum yet), the later ones (the sum beside them), and each addition (dO,
+  // the sum, the call's dQ and its copy, its dK, dV gone).
   int64_t sink_attn_backward(int64_t rows, int64_t keys) const {
     if (keys == rows) return attn_backward(rows);
     const int64_t widest = sink_widest_block(rows, keys);
-    return N * (3 * rows * Aq + 2 * widest * Akv) * s + attn_backward_scratch(rows, widest);
+    if (s >= 4) return N * (3 * rows * Aq + 2 * widest * Akv) * s + attn_backward_scratch(rows, widest);
+    const int64_t prefix = keys - rows, block = std::max(rows, flash ? kCudaSinkKeyBlock : kMinSinkKeyBlock);
+    const int64_t first_keys = std::min(block, prefix);
+    const int64_t later_keys = std::max(rows, prefix > block ? std::min(block, prefix - block) : 0);
+    const int64_t dq_sum = N * rows * Aq * 4;
+    auto call = [&](int64_t call_keys) {
+      return N * (2 * rows * Aq + 2 * call_keys * Akv) * s + attn_backward_scratch(rows, call_keys);
+    };
+    const int64_t adding = N * rows * Aq * 2 * s + dq_sum + (cuda() ? 0 : dq_sum);
+    return std::max({call(first_keys), call(later_keys) + dq_sum, adding});
   }
   // The most keys one call of a sink's backward takes: the prefix's blocks of max(rows, the kernel's
   // minimum: attention_blocks.h, flash's on CUDA), or the diagonal's rows.
