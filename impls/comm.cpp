@@ -453,6 +453,19 @@ std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
+void Communicator::shutdown() {
+  if (!impl_->pg) return;
+  try {
+    impl_->settle_pending();
+    // NCCL's communicators and watchdog thread end here, while the CUDA runtime is still up; left to the
+    // group's destructor at static teardown they can hang the rank's exit (after the CUDA context is gone).
+    impl_->pg->shutdown();
+  } catch (const std::exception&) {
+    // Shutting down after a failed collective may throw again; the rank is leaving either way.
+  }
+  impl_->pg.reset();
+}
+
 int Communicator::rank() const {
   return impl_->config.rank;
 }
@@ -610,10 +623,14 @@ void set_current_communicator(Communicator* comm) {
   g_current.store(comm);
 }
 
+namespace {
+std::mutex g_owned_mutex;
+std::unique_ptr<Communicator> g_owned;  // the group communicator_or_init_from_env made, until shut down
+}  // namespace
+
 Communicator& communicator_or_init_from_env(const std::string& device) {
-  static std::mutex mutex;
-  static std::unique_ptr<Communicator> owned;
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(g_owned_mutex);
+  auto& owned = g_owned;
   if (Communicator* c = current_communicator()) return *c;
   if (!CommConfig::env_present())
     throw CommError(
@@ -624,6 +641,14 @@ Communicator& communicator_or_init_from_env(const std::string& device) {
   owned = Communicator::create(config);
   set_current_communicator(owned.get());
   return *owned;
+}
+
+void shutdown_owned_communicator() {
+  std::lock_guard<std::mutex> lock(g_owned_mutex);
+  if (!g_owned) return;
+  if (current_communicator() == g_owned.get()) set_current_communicator(nullptr);
+  g_owned->shutdown();
+  g_owned.reset();
 }
 
 }  // namespace bpbench::dist

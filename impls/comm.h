@@ -145,6 +145,9 @@ class Communicator {
   // parallelism's exchange of sequence shards for head shards (impls/sequence_parallel.h).
   torch::Tensor all_to_all(const torch::Tensor& input, const std::string& what);
   void barrier(const std::string& what);
+  // Ends the process group (NCCL: its communicators and watchdog) now; nothing may be called after it. The
+  // destructor does not: a rank calls this before it returns (shutdown_owned_communicator).
+  void shutdown();
 
   // Counts of every collective so far; seconds of every collective but the last one queued on nccl, whose
   // seconds settle() adds.
@@ -170,5 +173,8 @@ void set_current_communicator(Communicator* comm);
 // created from it (and made current) for tensors on `device` (cpu | cuda). Throws CommError when there is
 // neither.
 Communicator& communicator_or_init_from_env(const std::string& device = "cpu");
+// Shuts down and frees the group communicator_or_init_from_env made, if any (no longer current): called by a
+// rank before it returns, so that NCCL is not torn down in static destructors at exit, where it can hang.
+void shutdown_owned_communicator();
 
 }  // namespace bpbench::dist

@@ -328,6 +328,7 @@ int run_cell_main(const std::string& job_path) {
     } catch (const std::exception&) {
     }
   }
+  dist::shutdown_owned_communicator();  // before exit, not in static teardown (comm.h)
   return 0;
 }
 
