@@ -61,10 +61,17 @@ if(BPBENCH_WITH_CUDA AND NOT BPBENCH_TORCH_CUDA)
 endif()
 
 if(BPBENCH_WITH_CUDA)
-  # The toolkit must be the wheel's CUDA major version: /usr/local/cuda (or CUDAToolkit_ROOT). The wheel's own
-  # nvidia/cuXX runtime packages are no substitute: TorchConfig's cuda.cmake needs nvcc and the unversioned
-  # libraries, which they do not ship. So a mismatch stops here, saying what to point at.
+  # The toolkit must be the wheel's CUDA major version: /usr/local/cuda (or CUDAToolkit_ROOT). TorchConfig's
+  # cuda.cmake needs nvcc and the toolkit's libraries, so a mismatch stops here, saying what to point at.
   string(REGEX MATCH "^[0-9]+" _wheel_cuda_major "${BPBENCH_TORCH_CUDA}")
+  # The python's nvidia-* wheels (site-packages/nvidia/cuXX: cuda-toolkit, nvidia-cuda-cupti, nvidia-nvtx...)
+  # stand in for what a toolkit lacks: nvcc itself where no toolkit is installed, CUPTI and the NVTX3 headers
+  # where the toolkit has no extras (a GPU image with nvcc alone).
+  set(_pip_cuda "${_site_packages}/nvidia/cu${_wheel_cuda_major}")
+  if(NOT CUDAToolkit_ROOT AND NOT DEFINED ENV{CUDAToolkit_ROOT} AND NOT EXISTS "/usr/local/cuda/bin/nvcc"
+     AND EXISTS "${_pip_cuda}/bin/nvcc")
+    set(CUDAToolkit_ROOT "${_pip_cuda}")
+  endif()
   find_package(CUDAToolkit QUIET)
   if(NOT CUDAToolkit_FOUND OR NOT CUDAToolkit_VERSION_MAJOR EQUAL _wheel_cuda_major)
     message(FATAL_ERROR "bpbench: torch ${BPBENCH_TORCH_VERSION} was built with CUDA ${BPBENCH_TORCH_CUDA}, but the "
@@ -108,9 +115,23 @@ add_library(bpbench_gpu INTERFACE)
 add_library(bpbench::gpu ALIAS bpbench_gpu)
 if(BPBENCH_WITH_CUDA)
   if(NOT TARGET CUDA::cupti)
-    message(FATAL_ERROR "bpbench: CUPTI not found in ${BPBENCH_CUDA_SOURCE}")
+    # The nvidia-cuda-cupti wheel's: its library is versioned only (libcupti.so.13), which an imported target
+    # links by its full path.
+    file(GLOB _pip_cupti_libs "${_pip_cuda}/lib/libcupti.so*")
+    if(EXISTS "${_pip_cuda}/include/cupti.h" AND _pip_cupti_libs)
+      list(SORT _pip_cupti_libs)
+      list(GET _pip_cupti_libs 0 _pip_cupti_lib)
+      add_library(CUDA::cupti SHARED IMPORTED)
+      set_target_properties(CUDA::cupti PROPERTIES IMPORTED_LOCATION "${_pip_cupti_lib}"
+                                                   INTERFACE_INCLUDE_DIRECTORIES "${_pip_cuda}/include")
+      string(APPEND BPBENCH_CUDA_SOURCE "; CUPTI from ${_pip_cupti_lib}")
+    else()
+      message(FATAL_ERROR "bpbench: CUPTI not found in ${BPBENCH_CUDA_SOURCE} nor in ${_pip_cuda} (the "
+                          "nvidia-cuda-cupti wheel); install the toolkit's CUPTI or that wheel")
+    endif()
   endif()
-  find_path(BPBENCH_NVTX3_INCLUDE nvtx3/nvToolsExt.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
+  find_path(BPBENCH_NVTX3_INCLUDE nvtx3/nvToolsExt.h HINTS ${CUDAToolkit_INCLUDE_DIRS} "${_pip_cuda}/include"
+            REQUIRED)
   # NCCL: the headers of the libnccl that torch loads (the nvidia-nccl wheel beside it), else the toolkit's.
   find_path(BPBENCH_NCCL_INCLUDE nccl.h HINTS "${_site_packages}/nvidia/nccl/include" ${CUDAToolkit_INCLUDE_DIRS}
             REQUIRED)
