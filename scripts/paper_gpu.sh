@@ -9,10 +9,10 @@
 #   ONLY="llama_memory_time table7_grad_error" scripts/paper_gpu.sh   # a subset, by scenario name less h100_
 #
 # Each table writes one folder, OUT_DIR/TABLE: bpbench's results.json (and timelines), its peers' results
-# under OUT_DIR/TABLE/peers/NAME/, and the report under OUT_DIR/TABLE/report/. scripts/gpu/ runs one table a
-# step and packs that folder.
+# under OUT_DIR/TABLE/peers/NAME/, and the report under OUT_DIR/TABLE/report/. This is the plan for a GPU
+# machine you hold for hours; the lent machines of this project (15 minutes in all) run scripts/gpu/check.sh.
 #
-# Needs a built bpbench: BUILD_DIR/bpbench (BUILD_DIR: build-gpu, where scripts/gpu/01_build.sh builds on a
+# Needs a built bpbench: BUILD_DIR/bpbench (BUILD_DIR: build-gpu, where scripts/gpu/check.sh builds on a
 # GPU machine, else build/, where scripts/build.sh builds; BPBENCH= points elsewhere) and a python with torch
 # and transformers (PYTHON=, default python3). The scenarios' budget is an H100 80GB's (80e9 bytes); on another
 # GPU edit their budget_bytes (memory less the reserve their descriptions state) and pass the same figure as
@@ -30,8 +30,9 @@
 # meta.resumed which build measured them): for a later session's new commit, when the change cannot move the
 # kept cells' numbers.
 #
-# DEVICE=cpu is the dry run of the same flow (CI: tests/gpu_steps/): SCENARIOS names the scenario files' prefix
-# (default scenarios/h100_) and the peers run the tiny preset on the CPU, in float32, at 16 and 33 tokens.
+# DEVICE=cpu is a dry run of the same flow: SCENARIOS names the scenario files' prefix (default
+# scenarios/h100_) and the peers run the tiny preset on the CPU, in float32, at 16 and 33 tokens. CI no longer
+# runs it (the step scripts it was tested through are gone); CI dry-runs scripts/gpu/check.sh, the lent GPUs' plan.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/reports/results/h100}"
@@ -45,7 +46,7 @@ budget="${BUDGET_BYTES:-80000000000}"
 device="${DEVICE:-cuda}"
 scenarios="${SCENARIOS:-$root/scenarios/h100_}"
 case "${RESUME:-1}" in
-  0) resume=() peer_resume=() ;;
+  0) resume=(--force) peer_resume=() ;;  # the earlier results.json kept beside (bpbench run --force)
   any) resume=(--resume-any) peer_resume=(--resume) ;;
   *) resume=(--resume) peer_resume=(--resume) ;;
 esac
@@ -55,7 +56,7 @@ all="llama_memory_time gemma_memory peers table1_time fig5_partition table7_grad
 # ONLY="train_stability train_stability_dpo_grpo", with .data/ carried to the GPU machine (scripts/setup.sh makes
 # it where the network is).
 [[ -x "$bpbench" ]] || {
-  echo "paper_gpu.sh: no bpbench at $bpbench (scripts/gpu/01_build.sh or scripts/build.sh first, or BPBENCH=)" >&2
+  echo "paper_gpu.sh: no bpbench at $bpbench (scripts/build.sh first, or BPBENCH=)" >&2
   exit 2
 }
 [[ "$device" == cuda || "$device" == cpu ]] || { echo "paper_gpu.sh: DEVICE=$device (valid: cuda, cpu)" >&2; exit 2; }

@@ -12,7 +12,7 @@ import copy, json, sys
 shown = json.load(open(sys.argv[1]))
 tests = shown["tests"]
 shard = next(t for t in tests if t["name"] == "shard_1_of_" + t["name"].rsplit("_", 1)[-1])
-single = next(t for t in tests if t.get("command") and any(a.startswith("--gtest_filter=") and "*" not in a
+single = next(t for t in tests if t.get("command") and t["command"][0].endswith("/bpbench_tests") and any(a.startswith("--gtest_filter=") and "*" not in a
                                                            and ":" not in a and not a.startswith("--gtest_filter=-")
                                                            for a in t["command"]))
 twice = copy.deepcopy(single)

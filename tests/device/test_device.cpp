@@ -1,6 +1,7 @@
 // test_device.cpp: GPU-only tests. They are compiled and registered in every CUDA build (so a GPU path that
 // no longer compiles breaks every machine's build), and skip with a one-line reason where no GPU is present:
-// skipped, never failed, never missing from the count. scripts/gpu/02_tests.sh runs them on a GPU.
+// skipped, never failed, never missing from the count. scripts/gpu/check.sh runs them on a GPU, one case at a
+// time.
 //   - the tiny model's loss and every gradient on CUDA equal the CPU's (float64: to round-off);
 //   - one cell of every single-process strategy through the runner on CUDA: status ok, gradient error of
 //     float32 against float64 plain BP at round-off, FLOPs counted on CUDA (backward hooks on autograd's

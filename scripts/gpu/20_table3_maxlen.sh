@@ -1,6 +1,0 @@
-#!/usr/bin/env bash
-# GPU step: The longest Qwen3-8B SFT sequence per strategy (paper Table 3), Hugging Face bracketed beside it.
-# scenarios/h100_table3_maxlen.json through scripts/paper_gpu.sh, resumed from this step's last pack and packed
-# again (scripts/gpu/lib.sh).
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-table_step table3_maxlen "$@"
