@@ -20,6 +20,14 @@ json() {  # FILE EXPRESSION: a Python expression over the parsed file `d`
   "$PYTHON" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
 }
 
+# 0. The real checks' scenarios parse and match the schema, and the max-length probes come out of the
+#    estimate for the real template (Qwen3-8B on an H100's budget), so that no typo waits for a GPU.
+"$BPBENCH" validate "$root"/scenarios/gpu_check/*.json >/dev/null || fail "a scenarios/gpu_check file does not validate"
+"$PYTHON" "$root/scripts/gpu/maxlen_probes.py" "$root/scenarios/gpu_check/streambp_maxlen.json" "$BPBENCH" \
+  "$tmp/real_probes.json" >/dev/null || fail "maxlen_probes.py failed on the real template"
+[[ "$(json "$tmp/real_probes.json" 'd["grid"]["seq_len"][1] - d["grid"]["seq_len"][0]')" == 4096 ]] ||
+  fail "the real probes are not a step of 4096 apart"
+
 # The stand-ins: scenarios/gpu_check/*.json with the tiny preset on the CPU, one thread.
 mkdir -p "$tmp/scenarios"
 standin() {  # NAME IMPLS LENGTHS [MEASURE-EXTRA]
