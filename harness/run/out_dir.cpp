@@ -29,8 +29,7 @@ std::string pid_in(const fs::path& lock) {
 }
 
 // results.replaced-20261127T131500Z.json (no colons: the GPU machines bring back only names of letters,
-// digits,
-// '.', '_' and '-'), with -2, -3... where a run was forced twice in one second.
+// digits, '.', '_' and '-'), with -2, -3... where a run was forced twice in one second.
 fs::path aside_name(const fs::path& dir) {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -70,10 +69,12 @@ OutDirClaim::OutDirClaim(const fs::path& dir, OutDirUse use) {
     input_error(fmt::format("cannot lock '{}': {}", lock.string(), std::strerror(err)),
                 "a local directory that supports flock");
   }
+  // The pid only names the holder in another run's refusal; the lock is what protects, so a failed write of
+  // it is no error.
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
-    // The pid only names the holder in another run's message; the lock itself is what protects.
-  }
+  const bool pid_written =
+      ::ftruncate(lock_fd_, 0) == 0 && ::pwrite(lock_fd_, pid.data(), pid.size(), 0) >= 0;
+  (void)pid_written;
 
   const fs::path results = dir / "results.json";
   if (use == OutDirUse::resume || !fs::exists(results)) return;

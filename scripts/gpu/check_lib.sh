@@ -139,7 +139,8 @@ stage_build() {
 stage_device_tests() {
   maybe_hang device_tests
   local tsv="$CHECK_WORK/device_tests.tsv" names name rc t0 outcome left log
-  names="$("$DEVICE_TESTS_BIN" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')" || return 1
+  names="$("$DEVICE_TESTS_BIN" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' |
+    grep -E "${DEVICE_TESTS_ONLY:-.}")" || return 1
   : >"$tsv"
   for name in $names; do
     left="$(seconds_left)"
