@@ -15,9 +15,15 @@ else
   line gpu "none ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores)"
 fi
 line cpu "$(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
-line torch "$("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "at", torch.__file__.rsplit("/", 2)[0])' 2>&1 | tail -n 1)"
-site="$("$python" -c 'import site, sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"
-cuda_major="$("$python" -c 'import torch; print((torch.version.cuda or "").split(".")[0])' 2>/dev/null)"
+# One import of torch (seconds): its version and CUDA, and where its site-packages are.
+read -r torch_line cuda_major site < <("$python" - 2>/dev/null <<'PY' || echo "none none none"
+import os, sysconfig, torch
+cuda = torch.version.cuda or ""
+where = os.path.dirname(os.path.dirname(torch.__file__))
+print(f"{torch.__version__}|cuda|{cuda or 'none'}|at|{where}", cuda.split(".")[0] or "none", sysconfig.get_paths()["purelib"])
+PY
+)
+line torch "$(tr '|' ' ' <<<"$torch_line")"
 pip_cuda="$site/nvidia/cu${cuda_major}"
 toolkit="${CUDAToolkit_ROOT:-/usr/local/cuda}"
 nvcc="$(command -v nvcc || first "$toolkit/bin/nvcc" "$pip_cuda/bin/nvcc")"

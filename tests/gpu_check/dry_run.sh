@@ -40,11 +40,12 @@ JSON
 standin qwen3_8b '["streambp", "checkpoint", "plain"]' '[16, 33]'
 standin llama_rows '["streambp", "checkpoint"]' '[16, 33]'
 standin snapshot '"streambp"' 64 ', "timeline": true'
-standin streambp_maxlen '"streambp"' 16 ', "budget_bytes": 4000000'
+standin streambp_maxlen '"streambp"' 16 ', "budget_bytes": 1500000'
 
 export BPBENCH DEVICE_TESTS PYTHON DEVICE=cpu CHECK_SCENARIOS="$tmp/scenarios" MAXLEN_GRANULARITY=16
 export PEER_MODEL=tiny PEER_SEQ_LEN=16 PEER_DTYPE=float32 PACK_RESERVE_S=10 DEVICE_TESTS_ONLY='^Device\.'
-export CHECK_EXPECTED_S="device_tests=30 qwen3_8b=10 llama_rows=5 snapshot=5 peers=40 streambp_maxlen=10"
+export CHECK_EXPECTED_S="device_tests=30 qwen3_8b=10 llama_rows=3 snapshot=5 peers=40 streambp_maxlen=10"
+export CHECK_CAP_FACTOR=2  # the planted hang is stopped after 6 s
 
 # 1. A planted hang and planted large outputs: 8 incompressible files of 9 MiB, a 20 MiB one (over a part).
 work1="$tmp/work1"
