@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "harness/run/out_dir.h"
 #include "harness/run/results.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/scenario.h"
@@ -275,10 +276,8 @@ int append(const std::vector<std::string>& files, const std::string& to, std::os
 int report(const std::string& file, const fs::path& dir, const std::vector<std::string>& metrics,
            const std::string& python, std::ostream& out, std::ostream& err) {
   const std::vector<json> entries = read_history(file);
+  make_output_dir(dir, "history report: ");
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    input_error(fmt::format("history report: cannot create '{}'", dir.string()), "a writable directory");
   for (const auto& m : history_metrics()) fs::remove(dir / fmt::format("history_{}.png", m), ec);
   const fs::path data = dir / "plot_data.json";
   const std::vector<Trend> ts = trends(entries);

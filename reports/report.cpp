@@ -11,6 +11,7 @@
 #include <map>
 
 #include "harness/model/rope_config.h"
+#include "harness/run/out_dir.h"
 #include "harness/run/results.h"
 #include "harness/run/scenario.h"
 #include "reports/analysis.h"
@@ -184,12 +185,8 @@ ReportOutput write_report(const json& results, const fs::path& results_dir, cons
   if (!t.problem.empty()) out.warnings.push_back(fmt::format("no timeline plot: {}", t.problem));
 
   const fs::path dir = options.out_dir.empty() ? results_dir / "report" : options.out_dir;
+  make_output_dir(dir, "report: ");
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    input_error(fmt::format("report: cannot create output directory '{}': {}", dir.string(),
-                            ec ? ec.message() : "a file is in the way"),
-                "a writable directory path");
 
   // Plots: the data first (so it can be re-plotted by hand), then plot.py; stale PNGs are removed first so
   // that report.md never links a figure from an earlier run.

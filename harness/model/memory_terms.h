@@ -246,8 +246,10 @@ struct MemoryTerms {
   // the sum, the call's dQ and its copy, its dK, dV gone).
   int64_t sink_attn_backward(int64_t rows, int64_t keys) const {
     if (keys == rows) return attn_backward(rows);
-    const int64_t widest = sink_widest_block(rows, keys);
-    if (s >= 4) return N * (3 * rows * Aq + 2 * widest * Akv) * s + attn_backward_scratch(rows, widest);
+    if (s >= 4) {
+      const int64_t widest = sink_widest_block(rows, keys);
+      return N * (3 * rows * Aq + 2 * widest * Akv) * s + attn_backward_scratch(rows, widest);
+    }
     const int64_t prefix = keys - rows, block = std::max(rows, flash ? kCudaSinkKeyBlock : kMinSinkKeyBlock);
     const int64_t first_keys = std::min(block, prefix);
     const int64_t later_keys = std::max(rows, prefix > block ? std::min(block, prefix - block) : 0);

@@ -1,4 +1,4 @@
-// out_dir.cpp: the output directory's lock and the refusal to overwrite a results.json (out_dir.h).
+// out_dir.cpp: making an output directory, its lock, and the refusal to overwrite a results.json (out_dir.h).
 #include "harness/run/out_dir.h"
 
 #include <fcntl.h>
@@ -44,13 +44,17 @@ fs::path aside_name(const fs::path& dir) {
 
 }  // namespace
 
-OutDirClaim::OutDirClaim(const fs::path& dir, OutDirUse use) {
+void make_output_dir(const fs::path& dir, const std::string& who) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
-    input_error(fmt::format("cannot create output directory '{}': {}", dir.string(),
+    input_error(fmt::format("{}cannot create output directory '{}': {}", who, dir.string(),
                             ec ? ec.message() : "a file is in the way"),
                 "a writable directory path");
+}
+
+OutDirClaim::OutDirClaim(const fs::path& dir, OutDirUse use) {
+  make_output_dir(dir);
   const fs::path lock = dir / kLockName;
   // O_CLOEXEC: an isolated cell or a rank (exec'd children) must not keep the lock after this run ends.
   lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -83,6 +87,7 @@ OutDirClaim::OutDirClaim(const fs::path& dir, OutDirUse use) {
                 "--resume to continue that run, --force to start anew (the old file is kept beside as "
                 "results.replaced-TIME.json), or another --out directory");
   moved_aside_ = aside_name(dir);
+  std::error_code ec;
   fs::rename(results, moved_aside_, ec);
   if (ec)
     input_error(fmt::format("cannot move '{}' aside to '{}': {}", results.string(), moved_aside_.string(),

@@ -1,13 +1,17 @@
-// out_dir.h: claiming a run's output directory before anything is measured into it. A results.json is the
-// most expensive file bpbench makes (a GPU cell, a max-length search): a run never writes over one it did not
-// start, and two runs never write into one directory at once (each would rewrite the file after its own
-// cells, and only the last writer's would remain).
+// out_dir.h: making an output directory, and claiming a run's before anything is measured into it. A
+// results.json is the most expensive file bpbench makes (a GPU cell, a max-length search): a run never writes
+// over one it did not start, and two runs never write into one directory at once (each would rewrite the file
+// after its own cells, and only the last writer's would remain).
 #pragma once
 
 #include <filesystem>
 #include <string>
 
 namespace bpbench {
+
+// Creates `dir` (and its parents) or throws InputError, one line starting with `who` ("report: ", or ""),
+// naming the directory and why: what every command that writes a folder of output does first.
+void make_output_dir(const std::filesystem::path& dir, const std::string& who = "");
 
 enum class OutDirUse {
   fresh,   // DIR must not hold a results.json (the default: a run never overwrites one)

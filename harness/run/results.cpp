@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "harness/run/json_schema.h"
+#include "harness/run/out_dir.h"
 #include "profiles/cuda_build.h"
 #include "profiles/heap_policy.h"
 
@@ -214,12 +215,7 @@ void write_json_atomically(const std::filesystem::path& path, const json& j) {
 ResultsWriter::ResultsWriter(const std::filesystem::path& dir, json meta, size_t cells_total,
                              std::map<size_t, json> carried)
     : cells_(std::move(carried)) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    input_error(fmt::format("cannot create output directory '{}': {}", dir.string(),
-                            ec ? ec.message() : "a file is in the way"),
-                "a writable directory path");
+  make_output_dir(dir);
   path_ = dir / "results.json";
   doc_ = {{"schema", kResultsSchema},
           {"complete", false},

@@ -59,7 +59,7 @@ check_begin() {
   if [[ -n "${CHECK_FROM_PACK:-}" ]]; then
     [[ -f "$CHECK_FROM_PACK" ]] || { echo "check.sh: no pack at $CHECK_FROM_PACK (valid: a check-pack.tar.gz)"; exit 2; }
     tar -xzf "$CHECK_FROM_PACK" -C "$CHECK_WORK"
-    echo "continued from $CHECK_FROM_PACK: done there: $(done_stages | tr '\n' ' ')"
+    echo "continued from $CHECK_FROM_PACK: done there: $(stages_in done)"
   fi
 }
 
@@ -68,8 +68,13 @@ record() {
   printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$CHECK_WORK/status.tsv"
   printf '%-16s %-13s %5s s  %s\n' "$1" "$2" "$3" "$4"
 }
-state_of() { awk -F'\t' -v n="$1" '$1 == n { s = $2 } END { print s }' "$CHECK_WORK/status.tsv" 2>/dev/null; }
-done_stages() { awk -F'\t' '{ s[$1] = $2 } END { for (n in s) if (s[n] == "done") print n }' "$CHECK_WORK/status.tsv" 2>/dev/null | sort; }
+# Every stage with its last state, "name state" a line, in the order the stages first ran.
+last_states() {
+  awk -F'\t' '!($1 in s) { order[++n] = $1 } { s[$1] = $2 } END { for (i = 1; i <= n; i++) print order[i], s[order[i]] }' \
+    "$CHECK_WORK/status.tsv" 2>/dev/null
+}
+state_of() { last_states | awk -v n="$1" '$1 == n { print $2 }'; }
+stages_in() { last_states | awk -v w=" $* " 'index(w, " " $2 " ") { printf "%s ", $1 }'; }  # STATE...
 
 # run_stage NAME EXPECTED_S [CAP_S]: the stage under the time left, and at most CAP_S (check.sh --stage NAME in
 # its own process group, so that timeout stops everything it started), its output into logs/NAME.log and the
@@ -139,8 +144,8 @@ stage_build() {
 stage_device_tests() {
   maybe_hang device_tests
   local tsv="$CHECK_WORK/device_tests.tsv" names name rc t0 outcome left log
-  names="$("$DEVICE_TESTS_BIN" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' |
-    grep -E "${DEVICE_TESTS_ONLY:-.}")" || return 1
+  names="$(bash "$check_root/tests/device/run_cases.sh" --list "$DEVICE_TESTS_BIN" | grep -E "${DEVICE_TESTS_ONLY:-.}")" ||
+    return 1
   : >"$tsv"
   for name in $names; do
     left="$(seconds_left)"
@@ -254,9 +259,9 @@ check_pack() {
   listing="$(cd "$CHECK_WORK" && find . -type f \( -size -"$((small_limit / 1024 + 1))"k -o -name results.json \) -printf '%P\n' | LC_ALL=C sort)"
   (cd "$CHECK_WORK" && tar -czf "$OUT/check-pack.tar.gz" -T - <<<"$listing")
   echo "== check.sh: $(($(now_s) - CHECK_START)) s of $DEADLINE_S"
-  echo "ran: $(awk -F'\t' '{ s[$1] = $2 } END { for (n in s) if (s[n] == "done") printf "%s ", n }' "$CHECK_WORK/status.tsv")"
-  echo "did not finish or failed: $(awk -F'\t' '{ s[$1] = $2 } END { for (n in s) if (s[n] == "failed" || s[n] == "not-finished") printf "%s (%s) ", n, s[n] }' "$CHECK_WORK/status.tsv")"
-  echo "not started: $(awk -F'\t' '{ s[$1] = $2 } END { for (n in s) if (s[n] == "not-started") printf "%s ", n }' "$CHECK_WORK/status.tsv")"
+  echo "ran: $(stages_in done)"
+  echo "did not finish or failed: $(last_states | awk '$2 == "failed" || $2 == "not-finished" { printf "%s (%s) ", $1, $2 }')"
+  echo "not started: $(stages_in not-started)"
   if [[ -s "$CHECK_WORK/left_out.txt" ]]; then
     echo "left out (too large to come back): $(tr '\n' ' ' <"$CHECK_WORK/left_out.txt")"
   fi

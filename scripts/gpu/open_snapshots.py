@@ -39,18 +39,19 @@ def main():
               "measure.timeline)")
         return 1
     results = run_dir / "results.json"
-    peaks = {}
+    peaks = {}  # memory.snapshot_file (relative to the run folder) -> that cell's peak_bytes
     if results.exists():
         for cell in json.loads(results.read_text()).get("cells", []):
             memory = cell.get("memory") or {}
-            peaks[memory.get("timeline_file", "")] = memory.get("peak_bytes")
+            if memory.get("snapshot_file"):
+                peaks[memory["snapshot_file"]] = memory.get("peak_bytes")
     for path in pickles:
         with open(path, "rb") as f:
             snapshot = pickle.load(f)
         html = path.with_suffix(".html")
         html.write_text(_memory_viz.trace_plot(snapshot))
         peak, events = trace_peak(snapshot)
-        cell_peak = next((v for k, v in peaks.items() if k and Path(k).stem.split(".")[0] in path.name), None)
+        cell_peak = peaks.get(str(path.relative_to(run_dir)))
         print(f"{path.relative_to(run_dir)}: {events} trace events, {len(snapshot.get('segments', []))} segments, "
               f"trace peak {peak} bytes (results.json peak_bytes {cell_peak}), rendered to {html.name}")
     return 0
