@@ -103,7 +103,7 @@ run_stage() {
   esac
   case "$rc" in
     0) record "$name" done "$took" "" ;;
-    124 | 137) record "$name" not-finished "$took" "stopped at the deadline ($left s)" ;;
+    124 | 137) record "$name" not-finished "$took" "stopped after its $left s" ;;
     *) record "$name" failed "$took" "exit $rc (logs/$name.log)" ;;
   esac
 }
