@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The StreamBP paper's tables on your GPU: every scenarios/h100_*.json, Hugging Face (transformers, SDPA,
 # gradient checkpointing) measured beside the Llama-3.1-8B, Gemma 3-1B and Qwen3-8B cells, and one report per
-# table. The `peers` table puts bpbench's Qwen3-8B cells beside every peer of reports/peers/ (the official
-# StreamBP, Hugging Face checkpointing with and without its offload, Liger FLCE, cut-cross-entropy and ALST's tiled
-# MLP and loss; scripts/setup_peers.sh installs them).
+# table. The `peers` table puts bpbench's Qwen3-8B cells beside every peer of the GPU table of
+# impls/peers/registry.py (`python -m peers runs cuda`: the official StreamBP, Hugging Face checkpointing with and
+# without its offload, Liger FLCE, cut-cross-entropy and ALST's tiled MLP and loss; scripts/setup_peers.sh
+# installs them).
 #
 #   scripts/paper_gpu.sh [OUT_DIR]          (default reports/results/h100)
 #   ONLY="llama_memory_time table7_grad_error" scripts/paper_gpu.sh   # a subset, by scenario name less h100_
@@ -42,6 +43,7 @@ if [[ -z "$build_dir" ]]; then
 fi
 bpbench="${BPBENCH:-$build_dir/bpbench}"
 python="${PYTHON:-python3}"
+export PYTHONPATH="$root/impls${PYTHONPATH:+:$PYTHONPATH}"  # the peers package: python -m peers.MODULE
 budget="${BUDGET_BYTES:-80000000000}"
 device="${DEVICE:-cuda}"
 scenarios="${SCENARIOS:-$root/scenarios/h100_}"
@@ -60,6 +62,10 @@ all="llama_memory_time gemma_memory peers table1_time fig5_partition table7_grad
   exit 2
 }
 [[ "$device" == cuda || "$device" == cpu ]] || { echo "paper_gpu.sh: DEVICE=$device (valid: cuda, cpu)" >&2; exit 2; }
+mapfile -t peer_runs < <("$python" -m peers runs cuda) && ((${#peer_runs[@]})) || {
+  echo "paper_gpu.sh: $python -m peers runs cuda failed (PYTHONPATH=$PYTHONPATH)" >&2
+  exit 2
+}
 mkdir -p "$out"
 
 failed=()
@@ -80,14 +86,14 @@ peer_args() {  # MODEL LENGTHS...
   fi
 }
 
-run_peer() {  # TABLE SCRIPT NAME MODEL LENGTHS... [-- OPTIONS...]: reports/peers/SCRIPT.py into TABLE/peers/NAME
-  local table="$1" script="$2" name="$3" model="$4"
+run_peer() {  # TABLE MODULE NAME MODEL LENGTHS... [-- OPTIONS...]: python -m peers.MODULE into TABLE/peers/NAME
+  local table="$1" module="$2" name="$3" model="$4"
   shift 4
   local lengths=() extra=()
   while (($#)) && [[ "$1" != -- ]]; do lengths+=("$1"); shift; done
   (($#)) && shift && extra=("$@")
   # shellcheck disable=SC2046  # peer_args' words are options
-  attempt "$table: peer $name" "$python" "$root/reports/peers/$script.py" $(peer_args "$model" "${lengths[@]}") \
+  attempt "$table: peer $name" "$python" -m "peers.$module" $(peer_args "$model" "${lengths[@]}") \
     "${extra[@]}" --bpbench "$bpbench" --out "$out/$table/peers/$name/results.json" "${peer_resume[@]}"
 }
 
@@ -125,14 +131,17 @@ for s in ${ONLY:-$all}; do
       report "$s" hf_gemma ;;
     peers)
       lengths=(8192 16384 32768)  # scenarios/h100_peers.json's
-      run_peer "$s" streambp_official streambp_official qwen3-8b "${lengths[@]}" -- \
-        --partition 1024 --logits-partition 1024
-      run_peer "$s" hf_checkpoint hf_checkpoint qwen3-8b "${lengths[@]}"
-      run_peer "$s" liger_flce liger_flce qwen3-8b "${lengths[@]}"
-      run_peer "$s" cce cce qwen3-8b "${lengths[@]}"
-      run_peer "$s" hf_checkpoint hf_checkpoint_offload qwen3-8b "${lengths[@]}" -- --offload
-      run_peer "$s" alst_tiled alst_tiled qwen3-8b "${lengths[@]}"
-      report "$s" streambp_official hf_checkpoint liger_flce cce hf_checkpoint_offload alst_tiled ;;
+      names=()
+      for run in "${peer_runs[@]}"; do
+        read -r name module options <<<"$run"  # DIR MODULE [OPTIONS...], from impls/peers/registry.py
+        extra=()
+        # streambp's partition and logits partition in scenarios/h100_peers.json
+        [[ "$name" == streambp_official ]] && extra=(--partition 1024 --logits-partition 1024)
+        # shellcheck disable=SC2086  # the registry's options are words
+        run_peer "$s" "$module" "$name" qwen3-8b "${lengths[@]}" -- $options "${extra[@]}"
+        names+=("$name")
+      done
+      report "$s" "${names[@]}" ;;
     table3_maxlen)
       # Hugging Face's longest Qwen3-8B step, bracketed: the paper's checkpointing reaches 20k.
       run_peer "$s" hf_checkpoint hf_qwen3_8b qwen3-8b 8192 16384 20480 24576

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the peers (reports/peers/) apart from the main environment, pinned and hashed:
+# Installs the peers' third-party code (impls/peers/checkouts.py) apart from the main environment, pinned, hashed:
 #   .peers/streambp-official  scripts/peers/streambp-official.txt: the official StreamBP and its transformers 4.x
 #   .peers/kernels            scripts/peers/kernels.txt: Liger-Kernel and cut-cross-entropy (GPU only at run time)
 #   .peers/deepspeed          scripts/peers/deepspeed.txt: DeepSpeed (an sdist, built here) for ALST's tiled MLP/loss
@@ -7,8 +7,8 @@
 # stamp in the target holds the file's sha256). Wheels come from .deps/wheels when it holds them (a GPU machine
 # without network: scripts/gpu_fetch_debs.sh downloads them there and the device tool carries .deps), else from
 # PyPI. The Python is the project's .venv, else python3 (PYTHON= overrides): the one the peers run under.
-# scripts/build.sh runs it after the build, and a failure here is only a warning there: only the reports/peers/
-# scripts and tests/test_streambp_official.cpp need the peers, and they say so when they are missing (the test
+# scripts/build.sh runs it after the build, and a failure here is only a warning there: only the impls/peers/
+# modules and tests/peers/test_streambp_official.cpp need the peers, and they say so when they are missing (the test
 # skips, or fails under CI=true).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

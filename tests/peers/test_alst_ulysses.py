@@ -1,69 +1,77 @@
-"""test_alst_ulysses.py: reports/peers/alst_ulysses.py (DeepSpeed's Ulysses sequence parallelism with ALST's tiled MLP
+"""test_alst_ulysses.py: peers.alst_ulysses (DeepSpeed's Ulysses sequence parallelism with ALST's tiled MLP
 and tiled loss) over 2 CPU ranks (Gloo), the tiny preset in float32, as users run it:
-  - T=16 (8 rows a rank) and T=17 (DeepSpeed refuses a length not divisible by the ranks; the script pads it to 18,
-    rank 1 holding one padding row): the loss equals single-process transformers' (no tiling, no checkpointing)
-    within float32 round-off, and so does every parameter's gradient summed over the ranks (--save-grads);
+  - T=16 (8 rows a rank) and T=17 (DeepSpeed refuses a length not divisible by the ranks; the script pads it
+    to 18, rank 1 holding one padding row): the loss equals single-process transformers' (no tiling, no
+    checkpointing) within float32 round-off, and so does every parameter's gradient summed over the ranks
+    (--save-grads);
   - the results file validates (`$BPBENCH validate`), has world_size 2 and one record per rank whose peak is
     bpbench's CPU meter's, the cell's peak the highest rank's, and the collectives counted per rank;
-  - --ranks that cannot split the heads is a one-line error before any worker starts;
+  - --ranks that cannot split the heads is a one-line error before any worker starts (in this process);
   - a budget the step overruns makes the length an "oom" cell, promptly (a rank never hangs on its peer).
 No op is JIT-built: the workers skip DeepSpeed's shared-memory all-reduce (alst_ulysses.skip_shm_comm_build).
 About 45 s on 2 cores (each length starts 2 worker processes: ~8 s of imports and start-up a length).
 
-Needs .peers/deepspeed (scripts/setup_peers.sh) and the bpbench binary with its CPU meter library beside it (ctest's
-peers_common gives BPBENCH, else build/bpbench). Where DeepSpeed is missing the test skips, and fails under CI=true.
+Needs .peers/deepspeed (scripts/setup_peers.sh) and the bpbench binary with its CPU meter library beside it
+(ctest's peers_* entries give BPBENCH, else build/bpbench). Where DeepSpeed is missing the test skips, and
+fails under CI=true.
 
-Run: .venv/bin/python -m unittest tests/peers/test_alst_ulysses.py -v   (ctest: peers_common)
+Run: PYTHONPATH=impls .venv/bin/python -m unittest discover -s tests/peers -p test_alst_ulysses.py -v
+     (ctest: peers_<module>)
 """
 
-import json
 import os
 import subprocess
-import sys
 import tempfile
-import time
 import unittest
+from typing import Any
+from unittest import mock
 
 try:
     import torch
-except ImportError:
-    raise unittest.SkipTest("torch is not importable: the peers need it")
+except ImportError as e:
+    raise unittest.SkipTest("torch is not importable: the peers need it") from e
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_modules import PEERS, REPO, load  # noqa: E402
+from peer_support import BPBENCH, METER, run_peer
 
-SCRIPT = os.path.join(PEERS, "alst_ulysses.py")
-BPBENCH = os.environ.get("BPBENCH") or os.path.join(REPO, "build", "bpbench")
-METER = os.path.join(os.path.dirname(BPBENCH), "libbpbench_peer_meter.so")
+from peers import checkouts
+
 LENGTHS = (16, 17)
 
 
 def run_script(out, lengths, *options):
-    """The script on the CPU, tiny, float32, 2 ranks; (exit status, results document, stderr, seconds)."""
-    argv = [sys.executable, SCRIPT, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--warmup", "0",
-            "--repeat", "1", "--ranks", "2", "--seq-len", *map(str, lengths), "--bpbench", BPBENCH, "--out", out,
-            *options]
-    t0 = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    doc = None
-    if os.path.exists(out):
-        with open(out) as f:
-            doc = json.load(f)
-    return done.returncode, doc, done.stderr, time.perf_counter() - t0
+    """peers.alst_ulysses on the CPU, tiny, float32, 2 ranks; (exit status, results document, stderr,
+    seconds)."""
+    return run_peer("alst_ulysses", out, "--model", "tiny", "--dtype", "float32", "--device", "cpu",
+                    "--warmup", "0", "--repeat", "1", "--ranks", "2", "--seq-len", *map(str, lengths),
+                    *options)
 
 
 class AlstUlyssesOnTwoRanks(unittest.TestCase):
+    module: Any  # peers.alst_ulysses, imported where DeepSpeed is
+    common: Any
+    config_json: dict[str, Any]
+    config: Any
+    tmp: tempfile.TemporaryDirectory[str]
+    out: str
+    grads: str
+    status: int
+    doc: Any
+    stderr: str
+    seconds: float
+
     @classmethod
     def setUpClass(cls):
-        deepspeed = os.environ.get("BPBENCH_DEEPSPEED", os.path.join(REPO, ".peers", "deepspeed"))
+        deepspeed = checkouts.directory("deepspeed")
         if not os.path.isdir(deepspeed):
             if os.environ.get("CI") == "true":
-                raise AssertionError(f"alst-ulysses under CI: {deepspeed} is missing (scripts/setup_peers.sh)")
+                raise AssertionError(f"alst-ulysses under CI: {deepspeed} is missing "
+                                     "(scripts/setup_peers.sh)")
             raise unittest.SkipTest(f"alst-ulysses: {deepspeed} is missing (scripts/setup_peers.sh)")
         if not (os.path.exists(BPBENCH) and os.path.exists(METER)):
             raise unittest.SkipTest(f"the bpbench binary and its CPU meter library ({METER}) are not built")
-        cls.module = load("alst_ulysses")
-        cls.common = cls.module.common
+        from peers import alst_ulysses, common
+        cls.module = alst_ulysses
+        cls.common = common
         cls.config_json = cls.common.preset_config_json(BPBENCH, "tiny")
         cls.config = cls.common.auto_config(cls.config_json)
         cls.tmp = tempfile.TemporaryDirectory()
@@ -80,8 +88,8 @@ class AlstUlyssesOnTwoRanks(unittest.TestCase):
         return next(c for c in self.doc["cells"] if c["axes"]["seq_len"] == T)
 
     def reference(self, T):
-        """Plain transformers in one process: the tokens and weights common.measure_length gives every rank (seed 0),
-        one forward over the whole sequence, its own shifted loss."""
+        """Plain transformers in one process: the tokens and weights common.measure_length gives every rank
+        (seed 0), one forward over the whole sequence, its own shifted loss."""
         tokens = torch.randint(0, self.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(0))
         torch.manual_seed(0)
         model = self.common.causal_lm(self.config, torch.float32, torch.device("cpu"))
@@ -115,12 +123,13 @@ class AlstUlyssesOnTwoRanks(unittest.TestCase):
                 self.assertEqual(cell["world_size"], 2)
                 ranks = cell["ranks"]
                 self.assertEqual([r["rank"] for r in ranks], [0, 1])
-                self.assertTrue(all(r["status"] == "ok" and r["peak_bytes"] > r["base_bytes"] > 0 for r in ranks))
+                self.assertTrue(all(r["status"] == "ok" and r["peak_bytes"] > r["base_bytes"] > 0
+                                    for r in ranks))
                 self.assertEqual(cell["memory"]["peak_bytes"], max(r["peak_bytes"] for r in ranks))
                 self.assertEqual(cell["time"]["median_s"], ranks[0]["time_median_s"])
-                # DeepSpeed's exchanges: q, k, v and the output, each a layer's forward, again in its checkpoint's
-                # recomputation, and once more backwards: 12 all-to-alls a layer; the position ids gathered in
-                # both forwards.
+                # DeepSpeed's exchanges: q, k, v and the output, each a layer's forward, again in its
+                # checkpoint's recomputation, and once more backwards: 12 all-to-alls a layer; the position
+                # ids gathered in both forwards.
                 for r in ranks:
                     self.assertEqual(r["comm"]["all_to_all"]["calls"], 12 * layers)
                     self.assertEqual(r["comm"]["all_gather"]["calls"], 2 * layers)
@@ -132,18 +141,24 @@ class AlstUlyssesOnTwoRanks(unittest.TestCase):
         self.assertIsNone(self.module.refusal(self.config_json, 4, "tiny"))
         self.assertIn("valid rank counts: 1, 2, 4", self.module.refusal(self.config_json, 3, "tiny"))
         self.assertIn("must be >= 1", self.module.refusal(self.config_json, 0, "tiny"))
+        # The whole command line, in this process (its refusal is a SystemExit, as sys.exit prints it): before
+        # any worker starts, nothing written.
         out = os.path.join(self.tmp.name, "refused", "results.json")
-        status, doc, stderr, _ = run_script(out, [16], "--ranks", "3")
-        self.assertNotEqual(status, 0)
-        self.assertIsNone(doc)  # refused before anything ran
-        self.assertEqual(len(stderr.strip().splitlines()), 1, stderr)
-        self.assertIn("alst_ulysses: --ranks 3 cannot split tiny's attention", stderr)
+        argv = ["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--ranks", "3", "--seq-len", "16",
+                "--bpbench", BPBENCH, "--out", out]
+        with mock.patch.dict(os.environ), self.assertRaises(SystemExit) as refused:
+            self.common.run(self.module, self.module.TOOL, "alst_ulysses", argv)
+        message = str(refused.exception.code)
+        self.assertEqual(len(message.strip().splitlines()), 1, message)
+        self.assertIn("alst_ulysses: --ranks 3 cannot split tiny's attention", message)
+        self.assertFalse(os.path.exists(out))
 
     def test_a_budget_the_step_overruns_is_an_oom_cell_without_a_hang(self):
         ranks = self.cell(16)["ranks"]
         budget = (max(r["base_bytes"] for r in ranks) + min(r["peak_bytes"] for r in ranks)) // 2
         out = os.path.join(self.tmp.name, "budget", "results.json")
-        status, doc, stderr, seconds = run_script(out, [16], "--budget-bytes", str(budget), "--comm-timeout", "60")
+        status, doc, stderr, seconds = run_script(out, [16], "--budget-bytes", str(budget),
+                                                  "--comm-timeout", "60")
         self.assertEqual(status, 0, stderr)  # oom is a result
         cell = doc["cells"][0]
         self.assertEqual(cell["status"], "oom", stderr)

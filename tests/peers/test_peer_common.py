@@ -1,12 +1,13 @@
-"""test_peer_common.py: reports/peers/common.py, the peers' shared measuring code, on a fake peer and a fake
-memory meter, on the CPU (no GPU, no bpbench binary, no model download):
+"""test_peer_common.py: peers.common (impls/peers/common.py), the peers' shared measuring code, on a fake peer
+and a fake memory meter, on the CPU (no GPU, no bpbench binary, no model download):
   - any exception of one length is that length's cell, status "error" with "<type>: <message>" as its reason,
     its model freed, and the next lengths still run; the script exits 1 and names the failed lengths on stderr
     (an oom alone exits 0);
   - an oom reports the peak since the start of its own length, never the previous length's higher peak;
-  - causal_lm builds the model under the requested device (torch.device context), not on the host then copied.
+  - causal_lm builds the model under the requested device (torch.device context), not on the host then copied;
+  - the fake peer and meter satisfy interface.Peer and interface.Meter, and common.run refuses what does not.
 
-Run: .venv/bin/python -m unittest discover -s tests/peers -v   (ctest: peers_common)
+Run: PYTHONPATH=impls .venv/bin/python -m unittest discover -s tests/peers -v   (ctest: peers_<module>)
 """
 
 import contextlib
@@ -21,38 +22,29 @@ import tempfile
 import types
 import unittest
 import weakref
+from typing import Any
 from unittest import mock
 
 try:
     import torch
-except ImportError:
-    raise unittest.SkipTest("torch is not importable: the peers need it")
+except ImportError as e:
+    raise unittest.SkipTest("torch is not importable: the peers need it") from e
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+import peer_support  # noqa: F401  (the package importable, or one line saying how)
 
-
-def load_common():
-    """reports/peers/common.py by path (it is a script's module, not a package; its neighbours on sys.path, as
-    a peer script puts them)."""
-    sys.path.insert(0, os.path.join(REPO, "reports", "peers"))
-    spec = importlib.util.spec_from_file_location("peers_common", os.path.join(REPO, "reports", "peers", "common.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-common = load_common()
+from peers import common, heap_policy, interface
 
 PARAM_BYTES = 100  # what every fake model holds
 ACTIVATION_BYTES_PER_TOKEN = 1000  # what a fake step holds at its peak, per token
 
 
 class FakeMeter:
-    """common.CudaMeter's interface, kept by hand: the fake peer allocates and frees bytes on it."""
+    """interface.Meter, kept by hand: the fake peer allocates and frees bytes on it."""
 
     def __init__(self):
         self.current = self.peak_bytes = 0
         self.empty_caches = 0
+        self.budget = None
 
     def allocate(self, n):
         self.current += n
@@ -72,6 +64,9 @@ class FakeMeter:
 
     def reserved_peak(self):
         return self.peak_bytes
+
+    def set_budget(self, budget_bytes):
+        self.budget = budget_bytes
 
     def empty_cache(self):
         self.empty_caches += 1
@@ -116,7 +111,8 @@ class FakePeer:
         self.models.append(weakref.ref(model))
         if plan == "build-oom":
             self.meter.allocate(self.BUILD_OOM_EXTRA)
-            self.meter.free(self.BUILD_OOM_EXTRA)  # the failed allocation's neighbours, freed as the error unwinds
+            # The failed allocation's neighbours, freed as the error unwinds.
+            self.meter.free(self.BUILD_OOM_EXTRA)
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake)")
         if plan == "build-error":
             raise ValueError("no such layer (fake)")
@@ -211,13 +207,13 @@ class MeasureLength(unittest.TestCase):
 class Run(unittest.TestCase):
     """The whole script (common.run) on the CPU with the fake meter injected and the preset's config given."""
 
-    def run_script(self, plans, lengths):
-        meter = FakeMeter()
+    def run_script(self, plans, lengths, *options):
+        meter = self.meter = FakeMeter()
         peer = FakePeer(meter, plans)
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "results.json")
-            argv = ["--model", "fake", "--seq-len", *map(str, lengths), "--device", "cpu", "--dtype", "float32",
-                    "--warmup", "1", "--repeat", "1", "--out", out]
+            argv = ["--model", "fake", "--seq-len", *map(str, lengths), "--device", "cpu", "--dtype",
+                    "float32", "--warmup", "1", "--repeat", "1", "--out", out, *options]
             stderr = io.StringIO()
             with mock.patch.object(common, "preset_config_json", return_value={"vocab_size": 32}), \
                     mock.patch.object(common, "METER_FACTORY", lambda device, args: meter), \
@@ -226,16 +222,18 @@ class Run(unittest.TestCase):
             with open(out) as f:
                 doc = json.load(f)
             # bpbench's own check of the file against reports/results.schema.json (ctest gives BPBENCH).
-            self.validation = None
+            self.validation: tuple[int, str] | None = None
             if os.environ.get("BPBENCH"):
-                done = subprocess.run([os.environ["BPBENCH"], "validate", out], capture_output=True, text=True)
+                done = subprocess.run([os.environ["BPBENCH"], "validate", out], capture_output=True,
+                                      text=True)
                 self.validation = (done.returncode, done.stderr)
         return status, doc, stderr.getvalue()
 
     def test_the_file_matches_the_published_schema(self):
         if not os.environ.get("BPBENCH"):
-            self.skipTest("BPBENCH (the bpbench binary) not given; ctest's peers_common gives it")
+            self.skipTest("BPBENCH (the bpbench binary) not given; ctest's peers_* entries give it")
         self.run_script(["ok", "build-oom", "step-error"], [64, 32, 16])
+        assert self.validation is not None
         returncode, stderr = self.validation
         self.assertEqual(returncode, 0, stderr)
 
@@ -258,8 +256,8 @@ class Run(unittest.TestCase):
         self.assertIn('"error"', last)
 
     def test_the_heap_policy_is_recorded_only_where_it_was_set(self):
-        # heap_policy.py: a peer script restarts itself with glibc's tunables; the file says so, or says nothing.
-        heap_policy = sys.modules["heap_policy"]
+        # heap_policy.py: a peer module restarts itself with glibc's tunables; the file says so, or says
+        # nothing.
         with mock.patch.dict(os.environ, {"GLIBC_TUNABLES": heap_policy.TUNABLES}):
             _, doc, _ = self.run_script(["ok"], [8])
         self.assertEqual(doc["meta"]["heap"], heap_policy.NOTE)
@@ -267,11 +265,31 @@ class Run(unittest.TestCase):
             _, doc, _ = self.run_script(["ok"], [8])
         self.assertNotIn("heap", doc["meta"])
 
+    def test_the_budget_is_the_meters(self):
+        self.run_script(["ok"], [8])
+        self.assertIsNone(self.meter.budget)
+        self.run_script(["ok"], [8], "--budget-bytes", "123456")
+        self.assertEqual(self.meter.budget, 123456)
+
     def test_oom_alone_is_a_result_and_exits_0(self):
         status, doc, stderr = self.run_script(["ok", "build-oom"], [64, 32])
         self.assertEqual([c["status"] for c in doc["cells"]], ["ok", "oom"])
         self.assertEqual(status, 0)
         self.assertNotIn("failed", stderr)
+
+
+class Interface(unittest.TestCase):
+    def test_the_fakes_satisfy_the_protocols(self):
+        peer = FakePeer(FakeMeter(), [])
+        self.assertIsInstance(peer, interface.Peer)
+        self.assertNotIsInstance(peer, interface.HasArguments)
+        self.assertNotIsInstance(peer, interface.MeasuresOwnProcesses)
+        self.assertIsInstance(FakeMeter(), interface.Meter)
+
+    def test_run_refuses_what_is_not_a_peer(self):
+        not_a_peer = types.SimpleNamespace(impl=lambda args: "fake", describe=lambda args: "no build")
+        with self.assertRaisesRegex(TypeError, "is not a peer"):
+            common.run(not_a_peer, "fake_peer", "a fake peer", ["--model", "fake"])
 
 
 def fake_transformers(version, seen):
@@ -282,7 +300,7 @@ def fake_transformers(version, seen):
         seen["default_device"] = torch.empty(()).device  # where a parameter made now would live
         return torch.nn.Linear(2, 2)
 
-    module = types.ModuleType("transformers")
+    module: Any = types.ModuleType("transformers")
     module.__version__ = version
     module.AutoModelForCausalLM = types.SimpleNamespace(from_config=from_config)
     return module
@@ -292,7 +310,7 @@ class CausalLm(unittest.TestCase):
     # meta, not cpu: the default device is cpu, so only another device shows the model was built under it.
     def test_the_model_is_built_under_the_requested_device(self):
         for version, dtype_key in (("5.17.0", "dtype"), ("4.51.3", "torch_dtype")):
-            seen = {}
+            seen: dict[str, Any] = {}
             with mock.patch.dict(sys.modules, {"transformers": fake_transformers(version, seen)}):
                 common.causal_lm(object(), torch.bfloat16, torch.device("meta"))
             self.assertEqual(seen["default_device"], torch.device("meta"), version)
@@ -303,8 +321,8 @@ class CausalLm(unittest.TestCase):
     @unittest.skipUnless(importlib.util.find_spec("transformers"), "transformers is not importable")
     def test_the_installed_transformers_builds_under_a_device_context(self):
         import transformers
-        config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                          num_attention_heads=2, num_key_value_heads=1)
+        config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
         real = transformers.AutoModelForCausalLM.from_config
         seen = []
 

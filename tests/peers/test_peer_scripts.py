@@ -1,93 +1,167 @@
-"""test_peer_scripts.py: the peer scripts as users run them, on the CPU (tiny preset, float32):
-  - on bpbench's own CPU meter (cpu_meter.py): memory is measured, and --budget-bytes is its budget, an overrun
-    an "oom" cell with the peak it reached;
-  - the new peers run through the peer interface: alst-tiled measures, hf-checkpoint-offload writes skipped
-    cells with the reason (GPU only), and --resume keeps the finished lengths of both scripts and runs the rest.
+"""test_peer_scripts.py: the peer modules as users run them (python -m peers.MODULE), on the CPU (tiny,
+float32):
+  - on bpbench's own CPU meter (cpu_meter.py): memory is measured, and --budget-bytes is its budget, an
+    overrun an "oom" cell with the peak it reached;
+  - the peers run through the peer interface: alst-tiled measures and --resume keeps its finished lengths and
+    runs the rest; hf-checkpoint-offload writes skipped cells with registry.py's reason (GPU only), again on
+    --resume (in this process: nothing is measured, so no meter is installed here);
+  - a module run by its file's path (as tests/peers/*.cpp run them) starts again as `python -m peers.NAME`,
+    and every module that runs has that start (launch.py) before its first import of the package.
 
-Needs the bpbench binary and the meter library beside it (ctest's peers_common gives BPBENCH; else build/).
-Run: .venv/bin/python -m unittest tests/peers/test_peer_scripts.py -v   (ctest: peers_common)
+Needs the bpbench binary and the meter library beside it (ctest's peers_* entries give BPBENCH; else build/).
+Run: PYTHONPATH=impls .venv/bin/python -m unittest discover -s tests/peers -p test_peer_scripts.py -v
+     (ctest: peers_<module>)
 """
 
+import contextlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import unittest
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BPBENCH = os.environ.get("BPBENCH", os.path.join(REPO, "build", "bpbench"))
-METER = os.path.join(os.path.dirname(BPBENCH), "libbpbench_peer_meter.so")
+from peer_support import BPBENCH, METER, REPO, run_peer
+
+from peers import checkouts, registry
+
+PACKAGE = os.path.join(REPO, "impls", "peers")
 
 
-def run_peer(script, out, lengths, *options):
-    """reports/peers/SCRIPT.py on the CPU; (exit status, results document, stderr)."""
-    argv = [sys.executable, os.path.join(REPO, "reports", "peers", script + ".py"), "--model", "tiny", "--dtype",
-            "float32", "--device", "cpu", "--warmup", "0", "--repeat", "2", "--seq-len", *map(str, lengths),
-            "--bpbench", BPBENCH, "--out", out, *options]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    doc = None
-    if os.path.exists(out):
-        with open(out) as f:
-            doc = json.load(f)
-    return done.returncode, doc, done.stderr
+def run_tiny(module: str, out: str, lengths: list[int], *options: str) -> tuple[int, Any, str]:
+    """peers.MODULE on the CPU, tiny, float32: (exit status, results document, stderr)."""
+    status, doc, stderr, _ = run_peer(module, out, "--model", "tiny", "--dtype", "float32", "--device",
+                                      "cpu", "--warmup", "0", "--repeat", "2", "--seq-len",
+                                      *map(str, lengths), *options)
+    return status, doc, stderr
 
 
 @unittest.skipUnless(os.path.exists(BPBENCH) and os.path.exists(METER),
                      f"the bpbench binary and its CPU meter library ({METER}) are not built")
 class PeerScripts(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self.tmp.cleanup)
+    """The peers' processes start in setUpClass, two chains at once (a process mostly imports, on one core):
+    hf-checkpoint then its budgeted run, beside alst-tiled then its --resume run."""
 
-    def out(self, name):
-        return os.path.join(self.tmp.name, name, "results.json")
+    tmp: tempfile.TemporaryDirectory[str]
+    runs: dict[str, tuple[int, Any, str]]  # name -> (exit status, results document, stderr)
+    budget: int
 
-    def test_the_cpu_meter_measures_and_its_budget_makes_an_oom_cell(self):
-        status, doc, stderr = run_peer("hf_checkpoint", self.out("hf"), [64], "--no-checkpointing")
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.runs = {}
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            chains = [pool.submit(cls.hf_runs), pool.submit(cls.alst_runs)]
+            for chain in chains:
+                chain.result()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.tmp.cleanup()
+
+    @classmethod
+    def out(cls, name: str) -> str:
+        return os.path.join(cls.tmp.name, name, "results.json")
+
+    @classmethod
+    def hf_runs(cls) -> None:
+        cls.runs["hf"] = status, doc, _ = run_tiny("hf_checkpoint", cls.out("hf"), [64], "--no-checkpointing")
+        if status == 0 and doc:
+            # A budget between the base and the peak: the step goes over it, and that is a result.
+            memory = doc["cells"][0]["memory"]
+            cls.budget = (memory["base_bytes"] + memory["peak_bytes"]) // 2
+            cls.runs["hf_budget"] = run_tiny("hf_checkpoint", cls.out("budget"), [64], "--no-checkpointing",
+                                             "--budget-bytes", str(cls.budget))
+
+    @classmethod
+    def alst_runs(cls) -> None:
+        if not os.path.isdir(checkouts.directory("deepspeed")):
+            return
+        out = cls.out("alst")
+        cls.runs["alst"] = status, _, _ = run_tiny("alst_tiled", out, [16, 33], "--partition", "8")
+        if status == 0:
+            cls.runs["alst_resume"] = run_tiny("alst_tiled", out, [16, 33, 40], "--partition", "8",
+                                               "--resume")
+
+    def test_the_cpu_meter_measures_and_its_budget_makes_an_oom_cell(self) -> None:
+        status, doc, stderr = self.runs["hf"]
         self.assertEqual(status, 0, stderr)
         memory = doc["cells"][0]["memory"]
         self.assertGreater(memory["peak_bytes"], memory["base_bytes"])
-        # A budget between the base and the peak: the step goes over it, and that is a result.
-        budget = (memory["base_bytes"] + memory["peak_bytes"]) // 2
-        status, doc, stderr = run_peer("hf_checkpoint", self.out("budget"), [64], "--no-checkpointing",
-                                       "--budget-bytes", str(budget))
+        status, doc, stderr = self.runs["hf_budget"]
         self.assertEqual(status, 0, stderr)
         cell = doc["cells"][0]
         self.assertEqual(cell["status"], "oom", stderr)
         self.assertIn("bpbench CPU budget exceeded", cell["reason"])
-        self.assertLessEqual(cell["memory"]["peak_bytes"], budget)
+        self.assertLessEqual(cell["memory"]["peak_bytes"], self.budget)
 
-    def test_alst_tiled_measures_and_resumes(self):
-        if not os.path.isdir(os.path.join(REPO, ".peers", "deepspeed")):
+    def test_alst_tiled_measures_and_resumes(self) -> None:
+        if "alst" not in self.runs:
             if os.environ.get("CI") == "true":
                 self.fail(".peers/deepspeed is missing (scripts/setup_peers.sh)")
             self.skipTest(".peers/deepspeed is missing (scripts/setup_peers.sh)")
-        out = self.out("alst")
-        status, doc, stderr = run_peer("alst_tiled", out, [16, 33], "--partition", "8")
+        status, doc, stderr = self.runs["alst"]
         self.assertEqual(status, 0, stderr)
         self.assertEqual([c["status"] for c in doc["cells"]], ["ok", "ok"])
         self.assertEqual([c["axes"]["partition"] for c in doc["cells"]], [8, 8])
         self.assertTrue(all(c["memory"]["peak_bytes"] > 0 for c in doc["cells"]))
-        status, doc2, stderr = run_peer("alst_tiled", out, [16, 33, 40], "--partition", "8", "--resume")
+        status, doc2, stderr = self.runs["alst_resume"]
         self.assertEqual(status, 0, stderr)
         self.assertIn("T=16: kept", stderr)
         self.assertIn("T=33: kept", stderr)
         self.assertEqual(doc2["cells"][:2], doc["cells"])  # kept as they were
         self.assertEqual(doc2["cells"][2]["status"], "ok")
 
-    def test_hf_checkpoint_offload_is_skipped_on_the_cpu_with_the_reason(self):
+    def test_hf_checkpoint_offload_is_skipped_on_the_cpu_with_the_reason(self) -> None:
+        from peers import common, hf_checkpoint
+
         out = self.out("offload")
-        status, doc, stderr = run_peer("hf_checkpoint", out, [16, 33], "--offload")
-        self.assertEqual(status, 0, stderr)
-        for cell in doc["cells"]:
-            self.assertEqual(cell["axes"]["impl"], "hf-checkpoint-offload")
-            self.assertEqual(cell["status"], "skipped")
-            self.assertIn("GPU only", cell["reason"])
-            self.assertIsNone(cell["memory"])
-        status, doc, stderr = run_peer("hf_checkpoint", out, [16, 33], "--offload", "--resume")
-        self.assertEqual(status, 0, stderr)
-        self.assertEqual([c["status"] for c in doc["cells"]], ["skipped", "skipped"])
+        for options in ([], ["--resume"]):
+            argv = ["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--seq-len", "16", "33",
+                    "--offload", "--bpbench", BPBENCH, "--out", out, *options]
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr):
+                status = common.run(hf_checkpoint, hf_checkpoint.TOOL, "hf", argv)
+            self.assertEqual(status, 0, stderr.getvalue())
+            with open(out) as f:
+                doc = json.load(f)
+            for cell in doc["cells"]:
+                self.assertEqual(cell["axes"]["impl"], "hf-checkpoint-offload")
+                self.assertEqual(cell["status"], "skipped")
+                self.assertEqual(cell["reason"], registry.entry("hf-checkpoint-offload").skip_reason())
+                self.assertIn("GPU only", cell["reason"])
+                self.assertIsNone(cell["memory"])
+            self.assertEqual([c["axes"]["seq_len"] for c in doc["cells"]], [16, 33])
+
+
+class RunByPath(unittest.TestCase):
+    def test_a_module_run_by_its_path_runs_as_that_module(self) -> None:
+        # The package's command line (standard library only: fast), by its file's path and with no
+        # PYTHONPATH: it restarts as `python -m peers.__main__`, which the package's imports need.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        done = subprocess.run([sys.executable, os.path.join(PACKAGE, "__main__.py"), "list"],
+                              capture_output=True, text=True, env=env)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.split(), registry.names())
+
+    def test_every_module_that_runs_starts_as_a_module_first(self) -> None:
+        start = ('if __name__ == "__main__" and not __package__:', "launch.rerun_as_module(__file__)")
+        for name in sorted(os.listdir(PACKAGE)):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(PACKAGE, name)) as f:
+                text = f.read()
+            if 'if __name__ == "__main__":' not in text and name != "__main__.py":
+                continue  # imported only
+            with self.subTest(module=name):
+                first_import = re.search(r"^from \. import|^from \.\w+ import", text, re.MULTILINE)
+                assert first_import is not None
+                for line in start:
+                    self.assertIn(line, text[:first_import.start()])
 
 
 if __name__ == "__main__":

@@ -1,47 +1,55 @@
-"""alst_ulysses.py: ALST (Arctic Long Sequence Training) over P ranks: DeepSpeed's Ulysses sequence parallelism for
-transformers (deepspeed.runtime.sequence_parallel.ulysses_sp.UlyssesSPAttentionHF, DeepSpeed 0.19.8) with ALST's
-tiled MLP and tiled logits + loss (alst_tiled.py's), on transformers' model with non-reentrant gradient
-checkpointing; SFT on one sequence (impl "alst-ulysses", issue 45).
+"""alst_ulysses.py: ALST (Arctic Long Sequence Training) over P ranks: DeepSpeed's Ulysses sequence
+parallelism for transformers (deepspeed.runtime.sequence_parallel.ulysses_sp.UlyssesSPAttentionHF, DeepSpeed
+0.19.8) with ALST's tiled MLP and tiled logits + loss (alst_tiled.py's), on transformers' model with
+non-reentrant gradient checkpointing; SFT on one sequence (impl "alst-ulysses").
 
-Usage:
-  reports/peers/alst_ulysses.py --model qwen3-8b --seq-len 65536 131072 --ranks 8 --out out/alst-ulysses/results.json
-                                [--partition N] [--logits-partition N] [--threads-per-rank N] [--comm-timeout S]
-                                [--length-timeout S] [the options of common.py]
+Usage (PYTHONPATH=impls):
+  python -m peers.alst_ulysses --model qwen3-8b --seq-len 65536 131072 --ranks 8
+                               --out out/alst-ulysses/results.json
+                               [--partition N] [--logits-partition N] [--threads-per-rank N]
+                               [--comm-timeout S] [--length-timeout S] [the options of common.py]
 
-Each length runs in P fresh worker processes that this script starts (this script again, with --worker), one per
-rank: Gloo on the CPU, NCCL on CUDA with GPU r for rank r (P GPUs needed); they meet through a file store in a
-temporary directory (no port). Every rank measures its own step with common.measure_length on its own meter
-(on the CPU bpbench's tracking allocator, cpu_meter.py), and this process writes the cells:
+Each length runs in P fresh worker processes that this script starts (this module again, with --worker), one
+per rank: Gloo on the CPU, NCCL on CUDA with GPU r for rank r (P GPUs needed); they meet through a file store
+in a temporary directory (no port). Every rank measures its own step with common.measure_length on its own
+meter (on the CPU bpbench's tracking allocator, cpu_meter.py), and this process writes the cells:
   - memory is the highest rank's (its peak_bytes and base_bytes): what a per-device budget must hold;
   - time is rank 0's (tokens_per_s counts the whole sequence, as bpbench's distributed cells);
   - loss is the global loss (the ranks' shares all-reduced);
   - world_size is P and "ranks" holds each rank's status, peak, base, median step time and collectives (calls,
     logical bytes and, on Gloo, host seconds of all_to_all, all_gather and all_reduce in the last step), as
     bpbench's distributed cells (harness/run/cell_child.cpp), so `bpbench report` shows the per-rank table.
-    With --ranks 1 there is no sequence parallelism (DeepSpeed registers nothing) and neither field is written.
-A rank that fails (an exception, out of memory, a crash) makes the length's cell "oom" (any rank out of memory)
-or "error", with that rank's one-line reason; its peers, blocked in a collective with it, are killed after
-GRACE_S seconds. Collectives give up after --comm-timeout seconds (default $BPBENCH_DIST_TIMEOUT_S, else 300),
-and --length-timeout bounds a whole length: no length hangs. --resume keeps only cells of the same --ranks.
+    With --ranks 1 there is no sequence parallelism (DeepSpeed registers nothing) and neither field is
+    written.
+A rank that fails (an exception, out of memory, a crash) makes the length's cell "oom" (any rank out of
+memory) or "error", with that rank's one-line reason; its peers, blocked in a collective with it, are killed
+after GRACE_S seconds. Collectives give up after --comm-timeout seconds (default $BPBENCH_DIST_TIMEOUT_S, else
+300), and --length-timeout bounds a whole length: no length hangs. --resume keeps only cells of the same
+--ranks.
 
-Layout, as bpbench's own (impls/sequence_parallel.h) and DeepSpeed's UlyssesSPDataLoaderAdapter: rank r holds
-positions [r Ts, (r+1) Ts), Ts = ceil(T / P), with their position_ids (UlyssesSPAttentionHF requires them) and the
-globally shifted labels (shift_labels). DeepSpeed refuses a length not divisible by P; here the sequence is padded
-at its end to P Ts (token 0, target -100, positions past T), exact for causal attention, as bpbench pads. Each
-rank's loss is its tokens' summed cross-entropy over the global target count (all-reduced: the normaliser), so
-the ranks' losses add up to the mean, and every rank's backward puts its rows' part into each gradient; the step
-then sums the gradients over the ranks (all_reduce SUM, one call per parameter) and the losses. There is no
-DeepSpeed engine and no ZeRO: every rank holds whole parameters and gradients (bpbench's ulysses keeps ZeRO-2
-gradient shards instead). --partition / --logits-partition are alst_tiled.py's tiles (ALST's defaults), applied
-to each rank's Ts rows.
+Layout, as bpbench's own (impls/machinery/sequence_parallel.h) and DeepSpeed's UlyssesSPDataLoaderAdapter:
+rank r holds positions [r Ts, (r+1) Ts), Ts = ceil(T / P), with their position_ids (UlyssesSPAttentionHF
+requires them) and the globally shifted labels (shift_labels). DeepSpeed refuses a length not divisible by P;
+here the sequence is padded at its end to P Ts (token 0, target -100, positions past T), exact for causal
+attention, as bpbench pads. Each rank's loss is its tokens' summed cross-entropy over the global target count
+(all-reduced: the normaliser), so the ranks' losses add up to the mean, and every rank's backward puts its
+rows' part into each gradient; the step then sums the gradients over the ranks (all_reduce SUM, one call per
+parameter) and the losses. There is no DeepSpeed engine and no ZeRO: every rank holds whole parameters and
+gradients (bpbench's ulysses keeps ZeRO-2 gradient shards instead). --partition / --logits-partition are
+alst_tiled.py's tiles (ALST's defaults), applied to each rank's Ts rows.
 
 DeepSpeed's comm backend JIT-compiles its shared-memory all-reduce (deepspeed_shm_comm, about 75 s on 2 cores,
 cached in ~/.cache/torch_extensions afterwards) whenever it starts on the CPU accelerator. It serves only
-inference_all_reduce (tensor-parallel inference), never the collectives here (torch.distributed's Gloo), and no
-environment variable skips it (DS_BUILD_SHM_COMM acts at install time only), so the workers mark the op
-incompatible in DeepSpeed's table of ops (skip_shm_comm_build) and nothing is compiled. DeepSpeed's accelerator
-is set to --device's (DS_ACCELERATOR): detected, it would be CUDA's on a GPU machine even for --device cpu.
+inference_all_reduce (tensor-parallel inference), never the collectives here (torch.distributed's Gloo), and
+no environment variable skips it (DS_BUILD_SHM_COMM acts at install time only), so the workers mark the op
+incompatible in DeepSpeed's table of ops (skip_shm_comm_build) and nothing is compiled. DeepSpeed's
+accelerator is set to --device's (DS_ACCELERATOR): detected, it would be CUDA's on a GPU machine even for
+--device cpu.
 """
+
+if __name__ == "__main__" and not __package__:  # run by its path: again as python -m peers.alst_ulysses
+    import launch  # type: ignore[import-not-found]  # (this file's folder is sys.path[0] here)
+    launch.rerun_as_module(__file__)
 
 import argparse
 import datetime
@@ -53,87 +61,93 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import heap_policy  # noqa: E402
+from . import heap_policy
 
 if __name__ == "__main__":
     heap_policy.keep_freed_heap_memory()  # before torch is imported (the workers inherit it)
 
-import alst_tiled  # noqa: E402  (puts .peers/deepspeed first on sys.path)
-import common  # noqa: E402
-import cpu_meter  # noqa: E402
-import hf_checkpoint  # noqa: E402
+from . import alst_tiled  # (puts .peers/deepspeed first on sys.path)
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
+import torch
+import transformers
+
+from . import common, cpu_meter, hf_checkpoint, launch
+from .interface import Args, Cell, ConfigJson, Step
 
 TOOL = "alst_ulysses"
+MODULE = "alst_ulysses"  # the workers: python -m peers.alst_ulysses --worker DIR
 GRACE_S = 10.0  # a failed rank's peers, blocked in a collective with it, are killed this long after it exits
 POLL_S = 0.1
 
 
-def impl(args):
+def impl(args: Args) -> str:
     return "alst-ulysses"
 
 
-def default_comm_timeout():
+def default_comm_timeout() -> float:
     try:
         return float(os.environ.get("BPBENCH_DIST_TIMEOUT_S", 300))
     except ValueError:
         return 300.0
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     alst_tiled.add_arguments(p)
-    p.add_argument("--ranks", type=int, default=2, help="sequence-parallel ranks P (processes; CUDA: one GPU each)")
+    p.add_argument("--ranks", type=int, default=2,
+                   help="sequence-parallel ranks P (processes; CUDA: one GPU each)")
     p.add_argument("--threads-per-rank", type=int, default=None,
                    help="torch threads of each rank (default on the CPU: the usable cores // P, at least 1)")
     p.add_argument("--comm-timeout", type=float, default=default_comm_timeout(),
-                   help="seconds a collective waits for its peers (default $BPBENCH_DIST_TIMEOUT_S, else 300)")
+                   help="seconds a collective waits for its peers (default $BPBENCH_DIST_TIMEOUT_S, else "
+                        "300)")
     p.add_argument("--length-timeout", type=float, default=None,
                    help="seconds one length may take in all, workers' start included (default: no limit)")
     p.add_argument("--save-grads", default=None, metavar="DIR",
-                   help="tests: rank 0 saves the summed gradients of each step to DIR/grads_T<T>.pt (slows the step)")
+                   help="tests: rank 0 saves the summed gradients of each step to DIR/grads_T<T>.pt (slows "
+                        "the step)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a rank's process: its launch directory
 
 
-def describe(args):
+def describe(args: Args) -> str:
     mlp = f"{args.partition} tokens" if args.partition else "hidden size (ALST)"
     logits = f"{args.logits_partition} tokens" if args.logits_partition else "~1 GiB fp32 logits (ALST)"
     backend = "nccl" if args.device == "cuda" else "gloo"
     ranks = f"{args.ranks} rank" + ("s" if args.ranks != 1 else "")
     return (f"ALST over {ranks} ({backend}): DeepSpeed {alst_tiled.deepspeed_version()} Ulysses sequence "
-            f"parallelism (UlyssesSPAttentionHF, sdpa core) + TiledMLP + TiledFusedLogitsLoss on transformers "
-            f"{transformers.__version__} gradient checkpointing; gradients all-reduced in the step, whole on every "
-            f"rank (no ZeRO); MLP tile {mlp}, loss tile {logits} (of each rank's rows); T padded to a multiple of "
-            f"the ranks; memory: the highest rank's")
+            f"parallelism (UlyssesSPAttentionHF, sdpa core) + TiledMLP + TiledFusedLogitsLoss on "
+            f"transformers {transformers.__version__} gradient checkpointing; gradients all-reduced in the "
+            f"step, whole on every rank (no ZeRO); MLP tile {mlp}, loss tile {logits} (of each rank's rows); "
+            f"T padded to a multiple of the ranks; memory: the highest rank's")
 
 
-def versions():
+def versions() -> dict[str, str | None]:
     return alst_tiled.versions()
 
 
-def unavailable(args):
-    return alst_tiled.unavailable(args, TOOL)  # its tiles, and DeepSpeed's ulysses_sp (UlyssesSPAttentionHF's too)
+def unavailable(args: Args) -> str | None:
+    # Its tiles, and DeepSpeed's ulysses_sp (UlyssesSPAttentionHF's too).
+    return alst_tiled.unavailable(args, TOOL)
 
 
-def config(config_json):
+def config(config_json: ConfigJson) -> Any:
     return common.auto_config(config_json)
 
 
-def ulysses():
+def ulysses() -> Any:
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
     return UlyssesSPAttentionHF
 
 
-def refusal(config_json, ranks, model):
+def refusal(config_json: ConfigJson, ranks: int, model: str) -> str | None:
     """Why `ranks` cannot split the preset's attention by heads (DeepSpeed's rule, and bpbench's:
     sequence_parallel_refusal), in one line naming the valid counts; None where it can."""
     heads, kv = config_json["num_attention_heads"], config_json.get("num_key_value_heads") or config_json[
         "num_attention_heads"]
 
-    def splits(p):
+    def splits(p: int) -> bool:
         return heads % p == 0 and (kv % p == 0 or p % kv == 0)
 
     if ranks < 1:
@@ -141,31 +155,35 @@ def refusal(config_json, ranks, model):
     if splits(ranks):
         return None
     valid = ", ".join(str(p) for p in range(1, heads + 1) if splits(p))
-    return (f"--ranks {ranks} cannot split {model}'s attention by heads ({heads} query heads, {kv} K/V heads: the "
-            f"ranks must divide the query heads, and divide the K/V heads or be a multiple of them); valid rank "
-            f"counts: {valid}")
+    return (f"--ranks {ranks} cannot split {model}'s attention by heads ({heads} query heads, {kv} K/V "
+            f"heads: the ranks must divide the query heads, and divide the K/V heads or be a multiple of "
+            f"them); valid rank counts: {valid}")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # A rank (a worker process)
 
 class CommCounter:
-    """The collectives of the last step, per kind as bpbench's comm.h counts them: calls, logical bytes (all_to_all:
-    the input; all_gather: the output; all_reduce: the tensor) and, on Gloo, seconds of host wall time inside the
-    call (peers' waits included). NCCL returns before the device has run the collective: no seconds there."""
+    """The collectives of the last step, per kind as bpbench's comm.h counts them: calls, logical bytes
+    (all_to_all: the input; all_gather: the output; all_reduce: the tensor) and, on Gloo, seconds of host wall
+    time inside the call (peers' waits included). NCCL returns before the device has run the collective: no
+    seconds there."""
 
     KINDS = {"all_to_all_single": "all_to_all", "all_gather": "all_gather", "all_reduce": "all_reduce"}
 
-    def __init__(self):
-        self.counts, self.last, self.timed = {}, None, True
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[str, Any]] = {}
+        self.last: dict[str, dict[str, Any]] | None = None
+        self.timed = True
 
-    def install(self, timed):
+    def install(self, timed: bool) -> None:
         self.timed = timed
         dist = torch.distributed
         for function, kind in self.KINDS.items():
             original = getattr(dist, function)
 
-            def counted(*a, _original=original, _function=function, _kind=kind, **k):
+            def counted(*a: Any, _original: Callable[..., Any] = original, _function: str = function,
+                        _kind: str = kind, **k: Any) -> Any:
                 nbytes = self.nbytes(_function, a, k)
                 t0 = time.perf_counter()
                 out = _original(*a, **k)
@@ -176,11 +194,12 @@ class CommCounter:
                     entry["seconds"] = entry.get("seconds", 0.0) + time.perf_counter() - t0
                 return out
 
-            setattr(dist, function, counted)  # DeepSpeed's comm (deepspeed.comm.torch) calls torch.distributed.X
+            # DeepSpeed's comm (deepspeed.comm.torch) calls torch.distributed.X: counted there too.
+            setattr(dist, function, counted)
 
     @staticmethod
-    def nbytes(function, a, k):
-        def size(t):
+    def nbytes(function: str, a: tuple[Any, ...], k: dict[str, Any]) -> int:
+        def size(t: Any) -> int:
             return t.numel() * t.element_size() if torch.is_tensor(t) else 0
 
         if function == "all_to_all_single":
@@ -189,57 +208,62 @@ class CommCounter:
             return sum(size(t) for t in (k.get("tensor_list", a[0] if a else None) or []))
         return size(k.get("tensor", a[0] if a else None))
 
-    def reset(self):
+    def reset(self) -> None:
         self.counts = {}
 
-    def stop(self):
+    def stop(self) -> None:
         self.last = self.counts
         self.counts = {}
 
 
 COUNTER = CommCounter()
-_REGISTERED = []  # the UlyssesSP registration, once per process
+_REGISTERED: list[int] = []  # the UlyssesSP registration, once per process
 
 
-def skip_shm_comm_build():
+def skip_shm_comm_build() -> None:
     """No JIT build of DeepSpeed's shared-memory all-reduce at init (see the module's docstring): build_shm_op
-    (deepspeed/comm/torch.py) builds it only where deepspeed.ops.__compatible_ops__ says it can. The table is probed
-    (compiler runs) on its first read: set before that, it is never probed; afterwards only this entry changes."""
+    (deepspeed/comm/torch.py) builds it only where deepspeed.ops.__compatible_ops__ says it can. The table is
+    probed (compiler runs) on its first read: set before that, it is never probed; afterwards only this entry
+    changes."""
     import deepspeed.ops
     if "__compatible_ops__" not in vars(deepspeed.ops):
         deepspeed.ops.__compatible_ops__ = {}
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def start_process_group(args, rank, store):
+def start_process_group(args: Args, rank: int, store: str) -> None:
     import deepspeed
     if args.device == "cpu":
         skip_shm_comm_build()
-    deepspeed.init_distributed(dist_backend="nccl" if args.device == "cuda" else "gloo", auto_mpi_discovery=False,
-                               verbose=False, timeout=datetime.timedelta(seconds=args.comm_timeout),
+    deepspeed.init_distributed(dist_backend="nccl" if args.device == "cuda" else "gloo",
+                               auto_mpi_discovery=False, verbose=False,
+                               timeout=datetime.timedelta(seconds=args.comm_timeout),
                                init_method=f"file://{store}", rank=rank, world_size=args.ranks)
 
 
-def rows_of(T, ranks):
+def rows_of(T: int, ranks: int) -> int:
     return -(-T // ranks)  # Ts = ceil(T / P)
 
 
-def register_ulysses(model, padded, ranks):
-    """DeepSpeed's UlyssesSP in place of the model's sdpa attention (every later sdpa call in this process), for
-    sequences of `padded` tokens over `ranks` ranks."""
+def register_ulysses(model: Any, padded: int, ranks: int) -> None:
+    """DeepSpeed's UlyssesSP in place of the model's sdpa attention (every later sdpa call in this process),
+    for sequences of `padded` tokens over `ranks` ranks."""
     if ranks > 1 and not _REGISTERED:
         ulysses().register_with_transformers(model_name_or_path=model, core_attn_implementation="sdpa",
-                                             sequence_parallel_size=ranks, micro_batch_size=1, seq_length=padded,
-                                             seq_length_is_variable=False)
+                                             sequence_parallel_size=ranks, micro_batch_size=1,
+                                             seq_length=padded, seq_length_is_variable=False)
         _REGISTERED.append(padded)
     if _REGISTERED and _REGISTERED[0] != padded:
-        raise RuntimeError(f"UlyssesSP was registered for {_REGISTERED[0]} tokens, not {padded}: one length a process")
+        raise RuntimeError(f"UlyssesSP was registered for {_REGISTERED[0]} tokens, not {padded}: one length "
+                           "a process")
 
 
-def build(config, args, device, dtype):
+def build(config: Any, args: Args, device: torch.device,
+          dtype: torch.dtype) -> tuple[torch.nn.Module, Step, dict[str, Any]]:
     """A rank's model and step (common.measure_length's peer.build); torch.distributed is up."""
     if getattr(config, "final_logit_softcapping", None) is not None:
-        raise ValueError("final_logit_softcapping is set: the tiled loss (LM head then loss) would leave it out")
+        raise ValueError("final_logit_softcapping is set: the tiled loss (LM head then loss) would leave it "
+                         "out")
     dist = torch.distributed
     P, r = dist.get_world_size(), dist.get_rank()
     T = args.seq_len[0]  # a worker runs one length
@@ -252,11 +276,11 @@ def build(config, args, device, dtype):
     params = list(model.parameters())
     names = [name for name, _ in model.named_parameters()]
 
-    def step(tokens):
+    def step(tokens: torch.Tensor) -> torch.Tensor:
         COUNTER.reset()
         first, pad = r * Ts, P * Ts - tokens.shape[1]
-        # The rank's rows of the padded sequence: token 0 past T; targets shifted globally (position t predicts
-        # t+1; the last real position and the padding have none); the global positions.
+        # The rank's rows of the padded sequence: token 0 past T; targets shifted globally (position t
+        # predicts t+1; the last real position and the padding have none); the global positions.
         ids = torch.nn.functional.pad(tokens, (0, pad), value=0)[:, first:first + Ts]
         labels = torch.nn.functional.pad(tokens[:, 1:], (0, pad + 1), value=-100)[:, first:first + Ts]
         positions = torch.arange(first, first + Ts, device=tokens.device).unsqueeze(0)
@@ -272,18 +296,20 @@ def build(config, args, device, dtype):
         dist.all_reduce(total)  # the shares add up to the loss
         COUNTER.stop()
         if args.save_grads and r == 0:
-            torch.save({n: p.grad for n, p in zip(names, params)}, os.path.join(args.save_grads, f"grads_T{T}.pt"))
+            torch.save({n: p.grad for n, p in zip(names, params)},
+                       os.path.join(args.save_grads, f"grads_T{T}.pt"))
         return total
 
     return model, step, {"partition": mlp_tile, "logits_partition": logits_tile}
 
 
-def worker(args):
-    """One rank of one length (args.seq_len[0]): its cell into <launch dir>/rank<r>.json, then exit 0; exit 1 only
-    where even that failed. Exits at once after a failed length: its peers may be blocked in a collective."""
+def worker(args: Args) -> int:
+    """One rank of one length (args.seq_len[0]): its cell into <launch dir>/rank<r>.json, then exit 0; exit 1
+    only where even that failed. Exits at once after a failed length: its peers may be blocked in a
+    collective."""
     rank = int(os.environ["RANK"])
     T = args.seq_len[0]
-    cell = None
+    cell: Cell
     try:
         if args.device == "cuda":
             torch.cuda.set_device(rank)
@@ -298,14 +324,11 @@ def worker(args):
             cfg = config(json.load(f))
         meter = common.METER_FACTORY(device, args)  # the CPU meter before anything is allocated
         if args.budget_bytes is not None:
-            if device.type == "cuda":
-                total = torch.cuda.get_device_properties(device).total_memory
-                torch.cuda.set_per_process_memory_fraction(min(1.0, args.budget_bytes / total), device)
-            else:
-                meter.set_budget(args.budget_bytes)
+            meter.set_budget(args.budget_bytes)
         start_process_group(args, rank, os.path.join(args.worker, "store"))
         COUNTER.install(timed=device.type == "cpu")
-        cell = common.measure_length(sys.modules[__name__], args, cfg, T, device, getattr(torch, args.dtype), meter)
+        cell = common.measure_length(sys.modules[__name__], args, cfg, T, device, getattr(torch, args.dtype),
+                                     meter)
         cell["comm"] = COUNTER.last if cell["status"] == "ok" else None  # the measured step's, whole
     except Exception as e:  # before the step (meter, process group): this rank's error
         cell = common.empty_cell(args, T, impl(args))
@@ -323,10 +346,10 @@ def worker(args):
     os._exit(code)  # no interpreter teardown: nothing waits on a peer that is gone
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The launcher
 
-def last_line(path):
+def last_line(path: str) -> str:
     try:
         with open(path, errors="replace") as f:
             lines = [line for line in f.read().splitlines() if line.strip()]
@@ -335,7 +358,7 @@ def last_line(path):
         return ""
 
 
-def exit_reason(code, log):
+def exit_reason(code: int, log: str) -> str:
     if code < 0:
         sig = -code
         try:
@@ -350,7 +373,7 @@ def exit_reason(code, log):
     return f"exited with status {code} and no result" + (f": {tail}" if tail else "")
 
 
-def kill(process):
+def kill(process: subprocess.Popen[bytes]) -> None:
     """A worker and whatever it started (its own session), at once."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -359,33 +382,39 @@ def kill(process):
     process.wait()
 
 
-def launch_length(args, argv, T, config_json):
+def launch_length(args: Args, argv: list[str], T: int,
+                  config_json: ConfigJson) -> tuple[list[tuple[Cell | None, str, int]], float]:
     """The P workers of length T; [(cell or None, reason, exit order)] per rank, and the seconds it took."""
     P = args.ranks
     started = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="bpbench-alst-ulysses-")
-    procs, logs = [], []
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[str] = []
     try:
         common.write_atomically(os.path.join(tmp, "config.json"), config_json)
-        command = [sys.executable, os.path.abspath(__file__), *argv, "--seq-len", str(T), "--worker", tmp]
+        command = launch.module_argv(MODULE, [*argv, "--seq-len", str(T), "--worker", tmp])
         if args.threads_per_rank:
             command += ["--threads-per-rank", str(args.threads_per_rank)]
         for r in range(P):
-            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(P), LOCAL_WORLD_SIZE=str(P))
+            env = dict(launch.package_env(), RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(P),
+                       LOCAL_WORLD_SIZE=str(P))
             if args.device == "cpu" and args.threads_per_rank:
                 env["OMP_NUM_THREADS"] = str(args.threads_per_rank)
             logs.append(os.path.join(tmp, f"rank{r}.log"))
             with open(logs[-1], "w") as log:
                 procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, start_new_session=True))
-        exited, reasons, failed_at = {}, {}, None
-        results = [None] * P
+        exited: dict[int, int] = {}
+        reasons: dict[int, str] = {}
+        failed_at: float | None = None
+        results: list[Cell | None] = [None] * P
 
-        def result(r):
+        def result(r: int) -> Cell | None:
             path = os.path.join(tmp, f"rank{r}.json")
             try:
                 with open(path) as f:
-                    return json.load(f)
+                    cell: Cell = json.load(f)
+                    return cell
             except (OSError, ValueError):
                 return None
 
@@ -395,10 +424,10 @@ def launch_length(args, argv, T, config_json):
                 if r in exited or p.poll() is None:
                     continue
                 exited[r] = len(exited)
-                results[r] = result(r)
-                if results[r] is None:
+                got = results[r] = result(r)
+                if got is None:
                     reasons[r] = exit_reason(p.returncode, logs[r])
-                if (results[r] is None or results[r]["status"] != "ok") and failed_at is None:
+                if (got is None or got["status"] != "ok") and failed_at is None:
                     failed_at = now
             if len(exited) == P:
                 break
@@ -410,8 +439,8 @@ def launch_length(args, argv, T, config_json):
                         exited[r] = len(exited)
                         results[r] = result(r)
                         if results[r] is None:
-                            reasons[r] = (f"no result after --length-timeout {args.length_timeout:g} s" if over else
-                                          f"killed {GRACE_S:g} s after another rank failed")
+                            reasons[r] = (f"no result after --length-timeout {args.length_timeout:g} s"
+                                          if over else f"killed {GRACE_S:g} s after another rank failed")
                 break
             time.sleep(POLL_S)
         return [(results[r], reasons.get(r, ""), exited[r]) for r in range(P)], time.perf_counter() - started
@@ -425,13 +454,13 @@ def launch_length(args, argv, T, config_json):
 STATUS_RANK = {"ok": 0, "skipped": 1, "error": 2, "oom": 3}  # the worst rank's status is the cell's
 
 
-def merge(args, T, ranks, wall_s):
-    """The length's cell from its ranks' (harness/run/cell_child.cpp's run_cell_distributed, in Python): rank 0's
-    record, the worst status (oom before error) with the reason of the rank that failed first, the highest rank's
-    memory, and one record per rank."""
+def merge(args: Args, T: int, ranks: list[tuple[Cell | None, str, int]], wall_s: float) -> Cell:
+    """The length's cell from its ranks' (harness/run/cell_child.cpp's run_cell_distributed, in Python): rank
+    0's record, the worst status (oom before error) with the reason of the rank that failed first, the highest
+    rank's memory, and one record per rank."""
     P = args.ranks
-    cells = []
-    for r, (cell, reason, order) in enumerate(ranks):
+    cells: list[tuple[Cell, int]] = []
+    for cell, reason, order in ranks:
         if cell is None:
             cell = common.empty_cell(args, T, impl(args))
             cell["status"], cell["reason"] = "error", reason
@@ -473,8 +502,8 @@ def merge(args, T, ranks, wall_s):
     return merged
 
 
-def gpus(P):
-    out = []
+def gpus(P: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for i in range(P):
         props = torch.cuda.get_device_properties(i)
         out.append({"index": i, "name": props.name, "total_memory_bytes": props.total_memory,
@@ -482,13 +511,13 @@ def gpus(P):
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # common.run's hooks for a peer that measures each length on P worker processes
 
-def prepare(args, argv):
-    """DeepSpeed's accelerator (the workers inherit it: detected, a GPU machine's would be CUDA's even for --device
-    cpu, and its comm backend would bind a GPU to the Gloo group); a worker runs its rank and ends here; else the
-    launcher's checks."""
+def prepare(args: Args, argv: list[str]) -> int | None:
+    """DeepSpeed's accelerator (the workers inherit it: detected, a GPU machine's would be CUDA's even for
+    --device cpu, and its comm backend would bind a GPU to the Gloo group); a worker runs its rank and ends
+    here; else the launcher's checks."""
     os.environ["DS_ACCELERATOR"] = "cuda" if args.device == "cuda" else "cpu"
     if args.worker:
         return worker(args)
@@ -501,8 +530,8 @@ def prepare(args, argv):
     if args.device == "cpu":
         library = args.cpu_meter or cpu_meter.library_path(args.bpbench)
         if not os.path.exists(library):  # as common.memory_meter says it, before any worker starts
-            sys.exit(f"{TOOL}: bpbench's CPU meter {library} not found (build it: cmake --build build --target "
-                     "bpbench_peer_meter, or pass --cpu-meter)")
+            sys.exit(f"{TOOL}: bpbench's CPU meter {library} not found (build it: cmake --build build "
+                     "--target bpbench_peer_meter, or pass --cpu-meter)")
         if args.threads_per_rank is None:
             args.threads_per_rank = max(1, len(os.sched_getaffinity(0)) // args.ranks)
     if args.save_grads:
@@ -511,7 +540,7 @@ def prepare(args, argv):
     return None
 
 
-def check(args, config_json):
+def check(args: Args, config_json: ConfigJson) -> None:
     why = refusal(config_json, args.ranks, args.model)
     if why:
         sys.exit(f"{TOOL}: {why}")
@@ -520,21 +549,21 @@ def check(args, config_json):
                  f"{torch.cuda.device_count()} visible")
 
 
-def meta(args, meta):
+def meta(args: Args, meta: dict[str, Any]) -> None:
     if args.device == "cuda":
         meta["device"]["gpus"] = gpus(args.ranks)  # rank r ran on gpus[r]
     meta["threads"] = args.threads_per_rank or torch.get_num_threads()
     meta["isolate"] = True  # every length in processes of its own
 
 
-def keeps(args, cell):
+def keeps(args: Args, cell: Cell) -> bool:
     return cell.get("world_size", 1) == args.ranks  # another --ranks is another measurement
 
 
-def measure(args, config_json, T):
+def measure(args: Args, config_json: ConfigJson, T: int) -> Cell:
     ranks, wall_s = launch_length(args, args.worker_argv, T, config_json)
     return merge(args, T, ranks, wall_s)
 
 
 if __name__ == "__main__":
-    sys.exit(common.run(sys.modules[__name__], TOOL, __doc__.split("\n\n")[0], sys.argv[1:]))
+    sys.exit(common.run(sys.modules[__name__], TOOL, common.summary(__doc__), sys.argv[1:]))

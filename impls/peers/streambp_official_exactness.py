@@ -1,25 +1,33 @@
-"""streambp_official_check.py: the official StreamBP's loss and every gradient in float64, beside plain BP's, on
-bpbench's tiny preset, for tests/test_streambp_official.cpp and the report's gradient-error table.
+"""streambp_official_exactness.py: the official StreamBP's loss and every gradient in float64, beside plain
+BP's, on bpbench's tiny preset, for tests/peers/test_streambp_official.cpp and the report's gradient-error
+table.
 
-Usage: reports/peers/streambp_official_check.py OUT_DIR [--bpbench build/bpbench]
+Usage (PYTHONPATH=impls): python -m peers.streambp_official_exactness OUT_DIR [--bpbench build/bpbench]
 
 Writes OUT_DIR/model/ (the preset through `bpbench hf-config`, random weights saved with save_pretrained, norm
-weights away from 1), OUT_DIR/check.safetensors (per case: input_ids, targets in bpbench's shifted form, labels,
-loss and grad:<name> of the official StreamBP and of plain BP) and OUT_DIR/results.json: one bpbench results
-cell per case (impl streambp-official, dtype float64) with its loss, the time of its one step, and its gradient
-error against plain BP per parameter group (Er_abs, Er_rel, max_abs, rel_l2, as bpbench's own cells carry).
+weights away from 1), OUT_DIR/check.safetensors (per case: input_ids, targets in bpbench's shifted form,
+labels, loss and grad:<name> of the official StreamBP and of plain BP) and OUT_DIR/results.json: one bpbench
+results cell per case (impl streambp-official, dtype float64) with its loss, the time of its one step, and its
+gradient error against plain BP per parameter group (Er_abs, Er_rel, max_abs, rel_l2, as bpbench's own cells
+carry).
 
-Both sides run transformers 4.51.3 (the official code's) in true float64: transformers' float32 casts are lifted
-by tests/oracle/hf_oracle.py's Float64Casts mode, as the oracle does. Plain BP here is transformers' own loss;
-the C++ test holds it equal to bpbench's float64 plain BP to 1e-10, so the errors below are against bpbench's.
+Both sides run transformers 4.51.3 (the official code's) in true float64: transformers' float32 casts are
+lifted by tests/oracle/hf_oracle.py's Float64Casts mode, as the oracle does. Plain BP here is transformers'
+own loss; the C++ test holds it equal to bpbench's float64 plain BP to 1e-10, so the errors below are against
+bpbench's.
 
 Cases (the chunk sizes, 7 and 5, divide none of the lengths):
-  right_pad     one sequence of 37 tokens, the last 5 padding: the official loss and gradients are (N-1)/N times
-                the true ones (N = labels not -100): it divides by every label instead of every shifted target;
+  right_pad     one sequence of 37 tokens, the last 5 padding: the official loss and gradients are (N-1)/N
+                times the true ones (N = labels not -100): it divides by every label instead of every shifted
+                target;
   prompt_mask   one sequence, its first 11 labels -100: each logits chunk drops one target more than it should
                 where its chunk's labels are not all -100, so the error is not a uniform scale;
   batch2        two right-padded sequences (37 and 30 tokens): one count over the batch, per chunk, likewise.
 """
+
+if __name__ == "__main__" and not __package__:  # run by its path: again as python -m peers.<this module>
+    import launch  # type: ignore[import-not-found]  # (this file's folder is sys.path[0] here)
+    launch.rerun_as_module(__file__)
 
 import argparse
 import importlib.util
@@ -27,33 +35,37 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import official_streambp  # noqa: E402  (first: its transformers 4.51.3)
-import common  # noqa: E402
+from . import streambp_official_upstream as upstream  # first: its transformers 4.51.3
 
-import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
 
+from . import common
+
+# tests/oracle/hf_oracle.py, the transformers oracle's float64 mode (a file of the tests, not of this
+# package).
 _oracle_path = os.path.join(common.REPO, "tests", "oracle", "hf_oracle.py")
 _spec = importlib.util.spec_from_file_location("hf_oracle", _oracle_path)
-hf_oracle = importlib.util.module_from_spec(_spec)
+assert _spec is not None and _spec.loader is not None, _oracle_path
+hf_oracle: Any = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hf_oracle)
 
-# A mode is not active inside an autograd.Function's backward (the mode stack is empty there), and the official
-# code re-runs each layer's forward, chunk by chunk, in CheckpointFunctionForStreamBackward.backward: lift the
-# casts there too, or its re-forward computes RMSNorm, RoPE and softmax in float32 (errors ~1e-7). Nothing of
-# its algorithm changes: the same backward runs under the same mode as its forward.
-_stream_backward = official_streambp.stream_model.CheckpointFunctionForStreamBackward.backward
+# A mode is not active inside an autograd.Function's backward (the mode stack is empty there), and the
+# official code re-runs each layer's forward, chunk by chunk, in CheckpointFunctionForStreamBackward.backward:
+# lift the casts there too, or its re-forward computes RMSNorm, RoPE and softmax in float32 (errors ~1e-7).
+# Nothing of its algorithm changes: the same backward runs under the same mode as its forward.
+_stream_backward = upstream.stream_model.CheckpointFunctionForStreamBackward.backward
 
 
-def _backward_with_casts_lifted(ctx, *grads):
+def _backward_with_casts_lifted(ctx: Any, *grads: Any) -> Any:
     with hf_oracle.Float64Casts():
         return _stream_backward(ctx, *grads)
 
 
-official_streambp.stream_model.CheckpointFunctionForStreamBackward.backward = staticmethod(_backward_with_casts_lifted)
+upstream.stream_model.CheckpointFunctionForStreamBackward.backward = staticmethod(_backward_with_casts_lifted)
 
 T, PARTITION, LOGITS_PARTITION, SEED = 37, 7, 5, 11
 CASES = {  # name -> (lengths of the rows, prompt tokens whose labels are -100)
@@ -63,7 +75,7 @@ CASES = {  # name -> (lengths of the rows, prompt tokens whose labels are -100)
 }
 
 
-def param_group(name):
+def param_group(name: str) -> str:
     """bpbench's parameter groups (harness/model/model.cpp) from a Hugging Face parameter name."""
     if "embed_tokens" in name:
         return "embed"
@@ -78,7 +90,7 @@ def param_group(name):
     raise ValueError(f"no parameter group for {name}")
 
 
-def error_stats(pairs):
+def error_stats(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
     """bpbench's ErrorStats (harness/run/grad_error.h) over the concatenation of (reference, got) pairs."""
     r = torch.cat([a.reshape(-1) for a, _ in pairs])
     g = torch.cat([b.reshape(-1) for _, b in pairs])
@@ -90,24 +102,28 @@ def error_stats(pairs):
             "count": r.numel()}
 
 
-def grad_error(reference_loss, loss, ref_grads, got_grads):
-    groups = {}
+def grad_error(reference_loss: float, loss: float, ref_grads: dict[str, torch.Tensor],
+               got_grads: dict[str, torch.Tensor]) -> dict[str, Any]:
+    groups: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
     for name, ref in ref_grads.items():
         groups.setdefault(param_group(name), []).append((ref, got_grads[name]))
-    out = {g: error_stats(pairs) for g, pairs in groups.items()}
+    out: dict[str, Any] = {g: error_stats(pairs) for g, pairs in groups.items()}
     out["all"] = error_stats([(ref, got_grads[n]) for n, ref in ref_grads.items()])
-    return {"reference": "float64", "reference_loss": reference_loss, "loss_abs_error": abs(loss - reference_loss),
-            "groups": out}
+    return {"reference": "float64", "reference_loss": reference_loss,
+            "loss_abs_error": abs(loss - reference_loss), "groups": out}
 
 
-def run_case(config, state, batch, official):
-    """Loss and gradients (by the unwrapped parameter names) of one float64 step, transformers' casts lifted."""
+def run_case(config: Any, state: dict[str, torch.Tensor], batch: tuple[torch.Tensor, ...],
+             official: bool) -> tuple[float, dict[str, torch.Tensor], float]:
+    """Loss and gradients (by the unwrapped parameter names) of one float64 step, transformers' casts
+    lifted."""
     ids, mask, labels, _ = batch
     torch.set_default_dtype(torch.float64)
     try:
         with hf_oracle.Float64Casts():
             # RoPE's frequency table is made at construction: build the model under the mode too.
-            model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float64, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float64,
+                                                     attn_implementation="sdpa")
             model.load_state_dict(state)
             params = dict(model.named_parameters())  # before the wrapper renames the modules
             for p in params.values():
@@ -115,7 +131,7 @@ def run_case(config, state, batch, official):
             started = time.perf_counter()
             if official:
                 model.train()
-                sm = official_streambp.wrap(model, PARTITION, LOGITS_PARTITION)
+                sm = upstream.wrap(model, PARTITION, LOGITS_PARTITION)
                 loss = sm(input_ids=ids, attention_mask=mask, labels=labels).loss
             else:
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
@@ -126,8 +142,8 @@ def run_case(config, state, batch, official):
     return loss.item(), {n: p.grad.detach().clone() for n, p in params.items()}, seconds
 
 
-def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=common.summary(__doc__))
     p.add_argument("out_dir")
     p.add_argument("--bpbench", default=os.path.join(common.REPO, "build", "bpbench"))
     args = p.parse_args(argv)
@@ -146,7 +162,8 @@ def main(argv):
     model.save_pretrained(model_dir)
     state = {k: v.double() for k, v in model.state_dict().items()}  # the saved float32 weights, exactly
 
-    tensors, cells = {}, []
+    tensors: dict[str, torch.Tensor] = {}
+    cells: list[dict[str, Any]] = []
     generator = torch.Generator().manual_seed(SEED)
     for case, (lengths, prompt) in CASES.items():
         batch = hf_oracle.make_batch(config, T, lengths, prompt, generator)
@@ -160,27 +177,31 @@ def main(argv):
             tensors[f"{case}:grad_plain:{name}"] = ref_grads[name]
             tensors[f"{case}:grad_official:{name}"] = grads[name]
         cell = common.empty_cell(argparse.Namespace(model="tiny", dtype="float64"), T, "streambp-official")
-        cell["axes"].update({"batch": len(lengths), "partition": PARTITION, "logits_partition": LOGITS_PARTITION,
-                             "prompt_len": prompt if prompt else -1, "padding": min(lengths) < T})
+        cell["axes"].update({"batch": len(lengths), "partition": PARTITION,
+                             "logits_partition": LOGITS_PARTITION, "prompt_len": prompt if prompt else -1,
+                             "padding": min(lengths) < T})
         cell.update({"loss": loss, "uses_partition": True, "uses_logits_partition": True, "wall_s": seconds,
-                     "time": {"median_s": seconds, "min_s": seconds, "max_s": seconds, "count": 1, "warmup": 0,
-                              "runs_s": [seconds]},
+                     "time": {"median_s": seconds, "min_s": seconds, "max_s": seconds, "count": 1,
+                              "warmup": 0, "runs_s": [seconds]},
                      "grad_error": grad_error(ref_loss, loss, ref_grads, grads), "case": case})
         cells.append(cell)
         valid = int((labels != -100).sum())
         print(f"{case}: official loss {loss:.12f}, plain {ref_loss:.12f}, ratio {loss / ref_loss:.12f}, "
-              f"(N-1)/N {(valid - 1) / valid:.12f}, gradient rel_l2 {cell['grad_error']['groups']['all']['rel_l2']:.3e}",
+              f"(N-1)/N {(valid - 1) / valid:.12f}, "
+              f"gradient rel_l2 {cell['grad_error']['groups']['all']['rel_l2']:.3e}",
               file=sys.stderr)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(args.out_dir, "check.safetensors"))
+    save_file({k: v.contiguous() for k, v in tensors.items()},
+              os.path.join(args.out_dir, "check.safetensors"))
     doc = {"schema": common.SCHEMA, "complete": True, "cells_total": len(cells),
            "meta": {"bpbench_version": None,
-                    "peer": f"official StreamBP {official_streambp.streambp_version()} (transformers "
-                            f"{official_streambp.transformers.__version__}), float64 check against plain BP",
-                    "versions": {"torch": torch.__version__, "transformers": official_streambp.transformers.__version__,
-                                 "streambp": official_streambp.streambp_version()},
+                    "peer": f"official StreamBP {upstream.streambp_version()} (transformers "
+                            f"{upstream.TRANSFORMERS_VERSION}), float64 check against plain BP",
+                    "versions": {"torch": torch.__version__, "transformers": upstream.TRANSFORMERS_VERSION,
+                                 "streambp": upstream.streambp_version()},
                     "argv": [sys.argv[0]] + list(argv), "device": common.device_meta(torch.device("cpu")),
                     "threads": torch.get_num_threads(), "isolate": False, "git_commit": common.git_commit(),
-                    "scenario_name": "streambp_official_check tiny", "scenario": None, "hf_config": config_json},
+                    "scenario_name": "streambp_official_exactness tiny", "scenario": None,
+                    "hf_config": config_json},
            "cells": cells}
     common.write_atomically(os.path.join(args.out_dir, "results.json"), doc)
     with open(os.path.join(args.out_dir, "cases.json"), "w") as f:

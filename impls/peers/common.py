@@ -1,12 +1,12 @@
-"""common.py: what every peer script shares: the command line, the measured step, results cells, resume.
+"""common.py: what every peer module shares: the command line, the measured step, results cells, resume.
 
-A peer is something a user would run instead of bpbench's strategies, measured on the same network (the bpbench
-preset itself: `bpbench hf-config MODEL` writes the config.json transformers builds from) and written as bpbench
-results cells, so that `bpbench report RUN PEER...` and `bpbench compare` put it in one table. Each peer module
-(hf_checkpoint.py, streambp_official.py, liger_flce.py, cce.py) says how to build its model and run one step;
-this module measures that step as bpbench measures a cell:
-  - on CUDA the model is built on the device itself (causal_lm: from_config under `with torch.device(device)`),
-    never on the host and then copied;
+A peer is something a user would run instead of bpbench's strategies, measured on the same network (the
+bpbench preset itself: `bpbench hf-config MODEL` writes the config.json transformers builds from) and written
+as bpbench results cells, so that `bpbench report RUN PEER...` and `bpbench compare` put it in one table. Each
+peer module (registry.py lists them) says how to build its model and run one step; this module measures that
+step as bpbench measures a cell:
+  - on CUDA the model is built on the device itself (causal_lm: from_config under `with
+    torch.device(device)`), never on the host and then copied;
   - gradients exist before the measured step (as bpbench pre-allocates them), so base_bytes holds parameters
     and gradients; peak_bytes is torch.cuda.max_memory_allocated over the step (reset before it);
     reserved_peak_bytes is max_memory_reserved;
@@ -28,27 +28,17 @@ version is refused.
 PyTorch keeps no CPU allocator statistics: on the CPU the peer runs under bpbench's own tracking allocator
 (cpu_meter.py loads libbpbench_peer_meter.so, built beside the bpbench binary), so its base and peak are
 counted exactly as a bpbench CPU cell's, and --budget-bytes is that allocator's budget. The statistics are
-read through one object, a meter (CudaMeter on CUDA, cpu_meter.CpuMeter on the CPU); METER_FACTORY makes it,
-so that tests/peers/ can measure a fake peer on a fake meter.
+read through one object, an interface.Meter (CudaMeter on CUDA, cpu_meter.CpuMeter on the CPU); METER_FACTORY
+makes it, so that tests/peers/ can measure a fake peer on a fake meter.
 
-A peer module (or an object with the same attributes: fused_loss.FusedLossPeer) defines:
-  impl(args) -> str             the cells' impl (a name bpbench reads but never runs: impls/strategy.h)
-  describe(args) -> str         meta.peer: what ran, with versions
-  versions() -> dict            versions that identify the peer's code (resume refuses another)
-  add_arguments(parser)         its own options (optional)
-  unavailable(args) -> str      why it cannot run here, or None
-  config(config_json)           transformers' config of the preset (its transformers' form)
-  build(config, args, device, dtype) -> (model, step, axes)
-                                `step(tokens)` runs forward + backward and returns the detached loss; `axes`
-                                overrides the cell's axes (partition, logits_partition) where the peer chunks.
-A peer that measures a length in processes of its own (alst_ulysses.py: P ranks) adds, all optional:
-  prepare(args, argv) -> int or None   first thing after parsing: its checks and settings; an int ends run()
-                                       with that exit status (a worker process of the peer)
-  check(args, config_json)             the preset against the peer (a refusal exits with one line)
-  meta(args, meta)                     what meta says beyond the common fields (its GPUs, threads)
-  keeps(args, cell) -> bool            whether a finished cell of --out is this run's to keep on --resume
-  measure(args, config_json, T) -> cell  the length's cell, instead of measure_length in this process
+A peer is a module (or an object: fused_loss.FusedLossPeer) that satisfies interface.Peer: impl, describe,
+versions, unavailable, config, build (`step(tokens)` runs forward + backward and returns the detached loss;
+`axes` overrides the cell's axes where the peer chunks), with interface.HasArguments' add_arguments for
+options of its own, and interface.MeasuresOwnProcesses' hooks where it measures each length in processes of
+its own (alst_ulysses.py: P ranks). registry.py lists every peer.
 """
+
+from __future__ import annotations
 
 import argparse
 import datetime
@@ -61,18 +51,21 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-import cpu_meter
-import heap_policy
+from . import cpu_meter, heap_policy
+from .interface import Args, Cell, ConfigJson, HasArguments, MeasuresOwnProcesses, Meter, Peer, Step
 
 SCHEMA = "bpbench.results/1"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KEPT_STATUSES = ("ok", "oom")
 
 
-def parser(peer, description):
+def parser(peer: Peer, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--model", required=True, help="a bpbench preset (bpbench list models)")
     p.add_argument("--seq-len", type=int, nargs="+", required=True)
@@ -82,20 +75,20 @@ def parser(peer, description):
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-bytes", type=int, default=None,
-                   help="cap memory at this many bytes: CUDA's caching allocator (set_per_process_memory_fraction), "
-                        "on the CPU bpbench's tracking allocator's budget")
+                   help="cap memory at this many bytes: CUDA's caching allocator "
+                        "(set_per_process_memory_fraction), on the CPU bpbench's tracking allocator's budget")
     p.add_argument("--bpbench", default=os.path.join(REPO, "build", "bpbench"))
     p.add_argument("--cpu-meter", default=None,
                    help="bpbench's CPU meter library (default: libbpbench_peer_meter.so beside --bpbench)")
     p.add_argument("--out", required=True, help="results.json to write")
     p.add_argument("--resume", action="store_true",
                    help="keep the finished lengths of --out (status ok or oom) and run the rest")
-    if hasattr(peer, "add_arguments"):
+    if isinstance(peer, HasArguments):
         peer.add_arguments(p)
     return p
 
 
-def parse_args(peer, description, argv):
+def parse_args(peer: Peer, description: str, argv: list[str]) -> Args:
     p = parser(peer, description)
     a = p.parse_args(argv)
     if any(t < 2 for t in a.seq_len):
@@ -107,17 +100,18 @@ def parse_args(peer, description, argv):
     return a
 
 
-def preset_config_json(bpbench, model):
+def preset_config_json(bpbench: str, model: str) -> ConfigJson:
     """The config.json of a bpbench preset, from bpbench itself (transformers 5's form)."""
     if not os.path.exists(bpbench):
         sys.exit(f"peer: bpbench binary not found at {bpbench} (build it, or pass --bpbench)")
     run = subprocess.run([bpbench, "hf-config", model], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"peer: {run.stderr.strip()}")
-    return json.loads(run.stdout)
+    config_json: ConfigJson = json.loads(run.stdout)
+    return config_json
 
 
-def hub_form(config_json):
+def hub_form(config_json: ConfigJson) -> ConfigJson:
     """The same config in transformers 4.x's form: "rope_theta" and "rope_scaling" at the top level."""
     c = dict(config_json)
     rope = dict(c.pop("rope_parameters", {}))
@@ -127,7 +121,7 @@ def hub_form(config_json):
     return c
 
 
-def auto_config(config_json):
+def auto_config(config_json: ConfigJson) -> Any:
     from transformers import AutoConfig
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "config.json"), "w") as f:
@@ -135,9 +129,10 @@ def auto_config(config_json):
         return AutoConfig.from_pretrained(d)
 
 
-def causal_lm(config, dtype, device):
+def causal_lm(config: Any, dtype: torch.dtype, device: torch.device) -> Any:
     """transformers' model of `config` with SDPA attention (`dtype=` in 5.x, `torch_dtype=` in 4.x), built on
-    `device` itself: built on the host and then copied, an 8B model would take its host RAM and the copy's time."""
+    `device` itself: built on the host and then copied, an 8B model would take its host RAM and the copy's
+    time."""
     import transformers
     from transformers import AutoModelForCausalLM
     key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
@@ -146,31 +141,37 @@ def causal_lm(config, dtype, device):
 
 
 class CudaMeter:
-    """The CUDA caching allocator's statistics for one device: everything measure_length reads of memory."""
+    """interface.Meter of the CUDA caching allocator of one device: everything measure_length reads of
+    memory."""
 
-    def __init__(self, device):
+    def __init__(self, device: torch.device) -> None:
         self.device = device
 
-    def reset(self):
+    def reset(self) -> None:
         torch.cuda.reset_peak_memory_stats(self.device)
 
-    def allocated(self):
+    def allocated(self) -> int:
         return torch.cuda.memory_allocated(self.device)
 
-    def peak(self):
+    def peak(self) -> int:
         return torch.cuda.max_memory_allocated(self.device)
 
-    def reserved_peak(self):
+    def reserved_peak(self) -> int | None:
         return torch.cuda.max_memory_reserved(self.device)
 
-    def empty_cache(self):
+    def set_budget(self, budget_bytes: int) -> None:
+        """The caching allocator capped at that share of the device's memory (it raises OutOfMemoryError)."""
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, budget_bytes / total), self.device)
+
+    def empty_cache(self) -> None:
         torch.cuda.empty_cache()
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
 
 
-def memory_meter(device, args):
+def memory_meter(device: torch.device, args: Args) -> Meter:
     """The meter of `device`: the CUDA allocator's statistics, or bpbench's tracking allocator on the CPU."""
     if device.type == "cuda":
         return CudaMeter(device)
@@ -181,51 +182,60 @@ def memory_meter(device, args):
     return cpu_meter.CpuMeter(library)
 
 
-METER_FACTORY = memory_meter  # (device, args) -> meter; tests/peers/ put a fake meter here
+METER_FACTORY: Callable[[torch.device, Args], Meter] = memory_meter  # tests/peers/ put a fake meter here
 
 
-def base_axes(args, T, impl):
-    return {"model": args.model, "objective": "sft", "dtype": args.dtype, "batch": 1, "seq_len": T, "impl": impl,
-            "partition": T, "logits_partition": T, "lora_rank": 0, "lora_alpha": 64.0, "group": 8, "prompt_len": -1,
-            "padding": False, "beta": 0.1, "epsilon": 0.2, "offload": "none"}
+def base_axes(args: Args, T: int, impl: str) -> dict[str, Any]:
+    return {"model": args.model, "objective": "sft", "dtype": args.dtype, "batch": 1, "seq_len": T,
+            "impl": impl, "partition": T, "logits_partition": T, "lora_rank": 0, "lora_alpha": 64.0,
+            "group": 8, "prompt_len": -1, "padding": False, "beta": 0.1, "epsilon": 0.2, "offload": "none"}
 
 
-def empty_cell(args, T, impl):
-    return {"axes": base_axes(args, T, impl), "threads": torch.get_num_threads(), "status": "ok", "reason": "",
-            "loss": None, "wall_s": 0.0, "uses_partition": False, "uses_logits_partition": False, "rope": None,
-            "memory": None, "time": None, "grad_error": None}
+def empty_cell(args: Args, T: int, impl: str) -> Cell:
+    return {"axes": base_axes(args, T, impl), "threads": torch.get_num_threads(), "status": "ok",
+            "reason": "", "loss": None, "wall_s": 0.0, "uses_partition": False,
+            "uses_logits_partition": False, "rope": None, "memory": None, "time": None, "grad_error": None}
 
 
-def memory_of(meter, base):
+def memory_of(meter: Meter, base: int) -> dict[str, Any]:
     peak = meter.peak()
-    memory = {"base_bytes": base, "peak_bytes": peak, "peak_above_base_bytes": peak - base, "peak_by_category": {},
-              "estimate_bytes": None}
+    memory: dict[str, Any] = {"base_bytes": base, "peak_bytes": peak, "peak_above_base_bytes": peak - base,
+                              "peak_by_category": {}, "estimate_bytes": None}
     reserved = meter.reserved_peak()
     if reserved is not None:  # a caching allocator's (CUDA); the CPU has none, as bpbench's CPU cells
         memory["reserved_peak_bytes"] = reserved
     return memory
 
 
-def time_of(times, warmup, step_tokens):
+def time_of(times: list[float], warmup: int, step_tokens: int) -> dict[str, Any]:
     """results.json's time object, as bpbench's time_stats (harness/run/cell_steps.cpp) writes it."""
     median = statistics.median(times)
     spread = len(times) >= 2
     stddev = statistics.stdev(times) if spread else None  # the sample standard deviation (n - 1)
     mean = statistics.fmean(times)
-    return {"median_s": median, "min_s": min(times), "max_s": max(times), "count": len(times), "warmup": warmup,
-            "runs_s": times, "stddev_s": stddev, "cv": stddev / mean if spread and mean > 0 else None,
+    return {"median_s": median, "min_s": min(times), "max_s": max(times), "count": len(times),
+            "warmup": warmup, "runs_s": times, "stddev_s": stddev,
+            "cv": stddev / mean if stddev is not None and mean > 0 else None,
             "tokens_per_s": step_tokens / median if median > 0 else None}
 
 
-def one_line(text, limit=300):
+def summary(doc: str | None) -> str:
+    """A module's docstring's first paragraph: its command line's description."""
+    return (doc or "").split("\n\n")[0]
+
+
+def one_line(text: object, limit: int = 300) -> str:
     return " ".join(str(text).split())[:limit]
 
 
-def measure_length(peer, args, config, T, device, dtype, meter=None):
-    """One length's cell. `meter` reads memory (memory_meter(device)); None: memory stays null, as on the CPU."""
+def measure_length(peer: Peer | types.ModuleType, args: Args, config: Any, T: int, device: torch.device,
+                   dtype: torch.dtype, meter: Meter | None = None) -> Cell:
+    """One length's cell. `meter` reads memory (memory_meter(device)); None: memory stays null, as on the
+    CPU."""
     cell = empty_cell(args, T, peer.impl(args))
     started = time.perf_counter()
-    model = step = None
+    model: torch.nn.Module | None = None
+    step: Step | None = None
     try:
         # This length's peak from here, before its model is built: an oom in the build or the warm-up then
         # reports this length's memory, never the previous length's higher peak.
@@ -242,25 +252,28 @@ def measure_length(peer, args, config, T, device, dtype, meter=None):
             p.grad = torch.zeros_like(p)
         generator = torch.Generator().manual_seed(args.seed)
         tokens = torch.randint(0, config.vocab_size, (1, T), generator=generator).to(device)
-        times, loss = [], None
+        times: list[float] = []
+        loss: torch.Tensor | None = None
         sync = meter.synchronize if meter is not None else (lambda: None)
         for run in range(args.warmup + args.repeat + (1 if meter is not None else 0)):
             for p in model.parameters():
-                p.grad.zero_()
-            measured_memory = run == args.warmup and meter is not None
-            if measured_memory:  # as bpbench: from an empty cache, so the budget sees every byte; not timed
+                if p.grad is not None:
+                    p.grad.zero_()
+            measured = meter if run == args.warmup else None  # the memory step (with a meter); not timed
+            if measured is not None:  # as bpbench: from an empty cache, so the budget sees every byte
                 sync()
-                meter.empty_cache()
-                meter.reset()
-                base = meter.allocated()
+                measured.empty_cache()
+                measured.reset()
+                base = measured.allocated()
             sync()
             t0 = time.perf_counter()
             loss = step(tokens)
             sync()
-            if run >= args.warmup and not measured_memory:
+            if run >= args.warmup and measured is None:
                 times.append(time.perf_counter() - t0)
-            if measured_memory:
-                cell["memory"] = memory_of(meter, base)
+            if measured is not None:
+                cell["memory"] = memory_of(measured, base)
+        assert loss is not None  # --repeat >= 1: a step ran
         cell["loss"] = loss.float().item()
         cell["time"] = time_of(times, args.warmup, tokens.numel())
     except torch.OutOfMemoryError as e:
@@ -279,8 +292,8 @@ def measure_length(peer, args, config, T, device, dtype, meter=None):
     return cell
 
 
-def device_meta(device):
-    meta = {"type": device.type, "torch": torch.__version__}
+def device_meta(device: torch.device) -> dict[str, Any]:
+    meta: dict[str, Any] = {"type": device.type, "torch": torch.__version__}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         meta.update({"name": props.name, "total_memory_bytes": props.total_memory, "cuda": torch.version.cuda,
@@ -296,7 +309,7 @@ def device_meta(device):
     return meta
 
 
-def cpu_model_name():
+def cpu_model_name() -> str:
     """The processor as bpbench's own results name it (/proc/cpuinfo's "model name"), so that a history keeps
     a peer's runs and bpbench's on one machine together."""
     try:
@@ -309,7 +322,7 @@ def cpu_model_name():
     return platform.processor() or platform.machine()
 
 
-def git_commit():
+def git_commit() -> str | None:
     try:
         run = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True)
         return run.stdout.strip() if run.returncode == 0 else None
@@ -317,7 +330,7 @@ def git_commit():
         return None
 
 
-def write_atomically(path, doc):
+def write_atomically(path: str, doc: object) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -325,8 +338,9 @@ def write_atomically(path, doc):
     os.replace(tmp, path)
 
 
-def resumable_cells(args, doc_meta, impl, tool):
-    """The finished cells of --out that this run keeps ({seq_len: cell}); exits 2 for a file of another run."""
+def resumable_cells(args: Args, doc_meta: dict[str, Any], impl: str, tool: str) -> dict[int, Cell]:
+    """The finished cells of --out that this run keeps ({seq_len: cell}); exits 2 for a file of another
+    run."""
     if not args.resume or not os.path.exists(args.out):
         return {}
     try:
@@ -344,57 +358,60 @@ def resumable_cells(args, doc_meta, impl, tool):
     for key in ("name", "total_memory_bytes"):
         if was.get("device", {}).get(key) != doc_meta["device"].get(key):
             sys.exit(f"{tool}: cannot resume from {args.out}: measured on a device whose {key} is "
-                     f"{was.get('device', {}).get(key)!r}, this one's is {doc_meta['device'].get(key)!r} (valid: "
-                     "the same device, or another --out)")
-    kept = {}
+                     f"{was.get('device', {}).get(key)!r}, this one's is {doc_meta['device'].get(key)!r} "
+                     "(valid: the same device, or another --out)")
+    kept: dict[int, Cell] = {}
     for cell in old.get("cells", []):
         axes = cell.get("axes", {})
-        if (cell.get("status") in KEPT_STATUSES and axes.get("impl") == impl and axes.get("dtype") == args.dtype
-                and axes.get("seq_len") in args.seq_len):
+        if (cell.get("status") in KEPT_STATUSES and axes.get("impl") == impl
+                and axes.get("dtype") == args.dtype and axes.get("seq_len") in args.seq_len):
             kept[axes["seq_len"]] = cell
     return kept
 
 
-def run(peer, tool, description, argv):
-    """The whole script: every length of --seq-len measured (or kept, or skipped) into --out."""
+def run(peer: Peer | types.ModuleType, tool: str, description: str, argv: list[str]) -> int:
+    """The whole script: every length of --seq-len measured (or kept, or skipped) into --out. `peer`: an
+    interface.Peer, a peer module's own (sys.modules[__name__]) included: held to it here, and by mypy through
+    registry.py."""
+    if not isinstance(peer, Peer):
+        raise TypeError(f"{tool}: {peer!r} is not a peer: interface.Peer's functions are missing")
+    own = peer if isinstance(peer, MeasuresOwnProcesses) else None  # lengths measured in its own processes
     args = parse_args(peer, description, argv)
-    if hasattr(peer, "prepare"):
-        status = peer.prepare(args, argv)
+    if own is not None:
+        status = own.prepare(args, argv)
         if status is not None:
             return status
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     config_json = preset_config_json(args.bpbench, args.model)
-    if hasattr(peer, "check"):
-        peer.check(args, config_json)
+    if own is not None:
+        own.check(args, config_json)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    if args.budget_bytes is not None and device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, args.budget_bytes / total), device)
     impl = peer.impl(args)
     start = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     versions = {"torch": torch.__version__, **peer.versions()}
-    doc = {"schema": SCHEMA, "complete": False, "cells_total": len(args.seq_len),
-           "meta": {"bpbench_version": None, "peer": peer.describe(args), "versions": versions,
-                    "argv": [sys.argv[0]] + list(argv), "device": device_meta(device),
-                    "threads": torch.get_num_threads(), "isolate": False, "git_commit": git_commit(),
-                    "start_time": start, "hostname": socket.gethostname(),
-                    "scenario_name": f"{tool} {args.model}", "scenario": None, "hf_config": config_json},
-           "cells": []}
+    doc: dict[str, Any] = {
+        "schema": SCHEMA, "complete": False, "cells_total": len(args.seq_len),
+        "meta": {"bpbench_version": None, "peer": peer.describe(args), "versions": versions,
+                 "argv": [sys.argv[0]] + list(argv), "device": device_meta(device),
+                 "threads": torch.get_num_threads(), "isolate": False, "git_commit": git_commit(),
+                 "start_time": start, "hostname": socket.gethostname(),
+                 "scenario_name": f"{tool} {args.model}", "scenario": None, "hf_config": config_json},
+        "cells": []}
     if heap_policy.is_set():
         doc["meta"]["heap"] = heap_policy.NOTE
-    if hasattr(peer, "meta"):
-        peer.meta(args, doc["meta"])
+    if own is not None:
+        own.meta(args, doc["meta"])
     kept = resumable_cells(args, doc["meta"], impl, tool)
-    if hasattr(peer, "keeps"):
-        kept = {T: cell for T, cell in kept.items() if peer.keeps(args, cell)}
+    if own is not None:
+        kept = {T: cell for T, cell in kept.items() if own.keeps(args, cell)}
     why_not = peer.unavailable(args)
-    measure = getattr(peer, "measure", None)  # lengths measured in the peer's own processes: no meter here
-    config = None if why_not or measure else peer.config(config_json)
-    meter = None if why_not or measure else METER_FACTORY(device, args)
-    if meter is not None and device.type == "cpu" and args.budget_bytes is not None:
-        meter.set_budget(args.budget_bytes)  # the tracking allocator's budget, as bpbench's CPU cells have
+    here = not why_not and own is None  # measured in this process: its config and meter
+    config = peer.config(config_json) if here else None
+    meter = METER_FACTORY(device, args) if here else None
+    if meter is not None and args.budget_bytes is not None:
+        meter.set_budget(args.budget_bytes)  # CUDA's allocator capped, or the tracking allocator's budget
     failed = []
     for T in args.seq_len:
         if T in kept:
@@ -405,8 +422,8 @@ def run(peer, tool, description, argv):
         if why_not:
             cell = empty_cell(args, T, impl)
             cell["status"], cell["reason"] = "skipped", why_not
-        elif measure:
-            cell = measure(args, config_json, T)
+        elif own is not None:
+            cell = own.measure(args, config_json, T)
         else:
             cell = measure_length(peer, args, config, T, device, dtype, meter)
         if cell["status"] == "error":
