@@ -9,8 +9,8 @@
 //                       (x_{i-1} prefetched meanwhile)
 #include <fmt/format.h>
 
-#include "impls/layerwise.h"
-#include "impls/layerwise_estimate.h"
+#include "impls/machinery/layerwise.h"
+#include "impls/machinery/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {

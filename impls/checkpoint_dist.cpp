@@ -12,9 +12,9 @@
 // backpropagates in one piece (D = 1).
 #include <fmt/format.h>
 
-#include "impls/dist_common.h"
-#include "impls/layerwise.h"
-#include "impls/layerwise_estimate.h"
+#include "impls/machinery/dist_common.h"
+#include "impls/machinery/layerwise.h"
+#include "impls/machinery/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {

@@ -19,8 +19,11 @@
 // MsT decomposes the loss as a sum over chunks, which DPO's log-sigmoid is not: DPO is reported as skipped.
 #include <fmt/format.h>
 
-#include "impls/layerwise.h"
-#include "impls/layerwise_estimate.h"
+#include <algorithm>
+
+#include "harness/objectives/objective.h"
+#include "impls/machinery/layerwise.h"
+#include "impls/machinery/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -40,8 +43,11 @@ class MiniSequence final : public Strategy {
   bool uses_logits_partition() const override { return true; }
   bool uses_offload() const override { return true; }
   std::optional<std::string> unsupported(const CellTraits& cell) const override {
-    if (cell.objective == "dpo")
-      return "mst decomposes the loss as a sum over chunks; DPO's log-sigmoid of summed log-probs is not one";
+    const auto& names = objective_names();
+    if (std::find(names.begin(), names.end(), cell.objective) == names.end()) return std::nullopt;
+    if (const auto objective = make_objective(cell.objective); !objective->outer_is_linear())
+      return fmt::format("mst decomposes the loss as a sum over chunks; {} is not one",
+                         objective->outer_description());
     return std::nullopt;
   }
 

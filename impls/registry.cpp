@@ -1,4 +1,4 @@
-// registry.cpp: the one list of strategies. Adding a strategy is one file plus one line here.
+// registry.cpp: the one list of strategies, and the peers' names.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -7,33 +7,48 @@
 #include <stdexcept>
 #include <utility>
 
+#include "impls/machinery/dist_common.h"
 #include "impls/strategy.h"
 
 namespace bpbench {
 
+// One row per strategy, beside its factory's declaration (the factory is defined in the strategy's file):
+// adding a strategy is its file plus its line here. A distributed strategy's factory takes the options of
+// its step (dist_common.h); the registry gives it default_dist_options().
 std::unique_ptr<Strategy> make_plain_strategy();
 std::unique_ptr<Strategy> make_checkpoint_strategy();
 std::unique_ptr<Strategy> make_checkpoint_chunked_head_strategy();
 std::unique_ptr<Strategy> make_mst_strategy();
 std::unique_ptr<Strategy> make_streambp_strategy();
-std::unique_ptr<Strategy> make_streambp_dist_strategy();     // impls/dist_common.cpp, default options
-std::unique_ptr<Strategy> make_checkpoint_dist_strategy();   // impls/dist_common.cpp, default options
-std::unique_ptr<Strategy> make_ulysses_strategy();           // impls/dist_common.cpp, default options
-std::unique_ptr<Strategy> make_streambp_ulysses_strategy();  // impls/dist_common.cpp, default options
+std::unique_ptr<dist::DistStrategy> make_streambp_dist(const dist::DistOptions& options);
+std::unique_ptr<dist::DistStrategy> make_checkpoint_dist(const dist::DistOptions& options);
+std::unique_ptr<dist::DistStrategy> make_ulysses(const dist::DistOptions& options);
+std::unique_ptr<dist::DistStrategy> make_streambp_ulysses(const dist::DistOptions& options);
 
 namespace {
 using Factory = std::unique_ptr<Strategy> (*)();
-const std::vector<std::pair<std::string, Factory>>& strategy_registry() {
-  static const std::vector<std::pair<std::string, Factory>> entries = {
+using DistFactory = std::unique_ptr<dist::DistStrategy> (*)(const dist::DistOptions&);
+struct StrategyEntry {
+  std::string name;
+  Factory make = nullptr;           // a single-process strategy
+  DistFactory make_dist = nullptr;  // a distributed one
+
+  std::unique_ptr<Strategy> operator()() const {
+    return make ? make() : make_dist(dist::default_dist_options());
+  }
+};
+
+const std::vector<StrategyEntry>& strategy_registry() {
+  static const std::vector<StrategyEntry> entries = {
       {"plain", make_plain_strategy},
       {"checkpoint", make_checkpoint_strategy},
       {"checkpoint-chunked-head", make_checkpoint_chunked_head_strategy},
       {"mst", make_mst_strategy},
       {"streambp", make_streambp_strategy},
-      {"streambp-dist", make_streambp_dist_strategy},
-      {"checkpoint-dist", make_checkpoint_dist_strategy},
-      {"ulysses", make_ulysses_strategy},
-      {"streambp-ulysses", make_streambp_ulysses_strategy},
+      {"streambp-dist", nullptr, make_streambp_dist},
+      {"checkpoint-dist", nullptr, make_checkpoint_dist},
+      {"ulysses", nullptr, make_ulysses},
+      {"streambp-ulysses", nullptr, make_streambp_ulysses},
   };
   return entries;
 }
@@ -41,26 +56,31 @@ const std::vector<std::pair<std::string, Factory>>& strategy_registry() {
 
 std::vector<std::string> strategy_names() {
   std::vector<std::string> names;
-  for (const auto& [name, factory] : strategy_registry()) names.push_back(name);
+  for (const auto& entry : strategy_registry()) names.push_back(entry.name);
   return names;
 }
 
 std::vector<std::string> offloading_strategy_names() {
   std::vector<std::string> names;
-  for (const auto& [name, factory] : strategy_registry())
-    if (factory()->uses_offload()) names.push_back(name);
+  for (const auto& entry : strategy_registry())
+    if (entry()->uses_offload()) names.push_back(entry.name);
   return names;
 }
 
 std::vector<std::string> estimated_strategy_names() {
   std::vector<std::string> names;
-  for (const auto& [name, factory] : strategy_registry())
-    if (factory()->estimated()) names.push_back(name);
+  for (const auto& entry : strategy_registry())
+    if (entry()->estimated()) names.push_back(entry.name);
   return names;
 }
 
 const std::string& reference_strategy_name() {
   static const std::string name = "plain";
+  return name;
+}
+
+const std::string& peer_comparison_strategy_name() {
+  static const std::string name = "streambp";
   return name;
 }
 
@@ -85,10 +105,21 @@ std::vector<std::string> recorded_impl_names() {
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name) {
-  for (const auto& [n, factory] : strategy_registry())
-    if (n == name) return factory();
+  for (const auto& entry : strategy_registry())
+    if (entry.name == name) return entry();
   throw std::invalid_argument(
       fmt::format("unknown impl '{}' (valid: {})", name, fmt::join(strategy_names(), ", ")));
+}
+
+std::unique_ptr<dist::DistStrategy> make_distributed_strategy(const std::string& name,
+                                                              const dist::DistOptions& options) {
+  std::vector<std::string> distributed;
+  for (const auto& entry : strategy_registry()) {
+    if (entry.make_dist && entry.name == name) return entry.make_dist(options);
+    if (entry.make_dist) distributed.push_back(entry.name);
+  }
+  throw std::invalid_argument(
+      fmt::format("unknown distributed impl '{}' (valid: {})", name, fmt::join(distributed, ", ")));
 }
 
 }  // namespace bpbench

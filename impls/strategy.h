@@ -24,7 +24,7 @@ struct Partitioning {
   int64_t logits_rows = 0;  // `logits_partition`: rows per chunk of the LM head
 };
 
-class CheckpointStore;  // impls/offload.h
+class CheckpointStore;  // impls/machinery/offload.h
 
 struct StepInputs {
   Model& model;
@@ -43,8 +43,9 @@ struct CellTraits {
   const ModelConfig* model = nullptr;  // the cell's model, where it could be read
 };
 
-// Where a strategy runs the model's work again, for the FLOP estimate (harness/run/estimate_flops.h): every
-// strategy runs one forward with grad of the layers and the head and its backward; these say what it adds.
+// Where a strategy runs the model's work again, for the FLOP estimate (harness/estimate/estimate_flops.h):
+// every strategy runs one forward with grad of the layers and the head and its backward; these say what it
+// adds.
 struct FlopSchedule {
   bool attention_by_partition = false;  // attention with grad in calls of `partition` queries (else all T)
   bool recomputes_layers = false;  // every layer once more without grad (its checkpointed forward), in the
@@ -80,14 +81,15 @@ class Strategy {
   // Forward and backward; returns the loss (0-dim, detached).
   virtual torch::Tensor forward_backward(const StepInputs& in) const = 0;
 
-  // Its estimate, next to the code it describes (harness/run/estimate.h asks for it; a strategy that returns
-  // false from estimated() is refused by `bpbench estimate` by name):
+  // Its estimate, next to the code it describes (harness/estimate/estimate.h asks for it; a strategy that
+  // returns false from estimated() is refused by `bpbench estimate` by name):
   virtual bool estimated() const { return false; }
-  // Data parallel over a process group (impls/dist_common.h): its phases count the gradient buckets and
-  // shards of one rank and no pre-allocated gradients (harness/run/estimate.cpp takes them apart).
+  // Data parallel over a process group (impls/machinery/dist_common.h): its phases count the gradient buckets
+  // and shards of one rank and no pre-allocated gradients (harness/estimate/estimate.cpp takes them apart).
   virtual bool data_parallel() const { return false; }
-  // Sequence parallel over a process group (impls/sequence_parallel.h): every rank gets the same sequences
-  // and takes its slice of their rows (the runner gives it the whole batch, or dist::local_batch's slice).
+  // Sequence parallel over a process group (impls/machinery/sequence_parallel.h): every rank gets the same
+  // sequences and takes its slice of their rows (the runner gives it the whole batch, or dist::local_batch's
+  // slice).
   virtual bool sequence_parallel() const { return false; }
   // The phases one step goes through, in the order it runs them, each with the tensors alive at its high
   // point above base (memory_terms.h's terms for `D`; `partition` rows per chunk, clamped to 1..T).
@@ -101,9 +103,11 @@ std::vector<std::string> offloading_strategy_names();  // those whose uses_offlo
 std::vector<std::string> estimated_strategy_names();   // those whose estimated() is true
 // The strategy every other must match (gradient error's reference, the first column of a training run).
 const std::string& reference_strategy_name();
+// The strategy the peers are set beside in a merged report (the paper's StreamBP): the peers' table's ratios.
+const std::string& peer_comparison_strategy_name();
 
 // Peers: implementations outside bpbench whose results bpbench reads (report, compare) but never runs,
-// written in bpbench's results schema by the scripts of reports/peers/: "hf-checkpoint", "hf" and
+// written in bpbench's results schema by the modules of impls/peers/: "hf-checkpoint", "hf" and
 // "hf-checkpoint-offload" (transformers, SDPA, with and without gradient checkpointing, and with its
 // checkpoint offload; hf_checkpoint.py), "streambp-official" (the authors' StreamBP from PyPI;
 // streambp_official.py), "liger-flce" and "cce" (fused linear cross-entropy kernels on transformers'

@@ -31,8 +31,8 @@
 // chunks).
 #include <fmt/format.h>
 
-#include "impls/layerwise.h"
-#include "impls/layerwise_estimate.h"
+#include "impls/machinery/layerwise.h"
+#include "impls/machinery/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {

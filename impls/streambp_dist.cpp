@@ -25,9 +25,9 @@
 // this rank's 1/R shard of every group (DistStrategy::last_gradient_shards).
 #include <fmt/format.h>
 
-#include "impls/dist_common.h"
-#include "impls/layerwise.h"
-#include "impls/layerwise_estimate.h"
+#include "impls/machinery/dist_common.h"
+#include "impls/machinery/layerwise.h"
+#include "impls/machinery/layerwise_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {

@@ -34,10 +34,10 @@
 // DPO one more (the sequence sums).
 #include <fmt/format.h>
 
-#include "impls/dist_common.h"
-#include "impls/layerwise.h"
-#include "impls/sequence_parallel.h"
-#include "impls/sequence_parallel_estimate.h"
+#include "impls/machinery/dist_common.h"
+#include "impls/machinery/layerwise.h"
+#include "impls/machinery/sequence_parallel.h"
+#include "impls/machinery/sequence_parallel_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {

@@ -7,7 +7,7 @@
 //   (memory.h) to charge what is allocated while it lives here instead of to the device counters. Offload
 //   then runs through the same code as on a GPU, and its effect on the device peak is measured exactly.
 // - On CUDA, pinned buffers come from the pinned host allocator, which no recorder sees: the offload store
-//   (impls/offload_cuda.cpp) charges and releases its buffers here itself.
+//   (impls/machinery/offload_cuda.cpp) charges and releases its buffers here itself.
 // Host bytes are never held against the byte budget, which is the device's.
 #pragma once
 

@@ -110,7 +110,8 @@ bool contains(const std::vector<std::string>& v, const std::string& s);
 // peak breakdown's columns and the timeline's stack.
 const std::vector<std::string>& memory_categories();
 
-// A cell whose layer checkpoints were offloaded to host memory (the "offload" axis, impls/offload.h).
+// A cell whose layer checkpoints were offloaded to host memory (the "offload" axis,
+// impls/machinery/offload.h).
 inline bool is_offloaded(const CellView& c) {
   const std::string o = c.axis("offload");
   return !o.empty() && o != "none";

@@ -3,12 +3,13 @@
 
 usage: plot.py PLOT_DATA.json OUT_DIR
 
-Writes, for each section present in the data (see reports/README.md for its format):
+Writes, for each section present in the data (see docs/compare.md for its format):
   OUT_DIR/peak_vs_seq_len.png   peak BP memory vs sequence length, one line per strategy (paper Figure 3)
   OUT_DIR/partition_sweep.png   BP time (left axis) and peak memory (right axis) vs partition size (Figure 5),
                                 beside hardware FLOPs and the attention's dense-mask FLOPs vs partition size
   OUT_DIR/timeline.png          live memory over time stacked by category, with phase marks (Figures 1 and 8)
-  OUT_DIR/train_loss.png        each training run's loss per step by strategy, and the difference from plain BP
+  OUT_DIR/train_loss.png        each training run's loss per step by strategy, and the difference from plain
+                                BP
   OUT_DIR/<file>                `bpbench estimate --plot`: estimated peak vs sequence length per strategy, the
                                 budgets, and the longest length within each (section "estimate_vs_seq_len")
 and prints the name of each file written. All the selection happens in C++; this script only draws.
@@ -19,12 +20,13 @@ import json
 import math
 import os
 import sys
+from typing import Any
 
 GIB, MIB = 2.0**30, 2.0**20
 # Stack order and colours of the memory categories (profiles/recorder.h), longest-lived at the bottom.
 CATEGORY_COLOURS = {
-    "params": "#4c72b0", "grads": "#55a868", "optimizer": "#937860", "checkpoints": "#c44e52", "kv": "#8172b2",
-    "activations": "#ccb974", "logits": "#dd8452", "comm": "#64b5cd", "other": "#8c8c8c",
+    "params": "#4c72b0", "grads": "#55a868", "optimizer": "#937860", "checkpoints": "#c44e52",
+    "kv": "#8172b2", "activations": "#ccb974", "logits": "#dd8452", "comm": "#64b5cd", "other": "#8c8c8c",
 }
 
 
@@ -57,7 +59,8 @@ def plot_peak(data, out_dir, plt):
     # note after the impl ("streambp (ps=256)"): the legend shows the first such note.
     def impl(label):
         return label.split(" (")[0]
-    impls, legend = [], {}
+    impls: list[str] = []
+    legend: dict[str, str] = {}
     for panel in panels:
         for s in panel["series"]:
             if impl(s["label"]) not in impls:
@@ -274,8 +277,8 @@ def plot_train(data, out_dir, plt):
         loss_ax, diff_ax = row
         series = panel["series"]
         base = series[0]
-        base_steps = {s: l for s, l in base["steps"]}
-        base_eval = {s: l for s, l in base["eval"]}
+        base_steps = dict(base["steps"])  # step -> loss
+        base_eval = dict(base["eval"])
         for k, s in enumerate(series):
             colour = colours[k % len(colours)]
             width = 2.6 if k == 0 else 1.2
@@ -287,11 +290,11 @@ def plot_train(data, out_dir, plt):
                              markersize=4)
             if k == 0:
                 continue
-            diff = [(st, l - base_steps[st]) for st, l in s["steps"] if st in base_steps]
+            diff = [(st, loss - base_steps[st]) for st, loss in s["steps"] if st in base_steps]
             if diff:
                 diff_ax.plot([p[0] for p in diff], [p[1] for p in diff], color=colour, linewidth=1,
                              label=f"{s['label']} - {base['label']}")
-            held = [(st, l - base_eval[st]) for st, l in s["eval"] if st in base_eval]
+            held = [(st, loss - base_eval[st]) for st, loss in s["eval"] if st in base_eval]
             if held:
                 diff_ax.plot([p[0] for p in held], [p[1] for p in held], "o", color=colour, markersize=4)
         loss_ax.set_title(f"{panel['title']}: loss (line: training batch, dots: held-out)", fontsize=9)
@@ -315,7 +318,7 @@ def plot_train(data, out_dir, plt):
 def plot_history(data, out_dir, plt):
     """history_<metric>.png: a metric over the runs of a history, one panel per machine and device, a line per
     cell that repeats (bpbench history report)."""
-    by_metric = {}
+    by_metric: dict[str, list[dict[str, Any]]] = {}
     for panel in data["panels"]:
         by_metric.setdefault(panel["metric"], []).append(panel)
     for metric, panels in by_metric.items():

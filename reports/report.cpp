@@ -45,7 +45,7 @@ Turns a results.json into DIR/report.md with the StreamBP paper's tables and DIR
 Cells that did not run read "oom", "skipped: reason" or "error: reason".
 
 RESULTS may also be the directory that holds results.json. Several results files are reported as one, their
-cells side by side (e.g. a bpbench run and the Hugging Face peer of reports/hf_side_by_side.py); the report
+cells side by side (e.g. a bpbench run and the Hugging Face peer of impls/peers/hf_checkpoint.py); the report
 goes beside the first unless --out says otherwise. Figures are drawn by reports/plot.py with
 matplotlib; without python or matplotlib the markdown is still written and one warning line is printed.
 

@@ -1,7 +1,7 @@
 // report.h: `bpbench report RESULTS.json --out DIR`: results.json -> DIR/report.md (the paper's tables) and
 // DIR/*.png (the paper's figures, drawn by reports/plot.py with Debian's python3-matplotlib).
 //
-// report.md, in the StreamBP paper's layout (see reports/README.md for every format):
+// report.md, in the StreamBP paper's layout (see docs/compare.md for every format):
 //   Table 3   maximum sequence length: rows model (objective, ...), columns impl, "20.5k" (k = 1000 tokens)
 //   Fig. 3    peak BP memory: rows impl, columns seq_len, "peak (+above base)"  -> peak_vs_seq_len.png
 //   Table 1   BP time: rows impl, columns seq_len, median seconds

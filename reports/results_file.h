@@ -17,7 +17,7 @@ nlohmann::json load_results(const std::filesystem::path& path);
 // results.json itself when `path` names the directory that holds it, else `path`: how RESULTS is resolved.
 std::filesystem::path results_file(const std::filesystem::path& path);
 // Several results files as one document, to report side by side (bpbench's cells beside a peer's, written by
-// reports/hf_side_by_side.py): the first file's meta, every file's cells in order, each cell's file
+// impls/peers/hf_checkpoint.py): the first file's meta, every file's cells in order, each cell's file
 // references (timeline, trace, snapshot) rewritten relative to the first file's directory, and
 // meta.merged_from naming every file with its own meta. One file: that file, unchanged.
 nlohmann::json load_merged_results(const std::vector<std::filesystem::path>& paths);

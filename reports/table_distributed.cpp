@@ -5,7 +5,7 @@
 
 namespace bpbench::report_detail {
 
-// Issue 7's results: per rank, peak and BP time, and each collective's calls and logical bytes.
+// What a distributed cell records per rank: peak and BP time, and each collective's calls and logical bytes.
 std::string section_distributed(const Analysis& a) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& c : a.cells) {

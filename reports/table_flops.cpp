@@ -12,7 +12,7 @@ std::string section_flops(const Analysis& a) {
       a.select([](const CellView& c) { return is_grid_cell(c) && c.model_flops.has_value(); });
   if (cells.empty()) return s + "No cell counted its FLOPs (results written before bpbench counted them).\n";
   s += "Counted while the step ran, from the shapes of the model's matmuls and attention calls "
-       "(reports/ESTIMATE.md, \"FLOPs\"). Model: the network's own forward + backward, the same for every "
+       "(docs/estimate.md, \"FLOPs\"). Model: the network's own forward + backward, the same for every "
        "strategy. Hardware: what the strategy ran, recomputation (a no-grad forward, an extra LM-head pass) "
        "and "
        "the fused attention kernels' rescoring in their backward included; overhead = hardware / model - 1. "

@@ -1,4 +1,4 @@
-// table_peers.cpp: bpbench's streambp beside each peer (reports/peers/) of a merged report, as ratios: the
+// table_peers.cpp: bpbench's streambp beside each peer (impls/peers/) of a merged report, as ratios: the
 // question a user asks of a side-by-side run ("how much less memory, how much more time than what I run
 // today?"), answered per length from the same files the tables above read.
 #include <fmt/format.h>
@@ -21,7 +21,7 @@ std::string section_peers(const Analysis& a) {
   for (const CellView& c : a.cells) {
     if (!c.seq_len || c.max_length) continue;
     const std::string impl = c.axis("impl");
-    if (impl == "streambp" && !is_offloaded(c)) streambp.emplace(twin_key(c), &c);
+    if (impl == peer_comparison_strategy_name() && !is_offloaded(c)) streambp.emplace(twin_key(c), &c);
     any_peer = any_peer || is_peer(impl);
   }
   if (streambp.empty() || !any_peer) return "";

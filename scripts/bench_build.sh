@@ -5,7 +5,7 @@
 #   cold build    the whole build (bpbench, tests, benchmarks) from an empty build folder and an empty ccache
 #   no change     the build again, nothing changed
 #   one file      the build after a change to one source file (a declaration appended to
-#                 harness/run/estimate.cpp)
+#                 harness/estimate/estimate.cpp)
 #   ctest         the whole suite (scripts/test.sh's ctest), and without the cases labelled slow (-LE slow)
 # Everything runs in a fresh clone under OUT (default /tmp/bpbench-build-times) with its own empty ccache, so
 # the figures do not depend on this checkout's build/ or ccache. STAGES picks some (default: all, in order:
@@ -74,10 +74,10 @@ for stage in $stages; do
     onefile)
       # A declaration, not a comment: ccache would find a comment-only change's preprocessed text in its cache.
       echo "namespace { [[maybe_unused]] const int bench_build_change = $(date +%s); }" \
-        >>"$clone/harness/run/estimate.cpp"
-      timed onefile "a declaration appended to harness/run/estimate.cpp (recompiled; bpbench, tests relinked)" \
+        >>"$clone/harness/estimate/estimate.cpp"
+      timed onefile "a declaration appended to harness/estimate/estimate.cpp (recompiled; bpbench, tests relinked)" \
         cmake --build "$clone/build" -j "$(nproc)" || true
-      git -C "$clone" checkout -q -- harness/run/estimate.cpp
+      git -C "$clone" checkout -q -- harness/estimate/estimate.cpp
       cmake --build "$clone/build" -j "$(nproc)" >/dev/null
       ;;
     ctest)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds bpbench (Release with debug info) into build/, after installing what is missing
-# (scripts/setup.sh), then installs the peers of reports/peers/ (scripts/setup_peers.sh; a warning if it fails).
+# (scripts/setup.sh), then installs the peers of impls/peers/ (scripts/setup_peers.sh; a warning if it fails).
 # Usage: [BUILD_TARGETS="bpbench"] scripts/build.sh [extra cmake -D options...]
 # BUILD_TARGETS: what to build (default: everything, tests and benchmarks included, and then the peers); the
 # quickstart builds only bpbench, which is all the main job runs (the test suite is most of the build).
@@ -11,7 +11,7 @@ bash "$root/scripts/setup.sh"
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 if [ ! -f "$root/build/build.ninja" ]; then
   # clang++ where it is installed (scripts/setup.sh installs Debian's clang 14): with LibTorch's precompiled
-  # header it compiles this code about twice as fast as g++ 12 (README, "Development"). CXX=g++ keeps g++, and
+  # header it compiles this code about twice as fast as g++ 12 (docs/development.md). CXX=g++ keeps g++, and
   # a machine without clang++ (a GPU machine's image) builds with its g++.
   compiler=()
   if [[ -z "${CXX:-}" ]] && command -v clang++ >/dev/null; then compiler=(-DCMAKE_CXX_COMPILER=clang++); fi
@@ -21,8 +21,8 @@ targets=()
 for target in ${BUILD_TARGETS:-}; do targets+=(--target "$target"); done
 cmake --build "$root/build" -j "$(nproc)" "${targets[@]}"
 ((${#targets[@]} == 0)) || exit 0  # a partial build: the peers serve the tests and the peer reports only
-# The peers of reports/peers/ (pinned wheels into .peers/) come after the build and never fail it: without them
+# The peers of impls/peers/ (pinned wheels into .peers/) come after the build and never fail it: without them
 # (no network for their wheels, no .deps/wheels carried) only the peer reports and their test cannot run, and
 # they say so.
 bash "$root/scripts/setup_peers.sh" || echo "build: warning: the peers were not installed (scripts/setup_peers.sh" \
-  "failed, above: no network for their wheels?); reports/peers/ scripts that need them will say so" >&2
+  "failed, above: no network for their wheels?); the impls/peers/ modules that need them will say so" >&2

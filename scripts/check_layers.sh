@@ -3,17 +3,19 @@
 #   0 profiles/            recorders: tracking allocator, memory categories, timelines, NVTX, traces
 #   1 harness/model/       config and presets, RoPE, ops, the model, the HF loader, safetensors
 #   2 harness/objectives/  batches, data files, SFT / DPO / GRPO losses
-#   3 impls/               the backward strategies and their registry
-#   4 harness/run/         scenario -> cells, running a cell under a recorder, max-length, estimate, results
-#   5 reports/             results.json -> report.md and figures, compare
-#   6 harness/cli/         the `bpbench` command line
+#   3 impls/               the backward strategies and their registry; impls/machinery/ what they share
+#                          (communicator, distributed step, layerwise checkpoints, offload, sequence parallel)
+#   4 harness/estimate/    the memory and FLOPs estimate of a cell, and its inverse (the longest length)
+#   5 harness/run/         scenario -> cells, running a cell under a recorder, max-length, results
+#   6 reports/             results.json -> report.md and figures, compare
+#   7 harness/cli/         the `bpbench` command line
 # A file may include its own layer and any layer below it, never one above. Every source file under those
 # folders must belong to a layer (a new folder gets a rank here first), and no source includes tests/. The
 # list must equal CMakeLists.txt's BPBENCH_LAYERS, which compiles the same folders.
 # Usage: bash scripts/check_layers.sh [ROOT]   (ROOT defaults to the repository; tests point it elsewhere)
 set -uo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-layers=(profiles harness/model harness/objectives impls harness/run reports harness/cli)
+layers=(profiles harness/model harness/objectives impls harness/estimate harness/run reports harness/cli)
 
 # rank_of PATH -> the rank of the layer PATH lies in, or nothing
 rank_of() {

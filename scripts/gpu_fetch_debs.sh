@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run HERE (a Debian 12 machine with network): downloads the Debian -dev packages the bpbench build needs that a
 # GPU machine without network lacks (nlohmann-json, GoogleTest, the gloo headers of c10d's Gloo backend) into
-# .deps/debs/, and the peers' wheels (reports/peers/) into .deps/wheels/ (about 15 MB). .deps/ is git-ignored
+# .deps/debs/, and the peers' wheels (impls/peers/) into .deps/wheels/ (about 15 MB). .deps/ is git-ignored
 # and travels to the GPU machine with the device tool's `carry: [".deps"]`, whose limit is 64 MiB for all
 # carried paths together (.data/ included): the total is printed at the end, with a warning past 64 MiB.
 # LibTorch, CUDA, CUPTI, NVTX and NCCL are the GPU machine's own (its python3's torch and /usr/local/cuda).

@@ -11,7 +11,7 @@
 #   3. Real text for the training scenarios: scripts/text_data.py tokenises the Python 3.11 documentation
 #      (Debian's python3.11-doc, 12.6 MB download, no root) into .data/, once. Where it cannot (a GPU machine
 #      has no network) a warning: carry .data/ there.
-# The peers of reports/peers/ (scripts/setup_peers.sh) are not installed here but by scripts/build.sh after the
+# The peers of impls/peers/ (scripts/setup_peers.sh) are not installed here but by scripts/build.sh after the
 # build: a peer that cannot be installed (no network for its wheels) must not stop the build.
 # CMake then finds LibTorch through that Python (scripts/cmake/dependencies.cmake). The CUDA 13 toolkit
 # (nvcc, CUPTI, NVTX3) is expected at /usr/local/cuda (or CUDAToolkit_ROOT), of the wheel's CUDA major version.

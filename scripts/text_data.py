@@ -16,20 +16,22 @@ runs: a scenario names the file this script wrote.
 The tokenizer is a byte-level BPE (GPT-2's scheme) of V tokens (default 8192; id 0 is <|endoftext|>) trained
 here on the same corpus with Hugging Face `tokenizers` (pinned in scripts/requirements.txt): no pretrained
 vocabulary is available offline, and training one takes seconds. Documents, in sorted path order, are
-tokenised, joined by <|endoftext|> and cut into sequences of exactly T tokens (the last partial one dropped), as
-pretraining packs text. bpbench's training run splits them into training and held-out sequences by the
+tokenised, joined by <|endoftext|> and cut into sequences of exactly T tokens (the last partial one dropped),
+as pretraining packs text. bpbench's training run splits them into training and held-out sequences by the
 scenario's seed (harness/run/train_data.h).
 
 Writes, in DIR (--out, default .data, git-ignored):
-  python_docs_V{V}_T{T}.json           the token-data file (a JSON list of lists of ids; harness/objectives/data_file.h)
+  python_docs_V{V}_T{T}.json           the token-data file (a JSON list of lists of ids;
+                                       harness/objectives/data_file.h)
   python_docs_V{V}_T{T}.manifest.json  what it was made from: package and version, licence, files, characters,
                                   tokens, sequences, tokenizers' version, the data file's SHA-256
-  python_docs_tokenizer_V{V}.json     the tokenizer (decode ids back to text with tokenizers.Tokenizer.from_file)
-prints the data file's path on stdout, and on stderr the size of DIR. Those files are all that DIR holds: carry
-.data/ whole to a GPU machine (the two shapes scripts/setup.sh makes: 25.1 MiB, of which V2048_T128's three files
-are 13.5 MiB and V8192_T1024's 11.7 MiB). Versions before this one left the download in DIR/deb/; it is removed
-(its .deb moved to the cache). The same package version, V and T give the same bytes (BPE training is
-deterministic; a test checks it on a small corpus).
+  python_docs_tokenizer_V{V}.json     the tokenizer (decode ids back to text with
+                                      tokenizers.Tokenizer.from_file)
+prints the data file's path on stdout, and on stderr the size of DIR. Those files are all that DIR holds:
+carry .data/ whole to a GPU machine (the two shapes scripts/setup.sh makes: 25.1 MiB, of which V2048_T128's
+three files are 13.5 MiB and V8192_T1024's 11.7 MiB). Versions before this one left the download in DIR/deb/;
+it is removed (its .deb moved to the cache). The same package version, V and T give the same bytes (BPE
+training is deterministic; a test checks it on a small corpus).
 
 Exit status: 0 done; 2 bad arguments, or no corpus (the package neither installed nor downloadable).
 """
@@ -46,7 +48,8 @@ PACKAGE = "python3.11-doc"
 INSTALLED_SOURCES = "/usr/share/doc/python3.11/html/_sources"
 LICENCE = "Python Software Foundation License Version 2 (/usr/share/doc/python3.11-doc/copyright)"
 EOS = "<|endoftext|>"
-DEFAULT_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "text_data")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CACHE = os.path.join(REPO, ".cache", "text_data")
 CARRY_LIMIT = 64 << 20  # the device tool's carry, .data/ and .deps/ together
 
 
@@ -81,7 +84,8 @@ def corpus_sources(cache_dir):
     deb = debs[-1]
     version = subprocess.run(["dpkg-deb", "-f", deb, "Version"], capture_output=True, text=True,
                              check=True).stdout.strip()
-    # One tree per version, unpacked beside and renamed into place: an interrupted unpack is never read as whole.
+    # One tree per version, unpacked beside and renamed into place: an interrupted unpack is never read as
+    # whole.
     root = os.path.join(cache_dir, "unpacked", version)
     if not os.path.isdir(root):
         partial = root + ".partial"
@@ -93,8 +97,8 @@ def corpus_sources(cache_dir):
 
 
 def remove_old_download(out_dir, cache_dir):
-    """Earlier versions downloaded into OUT/deb/ and unpacked there (83 MB in the folder that is carried to GPU
-    machines): move its .deb to the cache, where this version looks for it, and remove the rest."""
+    """Earlier versions downloaded into OUT/deb/ and unpacked there (83 MB in the folder that is carried to
+    GPU machines): move its .deb to the cache, where this version looks for it, and remove the rest."""
     old = os.path.join(out_dir, "deb")
     if not os.path.isdir(old):
         return
@@ -146,8 +150,8 @@ def main():
     ap.add_argument("--out", default=".data", help="output directory (default .data)")
     ap.add_argument("--sources", help="a directory of .rst.txt files to use instead of the package's")
     ap.add_argument("--cache", default=DEFAULT_CACHE,
-                    help="where the package's .deb is downloaded and unpacked (default .cache/text_data at the "
-                         "repository root); outside --out")
+                    help="where the package's .deb is downloaded and unpacked (default .cache/text_data at "
+                         "the repository root); outside --out")
     a = ap.parse_args()
     if a.seq_len < 1:
         fail(f"--seq-len must be >= 1, got {a.seq_len}")
@@ -204,7 +208,8 @@ def main():
     print(data_path, flush=True)
     size = folder_bytes(a.out)
     print(f"text_data.py: {a.out} holds {size / (1 << 20):.1f} MiB; carry it whole to a GPU machine"
-          + ("" if size < CARRY_LIMIT else " (warning: more than the device tool's 64 MiB carry)"), file=sys.stderr)
+          + ("" if size < CARRY_LIMIT else " (warning: more than the device tool's 64 MiB carry)"),
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Checks that ctest runs every GoogleTest case of bpbench_tests exactly once (ctest entry "test_groups").
 
-It reads what ctest will run (`ctest --show-only=json-v1`: each entry's command line and environment), asks the
-which cases each entry's filter selects and deals a shard's cases out as GoogleTest does (both rules checked
-against GoogleTest itself: a few filters listed by the binary, a few cheap cases run in real shards), and fails, naming them, on any case that no entry
-runs or that two entries run.
+It reads what ctest will run (`ctest --show-only=json-v1`: each entry's command line and environment), asks
+the which cases each entry's filter selects and deals a shard's cases out as GoogleTest does (both rules
+checked against GoogleTest itself: a few filters listed by the binary, a few cheap cases run in real shards),
+and fails, naming them, on any case that no entry runs or that two entries run.
 Usage: check_test_groups.py --binary EXE --build-dir DIR [--ctest-json FILE]
 """
 import argparse
@@ -62,7 +62,8 @@ def check_rule_against_gtest(binary):
             env = dict(os.environ, GTEST_TOTAL_SHARDS="3", GTEST_SHARD_INDEX=str(index))
             subprocess.run([binary, f"--gtest_filter={sample}", f"--gtest_output=json:{report}"], env=env,
                            check=True, capture_output=True, timeout=300)
-            ran = [f"{s['name']}.{t['name']}" for s in json.load(open(report))["testsuites"] for t in s["testsuite"]]
+            suites = json.load(open(report))["testsuites"]
+            ran = [f"{s['name']}.{t['name']}" for s in suites for t in s["testsuite"]]
             predicted = shard_share(listed, 3, index, run_disabled=False)
             if sorted(ran) != sorted(predicted):
                 problems.append(f"GoogleTest's shard {index} of 3 ran {ran}, the rule predicts {predicted}")

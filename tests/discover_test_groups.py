@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 SKIPPED = r"\[  SKIPPED \]"  # GoogleTest's line for a case that skipped itself: ctest marks the entry skipped
-# OpenMP threads that wait for work sleep instead of spinning: ctest -j N runs N processes of N intra-op threads
-# each, and spinning threads took the cores from one another (on 2 cores the longest case took 4.5 times as long
-# under ctest -j 2 as alone). The thread count itself stays LibTorch's default: CPU peaks depend on it (one
-# thread per process put a bf16 cell's measured peak 5.4% from its estimate, past the 5% the test allows).
-# Every results.json bpbench writes under the tests is checked against reports/results.schema.json
+# OpenMP threads that wait for work sleep instead of spinning: ctest -j N runs N processes of N intra-op
+# threads each, and spinning threads took the cores from one another (on 2 cores the longest case took 4.5
+# times as long under ctest -j 2 as alone). The thread count itself stays LibTorch's default: CPU peaks depend
+# on it (one thread per process put a bf16 cell's measured peak 5.4% from its estimate, past the 5% the test
+# allows). Every results.json bpbench writes under the tests is checked against reports/results.schema.json
 # (harness/run/results.cpp, ResultsWriter).
 TEST_ENVIRONMENT = "OMP_WAIT_POLICY=PASSIVE;BPBENCH_VALIDATE_RESULTS=1"
 
@@ -24,7 +24,8 @@ def list_cases(binary):
     """Every case the binary holds, in its order, as 'Suite.Case' (DISABLED_ ones included)."""
     out = subprocess.run([binary, "--gtest_list_tests"], check=True, capture_output=True, text=True,
                          timeout=120).stdout
-    cases, suite = [], None
+    cases: list[str] = []
+    suite = ""
     for line in out.splitlines():
         if not line.strip() or line.startswith(("Running main()", "Note:")):
             continue
@@ -73,7 +74,7 @@ def main():
 
     cases = list_cases(args.binary)
     groups = read_groups(args.groups)
-    by_group = {"shared": [], "fresh": [], "slow": [], "disabled": []}
+    by_group: dict[str, list[str]] = {"shared": [], "fresh": [], "slow": [], "disabled": []}
     for case in cases:
         by_group[group_of(case, groups)].append(case)
 
@@ -101,7 +102,8 @@ def main():
                 properties += " DISABLED TRUE"
             add(case.replace("DISABLED_", ""), case, properties)
 
-    # The shards: everything else, dealt out by GoogleTest itself (case i of the filtered list to shard i % N).
+    # The shards: everything else, dealt out by GoogleTest itself (case i of the filtered list to shard
+    # i % N).
     shards = max(1, min(args.shards, len(by_group["shared"])))
     own_process = by_group["slow"] + by_group["fresh"]
     exclude = ("-" + ":".join(own_process)) if own_process else "*"

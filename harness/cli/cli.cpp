@@ -6,6 +6,7 @@
 
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,10 +17,12 @@
 
 #include "harness/cli/estimate_command.h"
 #include "harness/cli/validate_command.h"
+#include "harness/cli/version.h"
 #include "harness/model/hf_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/rope_config.h"
 #include "harness/objectives/objective.h"
+#include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "impls/strategy.h"
@@ -57,7 +60,7 @@ commands:
 
 options:
   -h, --help              help (also after a command: bpbench run --help)
-  --version               print the version
+  --version               print the version, the commit, LibTorch, CUDA and the compiler it was built with
 
 Exit status: 0 success; 1 a cell failed with status "error"; 2 bad input (one line on stderr).
 )";
@@ -102,13 +105,14 @@ grid keys (required: model, impl, and seq_len unless measure.max_seq_len searche
   model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
   impl, partition [seq_len], logits_partition [seq_len], offload [none], lora_rank [0], lora_alpha [64],
   group [8], prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
-offload: "checkpoints" keeps the layer checkpoints of checkpoint, checkpoint-chunked-head, mst and streambp
-  in host memory (pinned, copied on a side stream and prefetched a layer ahead on a GPU; the same code with
+offload: "checkpoints" keeps the layer checkpoints of
+  @OFFLOADING@ in host memory (pinned, copied on a side stream and prefetched a layer ahead on a GPU; the same code with
   synchronous copies on the CPU); results add memory.host_peak_bytes beside the device's peak_bytes.
 data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
   sequences); results record the file's name and SHA-256.
-world_size: ranks for streambp-dist, checkpoint-dist (data parallel), ulysses, streambp-ulysses (sequence
-  parallel), started as local processes; other impls are skipped.
+world_size: ranks, started as local processes, for
+  @DISTRIBUTED@;
+  other impls are skipped.
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
   llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
 timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).
@@ -130,6 +134,21 @@ Console: a progress line per cell on stderr, a table on stdout. Out-of-memory (a
 included) is recorded as status "oom"; an unsupported combination as "skipped".
 Exit status: 0 every cell ok/oom/skipped; 1 some cell has status "error"; 2 bad input.
 )";
+
+// kRunHelp with the registry's names where it lists strategies (@OFFLOADING@, @DISTRIBUTED@).
+std::string run_help() {
+  std::string text = kRunHelp;
+  const auto replace = [&](const std::string& token, const std::string& value) {
+    if (const auto at = text.find(token); at != std::string::npos) text.replace(at, token.size(), value);
+  };
+  replace("@OFFLOADING@", fmt::format("{}", fmt::join(offloading_strategy_names(), ", ")));
+  std::vector<std::string> data_parallel, sequence_parallel;
+  for (const auto& name : run_detail::distributed_strategy_names())
+    (make_strategy(name)->sequence_parallel() ? sequence_parallel : data_parallel).push_back(name);
+  replace("@DISTRIBUTED@", fmt::format("{} (data parallel), {} (sequence parallel)",
+                                       fmt::join(data_parallel, ", "), fmt::join(sequence_parallel, ", ")));
+  return text;
+}
 
 const char* kListHelp = R"(usage: bpbench list [models|impls|objectives]
 
@@ -203,7 +222,7 @@ const char* kHfConfigHelp = R"(usage: bpbench hf-config MODEL
 
 Prints the preset MODEL as transformers' config.json (transformers 5 form, RoPE as rope_parameters). A peer
 built from it in transformers (AutoConfig / from_config) is the network bpbench runs as MODEL, which is how
-reports/hf_side_by_side.py measures Hugging Face on the same model.
+impls/peers/hf_checkpoint.py measures Hugging Face on the same model.
 )";
 
 int cmd_hf_config(const std::vector<std::string>& args) {
@@ -251,7 +270,7 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
       return args[++i];
     };
     if (is_help(a)) {
-      std::cout << kRunHelp;
+      std::cout << run_help();
       return kExitOk;
     } else if (a == "--out" || a.rfind("--out=", 0) == 0) {
       out_dir = value("--out");
@@ -304,14 +323,14 @@ int dispatch(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   if (cmd == "--version") {
-    std::cout << "bpbench " << kBpbenchVersion << "\n";
+    std::cout << version_text();
     return kExitOk;
   }
   if (cmd == "help") {
     if (args.empty())
       std::cout << kMainHelp;
     else if (args[0] == "run")
-      std::cout << kRunHelp;
+      std::cout << run_help();
     else if (args[0] == "list")
       std::cout << kListHelp;
     else if (args[0] == "history")
@@ -319,7 +338,7 @@ int dispatch(const std::vector<std::string>& argv) {
     else if (args[0] == "report" || args[0] == "compare")
       return args[0] == "report" ? report_main({"--help"}) : compare_main({"--help"});
     else if (args[0] == "estimate")
-      std::cout << kEstimateHelp;
+      std::cout << estimate_help();
     else if (args[0] == "hf-config")
       std::cout << kHfConfigHelp;
     else if (args[0] == "validate")
@@ -336,7 +355,7 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "history") return history_main(args);
   if (cmd == "estimate") {
     if (std::any_of(args.begin(), args.end(), is_help)) {
-      std::cout << kEstimateHelp;
+      std::cout << estimate_help();
       return 0;
     }
     return estimate_command(args, std::cout);

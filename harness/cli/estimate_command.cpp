@@ -1,13 +1,20 @@
 // estimate_command.cpp: `bpbench estimate`: its help, and the request -> answers -> output path.
 #include "harness/cli/estimate_command.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <ostream>
 
 #include "harness/cli/estimate_output.h"
 #include "harness/cli/estimate_request.h"
+#include "harness/estimate/estimate.h"
+#include "harness/objectives/objective.h"
 
 namespace bpbench {
 
+namespace {
+// The help; estimate_help() puts the registries' names where it says @IMPLS@, @RANK_IMPLS@, @OBJECTIVES@.
 const char* kEstimateHelp =
     R"(usage: bpbench estimate --model M (--seq-len T[,T...] | --budget BYTES | --gpu NAME|all) [options]
 
@@ -18,16 +25,16 @@ layer's MLP or attention backward), counted as bpbench's allocators count tensor
 what torch.cuda.max_memory_allocated reports). Then the step's FLOPs: model (the network's own forward +
 backward), hardware (recomputation and the attention kernel's rescoring included), and attention as a kernel
 that computes every score of its key range would run it. With a memory budget, the longest sequence length
-per strategy that fits it. Formulas: reports/ESTIMATE.md.
+per strategy that fits it. Formulas: docs/estimate.md.
 
 model and lengths:
   --model M               a preset (bpbench list models), a Hugging Face model directory, or its config.json
                           (Qwen3, Qwen2, Llama, Gemma 3 text; what bpbench cannot model is refused by name)
   --seq-len T[,T...]      tokens per sequence; a list, with k (x1024) and M (x1048576): 8k,32k,128k
-  --impl I[,I...]         plain, checkpoint, checkpoint-chunked-head, mst, streambp (default: all; with
-                          --offload checkpoints: those that keep layer checkpoints); with --ranks:
-                          streambp-dist, checkpoint-dist, ulysses, streambp-ulysses (those whose heads
-                          split over the ranks)
+  --impl I[,I...]         @IMPLS@
+                          (default: all; with --offload checkpoints: those that keep layer checkpoints);
+                          with --ranks: @RANK_IMPLS@
+                          (those whose heads split over the ranks)
   --ranks R               R ranks (a scenario's world_size): one rank's peak of streambp-dist and
                           checkpoint-dist (data parallel, ZeRO-2 gradient buckets and shards; --batch is
                           per rank, as in a scenario) or of ulysses and streambp-ulysses (the sequence split
@@ -54,7 +61,7 @@ the setting (as a scenario's grid names it):
   --partition C           rows per layer chunk (default 500, the paper's; a shorter sequence is one chunk)
   --logits-partition CL   rows per LM-head chunk (default 100, the paper's)
   --dtype D               float32 | bfloat16 | float64 (default float32)
-  --objective O           sft | dpo | grpo (default sft)
+  --objective O           @OBJECTIVES@ (default sft)
   --lora-rank R           LoRA adapters of rank R (default 0: full fine-tuning)
   --threads N             CPU threads of the run (default: every core, as `bpbench run`); the CPU attention
                           kernel keeps a scratch block per thread
@@ -73,6 +80,18 @@ output:
   --plot FILE.png         peak against sequence length per strategy, the budgets as lines, the longest
                           lengths marked (needs python3-matplotlib)
 )";
+}  // namespace
+
+std::string estimate_help() {
+  std::string text = kEstimateHelp;
+  const auto replace = [&](const std::string& token, const std::string& value) {
+    if (const auto at = text.find(token); at != std::string::npos) text.replace(at, token.size(), value);
+  };
+  replace("@IMPLS@", fmt::format("{}", fmt::join(estimated_impls(), ", ")));
+  replace("@RANK_IMPLS@", fmt::format("{}", fmt::join(estimated_data_parallel_impls(), ", ")));
+  replace("@OBJECTIVES@", fmt::format("{}", fmt::join(objective_names(), " | ")));
+  return text;
+}
 
 int estimate_command(const std::vector<std::string>& args, std::ostream& out) {
   const EstimateRequest request = parse_estimate_request(args);

@@ -10,11 +10,11 @@
 
 #include "harness/cli/accelerators.h"
 #include "harness/cli/quantities.h"
+#include "harness/estimate/estimate_flops.h"
 #include "harness/model/hf_model.h"
 #include "harness/model/model_config.h"
-#include "harness/run/estimate_flops.h"
 #include "harness/run/runner.h"
-#include "impls/offload.h"
+#include "impls/machinery/offload.h"
 #include "impls/strategy.h"
 
 namespace bpbench {

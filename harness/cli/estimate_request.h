@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "harness/estimate/estimate.h"
+#include "harness/estimate/estimate_inverse.h"
 #include "harness/model/flop_count.h"
-#include "harness/run/estimate.h"
-#include "harness/run/estimate_inverse.h"
 
 namespace bpbench {
 

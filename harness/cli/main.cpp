@@ -1,4 +1,4 @@
-// main.cpp: the bpbench command-line entry point (see harness/cli.h).
+// main.cpp: the bpbench command-line entry point (see harness/cli/cli.h).
 #include "harness/cli/cli.h"
 #include "profiles/heap_policy.h"
 

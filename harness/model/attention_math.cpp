@@ -1,7 +1,7 @@
 // attention_math.cpp: the math kernel (attention_kernels.h): what no fused kernel takes, on CUDA (float64,
 // head sizes not a multiple of 8, float32 with a sliding window). It materialises the scores, N x Hq x c x e,
-// and their probabilities: the one kernel that does, and one the analytic estimate (harness/run/estimate.h)
-// does not model.
+// and their probabilities: the one kernel that does, and one the analytic estimate
+// (harness/estimate/estimate.h) does not model.
 #include <limits>
 
 #include "harness/model/attention_kernels.h"

@@ -22,7 +22,7 @@
 //   computes every score of its key range under an explicit mask runs, the paper's accounting (its Section 3:
 //   a StreamBP chunk scores its prefix only, about half of a full Q K^T). Partial tiles on the diagonal are
 //   not counted: a fused kernel's true work lies between p and r, within one tile band of p.
-// reports/ESTIMATE.md has the same formulas per strategy.
+// docs/estimate.md has the same formulas per strategy.
 #pragma once
 
 #include <torch/torch.h>

@@ -5,11 +5,12 @@
 // (HF names -> ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (default: heads), head_dim (default: hidden / heads; Gemma 3:
 // 256), rms_norm_eps (default 1e-6, HF's default for all four), tie_word_embeddings (default false; Gemma 3:
-// true), and RoPE in either form, every type transformers defines for these families (harness/rope_config.h:
-// rope_parameters, or rope_theta + rope_scaling; max_position_embeddings). Configurations the Model cannot
-// express are refused with the field named rather than loaded wrongly: attention_bias on Qwen3 / Llama (it
-// also biases o_proj), mlp_bias, an activation other than silu, a sliding window on Qwen / Llama
-// (use_sliding_window, layer_types), attention_dropout, an unsupported RoPE type or field.
+// true), and RoPE in either form, every type transformers defines for these families
+// (harness/model/rope_config.h: rope_parameters, or rope_theta + rope_scaling; max_position_embeddings).
+// Configurations the Model cannot express are refused with the field named rather than loaded wrongly:
+// attention_bias on Qwen3 / Llama (it also biases o_proj), mlp_bias, an activation other than silu, a
+// sliding window on Qwen / Llama (use_sliding_window, layer_types), attention_dropout, an unsupported RoPE
+// type or field.
 //
 // Weights come from model.safetensors or the shards of model.safetensors.index.json, under the names
 // Model::named_parameters() uses. Every tensor is checked (presence, no extras, shape, dtype F32/BF16/F16)
@@ -39,8 +40,8 @@ ModelConfig read_hf_config(const std::string& dir_or_file);
 Model load_hf_model(const std::string& dir, const torch::TensorOptions& options);
 
 // `c` as transformers' config.json (transformers 5 form: rope_parameters), so that a peer run in
-// transformers (reports/hf_side_by_side.py) builds the very network bpbench runs. read_hf_config of it gives
-// `c` back (name aside). The architecture follows from sandwich_norms (Gemma 3), qk_norm (Qwen3),
+// transformers (impls/peers/hf_checkpoint.py) builds the very network bpbench runs. read_hf_config of it
+// gives `c` back (name aside). The architecture follows from sandwich_norms (Gemma 3), qk_norm (Qwen3),
 // attention_bias (Qwen2) or none of them (Llama).
 nlohmann::json hf_config_json(const ModelConfig& c);
 

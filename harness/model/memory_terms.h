@@ -1,13 +1,13 @@
 // memory_terms.h: what the model's operations and its attention kernels keep alive during one forward +
 // backward, as byte terms. Each strategy (impls/) composes them into the phases of its own estimate, next to
-// the code they describe; harness/run/estimate.h adds the base (weights, gradients, batch) and picks the
+// the code they describe; harness/estimate/estimate.h adds the base (weights, gradients, batch) and picks the
 // peak.
 //
 // Conventions (legend in model_config.h): s bytes per element of the model dtype, f of the compute dtype
 // (float32 for float32/bfloat16 models, float64 for float64), "up" when they differ (bfloat16: every norm and
 // softmax input is upcast into a new float32 tensor). Aq = Hq*hd, Akv = Hkv*hd. A "row" term is bytes per
 // (sequence, token) and is multiplied by N and the rows it covers; rope tables, the c x c mask and weight
-// gradients do not scale with N. The formulas, and which tensor each term is: reports/ESTIMATE.md.
+// gradients do not scale with N. The formulas, and which tensor each term is: docs/estimate.md.
 //
 // What autograd keeps (LibTorch 2.x, as measured by the tracking allocator):
 //   rms_norm(x, w) over width w keeps the normalised x (w s; only when w is trainable), the rsqrt (f per
@@ -105,7 +105,7 @@ struct MemoryTerms {
   bool qk;                   // q/k RMSNorm
   int64_t r;                 // LoRA rank (0: full fine-tuning)
   bool full;                 // base weights (norms, LM head, embedding included) are trainable
-  bool offload;              // layer checkpoints in host memory (impls/offload.h)
+  bool offload;              // layer checkpoints in host memory (impls/machinery/offload.h)
   bool gemma_norms = false;  // Gemma 3's (1 + w) norms: the normalised x is saved in f, not s
   bool sandwich = false;     // Gemma 3's norms on the attention and MLP outputs
   std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
@@ -115,9 +115,9 @@ struct MemoryTerms {
   bool cuda() const { return flash || efficient; }
   bool gqa() const { return Hq != Hkv; }
 
-  // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/dist_common.h; N is then the
-  // rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding (with
-  // tied embeddings the LM head's too), one layer, the head (final norm and an untied LM head).
+  // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/machinery/dist_common.h; N is
+  // then the rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding
+  // (with tied embeddings the LM head's too), one layer, the head (final norm and an untied LM head).
   int64_t ranks = 1;
   int64_t embedding_group = 0, layer_group = 0, head_group = 0;
   bool tied = false;
@@ -302,7 +302,7 @@ struct MemoryTerms {
   // into dK, dV (N, e, Hkv, hd) before it returns.
   int64_t flash_expanded(int64_t keys) const { return gqa() ? 2 * N * keys * Aq * s : 0; }
   // The float32 backward kernel cutlassB picks on sm80+ (the first that takes hd): 64x64 for hd <= 64, else
-  // 128x64 (kBlockSizeI = 128) when its shared memory fits the GPU (assumed: H100; see ESTIMATE.md).
+  // 128x64 (kBlockSizeI = 128) when its shared memory fits the GPU (assumed: H100; see docs/estimate.md).
   int64_t efficient_block_rows() const { return hd <= 64 ? 64 : 128; }
   // kernel_backward.h, workspace_size for float32 (kNeedsAccumGradQ: split keys; no gK/gV staging): per
   // (sequence, query head) ceil(c/BI) x ceil(hd/64) GradQTempStorage tiles of a 16-byte lock and BI x 64

@@ -119,8 +119,8 @@ class Model {
   torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
   torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                 const KV& kv) const;
-  // attention_block's two halves, which sequence parallelism (impls/sequence_parallel.h) runs apart, with the
-  // heads exchanged between ranks around the first:
+  // attention_block's two halves, which sequence parallelism (impls/machinery/sequence_parallel.h) runs
+  // apart, with the heads exchanged between ranks around the first:
   //   attention_heads(i, q, kv): causal attention with layer i's window and scale, on any subset of heads
   //                              (q: (N, H', c, hd), kv: (N, H'kv, e, hd), H' a multiple of H'kv) -> (N, c,
   //                              H'*hd)

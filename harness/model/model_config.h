@@ -31,7 +31,7 @@ struct ModelConfig {
   int64_t heads = 0;         // Hq
   int64_t kv_heads = 0;      // Hkv
   int64_t head_dim = 0;      // hd
-  RopeConfig rope;           // type, theta and scaling (harness/rope_config.h)
+  RopeConfig rope;           // type, theta and scaling (harness/model/rope_config.h)
   double rms_eps = 1e-6;
   bool tie_embeddings = false;
   bool qk_norm = false;         // Qwen3: RMSNorm over hd on every q and k head

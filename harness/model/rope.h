@@ -1,5 +1,5 @@
 // rope.h: the rotary position embedding of a model, one small piece used by every strategy through
-// Model::project_q / project_kv. Which RoPE (type, theta, scaling) is harness/rope_config.h.
+// Model::project_q / project_kv. Which RoPE (type, theta, scaling) is harness/model/rope_config.h.
 //
 // The tables are computed in float64 and cast once to the model dtype, as transformers computes them in
 // float32 and casts once: a float64 model stays exact, and a bfloat16 model gets correctly rounded tables.

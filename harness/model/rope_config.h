@@ -1,5 +1,5 @@
 // rope_config.h: which rotary position embedding (RoPE) a model uses, read from and written as transformers'
-// RoPE parameters. The tables themselves are harness/rope.h.
+// RoPE parameters. The tables themselves are harness/model/rope.h.
 //
 // Every RoPE type transformers defines for Llama, Qwen2 and Qwen3 is modelled, with transformers' formulas
 // (modeling_rope_utils.py); k = 0 .. hd/2 - 1, inv_freq_k = theta^(-2k/hd):

@@ -43,9 +43,10 @@ struct Batch {
   torch::Tensor advantages;    // (N) GRPO: one advantage per completion, normalised within its group
   torch::Tensor token_weight;  // (N) GRPO: 1 / (response tokens of the completion)
   double beta = 0.1, epsilon = 0.2;
-  // Sequence parallelism (impls/sequence_parallel.h) gives each rank a slice of every sequence: its rows are
-  // positions first_position .. first_position + seq_len() - 1 of sequences of whole_seq_len real tokens (the
-  // last rank's slice may run past them into ignored padding). 0, 0: the batch holds whole sequences.
+  // Sequence parallelism (impls/machinery/sequence_parallel.h) gives each rank a slice of every sequence: its
+  // rows are positions first_position .. first_position + seq_len() - 1 of sequences of whole_seq_len real
+  // tokens (the last rank's slice may run past them into ignored padding). 0, 0: the batch holds whole
+  // sequences.
   int64_t first_position = 0, whole_seq_len = 0;
 
   int64_t sequences() const { return input_ids.size(0); }

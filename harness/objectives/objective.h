@@ -36,6 +36,21 @@ class Objective {
 
   // True when f is linear, so f'(S) does not depend on S and a streaming head needs a single pass.
   virtual bool outer_is_linear() const = 0;
+  // f in words, for a strategy that cannot run it: "DPO's log-sigmoid of summed log-probs".
+  virtual std::string outer_description() const = 0;
+
+  // What the estimate, the FLOPs, the distributed step and the scenario ask of an objective, so that none of
+  // them compares its name.
+  // Sequences the batch holds per example: 1, 2 (chosen and rejected), the group size.
+  virtual int64_t sequences_per_example(int64_t group) const = 0;
+  // The batch's bytes beyond input_ids and targets for `sequences` sequences of `rows` tokens (float64
+  // extras: reference sums, per-token log-probs, per-sequence weights).
+  virtual int64_t extra_batch_bytes(int64_t sequences, int64_t rows) const = 0;
+  // True when the loss is the mean over the batch's target tokens, so that a distributed step divides by
+  // the target tokens of every rank.
+  virtual bool mean_over_target_tokens() const = 0;
+  // True when a data file of token sequences can feed its batch (nothing beyond the tokens is needed).
+  virtual bool reads_data_files() const = 0;
 
   // Whole-sequence loss from all logits (N, T, V): what plain and checkpoint use.
   torch::Tensor loss(const torch::Tensor& logits, const Batch& batch) const {

@@ -37,6 +37,11 @@ class DpoObjective final : public Objective {
   }
 
   bool outer_is_linear() const override { return false; }
+  std::string outer_description() const override { return "DPO's log-sigmoid of summed log-probs"; }
+  int64_t sequences_per_example(int64_t) const override { return 2; }
+  int64_t extra_batch_bytes(int64_t sequences, int64_t) const override { return sequences * 8; }  // ref_sums
+  bool mean_over_target_tokens() const override { return false; }
+  bool reads_data_files() const override { return false; }
 };
 
 }  // namespace

@@ -65,6 +65,14 @@ class GrpoObjective final : public Objective {
   }
 
   bool outer_is_linear() const override { return true; }
+  std::string outer_description() const override { return "GRPO's group mean of per-completion token means"; }
+  int64_t sequences_per_example(int64_t group) const override { return group; }
+  // ref_logps and old_logps (N, T); advantages and token weights (N).
+  int64_t extra_batch_bytes(int64_t sequences, int64_t rows) const override {
+    return 2 * sequences * rows * 8 + 2 * sequences * 8;
+  }
+  bool mean_over_target_tokens() const override { return false; }
+  bool reads_data_files() const override { return false; }
 };
 
 }  // namespace

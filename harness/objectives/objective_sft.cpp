@@ -30,6 +30,11 @@ class SftObjective final : public Objective {
   }
 
   bool outer_is_linear() const override { return true; }
+  std::string outer_description() const override { return "SFT's mean over target tokens"; }
+  int64_t sequences_per_example(int64_t) const override { return 1; }
+  int64_t extra_batch_bytes(int64_t, int64_t) const override { return 0; }
+  bool mean_over_target_tokens() const override { return true; }
+  bool reads_data_files() const override { return true; }
 };
 
 }  // namespace

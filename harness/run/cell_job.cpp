@@ -8,13 +8,13 @@
 #include <csignal>
 #include <thread>
 
+#include "harness/estimate/estimate.h"
 #include "harness/model/hf_model.h"
 #include "harness/model/rope_config.h"
-#include "harness/run/estimate.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
-#include "impls/dist_common.h"
-#include "impls/offload.h"
+#include "impls/machinery/dist_common.h"
+#include "impls/machinery/offload.h"
 #include "profiles/cuda_build.h"
 
 namespace bpbench {

@@ -14,7 +14,7 @@
 #include "harness/model/model.h"
 #include "harness/run/results.h"
 #include "harness/run/runner.h"
-#include "impls/comm.h"
+#include "impls/machinery/comm.h"
 #include "impls/strategy.h"
 #include "profiles/recorder.h"
 #include "profiles/step_timer.h"
@@ -33,8 +33,8 @@ void prepare_grads(const std::vector<NamedParameter>& params, bool distributed);
 // only when it reserves a segment, so a step over the budget is "oom" here exactly as in a max-length probe,
 // which starts with none), fresh peaks, the bytes live now as base, the budget on. end() reads the high
 // points: call it where the region ends and where it runs out of memory alike. The destructor lifts the
-// budget, last (after the guards made inside the region: tests/test_runner_order.cpp) and on every exit path,
-// or the reference run and the next cell would inherit it.
+// budget, last (after the guards made inside the region: tests/run/test_runner_order.cpp) and on every exit
+// path, or the reference run and the next cell would inherit it.
 class MeasuredRegion {
  public:
   MeasuredRegion(profiles::Recorder& recorder, std::optional<int64_t> budget_bytes, bool offloads,

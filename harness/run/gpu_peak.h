@@ -1,5 +1,5 @@
 // gpu_peak.h: the dense peak FLOP/s of a GPU for a model dtype, from a table by GPU name with the source of
-// every number; what MFU and HFU divide by (reports/ESTIMATE.md, "FLOPs").
+// every number; what MFU and HFU divide by (docs/estimate.md, "FLOPs").
 //
 // The peak is the precision the step's matmuls run in: bfloat16/float16 on tensor cores; float32 without
 // TF32 (LibTorch's default matmul precision is "highest", and bpbench never changes it), so the plain FP32

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "harness/run/estimate_inverse.h"
+#include "harness/estimate/estimate_inverse.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "profiles/host_memory.h"

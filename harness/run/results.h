@@ -42,7 +42,7 @@ struct MemoryResult {
   int64_t base_bytes = 0;  // live when the measured step starts: parameters, grads, batch
   int64_t peak_bytes = 0;
   std::map<std::string, int64_t> peak_by_category;  // the breakdown at the moment of the peak
-  std::optional<int64_t> estimate_bytes;            // harness/estimate.h, where the impl has one
+  std::optional<int64_t> estimate_bytes;            // harness/estimate/estimate.h, where the impl has one
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
   std::optional<int64_t> reserved_peak_bytes;       // CUDA: the caching allocator's reserved peak
   std::optional<int64_t> alloc_retries;  // CUDA: the allocator's num_alloc_retries during the measured step
@@ -55,7 +55,7 @@ struct MemoryResult {
   std::optional<int64_t> host_peak_bytes, estimate_host_bytes;
 };
 
-// A max-sequence-length search's outcome with the settings it ran under (harness/maxlen.h).
+// A max-sequence-length search's outcome with the settings it ran under (harness/run/maxlen.h).
 struct MaxLenRecord : MaxLenResult {
   MaxLenSearch search;                       // budget_bytes, granularity, upper (and where it started)
   std::optional<int64_t> host_budget_bytes;  // offload: what the checkpoints could take of the host
@@ -82,7 +82,7 @@ struct GradErrorResult {
   std::string error;  // non-empty: the reference could not be computed, groups are empty
 };
 
-// The step's FLOPs and the rate they ran at (reports/ESTIMATE.md, "FLOPs").
+// The step's FLOPs and the rate they ran at (docs/estimate.md, "FLOPs").
 struct ComputeResult {
   FlopCounts counts;                   // counted on the cell's first step (every step runs the same ops)
   std::optional<double> tflops_per_s;  // hardware FLOPs / median step time, 1e12 FLOP/s; null: not timed

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/estimate/estimate.h"
 #include "harness/model/model.h"
-#include "harness/run/estimate.h"
 #include "harness/run/maxlen.h"
 #include "harness/run/results.h"
 #include "harness/run/resume.h"
@@ -48,10 +48,10 @@ struct CellJob {
 Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
                  const nlohmann::json& rope = nullptr);
 ModelConfig model_config_of(const std::string& name, const nlohmann::json& rope = nullptr);  // no weights
-// The analytic estimate (harness/run/estimate.h) of a cell run with `threads` CPU threads on `device` (cpu |
-// cuda: whose attention kernel the terms model): its peak, and offload's host bytes; nullopt for an impl
-// without an estimate, or a CUDA cell on the math kernel (float64). With `train`: the training run's peak.
-// With `ranks` > 1 (a distributed cell's world_size): one rank's.
+// The analytic estimate (harness/estimate/estimate.h) of a cell run with `threads` CPU threads on `device`
+// (cpu | cuda: whose attention kernel the terms model): its peak, and offload's host bytes; nullopt for an
+// impl without an estimate, or a CUDA cell on the math kernel (float64). With `train`: the training run's
+// peak. With `ranks` > 1 (a distributed cell's world_size): one rank's.
 std::optional<MemoryEstimate> estimate_cell(const Cell& cell, int64_t threads,
                                             const std::string& device = "cpu",
                                             const std::optional<TrainEstimate>& train = std::nullopt,

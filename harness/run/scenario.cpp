@@ -17,6 +17,7 @@
 
 #include "harness/model/ops.h"
 #include "harness/model/rope_config.h"
+#include "harness/objectives/objective.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/scenario_read.h"
 #include "impls/strategy.h"
@@ -320,8 +321,8 @@ Scenario parse_scenario(const json& j) {
     if (a.key == "impl")
       for (const auto& v : a.values)
         if (is_peer(v.get<std::string>()))
-          input_error(fmt::format("grid.impl: '{}' is a peer measured outside bpbench by a script of "
-                                  "reports/peers/ (reports/hf_side_by_side.py for hf-checkpoint), not a "
+          input_error(fmt::format("grid.impl: '{}' is a peer measured outside bpbench by a module of "
+                                  "impls/peers/ (impls/peers/hf_checkpoint.py for hf-checkpoint), not a "
                                   "strategy bpbench runs",
                                   v.get<std::string>()),
                       fmt::format("{}", fmt::join(strategy_names(), ", ")));
@@ -329,13 +330,16 @@ Scenario parse_scenario(const json& j) {
     input_error("measure.device_activity: CUPTI traces a CUDA step into its timeline's Chrome trace",
                 "device cuda with measure.timeline true, or device_activity false");
   if (!s.settings.data_path.empty()) {
+    std::vector<std::string> readers;  // the objectives a file of token sequences can feed
+    for (const auto& name : objective_names())
+      if (make_objective(name)->reads_data_files()) readers.push_back(name);
     for (const auto& a : s.grid)
       if (a.key == "objective")
         for (const auto& v : a.values)
-          if (v != "sft")
-            input_error(fmt::format("data: a data file feeds SFT cells only; the grid has objective '{}'",
-                                    v.get<std::string>()),
-                        "objective sft with data, or no data key");
+          if (std::find(readers.begin(), readers.end(), v.get<std::string>()) == readers.end())
+            input_error(fmt::format("data: a data file feeds {} cells only; the grid has objective '{}'",
+                                    fmt::join(readers, ", "), v.get<std::string>()),
+                        fmt::format("objective {} with data, or no data key", fmt::join(readers, " or ")));
   }
   if (const auto& train = s.settings.measure.train) {
     std::vector<std::string> trainers;  // every single-process strategy

@@ -81,8 +81,9 @@ struct Cell {
   int64_t seq_len = 0;  // T; 0 (null in JSON): found by a max-sequence-length search
   int64_t batch = 1;    // B: SFT sequences, DPO pairs, GRPO prompts
   int64_t partition = 0, logits_partition = 0;
-  std::string offload = "none";  // "none" | "checkpoints": layer checkpoints in host memory (impls/offload.h)
-  int64_t lora_rank = 0;         // 0: full fine-tuning
+  std::string offload =
+      "none";  // "none" | "checkpoints": layer checkpoints in host memory (impls/machinery/offload.h)
+  int64_t lora_rank = 0;  // 0: full fine-tuning
   double lora_alpha = 64;
   int64_t group = 8;        // GRPO completions per prompt
   int64_t prompt_len = -1;  // -1: T/8
@@ -101,14 +102,15 @@ struct RunSettings {
   int64_t threads = 0;  // intra-op threads; 0: all cores
   MeasureSpec measure;
   // "data": a JSON file of token-id sequences used instead of synthetic tokens (SFT only;
-  // harness/data_file.h). Stored as given; relative paths are relative to the working directory, as for every
-  // path on the command line.
+  // harness/objectives/data_file.h). Stored as given; relative paths are relative to the working directory,
+  // as for every path on the command line.
   std::string data_path;
-  // "world_size": data-parallel ranks, each a local process (impls/dist_common.h); 1: a single process.
+  // "world_size": data-parallel ranks, each a local process (impls/machinery/dist_common.h); 1: a single
+  // process.
   int64_t world_size = 1;
   // "rope": every model's RoPE replaced by this object in transformers' rope_parameters form
-  // (harness/rope_config.h), the way users turn on YaRN past Qwen3's 32k; rope_theta stays the model's unless
-  // given. Null: each model's own RoPE. RoPE changes values only, never memory or time.
+  // (harness/model/rope_config.h), the way users turn on YaRN past Qwen3's 32k; rope_theta stays the model's
+  // unless given. Null: each model's own RoPE. RoPE changes values only, never memory or time.
   nlohmann::json rope;
   // "rms_norm": "hf" or "fused" (harness/model/ops.h); empty: the device's default (fused on CUDA, hf on
   // the CPU). "hf" on a GPU is Hugging Face's float32 formula, for value parity with transformers.

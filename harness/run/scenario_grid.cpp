@@ -14,7 +14,7 @@
 #include "harness/objectives/objective.h"
 #include "harness/run/scenario.h"
 #include "harness/run/scenario_read.h"
-#include "impls/offload.h"
+#include "impls/machinery/offload.h"
 #include "impls/strategy.h"
 
 namespace bpbench {

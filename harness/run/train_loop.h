@@ -1,7 +1,7 @@
 // train_loop.h: a training run (measure.train, train_spec.h): many AdamW steps of one strategy, each step
 // the strategy's forward + backward, gradient clipping and the optimizer's update, with a held-out loss every
 // eval_every steps. Every strategy trains the same way, so their trajectories can be compared step by step:
-// in float64 they must agree to round-off (tests/test_train.cpp), in bfloat16 the report shows how far
+// in float64 they must agree to round-off (tests/run/test_train.cpp), in bfloat16 the report shows how far
 // they drift.
 //
 // Memory: the optimizer's state (AdamW's two moments per trainable parameter) and, for precision "mixed",

@@ -1,5 +1,5 @@
 // peer_meter.cpp: bpbench's CPU memory meter (memory.h's tracking allocator) for a process that is not
-// bpbench: a Python peer (reports/peers/cpu_meter.py) loads this library with ctypes after `import torch`,
+// bpbench: a Python peer (impls/peers/cpu_meter.py) loads this library with ctypes after `import torch`,
 // and from then on every CPU tensor of that process is counted exactly as a bpbench cell's are.
 //
 // The library links the same libc10 the Python process has loaded (the project's pinned torch, through the

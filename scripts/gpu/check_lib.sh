@@ -10,7 +10,7 @@ ALL_CHECKS="qwen3_8b llama_rows snapshot peers streambp_maxlen"
 # Seconds each stage is expected to take on an H100 machine (16 cores). A stage is not started when less than
 # this is left, so that a cheaper one after it still gets its turn. CHECK_EXPECTED_S="name=seconds ..."
 # overrides any (the dry run's are tiny). The GPU numbers are predictions until a run replaces them
-# (README, "On a GPU": how each was made).
+# (docs/gpu.md: how each was made).
 expected() {
   local name="$1" pair
   for pair in ${CHECK_EXPECTED_S:-}; do
@@ -194,15 +194,14 @@ stage_snapshot() {
 stage_peers() {
   maybe_hang peers
   local out="$CHECK_WORK/runs/peers" failed=0 common
+  export PYTHONPATH="$check_root/impls${PYTHONPATH:+:$PYTHONPATH}"  # the peers package: python -m peers.MODULE
   PYTHON="$(command -v "$PYTHON")" bash "$check_root/scripts/setup_peers.sh" || echo "peers: setup_peers.sh failed"
   common=(--model "${PEER_MODEL:-qwen3-8b}" --seq-len "${PEER_SEQ_LEN:-8192}" --dtype "${PEER_DTYPE:-bfloat16}"
     --device "$DEVICE" --warmup 1 --repeat 2 --bpbench "$BPBENCH_BIN" --resume)
-  "$PYTHON" "$check_root/reports/peers/hf_checkpoint.py" "${common[@]}" --out "$out/hf_checkpoint/results.json" ||
-    failed=1
-  "$PYTHON" "$check_root/reports/peers/hf_checkpoint.py" "${common[@]}" --no-checkpointing \
-    --out "$out/hf/results.json" || failed=1
-  "$PYTHON" "$check_root/reports/peers/streambp_official.py" "${common[@]}" --partition 1024 \
-    --logits-partition 1024 --out "$out/streambp_official/results.json" || failed=1
+  "$PYTHON" -m peers.hf_checkpoint "${common[@]}" --out "$out/hf_checkpoint/results.json" || failed=1
+  "$PYTHON" -m peers.hf_checkpoint "${common[@]}" --no-checkpointing --out "$out/hf/results.json" || failed=1
+  "$PYTHON" -m peers.streambp_official "${common[@]}" --partition 1024 --logits-partition 1024 \
+    --out "$out/streambp_official/results.json" || failed=1
   local inputs=("$CHECK_WORK/runs/qwen3_8b/results.json")
   for f in "$out"/*/results.json; do [[ -f "$f" ]] && inputs+=("$f"); done
   [[ -f "${inputs[0]}" ]] || inputs=("${inputs[@]:1}")

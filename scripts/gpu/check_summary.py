@@ -37,9 +37,11 @@ def row(run, cell):
     ratio = f"{peak / estimate:.3f}" if peak and estimate else "-"
     median = time.get("median_s")
     mfu = compute.get("mfu")
+    median_s = "-" if median is None else f"{median:.3f}"
+    mfu_percent = "-" if mfu is None else f"{100 * mfu:.1f}%"
     return (f"| {run} | {axes.get('model', '-')} | {axes.get('impl', '-')} | {axes.get('seq_len', '-')} | "
-            f"{cell.get('status', '-')} | {gib(peak)} | {gib(mem.get('reserved_peak_bytes'))} | {gib(estimate)} | "
-            f"{ratio} | {'-' if median is None else f'{median:.3f}'} | {'-' if mfu is None else f'{100 * mfu:.1f}%'} |")
+            f"{cell.get('status', '-')} | {gib(peak)} | {gib(mem.get('reserved_peak_bytes'))} | "
+            f"{gib(estimate)} | {ratio} | {median_s} | {mfu_percent} |")
 
 
 def peak_at(cells, impl, seq_len):
@@ -52,8 +54,8 @@ def peak_at(cells, impl, seq_len):
 
 def main():
     work = Path(sys.argv[1])
-    lines = ["| check | model | impl | T | status | peak GiB | reserved GiB | estimate GiB | peak / estimate | "
-             "step s | MFU |", "|---|---|---|--:|---|--:|--:|--:|--:|--:|--:|"]
+    lines = ["| check | model | impl | T | status | peak GiB | reserved GiB | estimate GiB | "
+             "peak / estimate | step s | MFU |", "|---|---|---|--:|---|--:|--:|--:|--:|--:|--:|"]
     runs = {}
     for results in sorted((work / "runs").glob("*/results.json")):
         doc, cells = cells_of(results)
@@ -73,11 +75,11 @@ def main():
             theirs = (c.get("memory") or {}).get("peak_bytes")
             mine = peak_at(bpbench_cells, ours, seq_len)
             ratio = f"{mine / theirs:.4f}" if mine and theirs else "-"
-            peer_lines.append(f"| {peer} | {seq_len} | {c.get('status')} | {gib(theirs)} | {ours} | {gib(mine)} | "
-                              f"{ratio} |")
+            peer_lines.append(f"| {peer} | {seq_len} | {c.get('status')} | {gib(theirs)} | {ours} | "
+                              f"{gib(mine)} | {ratio} |")
     if peer_lines:
-        lines += ["", "| peer | T | status | peer peak GiB | bpbench impl | bpbench peak GiB | bpbench / peer |",
-                  "|---|--:|---|--:|---|--:|--:|"] + peer_lines
+        lines += ["", "| peer | T | status | peer peak GiB | bpbench impl | bpbench peak GiB | "
+                  "bpbench / peer |", "|---|--:|---|--:|---|--:|--:|"] + peer_lines
     probes = runs.get("streambp_maxlen", [])
     if probes:
         lines += ["", "streambp's longest length, probes at the estimate's answer and a step above: " +

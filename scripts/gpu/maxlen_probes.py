@@ -24,8 +24,9 @@ def main():
         print(f"maxlen_probes: {template_path} has no measure.budget_bytes to search within")
         return 2
     command = [bpbench, "estimate", "--model", str(grid["model"]), "--impl", str(grid["impl"]),
-               "--budget", str(budget), "--granularity", str(granularity), "--device", scenario.get("device", "cpu"),
-               "--dtype", str(grid.get("dtype", "float32")), "--objective", str(grid.get("objective", "sft")),
+               "--budget", str(budget), "--granularity", str(granularity),
+               "--device", scenario.get("device", "cpu"), "--dtype", str(grid.get("dtype", "float32")),
+               "--objective", str(grid.get("objective", "sft")),
                "--batch", str(grid.get("batch", 1)), "--json"]
     for key, flag in (("partition", "--partition"), ("logits_partition", "--logits-partition")):
         if key in grid:

@@ -52,7 +52,8 @@ def main():
         html.write_text(_memory_viz.trace_plot(snapshot))
         peak, events = trace_peak(snapshot)
         cell_peak = peaks.get(str(path.relative_to(run_dir)))
-        print(f"{path.relative_to(run_dir)}: {events} trace events, {len(snapshot.get('segments', []))} segments, "
+        segments = len(snapshot.get("segments", []))
+        print(f"{path.relative_to(run_dir)}: {events} trace events, {segments} segments, "
               f"trace peak {peak} bytes (results.json peak_bytes {cell_peak}), rendered to {html.name}")
     return 0
 

@@ -4,12 +4,13 @@
 //   Full:    final norm, lm_head over all T rows, cross-entropy over the (1, T, V) logits, backward: what
 //            `plain` and `checkpoint` (Hugging Face's head) do. Logits, log-softmax and their gradients
 //            are all (1, T, V).
-//   Chunked: streamed_head_backward (impls/layerwise.h), used by streambp, mst and checkpoint-chunked-head:
+//   Chunked: streamed_head_backward (impls/machinery/layerwise.h), used by streambp, mst and
+//   checkpoint-chunked-head:
 //            logits and their gradient exist for c_l rows at a time.
 #include <memory>
 
 #include "harness/objectives/objective.h"
-#include "impls/layerwise.h"
+#include "impls/machinery/layerwise.h"
 #include "tests/benchmarks/bench_common.h"
 
 namespace bpbench::bench {

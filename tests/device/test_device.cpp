@@ -16,15 +16,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "harness/estimate/estimate_flops.h"
 #include "harness/model/ops.h"
 #include "harness/model/rope.h"
-#include "harness/run/estimate_flops.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "profiles/cuda_build.h"
 #include "profiles/host_memory.h"
-#include "tests/test_files.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace bpbench::testing {
 namespace {
@@ -76,8 +75,7 @@ TEST(Device, OneCellOfEveryStrategyRunsOnCuda) {
   opt.self_exe = BPBENCH_BINARY;
   opt.argv = {"test_device"};
   const RunSummary summary = run_scenario(s, opt);
-  std::ifstream in(summary.results_path);
-  const nlohmann::json r = nlohmann::json::parse(in);
+  const nlohmann::json r = json_file(summary.results_path);
   EXPECT_EQ(r.at("meta").at("versions").at("cuda").at("enabled"), true);
   ASSERT_EQ(r.at("cells").size(), 5u);
   for (const auto& cell : r.at("cells")) {
@@ -152,9 +150,9 @@ TEST(Device, TheGradientErrorReferenceOnTheCpuOfACudaCell) {
   EXPECT_EQ(b.at("memory").at("alloc_retries"), 0);
 }
 
-// Offloaded checkpoints on CUDA (impls/offload_cuda.cpp): pinned buffers, a copy stream, events. The same
-// gradients as on the device (float64: the copies are exact, so any difference is a race), over three steps
-// that reuse one store, with its pinned bytes on the host ledger and off the device.
+// Offloaded checkpoints on CUDA (impls/machinery/offload_cuda.cpp): pinned buffers, a copy stream, events.
+// The same gradients as on the device (float64: the copies are exact, so any difference is a race), over
+// three steps that reuse one store, with its pinned bytes on the host ledger and off the device.
 TEST(Device, OffloadedCheckpointsOnCudaGiveTheSameGradients) {
   REQUIRE_GPU();
   Model gpu = tiny_model({/*kv_heads=*/2, false}, torch::kDouble);

@@ -1,4 +1,4 @@
-// test_device_backend.cpp: the GPU backend of issue 14, on a GPU (skipped with a one-line reason elsewhere;
+// test_device_backend.cpp: the GPU backend, on a GPU (skipped with a one-line reason elsewhere;
 // compiled in every CUDA build):
 //   - each CUDA attention kernel (flash for bfloat16, memory-efficient for float32, math for float64) equals
 //     plainly masked attention in values and dQ/dK/dV for whole sequences, StreamBP chunks (c < e,
@@ -22,9 +22,8 @@
 #include "profiles/device_activity.h"
 #include "profiles/memory.h"
 #include "profiles/recorder.h"
-#include "tests/attention_reference.h"
-#include "tests/test_files.h"
-#include "tests/test_support.h"
+#include "tests/support/attention_reference.h"
+#include "tests/support/test_support.h"
 
 namespace bpbench::testing {
 namespace {

@@ -21,7 +21,7 @@
 #include "harness/model/attention_kernels.h"
 #include "harness/objectives/objective.h"
 #include "profiles/cuda_build.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace bpbench::testing {
 namespace {

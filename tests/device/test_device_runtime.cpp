@@ -1,4 +1,4 @@
-// test_device_runtime.cpp: what issue 28 changed around the CUDA calls, on a GPU (skipped with a one-line
+// test_device_runtime.cpp: bpbench's runtime around the CUDA calls, on a GPU (skipped with a one-line
 // reason where none is present; compiled in every CUDA build):
 //   - a cell's categories, charged in allocator blocks, sum to its CUDA peak_bytes, for every strategy on
 //     flash (bfloat16) and the efficient kernel (float32);
@@ -20,10 +20,10 @@
 #include "harness/run/dist_launch.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
-#include "impls/comm.h"
-#include "impls/offload.h"
+#include "impls/machinery/comm.h"
+#include "impls/machinery/offload.h"
 #include "profiles/cuda_build.h"
-#include "tests/test_files.h"
+#include "tests/support/test_support.h"
 
 namespace bpbench::testing {
 namespace {
@@ -41,8 +41,7 @@ json run_in_process(const std::string& scenario_text, const TempDir& tmp) {
   opt.argv = {"test_device_runtime"};
   opt.isolate = false;  // in this process: the allocator state after the run is the test's to read
   const RunSummary summary = run_scenario(s, opt);
-  std::ifstream in(summary.results_path);
-  return json::parse(in);
+  return json_file(summary.results_path);
 }
 
 TEST(DeviceRuntime, CategoriesSumToPeakBytesOnCuda) {
@@ -63,7 +62,7 @@ TEST(DeviceRuntime, CategoriesSumToPeakBytesOnCuda) {
     EXPECT_EQ(by_category, m.at("peak_bytes").get<int64_t>());
     EXPECT_GE(m.at("reserved_peak_bytes").get<int64_t>(), m.at("peak_bytes").get<int64_t>());
     // The CUDA estimate beside the measured peak: printed for the GPU notes, not held to a bound yet (it
-    // has never been compared with a GPU; reports/ESTIMATE.md, "On CUDA").
+    // has never been compared with a GPU; docs/estimate.md, "On CUDA").
     if (m.contains("estimate_bytes"))
       std::cout << cell.at("axes").at("impl").get<std::string>() << " "
                 << cell.at("axes").at("dtype").get<std::string>() << ": peak " << m.at("peak_bytes")

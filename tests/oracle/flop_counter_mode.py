@@ -2,7 +2,7 @@
 
 Usage: flop_counter_mode.py OUT_DIR CASE [CASE ...]
   CASE = name:vocab:hidden:intermediate:layers:heads:kv_heads:head_dim:tied:sequences:seq_len
-         (a bpbench preset's dimensions, written by tests/test_flops.cpp so the two cannot drift apart)
+         (a bpbench preset's dimensions, written by tests/model/test_flops.cpp so the two cannot drift apart)
 
 For each case it builds the Qwen3 network in transformers with eager attention (its attention is two matmuls
 that torch.utils.flop_counter.FlopCounterMode counts; PyTorch's fused CPU attention kernel is not counted by

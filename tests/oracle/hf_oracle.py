@@ -7,7 +7,7 @@ model.safetensors, float32, as users' checkpoints are), and computes the loss an
 in true float64 through transformers' own modules, for SFT (transformers' own loss) and DPO (from
 transformers' logits: per-token log-probs of the targets summed over each response). It writes, per case,
 OUT_DIR/<case>/model/ and OUT_DIR/<case>/oracle.safetensors (per objective: input_ids, targets, ref_sums, beta,
-loss, loss_f32_casts and grad:<parameter name>), and OUT_DIR/cases.json. tests/test_hf_oracle.cpp loads the
+loss, loss_f32_casts and grad:<parameter name>), and OUT_DIR/cases.json. tests/model/test_hf_oracle.cpp loads the
 directory through bpbench's own loader and holds every strategy's loss and gradients against it.
 
 True float64: in float64, transformers still casts to float32 in RMSNorm, in the RoPE frequency table and its

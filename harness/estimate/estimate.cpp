@@ -1,0 +1,337 @@
+// estimate.cpp: the analytic peak memory of one step of a strategy (formulas and their derivation:
+// docs/estimate.md). The model's shared terms (dimensions, what its operations and attention kernels keep)
+// are harness/model/memory_terms.h's; the phases each strategy goes through are its own (impls/, the
+// strategy's memory_phases()). Here: the checks, the kernel the cell runs, the base (weights, gradients,
+// batch), a training run's optimizer state, the peak, and the readable breakdown.
+#include "harness/estimate/estimate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/model/attention_kernels.h"
+#include "harness/objectives/objective.h"
+#include "impls/machinery/layerwise_estimate.h"
+#include "impls/strategy.h"
+
+namespace bpbench {
+
+namespace {
+
+int64_t element_bytes(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat:
+      return 4;
+    case torch::kBFloat16:
+      return 2;
+    case torch::kDouble:
+      return 8;
+    default:
+      throw std::invalid_argument(fmt::format(
+          "estimate: unsupported dtype {} (valid: float32, bfloat16, float64)", c10::toString(t)));
+  }
+}
+
+const char* dtype_name(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kDouble ? "float64" : "float32";
+}
+
+int64_t clamp_rows(int64_t rows, int64_t T) {
+  return rows <= 0 || rows > T ? T : rows;
+}
+
+int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
+  const int64_t d = c.hidden, Aq = c.heads * c.head_dim, Akv = c.kv_heads * c.head_dim, I = c.intermediate;
+  // q, k, v, o, gate, up, down: r * (in + out) each.
+  return c.layers * r * ((d + Aq) + 2 * (d + Akv) + (Aq + d) + 2 * (d + I) + (I + d));
+}
+
+// The most elements of one trainable tensor: AdamW's step holds two temporaries of that size.
+int64_t largest_trainable_numel(const MemoryTerms& D) {
+  const int64_t widest = std::max({D.d, D.Aq, D.Akv, D.I});
+  if (!D.full) return D.r * widest;                                  // a LoRA factor: (r, in) or (out, r)
+  return std::max({D.V * D.d, D.I * D.d, D.Aq * D.d, D.Akv * D.d});  // the embedding (or head) is V x d
+}
+
+// A training run around the step (harness/run/train_loop.cpp), `P` trainable parameters, the largest tensor
+// of them `largest` elements:
+// - every batch of the run is built before it and kept;
+// - AdamW's moments exp_avg and exp_avg_sq (zeros_like each optimized tensor, made by the first optimizer
+//   step), in float32 with precision "mixed", where float32 master weights and their gradients (made before
+//   step 1) are what the optimizer updates; in the model dtype with precision "model";
+// - so every forward + backward from step 2 on runs with all of it alive (step 1: the masters);
+// - the optimizer step itself: for each tensor, `(exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)`
+//   holds the square root and the quotient at once, two temporaries of the tensor's size. The gradients'
+//   norm and clipping run in place (the norms are scalars).
+void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, int64_t largest,
+                      MemoryEstimate& e) {
+  e.batch *= t.batches;
+  e.base = e.params + e.grads + e.batch;
+  const int64_t o = t.mixed ? 4 : D.s;  // element size of the optimized tensors and the moments
+  const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
+  e.optimizer = masters + moments;
+  const EstimateTerm masters_term{"2 x P*4: float32 master weights and their gradients (mixed)", masters};
+  const EstimateTerm moments_term{fmt::format("2 x P*{}: AdamW's exp_avg and exp_avg_sq", o), moments};
+  for (auto& p : e.phases) {
+    if (t.steps >= 2) {
+      p.terms.push_back({"the optimizer's tensors, alive from step 2 on (masters, moments)", e.optimizer});
+      p.bytes += e.optimizer;
+    } else if (masters > 0) {
+      p.terms.push_back(masters_term);
+      p.bytes += masters;
+    }
+  }
+  PhaseEstimate step{"optimizer step", 0, {}};
+  if (masters > 0) step.terms.push_back(masters_term);
+  step.terms.push_back(moments_term);
+  step.terms.push_back({fmt::format("2 x largest trainable tensor*{}: sqrt(exp_avg_sq) and its quotient", o),
+                        2 * largest * o});
+  for (const auto& term : step.terms) step.bytes += term.bytes;
+  e.phases.push_back(step);
+}
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+namespace {
+// Over a process group, one rank estimated: its gradient buckets and shards, no pre-allocated gradients.
+bool distributed(const Strategy& s) {
+  return s.data_parallel() || s.sequence_parallel();
+}
+
+std::vector<std::string> estimated_names(bool data_parallel) {
+  std::vector<std::string> names;
+  for (const auto& name : estimated_strategy_names())
+    if (distributed(*make_strategy(name)) == data_parallel) names.push_back(name);
+  return names;
+}
+}  // namespace
+
+const std::vector<std::string>& estimated_impls() {
+  static const std::vector<std::string> names = estimated_names(false);
+  return names;
+}
+
+const std::vector<std::string>& estimated_data_parallel_impls() {
+  static const std::vector<std::string> names = estimated_names(true);
+  return names;
+}
+
+namespace {
+// The estimate's objective: make_objective's one-line error, said as the estimate's.
+std::unique_ptr<Objective> estimated_objective(const std::string& name) {
+  try {
+    return make_objective(name);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("estimate: {}", e.what()));
+  }
+}
+}  // namespace
+
+int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group) {
+  return batch * estimated_objective(objective)->sequences_per_example(group);
+}
+
+void check_estimate_input(const EstimateInput& in) {
+  const auto& impls = estimated_impls();
+  const auto& parallel = estimated_data_parallel_impls();
+  const bool one_process = std::find(impls.begin(), impls.end(), in.impl) != impls.end();
+  const bool data_parallel = std::find(parallel.begin(), parallel.end(), in.impl) != parallel.end();
+  if (!one_process && !data_parallel)
+    throw std::invalid_argument(
+        fmt::format("estimate: no estimate for impl '{}' (valid: {}; with ranks >= 2: {})", in.impl,
+                    fmt::join(impls, ", "), fmt::join(parallel, ", ")));
+  if (one_process && in.ranks != 1)
+    throw std::invalid_argument(fmt::format("estimate: {} runs in one process (valid with {} ranks: {})",
+                                            in.impl, in.ranks, fmt::join(parallel, ", ")));
+  if (data_parallel && in.ranks < 2)
+    throw std::invalid_argument(
+        fmt::format("estimate: {} is distributed: one rank of ranks >= 2 is estimated (--ranks)", in.impl));
+  if (data_parallel && in.train)
+    throw std::invalid_argument(fmt::format(
+        "estimate: a training run of {} is not estimated (valid: one step, no --train)", in.impl));
+  if (data_parallel && in.config.has_sliding_layers())
+    throw std::invalid_argument(fmt::format(
+        "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
+        in.impl));
+  estimated_objective(in.objective);
+  if (in.offload && !make_strategy(in.impl)->uses_offload()) {
+    std::vector<std::string> offloading;  // of those the estimate knows, at this many ranks
+    const auto& known = in.ranks > 1 ? parallel : impls;
+    for (const auto& name : offloading_strategy_names())
+      if (std::find(known.begin(), known.end(), name) != known.end()) offloading.push_back(name);
+    throw std::invalid_argument(
+        fmt::format("estimate: {} keeps no layer checkpoints to offload (valid with offload: {})", in.impl,
+                    fmt::join(offloading, ", ")));
+  }
+  if (in.seq_len <= 0 || in.sequences <= 0 || in.lora_rank < 0 || in.threads <= 0)
+    throw std::invalid_argument("estimate: seq_len, sequences and threads must be > 0, lora_rank >= 0");
+  if (in.device != "cpu" && in.device != "cuda")
+    throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", in.device));
+  if (in.train && (in.train->steps < 1 || in.train->batches < 1))
+    throw std::invalid_argument("estimate: a training run needs steps >= 1 and batches >= 1");
+  in.config.validate();
+  element_bytes(in.dtype);  // throws for a dtype the estimate does not take
+}
+
+MemoryEstimate estimate_peak(const EstimateInput& in) {
+  check_estimate_input(in);
+  // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
+  // layer may get another one (float32 on CUDA: math).
+  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, in.config.head_dim);
+  if (in.config.has_sliding_layers() &&
+      attention_kernel_for(device, in.dtype, in.config.head_dim, in.config.sliding_window) != kernel)
+    throw std::invalid_argument(fmt::format(
+        "estimate: on cuda, {} sliding-window layers run the math attention kernel (N x Hq x c x e scores; "
+        "the memory-efficient kernel's backward drops the window), which the estimate does not model "
+        "(modelled: bfloat16 on flash)",
+        dtype_name(in.dtype)));
+  if (in.device == "cuda" && kernel == AttentionKernel::math)
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} with head dim {} runs the math attention kernel (N x Hq x c x e "
+                    "scores), which the estimate does not model (modelled on cuda: bfloat16 on flash, "
+                    "float32 on the memory-efficient kernel, head dim a multiple of 8)",
+                    dtype_name(in.dtype), in.config.head_dim));
+  if (kernel == AttentionKernel::efficient && in.dtype != torch::kFloat)
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} with head dim {} runs the memory-efficient kernel in half "
+                    "precision, which the estimate does not model (flash takes head dims up to 256)",
+                    dtype_name(in.dtype), in.config.head_dim));
+
+  const ModelConfig& c = in.config;
+  MemoryTerms D{};
+  D.N = in.sequences;
+  D.T = in.seq_len;
+  D.d = c.hidden;
+  D.I = c.intermediate;
+  D.V = c.vocab;
+  D.L = c.layers;
+  D.Hq = c.heads;
+  D.Hkv = c.kv_heads;
+  D.hd = c.head_dim;
+  D.Aq = c.heads * c.head_dim;
+  D.Akv = c.kv_heads * c.head_dim;
+  D.P = in.threads;
+  D.s = element_bytes(in.dtype);
+  D.f = in.dtype == torch::kDouble ? 8 : 4;
+  D.up = D.s != D.f;
+  D.qk = c.qk_norm;
+  D.r = in.lora_rank;
+  D.full = in.lora_rank == 0;
+  D.offload = in.offload;
+  D.gemma_norms = c.unit_offset_norms;
+  D.sandwich = c.sandwich_norms;
+  // The topmost layer of each attention type: the top layer's, then the other type's topmost if any.
+  D.attention_layers.push_back({c.layers - 1, c.window_of(c.layers - 1)});
+  for (int64_t i = c.layers - 2; i >= 0; --i)
+    if ((c.window_of(i) > 0) != (D.attention_layers.front().window > 0)) {
+      D.attention_layers.push_back({i, c.window_of(i)});
+      break;
+    }
+  // Data parallel: the trainable elements of each gradient group (impls/machinery/dist_common.h).
+  D.ranks = in.ranks;
+  D.tied = c.tie_embeddings;
+  if (D.full) {
+    D.embedding_group = c.vocab * c.hidden;
+    D.head_group = c.hidden + (c.tie_embeddings ? 0 : c.vocab * c.hidden);
+    D.layer_group = (c.parameter_count() - D.embedding_group - D.head_group) / c.layers;
+  } else {
+    D.layer_group = lora_adapter_params(c, in.lora_rank) / c.layers;
+  }
+  D.flash = kernel == AttentionKernel::flash;
+  D.efficient = kernel == AttentionKernel::efficient;
+  const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
+
+  MemoryEstimate e;
+  e.attention_kernel = attention_kernel_name(kernel);
+  const int64_t base_params = c.parameter_count(), adapters = D.full ? 0 : lora_adapter_params(c, D.r);
+  e.params = (base_params + adapters) * D.s;
+  e.grads = (D.full ? base_params : adapters) * D.s;
+  // input_ids and targets (N, T) int64; DPO: reference sums (N) float64; GRPO: reference and old log-probs
+  // (N, T), advantages and token weights (N), float64.
+  const auto strategy = make_strategy(in.impl);
+  // A sequence-parallel rank holds its slice of the rows (sequence_parallel.h: shard_batch).
+  const int64_t batch_rows = strategy->sequence_parallel() ? (D.T + D.ranks - 1) / D.ranks : D.T;
+  e.batch = 2 * D.N * batch_rows * 8 + estimated_objective(in.objective)->extra_batch_bytes(D.N, batch_rows);
+  e.base = e.params + e.grads + e.batch;
+
+  e.phases = strategy->memory_phases(D, Partitioning{cp, cl});
+  // Data parallel: no gradient is pre-allocated, and the phases count the buckets and shards of the step
+  // above params + batch; at the step's start the previous step's shards are alive (the measured base).
+  if (distributed(*strategy)) {
+    e.grads = D.shard(D.embedding_group) + D.shard(D.head_group) + D.L * D.shard(D.layer_group);
+    e.base = e.params + e.grads + e.batch;
+  }
+
+  for (const auto& p : e.phases) {
+    int64_t ckpt = 0;
+    for (const auto& t : p.terms) ckpt += t.checkpoint ? t.bytes : 0;
+    if (p.name.rfind("head", 0) == 0)
+      e.head_working_set = std::max(e.head_working_set, p.bytes - ckpt);
+    else if (p.name.rfind("layer", 0) == 0)
+      e.layer_working_set = std::max(e.layer_working_set, p.bytes - ckpt);
+  }
+  if (in.train)
+    add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D), e);
+  const PhaseEstimate* top = &e.phases.front();
+  for (const auto& p : e.phases)
+    if (p.bytes > top->bytes) top = &p;
+  e.dominant_phase = top->name;
+  for (const auto& t : top->terms) e.checkpoints += t.checkpoint ? t.bytes : 0;
+  const int64_t phases_above = distributed(*strategy) ? e.params + e.batch : e.base;
+  e.peak_bytes = phases_above + top->bytes;
+  e.peak_above_base = e.peak_bytes - e.base;
+  if (D.offload) {
+    // One pinned buffer per stored layer input, reused every step.
+    MemoryTerms rank_rows = D;  // a sequence-parallel rank's checkpoints are its rows'
+    rank_rows.T = batch_rows;
+    e.host_bytes = checkpoints_bytes(rank_rows, strategy->keeps_first_input() ? D.L : D.L - 1);
+    e.offload_traffic_bytes = 2 * e.host_bytes;  // each checkpoint out in the forward, back in the backward
+  }
+  return e;
+}
+
+std::string format_estimate(const EstimateInput& in, const MemoryEstimate& e) {
+  std::ostringstream o;
+  o << fmt::format("{} on {} ({}), T={}, N={}, partition={}, logits_partition={}, objective {}{}{}{}\n",
+                   in.impl, in.config.name, dtype_name(in.dtype), in.seq_len, in.sequences,
+                   clamp_rows(in.partition, in.seq_len), clamp_rows(in.logits_partition, in.seq_len),
+                   in.objective, in.lora_rank > 0 ? fmt::format(", LoRA r={}", in.lora_rank) : "",
+                   in.offload ? ", checkpoints offloaded" : "",
+                   in.device == "cuda" ? fmt::format(", on cuda ({} attention)", e.attention_kernel) : "");
+  o << fmt::format("  base {:>14} bytes ({}): params {}, grads {}, batch {}{}\n", e.base, mib(e.base),
+                   e.params, e.grads, e.batch,
+                   in.train ? fmt::format(" ({} batches)", in.train->batches) : "");
+  if (in.ranks > 1)
+    o << fmt::format(
+        "  one rank of {}: the phases are above params + batch; base also holds the previous step's\n"
+        "  gradient shards, which are freed as the step starts\n",
+        in.ranks);
+  if (in.train)
+    o << fmt::format("  training run of {} AdamW steps, precision {}: optimizer {} bytes ({})\n",
+                     in.train->steps, in.train->mixed ? "mixed" : "model", e.optimizer, mib(e.optimizer));
+  for (const auto& p : e.phases) {
+    o << fmt::format("  {}{:<26} {:>14} bytes ({}) above base\n", p.name == e.dominant_phase ? "*" : " ",
+                     p.name, p.bytes, mib(p.bytes));
+    for (const auto& t : p.terms) o << fmt::format("      {:>14}  {}\n", t.bytes, t.name);
+  }
+  o << fmt::format("  peak {:>14} bytes ({}), {} above base, in the {}\n", e.peak_bytes, mib(e.peak_bytes),
+                   mib(e.peak_above_base), e.dominant_phase);
+  if (in.offload)
+    o << fmt::format("  host {:>14} bytes ({}) of offloaded checkpoints; {} bytes ({}) copied per step\n",
+                     e.host_bytes, mib(e.host_bytes), e.offload_traffic_bytes, mib(e.offload_traffic_bytes));
+  return o.str();
+}
+
+}  // namespace bpbench

@@ -1,0 +1,143 @@
+// estimate_flops.cpp: estimate_flops.h. Each strategy's FLOPs as the ops it runs, in its own order:
+//   model work (every strategy): one forward with grad of the L layers and the head, and its backward
+//   what the strategy runs again, as its flop_schedule() says (impls/strategy.h, FlopSchedule: a no-grad
+//   forward of the layers, the head or the MLP once more, attention with grad in chunks of `partition`).
+// Legend (model_config.h): N sequences, T tokens, d hidden, I intermediate, V vocab, L layers, Hq and Hkv
+// heads, hd head size, r LoRA rank, c partition rows.
+#include "harness/estimate/estimate_flops.h"
+
+#include <algorithm>
+
+#include "harness/model/attention_kernels.h"
+#include "harness/objectives/objective.h"
+#include "impls/strategy.h"
+
+namespace bpbench {
+
+namespace {
+
+struct LinearShape {
+  int64_t in, out;
+  bool input_grad;  // does the backward compute dX (flop_count.h: only where the input needs a gradient)
+};
+
+// One layer's seven projections; `first_lora_layer`: LoRA's layer 0, whose q/k/v inputs need no gradient.
+std::vector<LinearShape> layer_linears(const ModelConfig& c, bool first_lora_layer) {
+  const int64_t d = c.hidden, aq = c.heads * c.head_dim, akv = c.kv_heads * c.head_dim, I = c.intermediate;
+  const bool qkv_dx = !first_lora_layer;
+  return {{d, aq, qkv_dx}, {d, akv, qkv_dx}, {d, akv, qkv_dx}, {aq, d, true},
+          {d, I, true},    {d, I, true},     {I, d, true}};
+}
+
+// The MLP's three (gate, up, down): what MsT's mini-sequence pass runs again.
+std::vector<LinearShape> mlp_linears(const ModelConfig& c) {
+  auto all = layer_linears(c, false);
+  return {all.begin() + 4, all.end()};
+}
+
+// The k and v projections: what StreamBP's K/V values run again.
+std::vector<LinearShape> kv_linears(const ModelConfig& c) {
+  auto all = layer_linears(c, false);
+  return {all.begin() + 1, all.begin() + 3};
+}
+
+// The q projection: what streambp-ulysses runs again besides k and v.
+std::vector<LinearShape> q_linears(const ModelConfig& c) {
+  auto all = layer_linears(c, false);
+  return {all.begin(), all.begin() + 1};
+}
+
+// Forward FLOPs of `linears` over `rows` rows, LoRA adapters (rank r) included.
+int64_t forward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
+  int64_t f = 0;
+  for (const auto& l : linears) f += 2 * rows * (l.in * l.out + r * (l.in + l.out));
+  return f;
+}
+
+// Their backward: full fine-tuning dX + dW; LoRA: the base dX, dA (+ its dX), dB and dU.
+int64_t backward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
+  int64_t b = 0;
+  for (const auto& l : linears) {
+    const int64_t dx = l.input_grad ? 1 : 0;
+    if (r == 0)
+      b += 2 * rows * l.in * l.out * (dx + 1);
+    else
+      b += 2 * rows * (l.in * l.out * dx + l.in * r * (1 + dx) + r * l.out * 2);
+  }
+  return b;
+}
+
+}  // namespace
+
+FlopCounts estimate_flops(const EstimateInput& in) {
+  check_estimate_input(in);
+  const ModelConfig& c = in.config;
+  const auto strategy = make_strategy(in.impl);
+  // A sequence-parallel rank (impls/machinery/sequence_parallel.h) runs the projections, MLP and head on its
+  // Ts rows and the attention of its Hq / P heads over the padded T' = P Ts rows: one rank's FLOPs.
+  const int64_t P = strategy->sequence_parallel() ? in.ranks : 1;
+  const int64_t N = in.sequences, L = c.layers, r = in.lora_rank;
+  const int64_t Ts = (in.seq_len + P - 1) / P, T = P * Ts;  // T: the attention's length
+  const bool full = r == 0;
+  const int64_t rows = N * Ts;
+  const int64_t per_pair = N * (c.heads / P) * c.head_dim;
+  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  FlopCounts f;
+
+  // Layer i's attention: one call per query block of `block` rows over the keys up to its end, from the
+  // block's window start under a sliding window (ModelConfig::first_visible_key).
+  auto attention_calls = [&](int64_t i, int64_t block, bool with_grad) {
+    const int64_t window = c.window_of(i);
+    const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, window);
+    for (int64_t s = 0; s < T; s += block) {
+      const int64_t q = std::min(block, T - s), e = s + q - c.first_visible_key(i, s);  // keys the call gets
+      const AttentionPairs pairs = attention_pairs(kernel, q, e, window);
+      const int64_t visible = pairs.visible, executed = pairs.executed, all = pairs.all;
+      const int64_t masked = executed - visible;
+      f.attention_dense += 4 * per_pair * all;
+      f.attention_masked += 4 * per_pair * masked;
+      (with_grad ? f.forward_attention : f.recompute_attention) += 4 * per_pair * visible;
+      if (!with_grad) continue;
+      f.backward_attention += 8 * per_pair * visible;
+      f.attention_dense += 8 * per_pair * all;
+      f.attention_masked += 8 * per_pair * masked;
+      if (pairs.rescored) f.attention_rescore += 2 * per_pair * executed;
+    }
+  };
+  const std::vector<LinearShape> head = {{c.hidden, c.vocab, true}};
+  const int64_t head_forward = forward_matmul(head, rows, 0);
+
+  // The model's work, the same for every strategy.
+  for (int64_t i = 0; i < L; ++i) {
+    const auto linears = layer_linears(c, !full && i == 0);
+    f.forward_matmul += forward_matmul(linears, rows, r);
+    f.backward_matmul += backward_matmul(linears, rows, r);
+  }
+  f.forward_matmul += head_forward;
+  f.backward_matmul += head_forward * (full ? 2 : 1);  // dX, and dW where the head is trained
+
+  // What the strategy runs again (impls/, its flop_schedule()): attention with grad whole or in chunks of
+  // `partition` queries, a no-grad forward of the layers (K/V for all rows, queries in the same blocks), and
+  // the head, the MLP or the K/V projections once more.
+  const FlopSchedule schedule = strategy->flop_schedule();
+  const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
+  const int64_t grad_block = schedule.attention_by_partition ? partition : T;
+  for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, true);
+  if (schedule.recomputes_layers)
+    for (int64_t i = 0; i < L; ++i) {
+      f.recompute_matmul += forward_matmul(layer_linears(c, false), rows, r);
+      attention_calls(i, grad_block, false);
+    }
+  if (schedule.recomputes_head) f.recompute_matmul += head_forward;
+  if (schedule.recomputes_mlp) f.recompute_matmul += L * forward_matmul(mlp_linears(c), rows, r);
+  if (schedule.recomputes_kv) f.recompute_matmul += L * forward_matmul(kv_linears(c), rows, r);
+  if (schedule.recomputes_q) f.recompute_matmul += L * forward_matmul(q_linears(c), rows, r);
+  if (schedule.recomputes_attention)
+    for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, false);
+  // A non-linear f: the streaming head's first pass computes S without grad (objective.h).
+  if (schedule.streams_head && !make_objective(in.objective)->outer_is_linear())
+    f.recompute_matmul += head_forward;
+  return f;
+}
+
+}  // namespace bpbench

@@ -1,0 +1,198 @@
+// layerwise_estimate.cpp: layerwise_estimate.h.
+#include "impls/machinery/layerwise_estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace bpbench {
+
+namespace {
+
+// Of `count` layer checkpoints alive at a phase, those on the device. Offloaded (impls/machinery/offload.h),
+// two are in the forward (the input being read and the output being built) and in a layer's backward (its own
+// input and the next one down, prefetched); one at the head (x_L: layer L-1's comes back after the head).
+int64_t on_device(const MemoryTerms& D, int64_t count, int64_t offloaded_on_device) {
+  return D.offload ? std::min<int64_t>(count, offloaded_on_device) : count;
+}
+
+// No-grad checkpointed forward at the top layer: the stored inputs, the output being built, K and V for all
+// rows, and one query chunk's attention (`rows` queries over all keys for the last chunk).
+PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, const AttentionLayer& layer,
+                                         FirstInput first) {
+  PhaseBuilder p("forward");
+  // Layer 0 reads x_0 even where it is not kept.
+  const FirstInput stored = layer.index == 0 ? FirstInput::kept : first;
+  add_checkpoints(p, D, layer_inputs_label(layer.index, stored) + " and the output being built",
+                  layer_inputs_alive(layer.index, stored) + 1);
+  p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
+  const int64_t keys = MemoryTerms::visible_keys(rows, D.T, layer.window);
+  // A chunk's high point is in its attention (with the kernel's scratch) or in its MLP, whose four (N, c, I)
+  // tensors are temporaries of one expression and live together (model.cpp, mlp_block): with whole-sequence
+  // chunks (checkpoint, mst) and a large I the MLP is higher.
+  const int64_t attention = D.N * rows * (D.d + D.Aq) * D.s + D.attn_forward(rows, keys, layer.window);
+  const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d + 4 * D.I + 2 * D.r) * D.s;
+  if (attention >= mlp) {
+    p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
+    if (!D.cuda()) {
+      p.add(D.windowed(keys, layer.window)
+                ? "one chunk's attention: output, logsumexp, and one banded block's mask, output, scratch"
+                : "one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
+            D.attn_forward(rows, keys, layer.window));
+    } else {
+      p.add(D.flash ? "one chunk's attention (flash): output, logsumexp: N*c*(Aq*s + Hq*4)"
+                    : "one chunk's attention (efficient, no grad: no logsumexp): output: N*c*Aq*s",
+            D.cuda_forward_output(rows));
+      p.add("the efficient kernel's K and V repeated to Hq heads: 2 x N*e*Aq*s", D.kv_repeat(keys));
+    }
+  } else {
+    p.add("one chunk's MLP: q, x1, its norm, gate, silu(gate), up, product: N*c*(Aq + 2*d + 4*I [+ 2*r])*s",
+          mlp);
+  }
+  return p.done();
+}
+
+// The attention backward of the top layer (the largest: every lower checkpoint is still alive). Kept: the
+// attention half of the layer for all T rows (o_proj's input already consumed), K and V's gradient (V itself
+// released), the kernel's saved output and logsumexp, the rope tables, `flows` (N, T, d) gradients in flight,
+// and the kernel's backward (dQ, dK, dV, scratch).
+PhaseEstimate whole_attention_backward(const MemoryTerms& D, const AttentionLayer& layer, int64_t flows,
+                                       const std::string& flow_note) {
+  const int64_t rows = D.N * D.T, checkpoints = layer.index + 1;
+  PhaseBuilder p("layer attention backward");
+  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", checkpoints - 1), checkpoints);
+  p.add(fmt::format("gradients in flight ({}): {} x N*T*d*s", flow_note, flows), flows * rows * D.d * D.s);
+  p.add("attention half saved below its output norm: N*T*(attn_row - output_norm)",
+        rows * (D.attn_row() - D.output_norm()));
+  p.add(fmt::format("{}: N*T*kv_row", kv_graph_name(D)), rows * D.kv_row_graph());
+  p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
+  p.add("attention output + logsumexp: N*T*(Aq*s + Hq*f)", rows * D.attn_out_row());
+  add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");
+  return p.done();
+}
+
+}  // namespace
+
+int64_t layer_inputs_alive(int64_t index, FirstInput first) {
+  return first == FirstInput::kept ? index + 1 : std::max<int64_t>(index, 1);
+}
+
+std::string layer_inputs_label(int64_t index, FirstInput first) {
+  if (first == FirstInput::kept || index == 0) return fmt::format("layer inputs x_0..x_{}", index);
+  return fmt::format("layer inputs x_1..x_{} (x_0 not kept)", index);
+}
+
+int64_t checkpoints_bytes(const MemoryTerms& D, int64_t count) {
+  return count * D.N * D.T * D.d * D.s;
+}
+
+// "layer inputs ...: K x N*T*d*s" for the checkpoints of a phase, with the offloaded ones named as such.
+void add_checkpoints(PhaseBuilder& p, const MemoryTerms& D, const std::string& which, int64_t count,
+                     int64_t offloaded_on_device) {
+  const int64_t kept = on_device(D, count, offloaded_on_device);
+  p.add(kept == count ? fmt::format("{}: {} x N*T*d*s", which, count)
+                      : fmt::format("{}, {} of them on the device (the rest in host memory): {} x N*T*d*s",
+                                    which, kept, kept),
+        checkpoints_bytes(D, kept), true);
+}
+
+// The no-grad forward's high point: at the topmost layer of each attention type.
+PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows, FirstInput first) {
+  PhaseEstimate best;
+  for (const auto& layer : D.attention_layers)
+    keep_larger(best, checkpointed_forward_layer(D, rows, layer, first));
+  return best;
+}
+
+// The whole-sequence attention backward's high point over the attention types.
+PhaseEstimate whole_attention_backward(const MemoryTerms& D, int64_t flows, const std::string& flow_note) {
+  PhaseEstimate best;
+  for (const auto& layer : D.attention_layers)
+    keep_larger(best, whole_attention_backward(D, layer, flows, flow_note));
+  return best;
+}
+
+// The MLP backward of the top layer for a whole-layer re-forward (checkpoint): the whole layer's graph, the
+// incoming gradient and layer output, the gradient of the MLP product and the down projection's weight
+// gradient.
+PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints) {
+  const int64_t rows = D.N * D.T;
+  PhaseBuilder p("layer mlp backward");
+  add_checkpoints(p, D, "layer inputs", checkpoints);
+  p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
+  p.add(
+      "layer graph below the MLP output norm: N*T*(attn_row + attn_out_row + kv_row + mlp_row - "
+      "output_norm)",
+      rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph() + D.mlp_row() - D.output_norm()));
+  p.add("rope tables", 2 * D.rope(D.T));
+  p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
+  return p.done();
+}
+
+}  // namespace bpbench
+
+namespace bpbench {
+
+std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vector<PhaseEstimate> phases,
+                                                FirstInput first) {
+  const int64_t layer_bucket = D.layer_group ? D.bucket(D.layer_group) : 0;
+  const int64_t layer_shard = D.layer_group ? D.shard(D.layer_group) : 0;
+  const int64_t head_shard = D.head_group ? D.shard(D.head_group) : 0;
+  const int64_t embedding_bucket = D.embedding_group ? D.bucket(D.embedding_group) : 0;
+  const int64_t layer_input = D.N * D.T * D.d * D.s;  // one (N, T, d) checkpoint
+  auto starts = [](const std::string& name, const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  for (auto& p : phases) {
+    if (starts(p.name, "head")) {  // open_head: the head's bucket; tied, the embedding's (the LM head's) too
+      if (D.head_group) p.terms.push_back({"the head group's gradient bucket", D.bucket(D.head_group)});
+      if (D.tied && embedding_bucket)
+        p.terms.push_back(
+            {"the embedding's gradient bucket (tied: the LM head's, open until the embedding "
+             "backward)",
+             embedding_bucket});
+    } else if (starts(p.name, "layer")) {
+      if (layer_bucket) p.terms.push_back({"this layer's gradient bucket", layer_bucket});
+      if (head_shard) p.terms.push_back({"the head's gradient shard", head_shard});
+      if (D.tied && embedding_bucket)
+        p.terms.push_back({"the embedding's gradient bucket (tied, open since the head)", embedding_bucket});
+      // The phase is the top layer's; at layer i the L - 1 - i layers above have left their shards and the
+      // device holds the inputs of layer i (offloaded: add_checkpoints' two in a layer's backward, one at
+      // layer 0 or where x_0 is made again, whose prefetch has nothing below it). The highest layer wins;
+      // when x_0 is kept on the device the change is linear in i, so one of the two ends.
+      const int64_t top_inputs = on_device(D, layer_inputs_alive(D.L - 1, first), 2);
+      int64_t best = 0, best_layer = D.L - 1, best_freed = 0;
+      for (int64_t i = D.L - 2; i >= 0; --i) {
+        const int64_t freed = top_inputs - on_device(D, layer_inputs_alive(i, first), 2);
+        const int64_t down = (D.L - 1 - i) * layer_shard - freed * layer_input;
+        if (down > best) best = down, best_layer = i, best_freed = freed;
+      }
+      if (best > 0) {
+        p.terms.push_back(
+            {best_layer == 0 && best_freed == D.L - 1
+                 ? fmt::format("at layer 0 rather than {}: (L-1) x (a layer's gradient shard - N*T*d*s)",
+                               D.L - 1)
+                 : fmt::format("at layer {} rather than {}: {} x a layer's gradient shard - {} x N*T*d*s",
+                               best_layer, D.L - 1, D.L - 1 - best_layer, best_freed),
+             best});
+        p.name += fmt::format(" (layer {})", best_layer);
+      }
+    } else {
+      continue;  // the forward: no gradient exists yet (the previous step's shards were freed as it began)
+    }
+    p.bytes = 0;
+    for (const auto& t : p.terms) p.bytes += t.bytes;
+  }
+  if (embedding_bucket) {
+    // embedding_backward: the embedding's output made again and its dense (V, d) gradient, added into the
+    // bucket; the input gradient dy; the head's and every layer's shards.
+    PhaseBuilder p("embedding backward");
+    p.add("dy: N*T*d*s", layer_input);
+    p.add("the embedding's output, made again: N*T*d*s", layer_input);
+    p.add("the embedding's dense gradient: V*d*s", D.V * D.d * D.s);
+    p.add("the embedding's gradient bucket", embedding_bucket);
+    p.add("the head's and every layer's gradient shards", head_shard + D.L * layer_shard);
+    phases.push_back(p.done());
+  }
+  return phases;
+}
+
+}  // namespace bpbench

@@ -1,0 +1,271 @@
+// sequence_parallel.cpp: layout, batch slices, the differentiable all-to-all exchanges and a layer on a
+// rank's rows (see sequence_parallel.h).
+#include "impls/machinery/sequence_parallel.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+#include "profiles/memory.h"
+
+namespace bpbench::dist {
+
+using profiles::Category;
+using profiles::MemoryScope;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool heads_split(int64_t heads, int64_t kv_heads, int64_t P) {
+  return P >= 1 && heads % P == 0 && (kv_heads % P == 0 || P % kv_heads == 0);
+}
+
+int64_t kv_copies(int64_t kv_heads, int64_t P) {
+  return kv_heads >= P ? 1 : P / kv_heads;
+}
+
+std::optional<std::string> sequence_parallel_refusal(const ModelConfig& c, int64_t P) {
+  if (P < 1) return fmt::format("sequence parallelism needs at least 1 rank, got {}", P);
+  if (heads_split(c.heads, c.kv_heads, P)) return std::nullopt;
+  std::vector<int64_t> valid;
+  for (int64_t r = 1; r <= c.heads; ++r)
+    if (heads_split(c.heads, c.kv_heads, r)) valid.push_back(r);
+  return fmt::format(
+      "{} ranks cannot split {}'s attention by heads ({} query heads, {} K/V heads: the ranks must divide "
+      "the query heads, and divide the K/V heads or be a multiple of them); valid rank counts: {}",
+      P, c.name, c.heads, c.kv_heads, fmt::join(valid, ", "));
+}
+
+SequenceLayout sequence_layout(const ModelConfig& c, int64_t T, int64_t P, int64_t rank) {
+  if (auto why = sequence_parallel_refusal(c, P)) throw std::invalid_argument(*why);
+  SequenceLayout l;
+  l.ranks = P;
+  l.rank = rank;
+  l.seq_len = T;
+  l.rows = (T + P - 1) / P;
+  l.q_heads = c.heads / P;
+  l.kv_repeat = kv_copies(c.kv_heads, P);
+  l.kv_heads = c.kv_heads * l.kv_repeat / P;
+  return l;
+}
+
+Batch shard_batch(const Batch& global, int64_t rank, int64_t P) {
+  TORCH_CHECK(P >= 1 && rank >= 0 && rank < P, "shard_batch: rank ", rank, " of ", P);
+  const int64_t T = global.seq_len(), Ts = (T + P - 1) / P, s = rank * Ts;
+  const int64_t real = std::max<int64_t>(0, std::min(Ts, T - s));  // rows of real tokens in the slice
+  // Rows [s, s + Ts) of a per-position tensor (N, T); past T, `pad`.
+  auto slice = [&](const torch::Tensor& t, double pad) {
+    if (!t.defined()) return torch::Tensor();
+    auto out = torch::full({t.size(0), Ts}, pad, t.options());
+    if (real > 0) out.narrow(1, 0, real).copy_(t.narrow(1, s, real));
+    return out;
+  };
+  Batch b = global;
+  b.input_ids = slice(global.input_ids, 0);
+  b.targets = slice(global.targets, static_cast<double>(kIgnoreIndex));
+  b.ref_logps = slice(global.ref_logps, 0);
+  b.old_logps = slice(global.old_logps, 0);
+  b.loss_tokens = b.targets.ne(kIgnoreIndex).sum().item<int64_t>();
+  b.first_position = s;
+  b.whole_seq_len = T;
+  return b;
+}
+
+SequenceLayout layout_of(const ModelConfig& c, const Batch& slice, const Communicator& comm) {
+  const int64_t T = slice.whole_seq_len > 0 ? slice.whole_seq_len : slice.seq_len();
+  SequenceLayout l = sequence_layout(c, T, comm.world_size(), comm.rank());
+  if (slice.seq_len() != l.rows || slice.first_position != l.first_row())
+    throw std::logic_error(fmt::format(
+        "rank {} of {}: the batch holds rows {}..{}, the layout wants {}..{}", l.rank, l.ranks,
+        slice.first_position, slice.first_position + slice.seq_len(), l.first_row(), l.first_row() + l.rows));
+  return l;
+}
+
+namespace {
+
+// The raw exchanges of several tensors in one all-to-all. Each x (N, H_a, Ts, hd) goes out as P blocks of
+// H_a / P heads, block j to rank j; what comes back from rank j is its rows of this rank's heads. The send
+// and receive buffers are counted as "comm"; the results, made from the receive buffer, under the caller's
+// category.
+variable_list seq_to_heads_raw(at::TensorList xs, Communicator& comm, const std::string& what) {
+  const int64_t P = comm.world_size();
+  torch::Tensor recv;
+  std::vector<int64_t> heads;
+  {
+    MemoryScope scope(Category::comm);
+    std::vector<torch::Tensor> parts;
+    for (const auto& x : xs) {
+      TORCH_CHECK(x.dim() == 4 && x.size(1) % P == 0, "seq_to_heads: ", x.sizes(), " over ", P, " ranks");
+      heads.push_back(x.size(1) / P);
+      parts.push_back(x.reshape({x.size(0), P, heads.back(), x.size(2), x.size(3)}).transpose(0, 1));
+    }
+    recv = comm.all_to_all(torch::cat(parts, 2), what);  // (P, N, sum H_a/P, Ts, hd): block j from rank j
+  }
+  const int64_t N = recv.size(1), Ts = recv.size(3), hd = recv.size(4);
+  variable_list out;
+  for (int64_t a = 0, h0 = 0; a < static_cast<int64_t>(heads.size()); h0 += heads[a], ++a)
+    out.push_back(recv.narrow(2, h0, heads[a]).permute({1, 2, 0, 3, 4}).reshape({N, heads[a], P * Ts, hd}));
+  return out;
+}
+
+// The inverse: each y (N, h_a, T', hd) goes out as P blocks of Ts rows, block j to rank j; what comes back
+// from rank j is this rank's rows of its heads, in head order.
+variable_list heads_to_seq_raw(at::TensorList ys, Communicator& comm, const std::string& what) {
+  const int64_t P = comm.world_size();
+  torch::Tensor recv;
+  std::vector<int64_t> heads;
+  {
+    MemoryScope scope(Category::comm);
+    std::vector<torch::Tensor> parts;
+    for (const auto& y : ys) {
+      TORCH_CHECK(y.dim() == 4 && y.size(2) % P == 0, "heads_to_seq: ", y.sizes(), " over ", P, " ranks");
+      heads.push_back(y.size(1));
+      parts.push_back(
+          y.reshape({y.size(0), y.size(1), P, y.size(2) / P, y.size(3)}).permute({2, 0, 1, 3, 4}));
+    }
+    recv = comm.all_to_all(torch::cat(parts, 2), what);  // (P, N, sum h_a, Ts, hd): block j from rank j
+  }
+  const int64_t N = recv.size(1), Ts = recv.size(3), hd = recv.size(4);
+  variable_list out;
+  for (int64_t a = 0, h0 = 0; a < static_cast<int64_t>(heads.size()); h0 += heads[a], ++a)
+    // A copy, always: with one head per rank and N = 1 reshape would return a view that keeps the whole
+    // receive buffer alive.
+    out.push_back(
+        recv.narrow(2, h0, heads[a]).transpose(0, 1).reshape({N, P * heads[a], Ts, hd}).contiguous());
+  return out;
+}
+
+// One exchange as an autograd function: rows to heads (kToHeads) or heads to rows; its backward is the other
+// way, applied to the gradients.
+template <bool kToHeads>
+struct Exchange : public torch::autograd::Function<Exchange<kToHeads>> {
+  static variable_list run(at::TensorList xs, Communicator& comm, const std::string& what, bool to_heads) {
+    return to_heads ? seq_to_heads_raw(xs, comm, what) : heads_to_seq_raw(xs, comm, what);
+  }
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, Communicator* comm,
+                               std::string what) {
+    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
+    ctx->saved_data["what"] = what;
+    return run(xs, *comm, what, kToHeads);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    auto out = run(grads, *comm, ctx->saved_data["what"].toStringRef() + " (backward)", !kToHeads);
+    out.emplace_back();  // no gradient for comm
+    out.emplace_back();  // nor for what
+    return out;
+  }
+};
+using SeqToHeads = Exchange<true>;
+using HeadsToSeq = Exchange<false>;
+
+}  // namespace
+
+torch::Tensor seq_to_heads(const torch::Tensor& x, Communicator& comm, const std::string& what) {
+  return SeqToHeads::apply(at::TensorList(x), &comm, what)[0];
+}
+
+torch::Tensor heads_to_seq(const torch::Tensor& y, Communicator& comm, const std::string& what) {
+  return HeadsToSeq::apply(at::TensorList(y), &comm, what)[0];
+}
+
+HeadShards exchange_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const SequenceLayout& layout, Communicator& comm, const std::string& what) {
+  auto repeated = [&](const torch::Tensor& t) {  // (N, Hkv, Ts, hd) -> (N, Hk', Ts, hd)
+    return layout.kv_repeat > 1 ? t.repeat_interleave(layout.kv_repeat, 1) : t;
+  };
+  const std::vector<torch::Tensor> xs{q, repeated(k), repeated(v)};
+  auto heads = SeqToHeads::apply(at::TensorList(xs), &comm, what);
+  return {heads[0], heads[1], heads[2]};
+}
+
+HeadShards heads_to_rows(const HeadShards& grads, const SequenceLayout& layout, Communicator& comm,
+                         const std::string& what) {
+  const std::vector<torch::Tensor> ys{grads.q, grads.k, grads.v};
+  auto rows = heads_to_seq_raw(at::TensorList(ys), comm, what);  // dk, dv: (N, Hk', Ts, hd)
+  auto copies_summed = [&](const torch::Tensor& g) {
+    if (layout.kv_repeat == 1) return g;
+    return g.view({g.size(0), g.size(1) / layout.kv_repeat, layout.kv_repeat, g.size(2), g.size(3)}).sum(2);
+  };
+  return {rows[0], copies_summed(rows[1]), copies_summed(rows[2])};
+}
+
+torch::Tensor all_sequence_sums(const torch::Tensor& rank_sums, Communicator& comm) {
+  MemoryScope scope(Category::comm);
+  auto sums = rank_sums.detach().clone();
+  comm.all_reduce(sums, ReduceOp::sum, "sequence sums");
+  return sums;
+}
+
+torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& layout, Communicator& comm,
+                                const std::string& what) {
+  const int64_t N = o.size(0), Tp = o.size(1), hd = o.size(2) / layout.q_heads;
+  auto heads = o.view({N, Tp, layout.q_heads, hd}).transpose(1, 2);  // (N, Hq', T', hd)
+  auto rows = heads_to_seq(heads, comm, what);                       // (N, Hq, Ts, hd)
+  return rows.transpose(1, 2).reshape({N, layout.rows, -1});         // (N, Ts, Hq hd)
+}
+
+torch::Tensor sequence_parallel_layer(const Model& m, int64_t i, const torch::Tensor& x,
+                                      const SequenceLayout& layout, Communicator& comm) {
+  HeadShards heads;
+  {
+    auto h = m.attn_norm(i, x);                                      // (N, Ts, d)
+    auto q = m.project_q(i, h, layout.first_row(), layout.seq_len);  // (N, Hq, Ts, hd)
+    KV kv = m.project_kv(i, h, layout.first_row(), layout.seq_len);  // (N, Hkv, Ts, hd)
+    heads = exchange_qkv(q, kv.k, kv.v, layout, comm, fmt::format("layer {} q, k, v", i));
+  }
+  auto o = m.attention_heads(i, heads.q, KV{heads.k, heads.v});  // (N, T', Hq' hd)
+  heads = HeadShards{};
+  auto o_rows = attention_to_rows(o, layout, comm, fmt::format("layer {} attention output", i));
+  o = torch::Tensor();
+  return m.mlp_block(i, m.attention_output(i, x, o_rows));
+}
+
+HeadShards qkv_to_heads(const Model& m, int64_t i, const torch::Tensor& x, const SequenceLayout& layout,
+                        Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const auto& c = m.config;
+  const int64_t N = x.size(0), Ts = layout.rows, pos0 = layout.first_row();
+  auto q = torch::empty({N, c.heads, Ts, c.head_dim}, x.options());
+  auto k = torch::empty({N, c.kv_heads, Ts, c.head_dim}, x.options()), v = torch::empty_like(k);
+  for (int64_t s = 0; s < Ts; s += rows) {
+    const int64_t n = std::min(rows, Ts - s);
+    auto h = m.attn_norm(i, x.narrow(1, s, n));
+    q.narrow(2, s, n).copy_(m.project_q(i, h, pos0 + s, layout.seq_len));
+    const KV kv = m.project_kv(i, h, pos0 + s, layout.seq_len);
+    k.narrow(2, s, n).copy_(kv.k);
+    v.narrow(2, s, n).copy_(kv.v);
+  }
+  return exchange_qkv(q, k, v, layout, comm, fmt::format("layer {} q, k, v", i));
+}
+
+torch::Tensor attention_rows(const Model& m, int64_t i, const HeadShards& heads, const SequenceLayout& layout,
+                             Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const int64_t N = heads.q.size(0), Tp = layout.padded();
+  auto o = torch::empty({N, Tp, heads.q.size(1) * heads.q.size(3)}, heads.q.options());
+  for (int64_t s = 0; s < Tp; s += rows) {
+    const int64_t n = std::min(rows, Tp - s), e = s + n, k0 = m.config.first_visible_key(i, s);
+    o.narrow(1, s, n).copy_(m.attention_heads(
+        i, heads.q.narrow(2, s, n), KV{heads.k.narrow(2, k0, e - k0), heads.v.narrow(2, k0, e - k0)}));
+  }
+  return attention_to_rows(o, layout, comm, fmt::format("layer {} attention output", i));
+}
+
+torch::Tensor layer_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const SequenceLayout& layout,
+                              Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor o_rows;  // (N, Ts, Hq hd)
+  {
+    const HeadShards heads = qkv_to_heads(m, i, x, layout, comm, rows);
+    o_rows = attention_rows(m, i, heads, layout, comm, rows);
+  }
+  auto y = torch::empty_like(x);
+  for (int64_t s = 0; s < layout.rows; s += rows) {
+    const int64_t n = std::min(rows, layout.rows - s);
+    y.narrow(1, s, n).copy_(m.mlp_block(i, m.attention_output(i, x.narrow(1, s, n), o_rows.narrow(1, s, n))));
+  }
+  return y;
+}
+
+}  // namespace bpbench::dist

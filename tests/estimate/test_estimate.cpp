@@ -1,0 +1,398 @@
+// test_estimate.cpp: the analytic peak (harness/estimate/estimate.h) against the tracking allocator's
+// measurement.
+//
+// Each measurement is what the runner does for a cell: build the model (params) and batch, pre-allocate every
+// trainable parameter's .grad (zeros), reset the peak, run one forward_backward. base = live at step start;
+// peak = the recorder's peak. The estimate must match both the total peak and the peak above base.
+//
+// EstimateSmall/PeakWithinTenPercent, the estimate's acceptance grid: every strategy on `small`, float32 SFT,
+// batch 1, partition 256, logits_partition 256, T in 512..8192, within 10% (total and above base; each cell
+// records both errors as properties). The tracking allocator counts exactly at any length and each
+// strategy's peak phase is the same from 512 to 8192 (the head for all but plain, whose activations grow with
+// T), so by default T runs to 2048; T = 4096 and 8192 (10 s to minutes a cell on 2 cores, plain ~4 GB) run
+// with BPBENCH_ESTIMATE_LONG=1 and are reported as skipped otherwise.
+//
+// Estimate.MatchesTiny / MatchesSmallVocab: fast grids over dtype, objective, batch, LoRA and partitions with
+// a tighter bound (2%), so that every phase's formula (head, MLP and attention backward) is exercised.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness/cli/estimate_command.h"
+#include "harness/estimate/estimate.h"
+#include "harness/model/model.h"
+#include "harness/objectives/objective.h"
+#include "impls/machinery/offload.h"
+#include "impls/strategy.h"
+#include "profiles/host_memory.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+namespace {
+
+using profiles::Category;
+using profiles::MemoryRecorder;
+using profiles::MemoryScope;
+
+struct CellSpec {
+  ModelConfig config;
+  std::string impl, objective = "sft";
+  torch::ScalarType dtype = torch::kFloat;
+  int64_t seq_len = 0, examples = 1, group = 2, partition = 0, logits_partition = 0, lora_rank = 0;
+  bool offload =
+      false;  // layer checkpoints in host memory, through a fresh store (impls/machinery/offload.h)
+};
+
+struct Measured {
+  int64_t base = 0;  // live at step start, less what was live before the cell was built
+  int64_t peak = 0;  // peak during the step, same origin
+  int64_t sequences = 0;
+  int64_t host_peak = 0;             // host bytes (profiles/host_memory.h) during the step
+  std::vector<torch::Tensor> grads;  // with keep_grads: every trainable parameter's gradient
+  int64_t above_base() const { return peak - base; }
+};
+
+// What the runner measures for one cell (harness/run/cell_in_process.cpp, measure_cell), in this process.
+Measured measure_cell(const CellSpec& c, bool keep_grads = false) {
+  auto& rec = MemoryRecorder::instance();
+  const int64_t before = rec.live_bytes();
+  Measured out;
+  {
+    Model model = [&] {
+      MemoryScope scope(Category::params);
+      Model m = Model::random(c.config, torch::TensorOptions().dtype(c.dtype), 0);
+      if (c.lora_rank > 0) m.add_lora(c.lora_rank, 2.0 * c.lora_rank, 0);
+      return m;
+    }();
+    auto objective = make_objective(c.objective);
+    BatchSpec spec;
+    spec.examples = c.examples;
+    spec.seq_len = c.seq_len;
+    spec.group = c.group;
+    spec.vocab = c.config.vocab;
+    Batch batch;
+    {
+      MemoryScope scope(Category::other);
+      batch = objective->make_batch(spec, model, c.logits_partition);
+    }
+    {
+      MemoryScope scope(Category::grads);
+      torch::NoGradGuard no_grad;
+      for (const auto& p : model.trainable_parameters())
+        p.tensor.mutable_grad() = torch::zeros_like(p.tensor);
+    }
+    auto strategy = make_strategy(c.impl);
+    auto store = make_checkpoint_store(c.offload ? Offload::checkpoints : Offload::none, torch::kCPU);
+    rec.reset_peak();
+    profiles::reset_host_peak();
+    const int64_t host_before = profiles::host_live_bytes();
+    out.base = rec.live_bytes() - before;
+    strategy->forward_backward(
+        StepInputs{model, batch, *objective, Partitioning{c.partition, c.logits_partition}, store.get()});
+    out.peak = rec.peak_bytes() - before;
+    out.host_peak = profiles::host_peak_bytes() - host_before;
+    out.sequences = batch.sequences();
+    if (keep_grads)
+      for (const auto& p : model.trainable_parameters()) out.grads.push_back(p.tensor.grad().clone());
+  }
+  return out;
+}
+
+EstimateInput estimate_input(const CellSpec& c, int64_t sequences) {
+  EstimateInput in;
+  in.config = c.config;
+  in.seq_len = c.seq_len;
+  in.sequences = sequences;
+  in.partition = c.partition;
+  in.logits_partition = c.logits_partition;
+  in.dtype = c.dtype;
+  in.impl = c.impl;
+  in.objective = c.objective;
+  in.lora_rank = c.lora_rank;
+  in.threads = at::get_num_threads();  // what measure_cell's attention kernel ran with
+  in.offload = c.offload;
+  return in;
+}
+
+double relative_error(int64_t estimate, int64_t measured) {
+  return static_cast<double>(estimate - measured) / static_cast<double>(measured);
+}
+
+std::string describe(const CellSpec& c) {
+  return fmt::format("{} {} T={} {} {} B={} p={} lp={} lora={}{}", c.impl, c.config.name, c.seq_len,
+                     c10::toString(c.dtype), c.objective, c.examples, c.partition, c.logits_partition,
+                     c.lora_rank, c.offload ? " offloaded" : "");
+}
+
+// Measures the cell and checks the estimate's base exactly, its total and above-base peaks within
+// `tolerance`.
+void check_cell(const CellSpec& c, double tolerance) {
+  SCOPED_TRACE(describe(c));
+  const Measured m = measure_cell(c);
+  const MemoryEstimate e = estimate_peak(estimate_input(c, m.sequences));
+  EXPECT_EQ(e.base, m.base) << "params " << e.params << ", grads " << e.grads << ", batch " << e.batch;
+  const double total = relative_error(e.peak_bytes, m.peak),
+               above = relative_error(e.peak_above_base, m.above_base());
+  EXPECT_LE(std::abs(total), tolerance) << "total peak: estimate " << e.peak_bytes << ", measured " << m.peak;
+  EXPECT_LE(std::abs(above), tolerance) << "peak above base: estimate " << e.peak_above_base << ", measured "
+                                        << m.above_base() << " (estimated phase: " << e.dominant_phase << ")";
+  EXPECT_EQ(e.host_bytes, m.host_peak) << "host bytes of the offloaded checkpoints";
+}
+
+ModelConfig small_vocab() {  // `small` with a 512-token vocabulary: the layer phases dominate at small T
+  ModelConfig c = find_model_preset("small");
+  c.name = "small-v512";
+  c.vocab = 512;
+  return c;
+}
+
+// ---- against the tracking allocator: fast grids
+// ------------------------------------------------------------
+
+// Every strategy x dtype x objective x LoRA on `config` (N = 2 or 4, three query chunks, six head chunks),
+// each cell within tolerance(dtype, LoRA rank).
+template <class Tolerance>
+void check_tiny_grid(const ModelConfig& config, Tolerance tolerance) {
+  for (const auto& impl : estimated_impls())
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble})
+      for (const std::string objective : {"sft", "dpo", "grpo"})
+        for (const int64_t rank : {0, 4}) {
+          if (impl == "mst" && objective == "dpo") continue;  // mst does not run DPO
+          CellSpec c;
+          c.config = config;
+          c.impl = impl;
+          c.dtype = dtype;
+          c.objective = objective;
+          c.examples = 2;
+          c.seq_len = 96;
+          c.partition = 32;
+          c.logits_partition = 16;
+          c.lora_rank = rank;
+          check_cell(c, tolerance(dtype, rank));
+        }
+}
+
+TEST(Estimate, MatchesTiny) {
+  // bfloat16 + LoRA: 5%. With attention fused, two phases the estimate does not model come within a few
+  // percent of the top there (docs/estimate.md, "Known gaps"): streambp's K/V-path backward (the input
+  // norm over all T rows, four float32 (N, T, d) temporaries) and checkpoint's whole-layer MLP backward with
+  // adapters (32 bytes a row short). Every other cell keeps 2%.
+  // bfloat16 without LoRA: 5% too since StreamBP's attention backward runs by key blocks: on these
+  // 96-token cells the fused CPU kernel's bfloat16 scratch is a few percent of the peak, and how much of it
+  // is alive at once follows how many threads the kernel actually got (measured 153732 and above against
+  // 156928 estimated for streambp, T=96, B=2, p=32, when another job loaded the cores).
+  check_tiny_grid(find_model_preset("tiny"),
+                  [](torch::ScalarType dtype, int64_t) { return dtype == torch::kBFloat16 ? 0.05 : 0.02; });
+}
+
+// `small` with a 512-token vocabulary, where the layer phases (MLP and attention backward) set the peak, at
+// batch 1 and 2 and with a partition that leaves a short last chunk.
+TEST(Estimate, MatchesSmallVocab) {
+  for (const auto& impl : estimated_impls())
+    for (const int64_t examples : {1, 2})
+      for (const auto& [T, p] : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 256}}) {
+        CellSpec c;
+        c.config = small_vocab();
+        c.impl = impl;
+        c.examples = examples;
+        c.seq_len = T;
+        c.partition = p;
+        c.logits_partition = 128;
+        check_cell(c, 0.02);
+      }
+}
+
+// Gemma 3: (1 + w) norms saving their normalised input in f, the norms on each block's output, and sliding
+// layers whose attention runs in banded blocks (whole sequences) or over K/V from the window start (StreamBP
+// chunks). tiny-gemma3 over every dtype, objective and LoRA; then Gemma-shaped `small` with a 512-token
+// vocabulary, where the layer phases set the peak, with windows narrower than, equal to and wider than the
+// partition, and whole-sequence calls of more than one banded block (T > 256).
+TEST(Estimate, MatchesTinyGemma3) {
+  ModelConfig config = find_model_preset("tiny-gemma3");
+  config.sliding_window = 24;  // shorter than the 32-row chunks and the 96-token sequences
+  check_tiny_grid(config, [](torch::ScalarType, int64_t) { return 0.02; });
+}
+
+// One case per strategy and dtype, so that ctest spreads the grid over the cores. A bfloat16 cell takes 2 to
+// 10 s on a CPU without native bfloat16, where the recorder turns oneDNN off and LibTorch's reference loops
+// run the matmuls: bfloat16 checks a window shorter and one longer than T at T = 256 (its terms are float32's
+// with 2-byte elements), float32 the whole grid.
+class EstimateSmallGemma3Vocab : public ::testing::TestWithParam<std::tuple<std::string, torch::ScalarType>> {
+};
+
+TEST_P(EstimateSmallGemma3Vocab, WithinTwoPercent) {
+  const auto& [impl, dtype] = GetParam();
+  const bool bf16 = dtype == torch::kBFloat16;
+  for (const int64_t window : bf16 ? std::vector<int64_t>{64, 300} : std::vector<int64_t>{64, 128, 300})
+    for (const auto& [T, p] : bf16 ? std::vector<std::pair<int64_t, int64_t>>{{256, 128}}
+                                   : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 128}}) {
+      CellSpec c;
+      c.config = find_model_preset("small-gemma3");
+      c.config.name = "small-gemma3-v512";
+      c.config.vocab = 512;
+      c.config.sliding_window = window;
+      c.impl = impl;
+      c.dtype = dtype;
+      c.examples = 1;
+      c.seq_len = T;
+      c.partition = p;
+      c.logits_partition = 128;
+      check_cell(c, 0.02);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, EstimateSmallGemma3Vocab,
+                         ::testing::Combine(::testing::ValuesIn(estimated_impls()),
+                                            ::testing::Values(torch::kFloat, torch::kBFloat16)),
+                         [](const ::testing::TestParamInfo<EstimateSmallGemma3Vocab::ParamType>& info) {
+                           std::string name =
+                               std::get<0>(info.param) + "_" + c10::toString(std::get<1>(info.param));
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
+// Offloaded checkpoints: the same phases with two layer inputs on the device, the rest as host bytes (exact),
+// for every strategy that offloads, objective and a short last chunk.
+TEST(Estimate, MatchesOffloaded) {
+  for (const auto& impl : offloading_strategy_names())
+    for (const std::string objective : {"sft", "dpo", "grpo"}) {
+      if (impl == "mst" && objective == "dpo") continue;
+      if (make_strategy(impl)->sequence_parallel()) continue;  // needs ranks: test_runner_features.cpp
+      for (const auto& config : {find_model_preset("tiny"), small_vocab()}) {
+        CellSpec c;
+        c.config = config;
+        c.impl = impl;
+        c.objective = objective;
+        c.examples = 2;
+        c.seq_len = config.name == "tiny" ? 96 : 320;
+        c.partition = config.name == "tiny" ? 32 : 128;
+        c.logits_partition = 64;
+        c.offload = true;
+        check_cell(c, 0.02);
+      }
+    }
+}
+
+TEST(Estimate, OffloadNeedsCheckpoints) {
+  EstimateInput in;
+  in.config = find_model_preset("tiny");
+  in.seq_len = 64;
+  in.impl = "plain";
+  in.offload = true;
+  try {
+    estimate_peak(in);
+    FAIL() << "plain with offload was estimated";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("plain keeps no layer checkpoints to offload"), std::string::npos)
+        << e.what();
+  }
+  in.impl = "streambp";
+  const MemoryEstimate e = estimate_peak(in);
+  EXPECT_EQ(e.host_bytes, (in.config.layers - 1) * 64 * in.config.hidden * 4);  // x_0 is made again
+  EXPECT_EQ(e.offload_traffic_bytes, 2 * e.host_bytes);
+}
+
+// ---- offload's acceptance: `small` at T = 2048, float32, StreamBP with and without offload ---------------
+//
+// The peak is in a head chunk, where without offload the L - 1 stored layer inputs (x_1..x_{L-1}; x_0 is
+// made again from the ids) wait on the device beside x_L; with offload none does (layer L-1's is fetched
+// after the head), so the device peak falls by (L - 1) x T*d*4 bytes exactly, and the host holds those
+// bytes. The estimate predicts both (device within 5%, host
+// exactly), and the gradients agree to float32 round-off. (Not bit for bit: MKL's sgemm picks its thread
+// count by the machine's load, and a different split sums in a different order. Offload itself only copies
+// bytes; the float64 exactness suite, Offloaded/Exactness.*, holds it to plain BP.)
+TEST(OffloadSmall, DevicePeakFallsByTheCheckpointBytes) {
+  CellSpec c;
+  c.config = find_model_preset("small");
+  c.impl = "streambp";
+  c.seq_len = 2048;
+  c.partition = 256;
+  c.logits_partition = 256;
+  const Measured on_device = measure_cell(c, true);
+  c.offload = true;
+  const Measured offloaded = measure_cell(c, true);
+  const int64_t checkpoint = c.seq_len * c.config.hidden * 4, stored = c.config.layers - 1;
+  const int64_t fall = on_device.peak - offloaded.peak;
+  RecordProperty("peak_on_device_bytes", std::to_string(on_device.peak));
+  RecordProperty("peak_offloaded_bytes", std::to_string(offloaded.peak));
+  RecordProperty("host_bytes", std::to_string(offloaded.host_peak));
+  RecordProperty("fall_bytes", std::to_string(fall));
+  EXPECT_EQ(on_device.base, offloaded.base);
+  EXPECT_EQ(on_device.host_peak, 0);
+  EXPECT_EQ(offloaded.host_peak, stored * checkpoint);
+  EXPECT_EQ(fall, stored * checkpoint) << "peak " << on_device.peak << " -> " << offloaded.peak;
+  const MemoryEstimate with = estimate_peak(estimate_input(c, offloaded.sequences));
+  CellSpec without_spec = c;
+  without_spec.offload = false;
+  const MemoryEstimate without = estimate_peak(estimate_input(without_spec, on_device.sequences));
+  EXPECT_LE(std::abs(relative_error(with.peak_bytes, offloaded.peak)), 0.05)
+      << "estimate " << with.peak_bytes << ", measured " << offloaded.peak;
+  EXPECT_EQ(with.host_bytes, offloaded.host_peak);
+  EXPECT_EQ(without.peak_bytes - with.peak_bytes, fall) << "the estimate's fall against the measured one";
+  ASSERT_EQ(on_device.grads.size(), offloaded.grads.size());
+  double worst = 0;
+  for (size_t i = 0; i < on_device.grads.size(); ++i) {
+    const auto& a = on_device.grads[i];
+    const double rel = (offloaded.grads[i] - a).norm().item<double>() / (a.norm().item<double>() + 1e-30);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 1e-5) << "gradient " << i;
+  }
+  RecordProperty("worst_grad_rel_l2", fmt::format("{:.3e}", worst));
+}
+
+// ---- the estimate's acceptance grid -------------------------------------------------------------------
+
+class EstimateSmall : public ::testing::TestWithParam<std::tuple<std::string, int64_t>> {};
+
+TEST_P(EstimateSmall, PeakWithinTenPercent) {
+  const auto& [impl, T] = GetParam();
+  const char* long_env = std::getenv("BPBENCH_ESTIMATE_LONG");
+  const bool run_long = long_env && std::string(long_env) == "1";
+  if (T > 2048 && !run_long)
+    GTEST_SKIP() << "T > 2048 takes 10 s to minutes a cell on 2 cores (the same peak phase as T <= 2048): "
+                    "set BPBENCH_ESTIMATE_LONG=1 to run it";
+  CellSpec c;
+  c.config = find_model_preset("small");
+  c.impl = impl;
+  c.seq_len = T;
+  c.partition = 256;
+  c.logits_partition = 256;
+  const Measured m = measure_cell(c);
+  const MemoryEstimate e = estimate_peak(estimate_input(c, m.sequences));
+  const double total = relative_error(e.peak_bytes, m.peak),
+               above = relative_error(e.peak_above_base, m.above_base());
+  RecordProperty("measured_peak_bytes", std::to_string(m.peak));
+  RecordProperty("estimated_peak_bytes", std::to_string(e.peak_bytes));
+  RecordProperty("total_error_pct", fmt::format("{:+.4f}", 100 * total));
+  RecordProperty("measured_above_base_bytes", std::to_string(m.above_base()));
+  RecordProperty("estimated_above_base_bytes", std::to_string(e.peak_above_base));
+  RecordProperty("above_base_error_pct", fmt::format("{:+.4f}", 100 * above));
+  RecordProperty("dominant_phase", e.dominant_phase);
+  EXPECT_LE(std::abs(total), 0.10) << "total: estimate " << e.peak_bytes << ", measured " << m.peak;
+  EXPECT_LE(std::abs(above), 0.10) << "above base: estimate " << e.peak_above_base << ", measured "
+                                   << m.above_base() << " (" << e.dominant_phase << ")";
+  EXPECT_EQ(e.base, m.base);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, EstimateSmall,
+                         ::testing::Combine(::testing::Values("plain", "checkpoint",
+                                                              "checkpoint-chunked-head", "mst", "streambp"),
+                                            ::testing::Values(512, 1024, 2048, 4096, 8192)),
+                         [](const ::testing::TestParamInfo<EstimateSmall::ParamType>& info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name + "_T" + std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace bpbench

@@ -1,0 +1,154 @@
+// test_hf_oracle.cpp: Hugging Face transformers as the external oracle. tests/oracle/hf_oracle.py builds tiny
+// random Qwen3, Qwen2, Llama and Gemma 3 models in transformers, saves them with save_pretrained, and
+// computes their SFT and DPO losses and every parameter's gradient in true float64. Here each directory goes
+// through bpbench's own HF loader, and every strategy must give transformers' loss and every gradient to
+// 1e-10 relative. This proves that bpbench's model is the model users train, not only that its strategies
+// agree with each other.
+//
+// The oracle runs under the Python that CMake found LibTorch through (BPBENCH_PYTHON: the project's .venv,
+// with the pinned transformers). Where that Python has no transformers (a GPU machine's own torch), the tests
+// skip with that reason; under CI (CI=true) they fail instead, so the oracle never silently goes missing.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "harness/model/hf_model.h"
+#include "harness/model/safetensors.h"
+#include "tests/support/test_support.h"
+
+namespace bpbench::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Each case of hf_oracle.py with the objectives it was run for: SFT and DPO for the four shape cases, SFT
+// alone for the RoPE cases (RoPE sits below every objective; the DPO cells of the shape cases cover the
+// objective).
+const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
+    {"qwen3_gqa2_tied", {"sft", "dpo"}},
+    {"qwen3_gqa4_untied", {"sft", "dpo"}},
+    {"llama_gqa2_untied", {"sft", "dpo"}},
+    {"llama_mha_tied", {"sft", "dpo"}},
+    {"qwen3_gqa3_tied", {"sft"}},
+    {"qwen2_bias", {"sft"}},
+    {"llama3_scaling", {"sft"}},
+    {"llama3_scaling_both_forms", {"sft"}},
+    {"llama3_scaling_hub_4x", {"sft"}},
+    {"linear", {"sft"}},
+    {"linear_hub_4x", {"sft"}},
+    {"dynamic_past_max_positions", {"sft"}},
+    {"dynamic_within_max_positions_hub_4x", {"sft"}},
+    {"yarn", {"sft"}},
+    {"yarn_every_option", {"sft"}},
+    {"yarn_attention_factor_implicit_factor", {"sft"}},
+    {"yarn_hub_4x", {"sft"}},
+    {"gemma3_mixed", {"sft", "dpo"}},
+    {"gemma3_hub_4x", {"sft"}},
+};
+const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
+
+// Chunks that do not divide the prime lengths, so every strategy has a ragged last chunk.
+constexpr Partitioning kPartition{/*rows=*/7, /*logits_rows=*/5};
+constexpr double kTolerance = 1e-10;
+
+// The oracle's output for the current hf_oracle.py (cached_python_output: made once per build tree).
+const PythonOutput& oracle() {
+  static const PythonOutput run = [] {
+    const std::string python = BPBENCH_PYTHON;
+    const bool has_transformers =
+        std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) == 0;
+    return cached_python_output(
+        "hf_oracle", {fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "hf_oracle.py"}, "", "cases.json",
+        has_transformers
+            ? ""
+            : fmt::format("{} cannot import transformers (run scripts/setup.sh): oracle not run", python));
+  }();
+  return run;
+}
+
+using OracleCell = std::tuple<std::string, std::string, std::string>;  // case, objective, impl
+
+// Every (case, objective, impl) whose impl runs the objective (mst does not run DPO).
+std::vector<OracleCell> oracle_cells() {
+  std::vector<OracleCell> cells;
+  for (const auto& [name, objectives] : kCases)
+    for (const auto& objective : objectives)
+      for (const auto& impl : kImpls)
+        if (!make_strategy(impl)->unsupported({objective, 1})) cells.emplace_back(name, objective, impl);
+  return cells;
+}
+
+class HfOracle : public ::testing::TestWithParam<OracleCell> {
+ protected:
+  void SetUp() override { require_python_output(oracle(), "the oracle"); }
+};
+
+// The batch the oracle used for `objective`: its ids (right-padded with 0) and shifted targets; DPO's rows
+// are (chosen, rejected) pairs with the oracle's reference sums.
+Batch oracle_batch(const SafetensorsFile& file, const std::string& objective) {
+  auto get = [&](const std::string& name, torch::ScalarType type) {
+    return file.get(objective + ":" + name, type);
+  };
+  Batch b;
+  b.input_ids = get("input_ids", torch::kLong);
+  b.targets = get("targets", torch::kLong);
+  b.group = objective == "dpo" ? 2 : 1;
+  b.examples = b.input_ids.size(0) / b.group;
+  b.loss_tokens = b.targets.ne(kIgnoreIndex).sum().item<int64_t>();
+  if (objective == "dpo") {
+    b.ref_sums = get("ref_sums", torch::kDouble);
+    b.beta = get("beta", torch::kDouble).item<double>();
+  }
+  return b;
+}
+
+TEST_P(HfOracle, LossAndEveryGradientMatchTransformersInFloat64) {
+  const auto& [name, objective_name, impl] = GetParam();
+  const fs::path case_dir = oracle().dir / name;
+  const SafetensorsFile file((case_dir / "oracle.safetensors").string());
+  Model model = load_hf_model((case_dir / "model").string(), torch::TensorOptions().dtype(torch::kDouble));
+  const Batch batch = oracle_batch(file, objective_name);
+  const auto objective = make_objective(objective_name);
+
+  const StepResult got = run_step(impl, model, batch, *objective, kPartition);
+  StepResult ref;
+  ref.loss = file.get(objective_name + ":loss", torch::kDouble).item<double>();
+  for (const auto& n : got.names) {
+    const std::string key = objective_name + ":grad:" + n;
+    ASSERT_NE(file.find(key), nullptr) << "transformers has no parameter " << n;
+    ref.names.push_back(n);
+    ref.grads.push_back(file.get(key, torch::kDouble));
+  }
+  expect_same_gradients(ref, got, kTolerance, fmt::format("{} {} / {}", name, objective_name, impl));
+
+  // transformers' own float64 mode (float32 RoPE table, RMSNorm and softmax) is outside the tolerance: the
+  // comparison above is against a truly float64 forward, and could see such a difference.
+  const double with_casts = file.get(objective_name + ":loss_f32_casts", torch::kDouble).item<double>();
+  EXPECT_GT(std::abs(got.loss - with_casts), kTolerance * std::abs(ref.loss)) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, HfOracle, ::testing::ValuesIn(oracle_cells()), [](const auto& info) {
+  std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+});
+
+TEST(HfOracleCases, TheOracleWroteExactlyTheCasesTestedHere) {
+  const PythonOutput& run = oracle();
+  if (!run.skip.empty()) GTEST_SKIP() << run.skip;
+  ASSERT_TRUE(run.error.empty()) << run.error;
+  const auto written =
+      json_file(run.dir / "cases.json").get<std::map<std::string, std::vector<std::string>>>();
+  EXPECT_EQ(written, (std::map<std::string, std::vector<std::string>>(kCases.begin(), kCases.end())));
+}
+
+}  // namespace
+}  // namespace bpbench::testing

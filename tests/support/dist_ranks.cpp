@@ -1,0 +1,256 @@
+// dist_ranks.cpp: one rank of a distributed test (DistChild.RankBody) and the launcher of its parents (see
+// dist_ranks.h).
+#include "tests/support/dist_ranks.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <limits>
+#include <thread>
+
+#include "harness/run/runner.h"
+#include "impls/machinery/dist_common.h"
+#include "profiles/memory.h"
+#include "tests/support/test_support.h"
+
+namespace bpbench::testing {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+void write_json(const fs::path& p, const json& j) {
+  std::ofstream(p) << j.dump(2) << "\n";
+}
+
+StepResult rank0_step(const fs::path& dir) {
+  const json r0 = json::parse(file_text(dir / "rank0.json"));
+  StepResult got;
+  got.loss = r0.at("loss");
+  got.names = r0.at("names").get<std::vector<std::string>>();
+  torch::load(got.grads, (dir / "grads.pt").string());
+  return got;
+}
+
+Model dist_job_model(const json& job) {
+  const std::string name = job.value("model", "tiny");
+  Model m =
+      name == "tiny"
+          ? tiny_model({job.value("kv_heads", int64_t{2}), job.value("tied", false)})
+          : load_model(name, torch::TensorOptions().dtype(parse_dtype(job.value("dtype", "float32"))), 0);
+  if (const int64_t r = job.value("lora_rank", int64_t{0}); r > 0) {
+    m.add_lora(r, 2.0 * static_cast<double>(r), 4);
+    // B starts at zero, which makes dL/dA zero too: randomise it so both adapter gradients are exercised.
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(9);
+    for (auto& p : m.trainable_parameters())
+      if (p.name.find("lora_B") != std::string::npos) p.tensor.normal_(0.0, 0.05);
+  }
+  return m;
+}
+
+std::unique_ptr<Strategy> dist_job_strategy(const json& job) {
+  dist::DistOptions options;
+  options.shard_params = job.value("shard_params", false);
+  options.naive_comm = job.value("naive_comm", false);
+  const std::string impl = job.at("impl");
+  auto strategy = make_strategy(impl);
+  if (dynamic_cast<const dist::DistStrategy*>(strategy.get()))
+    return make_distributed_strategy(impl, options);
+  return strategy;
+}
+
+Batch dist_job_global_batch(const json& job, Model& model, int world) {
+  const auto strategy = dist_job_strategy(job);
+  BatchSpec s;
+  s.examples = dist::global_examples(*strategy, job.value("examples_per_rank", kDistExamplesPerRank), world);
+  s.seq_len = job.value("seq_len", kDistT);
+  s.padding = job.value("padding", true);
+  const std::string objective = job.at("objective");
+  s.prompt_len = objective == "sft" ? -1 : job.value("prompt_len", int64_t{8});
+  s.group = 3;
+  s.beta = 0.1;
+  s.seed = 3;
+  s.vocab = model.config.vocab;
+  return make_objective(objective)->make_batch(s, model, job.value("logits_partition", kDistLogitsPartition));
+}
+
+namespace {
+// ---- the rank side ----------------------------------------------------------------------------------------
+
+// A rank that dies in the middle of a step: the objective exits the process when the LM head first asks it
+// for token sums (after the step's first collective, before the head's reduce_scatter).
+class DyingObjective final : public Objective {
+ public:
+  explicit DyingObjective(std::unique_ptr<Objective> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  Batch make_batch(const BatchSpec& spec, Model& model, int64_t rows) const override {
+    return inner_->make_batch(spec, model, rows);
+  }
+  torch::Tensor token_sums(const torch::Tensor&, const Batch&, int64_t) const override { std::_Exit(7); }
+  torch::Tensor outer(const torch::Tensor& sums, const Batch& batch) const override {
+    return inner_->outer(sums, batch);
+  }
+  bool outer_is_linear() const override { return inner_->outer_is_linear(); }
+  std::string outer_description() const override { return inner_->outer_description(); }
+  int64_t sequences_per_example(int64_t group) const override { return inner_->sequences_per_example(group); }
+  int64_t extra_batch_bytes(int64_t sequences, int64_t rows) const override {
+    return inner_->extra_batch_bytes(sequences, rows);
+  }
+  bool mean_over_target_tokens() const override { return inner_->mean_over_target_tokens(); }
+  bool reads_data_files() const override { return inner_->reads_data_files(); }
+
+ private:
+  std::unique_ptr<Objective> inner_;
+};
+
+int rank_main(const json& job) {
+  auto& rec = profiles::MemoryRecorder::instance();  // before the first tensor
+  torch::set_num_threads(job.value("threads", 1));
+  const fs::path out = job.at("out").get<std::string>();
+  const int rank = std::stoi(std::getenv("RANK")), world = std::stoi(std::getenv("WORLD_SIZE"));
+  const std::string mode = job.value("mode", "step");
+  if (mode == "exit") {  // the launcher test: rank `exit_rank` fails at once, the others hang
+    if (rank == job.at("exit_rank").get<int>()) return job.value("exit_code", 5);
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
+  }
+  if (rank == job.value("skip_rank", -1)) return 0;  // a rank that never joins the rendezvous
+  try {
+    auto comm = dist::Communicator::create(dist::CommConfig::from_env());
+    dist::set_current_communicator(comm.get());
+    Model model = [&] {
+      profiles::MemoryScope scope(profiles::Category::params);
+      return dist_job_model(job);
+    }();
+    std::unique_ptr<Objective> objective = make_objective(job.at("objective"));
+    if (rank == job.value("die_rank", -1)) objective = std::make_unique<DyingObjective>(std::move(objective));
+    const Partitioning part{job.value("partition", kDistPartition),
+                            job.value("logits_partition", kDistLogitsPartition)};
+    std::unique_ptr<Strategy> strategy = dist_job_strategy(job);
+    auto* dist_strategy = dynamic_cast<dist::DistStrategy*>(strategy.get());
+    const bool distributed = dist_strategy != nullptr;
+    Batch local = dist_job_global_batch(job, model, world);
+    if (distributed) local = dist::local_batch(*strategy, local, rank, world);
+    const std::string impl = job.at("impl");
+    const dist::DistOptions options = distributed ? dist_strategy->options() : dist::DistOptions{};
+    const StepInputs in{model, local, *objective, part};
+
+    // Warm-up steps, then measured ones: memory from the first measured step, time the fastest.
+    double loss = 0, seconds = std::numeric_limits<double>::infinity();
+    int64_t base = 0, peak = 0, end_live = 0;
+    profiles::CategoryBytes peak_cats{};
+    const int warmup = job.value("warmup", 0), repeat = job.value("repeat", 1);
+    for (int s = 0; s < warmup + repeat; ++s) {
+      for (auto& p : model.trainable_parameters()) p.tensor.mutable_grad().reset();
+      comm->barrier("before step");
+      rec.reset_peak();
+      const int64_t live = rec.live_bytes();
+      const auto t0 = std::chrono::steady_clock::now();
+      loss = strategy->forward_backward(in).item<double>();
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (s == warmup) {
+        base = live;
+        peak = rec.peak_bytes();
+        peak_cats = rec.peak_by_category();
+        end_live = rec.live_bytes();  // what the step leaves: full gradients, or this rank's shards
+      }
+      if (s >= warmup) seconds = std::min(seconds, dt);
+    }
+    json result = {{"rank", rank},
+                   {"loss", loss},
+                   {"seconds", seconds},
+                   {"base_bytes", base},
+                   {"peak_bytes", peak},
+                   {"step_peak_bytes", peak - base},
+                   {"end_live_bytes", end_live},
+                   {"impl", impl},
+                   {"local_rank", std::stoi(std::getenv("LOCAL_RANK"))},
+                   {"node", std::stoi(std::getenv("GROUP_RANK"))},
+                   {"options", options.label()}};
+    if (dist_strategy) result["comm"] = dist_strategy->last_step_comm().to_json();
+    json peak_by_category = json::object();
+    for (int c = 0; c < profiles::kCategoryCount; ++c)
+      peak_by_category[profiles::category_name(static_cast<profiles::Category>(c))] = peak_cats[c];
+    result["peak_by_category"] = peak_by_category;
+
+    if (distributed && job.value("gather", true)) {
+      auto grads = dist_strategy->gather_full_gradients();
+      std::vector<std::string> names;
+      std::vector<torch::Tensor> tensors;
+      for (auto& g : grads) {
+        names.push_back(g.name);
+        tensors.push_back(g.tensor.to(torch::kDouble));
+      }
+      result["names"] = names;
+      if (rank == 0) torch::save(tensors, (out / "grads.pt").string());
+
+      // What a runner does for its gradient-error report: full parameters back, full gradients into .grad.
+      dist_strategy->restore_parameters(model);
+      dist_strategy->load_full_gradients(model);
+      const Model fresh = dist_job_model(job);
+      const auto now = model.named_parameters(), then = fresh.named_parameters();
+      bool params_restored = now.size() == then.size(), grads_loaded = true;
+      for (size_t k = 0; params_restored && k < now.size(); ++k)
+        params_restored = now[k].tensor.equal(then[k].tensor);
+      const auto trainable = model.trainable_parameters();
+      for (size_t k = 0; k < trainable.size(); ++k)
+        grads_loaded = grads_loaded && trainable[k].tensor.grad().defined() &&
+                       trainable[k].tensor.grad().to(torch::kDouble).equal(tensors.at(k));
+      result["params_restored"] = params_restored;
+      result["grads_loaded"] = grads_loaded;
+    }
+    write_json(out / fmt::format("rank{}.json", rank), result);
+    comm->barrier("end");  // rank 0 holds the store: nobody leaves while another still needs it
+    return 0;
+  } catch (const std::exception& e) {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+    std::ofstream(out / fmt::format("rank{}.error", rank)) << what << "\n";
+    std::cerr << "rank " << rank << ": " << what << "\n";
+    return 3;
+  }
+}
+
+// One rank of a parent's launch; skipped in an ordinary test run.
+TEST(DistChild, RankBody) {
+  const char* job = std::getenv("BPBENCH_DIST_TEST_JOB");
+  if (!job) GTEST_SKIP() << "runs only as a rank launched by the other Dist tests";
+  const int code = rank_main(json::parse(job));
+  std::cout.flush();
+  std::cerr.flush();
+  std::_Exit(code);  // no static destructors: a rank's exit must never wait on a peer
+}
+
+// ---- the parent side --------------------------------------------------------------------------------------
+
+}  // namespace
+
+LaunchResult launch_ranks(const json& job, int world, std::vector<std::pair<std::string, std::string>> env,
+                          std::chrono::milliseconds grace) {
+  LaunchOptions o;
+  o.world_size = world;
+  o.nodes = job.value("nodes", 1);
+  o.args = {"--gtest_filter=DistChild.RankBody"};
+  env.emplace_back("BPBENCH_DIST_TEST_JOB", job.dump());
+  env.emplace_back("OMP_NUM_THREADS", "1");
+  // A sharded test process (ctest's shard_K_of_N) hands GoogleTest's shard variables down: the child must run
+  // its one filtered test whichever shard that lands in.
+  env.emplace_back("GTEST_TOTAL_SHARDS", "1");
+  env.emplace_back("GTEST_SHARD_INDEX", "0");
+  o.env = env;
+  o.grace = grace;
+  o.timeout = std::chrono::seconds(300);
+  return launch_local_ranks(o);
+}
+
+std::string rank_errors(const fs::path& dir, int world) {
+  std::string all;
+  for (int r = 0; r < world; ++r)
+    if (fs::exists(dir / fmt::format("rank{}.error", r)))
+      all += file_text(dir / fmt::format("rank{}.error", r));
+  return all;
+}
+
+}  // namespace bpbench::testing

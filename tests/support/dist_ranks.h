@@ -1,0 +1,51 @@
+// dist_ranks.h: the rank side of the distributed tests (test_dist.cpp, test_sequence_parallel.cpp) and
+// their launcher.
+//
+// The test binary re-executes itself (harness/run/dist_launch.h) with --gtest_filter=DistChild.RankBody and
+// a job in BPBENCH_DIST_TEST_JOB; each child is one rank: it builds the same float64 model and the same
+// global batch, takes its part (dist::local_batch: its examples, or its slice of every sequence), runs the
+// strategy's steps, all-gathers the gradient shards and writes rank<r>.json (rank 0 also grads.pt) to the
+// job's "out" directory. Job keys: impl, objective, out; model ("tiny" | a preset), dtype, tied, kv_heads,
+// lora_rank, examples_per_rank, seq_len, padding, prompt_len, partition, logits_partition, shard_params,
+// naive_comm, warmup, repeat, threads, gather, nodes (torchrun-style nodes on this machine, dist_launch.h);
+// for the failure tests mode, exit_rank, exit_code, skip_rank, die_rank.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/run/dist_launch.h"
+#include "impls/strategy.h"
+#include "tests/support/test_support.h"
+
+namespace bpbench::testing {
+
+inline constexpr int64_t kDistT = 13, kDistPartition = 4, kDistLogitsPartition = 3, kDistExamplesPerRank = 2;
+
+void write_json(const std::filesystem::path& p, const nlohmann::json& j);
+
+// The job's model (float64 "tiny" with its kv_heads / tied / LoRA, or a preset in its dtype) and the
+// strategy it names (distributed ones with the job's options).
+Model dist_job_model(const nlohmann::json& job);
+std::unique_ptr<Strategy> dist_job_strategy(const nlohmann::json& job);
+// The global batch of the job on `world` ranks (examples_per_rank x world for data parallel,
+// examples_per_rank shared by sequence-parallel ranks).
+Batch dist_job_global_batch(const nlohmann::json& job, Model& model, int world);
+
+// Rank 0's loss, parameter names and gathered gradients (grads.pt) in `dir`, as a single-process step's.
+StepResult rank0_step(const std::filesystem::path& dir);
+
+// Launches `job` on `world` local ranks.
+LaunchResult launch_ranks(const nlohmann::json& job, int world,
+                          std::vector<std::pair<std::string, std::string>> env = {},
+                          std::chrono::milliseconds grace = std::chrono::seconds(15));
+// Every rank<r>.error in `dir`, concatenated.
+std::string rank_errors(const std::filesystem::path& dir, int world);
+
+}  // namespace bpbench::testing
