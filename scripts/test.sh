@@ -7,7 +7,16 @@ bash "$root/scripts/build.sh"
 cd "$root/build"
 status=0
 rm -rf "$root/build/tests/shard-reports"  # this run's reports only
-ctest --output-on-failure -j "$(nproc)" "$@" || status=$?
+log="$root/build/tests/ctest-last.log"
+mkdir -p "$(dirname "$log")"
+set +e
+ctest --output-on-failure -j "$(nproc)" "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# Where the time went: the ten longest entries of this run (docs/development.md: the suite stays near 5 minutes).
+echo "The ten longest ctest entries of this run:"
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn | head -10 |
+  awk '{printf "  %7.1f s  %s\n", $1, $2}'
 # A case that skips itself inside a shard leaves its shard passed: name those cases, as ctest names the skipped
 # entries, from the shards' GoogleTest reports (tests/discover_test_groups.py).
 reports="$root/build/tests/shard-reports"
