@@ -5,7 +5,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/build.sh"
 cd "$root/build"
-status=0
 rm -rf "$root/build/tests/shard-reports"  # this run's reports only
 log="$root/build/tests/ctest-last.log"
 mkdir -p "$(dirname "$log")"

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "harness/cli/estimate_command.h"
+#include "harness/cli/help_text.h"
 #include "harness/cli/validate_command.h"
 #include "harness/cli/version.h"
 #include "harness/model/hf_model.h"
@@ -137,17 +138,14 @@ Exit status: 0 every cell ok/oom/skipped; 1 some cell has status "error"; 2 bad 
 
 // kRunHelp with the registry's names where it lists strategies (@OFFLOADING@, @DISTRIBUTED@).
 std::string run_help() {
-  std::string text = kRunHelp;
-  const auto replace = [&](const std::string& token, const std::string& value) {
-    if (const auto at = text.find(token); at != std::string::npos) text.replace(at, token.size(), value);
-  };
-  replace("@OFFLOADING@", fmt::format("{}", fmt::join(offloading_strategy_names(), ", ")));
   std::vector<std::string> data_parallel, sequence_parallel;
   for (const auto& name : run_detail::distributed_strategy_names())
     (make_strategy(name)->sequence_parallel() ? sequence_parallel : data_parallel).push_back(name);
-  replace("@DISTRIBUTED@", fmt::format("{} (data parallel), {} (sequence parallel)",
-                                       fmt::join(data_parallel, ", "), fmt::join(sequence_parallel, ", ")));
-  return text;
+  return with_names(
+      kRunHelp,
+      {{"@OFFLOADING@", fmt::format("{}", fmt::join(offloading_strategy_names(), ", "))},
+       {"@DISTRIBUTED@", fmt::format("{} (data parallel), {} (sequence parallel)",
+                                     fmt::join(data_parallel, ", "), fmt::join(sequence_parallel, ", "))}});
 }
 
 const char* kListHelp = R"(usage: bpbench list [models|impls|objectives]

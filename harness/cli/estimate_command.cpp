@@ -8,6 +8,7 @@
 
 #include "harness/cli/estimate_output.h"
 #include "harness/cli/estimate_request.h"
+#include "harness/cli/help_text.h"
 #include "harness/estimate/estimate.h"
 #include "harness/objectives/objective.h"
 
@@ -83,14 +84,10 @@ output:
 }  // namespace
 
 std::string estimate_help() {
-  std::string text = kEstimateHelp;
-  const auto replace = [&](const std::string& token, const std::string& value) {
-    if (const auto at = text.find(token); at != std::string::npos) text.replace(at, token.size(), value);
-  };
-  replace("@IMPLS@", fmt::format("{}", fmt::join(estimated_impls(), ", ")));
-  replace("@RANK_IMPLS@", fmt::format("{}", fmt::join(estimated_data_parallel_impls(), ", ")));
-  replace("@OBJECTIVES@", fmt::format("{}", fmt::join(objective_names(), " | ")));
-  return text;
+  return with_names(kEstimateHelp,
+                    {{"@IMPLS@", fmt::format("{}", fmt::join(estimated_impls(), ", "))},
+                     {"@RANK_IMPLS@", fmt::format("{}", fmt::join(estimated_data_parallel_impls(), ", "))},
+                     {"@OBJECTIVES@", fmt::format("{}", fmt::join(objective_names(), " | "))}});
 }
 
 int estimate_command(const std::vector<std::string>& args, std::ostream& out) {

@@ -22,21 +22,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line: " << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something other than std::runtime_error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
-
 void write_json(const std::string& path, const json& j) {
   std::ofstream out(path);
   out << j.dump(2);

@@ -19,6 +19,7 @@
 namespace bpbench {
 namespace {
 
+using testing::error_of;
 using testing::file_text;
 using testing::TempDir;
 
@@ -52,22 +53,6 @@ bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   auto ca = a.contiguous(), cb = b.contiguous();
   return a.numel() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), a.numel() * a.element_size()) == 0;
-}
-
-// The message of the std::runtime_error `f` throws; fails the test when it throws nothing or something else.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line: " << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw something other than std::runtime_error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
 }
 
 NamedTensors sample_tensors() {

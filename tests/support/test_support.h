@@ -36,6 +36,23 @@ inline std::string file_text(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// The one-line message of the std::runtime_error `f` throws; a failure if it throws nothing, something
+// else, or a message of more than one line.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line: " << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw something other than std::runtime_error: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
 // A JSON file parsed (throws, failing the test, when it cannot be read).
 inline nlohmann::json json_file(const std::filesystem::path& path) {
   std::ifstream in(path);
