@@ -83,7 +83,7 @@ def main():
     probes = runs.get("streambp_maxlen", [])
     if probes:
         lines += ["", "streambp's longest length, probes at the estimate's answer and a step above: " +
-                  ", ".join(f"T = {c.get('cell', {}).get('seq_len')}: {c.get('status')}" for c in probes)]
+                  ", ".join(f"T = {c.get('axes', {}).get('seq_len')}: {c.get('status')}" for c in probes)]
     text = "\n".join(lines) + "\n"
     (work / "summary.md").write_text(text)
     print(text, end="")
