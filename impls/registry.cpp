@@ -1,4 +1,4 @@
-// registry.cpp: the one list of strategies, and the peers' names.
+// registry.cpp: the strategies (from strategies.def) and the peers' names (from impls/peers/registry.py).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -12,18 +12,15 @@
 
 namespace bpbench {
 
-// One row per strategy, beside its factory's declaration (the factory is defined in the strategy's file):
-// adding a strategy is its file plus its line here. A distributed strategy's factory takes the options of
-// its step (dist_common.h); the registry gives it default_dist_options().
-std::unique_ptr<Strategy> make_plain_strategy();
-std::unique_ptr<Strategy> make_checkpoint_strategy();
-std::unique_ptr<Strategy> make_checkpoint_chunked_head_strategy();
-std::unique_ptr<Strategy> make_mst_strategy();
-std::unique_ptr<Strategy> make_streambp_strategy();
-std::unique_ptr<dist::DistStrategy> make_streambp_dist(const dist::DistOptions& options);
-std::unique_ptr<dist::DistStrategy> make_checkpoint_dist(const dist::DistOptions& options);
-std::unique_ptr<dist::DistStrategy> make_ulysses(const dist::DistOptions& options);
-std::unique_ptr<dist::DistStrategy> make_streambp_ulysses(const dist::DistOptions& options);
+// The factories' declarations, from the one list (strategies.def; each is defined in its strategy's file). A
+// distributed strategy's factory takes the options of its step (dist_common.h); the registry gives it
+// default_dist_options().
+#define BPBENCH_STRATEGY(name, factory) std::unique_ptr<Strategy> factory();
+#define BPBENCH_DIST_STRATEGY(name, factory) \
+  std::unique_ptr<dist::DistStrategy> factory(const dist::DistOptions& options);
+#include "impls/strategies.def"
+#undef BPBENCH_STRATEGY
+#undef BPBENCH_DIST_STRATEGY
 
 namespace {
 using Factory = std::unique_ptr<Strategy> (*)();
@@ -40,15 +37,11 @@ struct StrategyEntry {
 
 const std::vector<StrategyEntry>& strategy_registry() {
   static const std::vector<StrategyEntry> entries = {
-      {"plain", make_plain_strategy},
-      {"checkpoint", make_checkpoint_strategy},
-      {"checkpoint-chunked-head", make_checkpoint_chunked_head_strategy},
-      {"mst", make_mst_strategy},
-      {"streambp", make_streambp_strategy},
-      {"streambp-dist", nullptr, make_streambp_dist},
-      {"checkpoint-dist", nullptr, make_checkpoint_dist},
-      {"ulysses", nullptr, make_ulysses},
-      {"streambp-ulysses", nullptr, make_streambp_ulysses},
+#define BPBENCH_STRATEGY(name, factory) {name, factory},
+#define BPBENCH_DIST_STRATEGY(name, factory) {name, nullptr, factory},
+#include "impls/strategies.def"
+#undef BPBENCH_STRATEGY
+#undef BPBENCH_DIST_STRATEGY
   };
   return entries;
 }
@@ -88,9 +81,12 @@ std::vector<PhaseEstimate> Strategy::memory_phases(const MemoryTerms&, const Par
   throw std::logic_error(fmt::format("{} has no memory estimate", name()));
 }
 
+// The one list of peers is impls/peers/registry.py's PEERS; the build reads their names from it
+// (scripts/cmake/peer_names.cmake).
 std::vector<std::string> peer_names() {
-  return {"hf-checkpoint", "hf",         "hf-checkpoint-offload", "streambp-official", "liger-flce",
-          "cce",           "alst-tiled", "alst-ulysses"};
+  return {
+#include "peer_names.inc"  // generated in the build folder
+  };
 }
 
 bool is_peer(const std::string& impl) {

@@ -11,9 +11,10 @@
 
 namespace bpbench {
 
-std::unique_ptr<Objective> make_sft_objective();
-std::unique_ptr<Objective> make_dpo_objective();
-std::unique_ptr<Objective> make_grpo_objective();
+// The factories' declarations, from the one list (objectives.def; each is defined in its objective's file).
+#define BPBENCH_OBJECTIVE(name, description, factory) std::unique_ptr<Objective> factory();
+#include "harness/objectives/objectives.def"
+#undef BPBENCH_OBJECTIVE
 
 TargetLogps target_logps(const torch::Tensor& logits, const torch::Tensor& targets) {
   auto mask = targets.ne(kIgnoreIndex);                                                    // (N, c)
@@ -37,7 +38,7 @@ torch::Tensor reference_target_logps(Model& model, const Batch& batch, int64_t r
 }
 
 namespace {
-// The one list of objectives: adding one is a file with its factory plus one row here.
+// The one list of objectives (objectives.def): adding one is a file with its factory plus one line there.
 struct ObjectiveEntry {
   std::string name;
   std::string description;
@@ -46,12 +47,9 @@ struct ObjectiveEntry {
 
 const std::vector<ObjectiveEntry>& objective_registry() {
   static const std::vector<ObjectiveEntry> entries = {
-      {"sft", "next-token cross-entropy, mean over non-ignored shifted targets of the batch",
-       make_sft_objective},
-      {"dpo", "sigmoid DPO on chosen/rejected pairs vs a no-grad reference (non-linear outer f)",
-       make_dpo_objective},
-      {"grpo", "clipped-ratio policy loss with k3 KL, per-completion token mean, group mean",
-       make_grpo_objective},
+#define BPBENCH_OBJECTIVE(name, description, factory) {name, description, factory},
+#include "harness/objectives/objectives.def"
+#undef BPBENCH_OBJECTIVE
   };
   return entries;
 }

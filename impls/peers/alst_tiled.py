@@ -32,7 +32,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: again as pyth
 import argparse
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import heap_policy
 
@@ -176,6 +176,14 @@ def build(config: Any, args: Args, device: torch.device,
         return loss.detach()
 
     return model, step, {"partition": mlp_tile, "logits_partition": logits_tile}
+
+
+if TYPE_CHECKING:  # mypy holds this module to the peers' interface (ctest's python_types)
+    from . import alst_tiled as _this
+    from .interface import HasArguments, Peer
+
+    _peer: Peer = _this
+    _HasArguments: HasArguments = _this
 
 
 if __name__ == "__main__":

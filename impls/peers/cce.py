@@ -10,6 +10,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: again as pyth
     launch.rerun_as_module(__file__)
 
 import sys
+from typing import TYPE_CHECKING
 
 from . import heap_policy
 
@@ -27,6 +28,12 @@ def cce_loss() -> fused_loss.LossOf:
 
 PEER: fused_loss.FusedLossPeer = fused_loss.FusedLossPeer("cce", "cut-cross-entropy", "cut_cross_entropy",
                                                           "cut-cross-entropy", cce_loss)
+
+if TYPE_CHECKING:  # mypy holds this peer to the peers' interface (ctest's python_types)
+    from .interface import Peer
+
+    _peer: Peer = PEER
+
 
 if __name__ == "__main__":
     sys.exit(PEER.main("cce", __doc__, sys.argv[1:]))

@@ -29,7 +29,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: again as pyth
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import heap_policy
 
@@ -101,6 +101,14 @@ def build(config: Any, args: Args, device: torch.device,
         return loss.detach()
 
     return model, step, {"offload": "checkpoints"} if getattr(args, "offload", False) else {}
+
+
+if TYPE_CHECKING:  # mypy holds this module to the peers' interface (ctest's python_types)
+    from . import hf_checkpoint as _this
+    from .interface import HasArguments, Peer
+
+    _peer: Peer = _this
+    _HasArguments: HasArguments = _this
 
 
 if __name__ == "__main__":

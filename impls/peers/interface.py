@@ -2,8 +2,9 @@
 
 A peer is a module (hf_checkpoint.py) or an object (fused_loss.FusedLossPeer) with Peer's functions;
 common.run checks it at run time (isinstance against these runtime-checkable Protocols: the names exist) and
-mypy checks the signatures of every peer of registry.py statically (registry.py's TYPE_CHECKING block:
-`python_types` in ctest). The optional hooks are Protocols of their own: a peer has all of one or none of it.
+mypy checks the signatures of every peer statically (a TYPE_CHECKING block at the end of each peer's module
+assigns it to a Peer: `python_types` in ctest). The optional hooks are Protocols of their own: a peer has all
+of one or none of it.
 
   Peer                   impl, describe, versions, unavailable, config, build: enough to be measured
   HasArguments           add_arguments: its own options

@@ -11,6 +11,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: again as pyth
     launch.rerun_as_module(__file__)
 
 import sys
+from typing import TYPE_CHECKING
 
 from . import heap_policy
 
@@ -28,6 +29,12 @@ def liger_loss() -> fused_loss.LossOf:
 
 PEER: fused_loss.FusedLossPeer = fused_loss.FusedLossPeer("liger-flce", "liger-kernel", "liger_kernel",
                                                           "Liger fused linear cross-entropy", liger_loss)
+
+if TYPE_CHECKING:  # mypy holds this peer to the peers' interface (ctest's python_types)
+    from .interface import Peer
+
+    _peer: Peer = PEER
+
 
 if __name__ == "__main__":
     sys.exit(PEER.main("liger_flce", __doc__, sys.argv[1:]))

@@ -4,8 +4,10 @@ the module that measures it, the options that select it there, why it runs on a 
 "skipped" with that reason), the third-party checkout it needs (.peers/NAME: checkouts.py) and the
 side-by-side tables that run it (scripts/cpu_peers.sh: "cpu"; scripts/paper_gpu.sh's peers table: "cuda").
 
-Adding a peer: its module (the Peer interface of interface.py), one line here, one name in
-impls/registry.cpp's peer_names(); the tables and `python -m peers list|runs` follow from here.
+Adding a peer: its module (the Peer interface of interface.py, which a TYPE_CHECKING block at its end holds it
+to) plus one line here. The build reads the names of the PEERS lines into impls/registry.cpp's peer_names()
+(scripts/cmake/peer_names.cmake: keep one `    PeerEntry("name", ...` line each); the tables and
+`python -m peers list|runs` follow from here.
 
 Standard library only (the shell scripts read it through `python -m peers`): the modules are named, not
 imported.
@@ -14,14 +16,13 @@ imported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 TRITON = "Triton kernels"
 
 
 @dataclass(frozen=True)
 class PeerEntry:
-    name: str  # the cells' impl, as in impls/registry.cpp's peer_names()
+    name: str  # the cells' impl; the build gives impls/registry.cpp's peer_names() the same list
     module: str  # peers.<module> measures it: python -m peers.<module>
     options: tuple[str, ...] = ()  # what selects this impl in that module's command line
     gpu_only: str | None = None  # why it cannot run on the CPU; None: it runs on both
@@ -73,21 +74,3 @@ def table(device: str) -> list[PeerEntry]:
         raise ValueError(f"no table {device!r} (valid: {', '.join(TABLES)})")
     return [p for p in PEERS if device in p.tables]
 
-
-# mypy holds every peer of PEERS to the interface (ctest's python_types); nothing of this runs.
-if TYPE_CHECKING:
-    from . import alst_tiled, alst_ulysses, cce, hf_checkpoint, liger_flce, streambp_official
-    from .interface import HasArguments, MeasuresOwnProcesses, Peer
-
-    # One line a peer, so that mypy names the one that does not fit.
-    _hf_checkpoint: Peer = hf_checkpoint
-    _hf_checkpoint_arguments: HasArguments = hf_checkpoint
-    _streambp_official: Peer = streambp_official
-    _streambp_official_arguments: HasArguments = streambp_official
-    _liger_flce: Peer = liger_flce.PEER
-    _cce: Peer = cce.PEER
-    _alst_tiled: Peer = alst_tiled
-    _alst_tiled_arguments: HasArguments = alst_tiled
-    _alst_ulysses: Peer = alst_ulysses
-    _alst_ulysses_arguments: HasArguments = alst_ulysses
-    _alst_ulysses_processes: MeasuresOwnProcesses = alst_ulysses

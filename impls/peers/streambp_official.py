@@ -22,7 +22,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: again as pyth
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import heap_policy
 
@@ -80,6 +80,14 @@ def build(config: Any, args: Args, device: torch.device,
         return loss.detach()
 
     return model, step, {"partition": args.partition, "logits_partition": args.logits_partition}
+
+
+if TYPE_CHECKING:  # mypy holds this module to the peers' interface (ctest's python_types)
+    from . import streambp_official as _this
+    from .interface import HasArguments, Peer
+
+    _peer: Peer = _this
+    _HasArguments: HasArguments = _this
 
 
 if __name__ == "__main__":
