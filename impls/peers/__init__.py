@@ -24,6 +24,7 @@ launch.py.)
   streambp_official_exactness.py its loss and gradients in float64 against plain BP (tests/peers/*.cpp)
   fused_loss.py, liger_flce.py, cce.py   liger-flce, cce: fused linear cross-entropy kernels (GPU only)
   alst_tiled.py, alst_ulysses.py         alst-tiled, alst-ulysses: ALST through DeepSpeed
+  alst_ulysses_rank.py                   one rank (a worker process) of alst-ulysses
 
 Nothing here is imported by the package itself at import time: `import peers` is free.
 """

@@ -38,13 +38,11 @@ parameter) and the losses. There is no DeepSpeed engine and no ZeRO: every rank 
 gradients (bpbench's ulysses keeps ZeRO-2 gradient shards instead). --partition / --logits-partition are
 alst_tiled.py's tiles (ALST's defaults), applied to each rank's Ts rows.
 
-DeepSpeed's comm backend JIT-compiles its shared-memory all-reduce (deepspeed_shm_comm, about 75 s on 2 cores,
-cached in ~/.cache/torch_extensions afterwards) whenever it starts on the CPU accelerator. It serves only
-inference_all_reduce (tensor-parallel inference), never the collectives here (torch.distributed's Gloo), and
-no environment variable skips it (DS_BUILD_SHM_COMM acts at install time only), so the workers mark the op
-incompatible in DeepSpeed's table of ops (skip_shm_comm_build) and nothing is compiled. DeepSpeed's
-accelerator is set to --device's (DS_ACCELERATOR): detected, it would be CUDA's on a GPU machine even for
---device cpu.
+This module is the command line and the launcher (its lengths' workers, their cells merged); a worker's
+own body, from the process group to its cell, is alst_ulysses_rank.py's. No op is JIT-built on the CPU: the
+workers skip DeepSpeed's shared-memory all-reduce (skip_shm_comm_build; alst_ulysses_rank.py says why).
+DeepSpeed's accelerator is set to --device's (DS_ACCELERATOR): detected, it would be CUDA's on a GPU machine
+even for --device cpu.
 """
 
 if __name__ == "__main__" and not __package__:  # run by its path: again as python -m peers.alst_ulysses
@@ -52,7 +50,6 @@ if __name__ == "__main__" and not __package__:  # run by its path: again as pyth
     launch.rerun_as_module(__file__)
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -61,8 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import heap_policy
 
@@ -74,8 +70,11 @@ from . import alst_tiled  # (puts .peers/deepspeed first on sys.path)
 import torch
 import transformers
 
-from . import common, cpu_meter, hf_checkpoint, launch
-from .interface import Args, Cell, ConfigJson, Step
+from . import common, cpu_meter, launch
+# build is this peer's (interface.Peer: common.measure_length calls it in each worker); skip_shm_comm_build
+# keeps its name here for whoever reaches it through this module.
+from .alst_ulysses_rank import build as build, rows_of, skip_shm_comm_build as skip_shm_comm_build, worker
+from .interface import Args, Cell, ConfigJson
 
 TOOL = "alst_ulysses"
 MODULE = "alst_ulysses"  # the workers: python -m peers.alst_ulysses --worker DIR
@@ -136,11 +135,6 @@ def config(config_json: ConfigJson) -> Any:
     return common.auto_config(config_json)
 
 
-def ulysses() -> Any:
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
-    return UlyssesSPAttentionHF
-
-
 def refusal(config_json: ConfigJson, ranks: int, model: str) -> str | None:
     """Why `ranks` cannot split the preset's attention by heads (DeepSpeed's rule, and bpbench's:
     sequence_parallel_refusal), in one line naming the valid counts; None where it can."""
@@ -161,193 +155,7 @@ def refusal(config_json: ConfigJson, ranks: int, model: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# A rank (a worker process)
-
-class CommCounter:
-    """The collectives of the last step, per kind as bpbench's comm.h counts them: calls, logical bytes
-    (all_to_all: the input; all_gather: the output; all_reduce: the tensor) and, on Gloo, seconds of host wall
-    time inside the call (peers' waits included). NCCL returns before the device has run the collective: no
-    seconds there."""
-
-    KINDS = {"all_to_all_single": "all_to_all", "all_gather": "all_gather", "all_reduce": "all_reduce"}
-
-    def __init__(self) -> None:
-        self.counts: dict[str, dict[str, Any]] = {}
-        self.last: dict[str, dict[str, Any]] | None = None
-        self.timed = True
-
-    def install(self, timed: bool) -> None:
-        self.timed = timed
-        dist = torch.distributed
-        for function, kind in self.KINDS.items():
-            original = getattr(dist, function)
-
-            def counted(*a: Any, _original: Callable[..., Any] = original, _function: str = function,
-                        _kind: str = kind, **k: Any) -> Any:
-                nbytes = self.nbytes(_function, a, k)
-                t0 = time.perf_counter()
-                out = _original(*a, **k)
-                entry = self.counts.setdefault(_kind, {"calls": 0, "bytes": 0})
-                entry["calls"] += 1
-                entry["bytes"] += nbytes
-                if self.timed:
-                    entry["seconds"] = entry.get("seconds", 0.0) + time.perf_counter() - t0
-                return out
-
-            # DeepSpeed's comm (deepspeed.comm.torch) calls torch.distributed.X: counted there too.
-            setattr(dist, function, counted)
-
-    @staticmethod
-    def nbytes(function: str, a: tuple[Any, ...], k: dict[str, Any]) -> int:
-        def size(t: Any) -> int:
-            return t.numel() * t.element_size() if torch.is_tensor(t) else 0
-
-        if function == "all_to_all_single":
-            return size(k.get("input", a[1] if len(a) > 1 else None))
-        if function == "all_gather":
-            return sum(size(t) for t in (k.get("tensor_list", a[0] if a else None) or []))
-        return size(k.get("tensor", a[0] if a else None))
-
-    def reset(self) -> None:
-        self.counts = {}
-
-    def stop(self) -> None:
-        self.last = self.counts
-        self.counts = {}
-
-
-COUNTER = CommCounter()
-_REGISTERED: list[int] = []  # the UlyssesSP registration, once per process
-
-
-def skip_shm_comm_build() -> None:
-    """No JIT build of DeepSpeed's shared-memory all-reduce at init (see the module's docstring): build_shm_op
-    (deepspeed/comm/torch.py) builds it only where deepspeed.ops.__compatible_ops__ says it can. The table is
-    probed (compiler runs) on its first read: set before that, it is never probed; afterwards only this entry
-    changes."""
-    import deepspeed.ops
-    if "__compatible_ops__" not in vars(deepspeed.ops):
-        deepspeed.ops.__compatible_ops__ = {}
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-
-
-def start_process_group(args: Args, rank: int, store: str) -> None:
-    import deepspeed
-    if args.device == "cpu":
-        skip_shm_comm_build()
-    deepspeed.init_distributed(dist_backend="nccl" if args.device == "cuda" else "gloo",
-                               auto_mpi_discovery=False, verbose=False,
-                               timeout=datetime.timedelta(seconds=args.comm_timeout),
-                               init_method=f"file://{store}", rank=rank, world_size=args.ranks)
-
-
-def rows_of(T: int, ranks: int) -> int:
-    return -(-T // ranks)  # Ts = ceil(T / P)
-
-
-def register_ulysses(model: Any, padded: int, ranks: int) -> None:
-    """DeepSpeed's UlyssesSP in place of the model's sdpa attention (every later sdpa call in this process),
-    for sequences of `padded` tokens over `ranks` ranks."""
-    if ranks > 1 and not _REGISTERED:
-        ulysses().register_with_transformers(model_name_or_path=model, core_attn_implementation="sdpa",
-                                             sequence_parallel_size=ranks, micro_batch_size=1,
-                                             seq_length=padded, seq_length_is_variable=False)
-        _REGISTERED.append(padded)
-    if _REGISTERED and _REGISTERED[0] != padded:
-        raise RuntimeError(f"UlyssesSP was registered for {_REGISTERED[0]} tokens, not {padded}: one length "
-                           "a process")
-
-
-def build(config: Any, args: Args, device: torch.device,
-          dtype: torch.dtype) -> tuple[torch.nn.Module, Step, dict[str, Any]]:
-    """A rank's model and step (common.measure_length's peer.build); torch.distributed is up."""
-    if getattr(config, "final_logit_softcapping", None) is not None:
-        raise ValueError("final_logit_softcapping is set: the tiled loss (LM head then loss) would leave it "
-                         "out")
-    dist = torch.distributed
-    P, r = dist.get_world_size(), dist.get_rank()
-    T = args.seq_len[0]  # a worker runs one length
-    Ts = rows_of(T, P)
-    mlp_tile = args.partition or config.hidden_size
-    logits_tile = args.logits_partition or max(1, alst_tiled.LOGITS_TILE_BYTES // 4 // config.vocab_size)
-    model = hf_checkpoint.checkpointed_model(config, args, device, dtype)
-    alst_tiled.tile_mlps(model, mlp_tile)
-    register_ulysses(model, P * Ts, P)
-    params = list(model.parameters())
-    names = [name for name, _ in model.named_parameters()]
-
-    def step(tokens: torch.Tensor) -> torch.Tensor:
-        COUNTER.reset()
-        first, pad = r * Ts, P * Ts - tokens.shape[1]
-        # The rank's rows of the padded sequence: token 0 past T; targets shifted globally (position t
-        # predicts t+1; the last real position and the padding have none); the global positions.
-        ids = torch.nn.functional.pad(tokens, (0, pad), value=0)[:, first:first + Ts]
-        labels = torch.nn.functional.pad(tokens[:, 1:], (0, pad + 1), value=-100)[:, first:first + Ts]
-        positions = torch.arange(first, first + Ts, device=tokens.device).unsqueeze(0)
-        count = (labels != -100).sum()
-        dist.all_reduce(count)  # the normaliser: every rank's targets
-        hidden = model.model(input_ids=ids, position_ids=positions).last_hidden_state  # (1, Ts, d)
-        loss = alst_tiled.tiled_loss(model, hidden, labels, logits_tile, count)
-        loss.backward()
-        for p in params:  # each rank's rows' part of every gradient, summed
-            if p.grad is not None:
-                dist.all_reduce(p.grad)
-        total = loss.detach().to(torch.float64)
-        dist.all_reduce(total)  # the shares add up to the loss
-        COUNTER.stop()
-        if args.save_grads and r == 0:
-            torch.save({n: p.grad for n, p in zip(names, params)},
-                       os.path.join(args.save_grads, f"grads_T{T}.pt"))
-        return total
-
-    return model, step, {"partition": mlp_tile, "logits_partition": logits_tile}
-
-
-def worker(args: Args) -> int:
-    """One rank of one length (args.seq_len[0]): its cell into <launch dir>/rank<r>.json, then exit 0; exit 1
-    only where even that failed. Exits at once after a failed length: its peers may be blocked in a
-    collective."""
-    rank = int(os.environ["RANK"])
-    T = args.seq_len[0]
-    cell: Cell
-    try:
-        if args.device == "cuda":
-            torch.cuda.set_device(rank)
-            device = torch.device("cuda", rank)
-        else:
-            device = torch.device("cpu")
-        if args.threads_per_rank:
-            torch.set_num_threads(args.threads_per_rank)
-        from transformers.utils import logging as hf_logging
-        hf_logging.set_verbosity_error()
-        with open(os.path.join(args.worker, "config.json")) as f:
-            cfg = config(json.load(f))
-        meter = common.METER_FACTORY(device, args)  # the CPU meter before anything is allocated
-        if args.budget_bytes is not None:
-            meter.set_budget(args.budget_bytes)
-        start_process_group(args, rank, os.path.join(args.worker, "store"))
-        COUNTER.install(timed=device.type == "cpu")
-        cell = common.measure_length(sys.modules[__name__], args, cfg, T, device, getattr(torch, args.dtype),
-                                     meter)
-        cell["comm"] = COUNTER.last if cell["status"] == "ok" else None  # the measured step's, whole
-    except Exception as e:  # before the step (meter, process group): this rank's error
-        cell = common.empty_cell(args, T, impl(args))
-        cell["status"], cell["reason"] = "error", common.one_line(f"{type(e).__name__}: {e}")
-    try:
-        common.write_atomically(os.path.join(args.worker, f"rank{rank}.json"), cell)
-        code = 0
-    except OSError as e:
-        print(f"{TOOL} rank {rank}: cannot write its result: {e}", file=sys.stderr)
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if cell["status"] == "ok":
-        torch.distributed.destroy_process_group()
-    os._exit(code)  # no interpreter teardown: nothing waits on a peer that is gone
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The launcher
+# The launcher (a rank, in its worker process: alst_ulysses_rank.py)
 
 def last_line(path: str) -> str:
     try:
@@ -520,7 +328,7 @@ def prepare(args: Args, argv: list[str]) -> int | None:
     here; else the launcher's checks."""
     os.environ["DS_ACCELERATOR"] = "cuda" if args.device == "cuda" else "cpu"
     if args.worker:
-        return worker(args)
+        return worker(sys.modules[__name__], TOOL, args)
     if args.ranks < 1:
         sys.exit(f"{TOOL}: --ranks must be >= 1, got {args.ranks}")
     if args.comm_timeout <= 0 or (args.length_timeout is not None and args.length_timeout <= 0):
@@ -563,6 +371,15 @@ def keeps(args: Args, cell: Cell) -> bool:
 def measure(args: Args, config_json: ConfigJson, T: int) -> Cell:
     ranks, wall_s = launch_length(args, args.worker_argv, T, config_json)
     return merge(args, T, ranks, wall_s)
+
+
+if TYPE_CHECKING:  # mypy holds this module to the peers' interface (ctest's python_types)
+    from . import alst_ulysses as _this
+    from .interface import HasArguments, MeasuresOwnProcesses, Peer
+
+    _peer: Peer = _this
+    _HasArguments: HasArguments = _this
+    _MeasuresOwnProcesses: MeasuresOwnProcesses = _this
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """test_peer_scripts.py: the peer modules as users run them (python -m peers.MODULE), on the CPU (tiny,
 float32):
   - on bpbench's own CPU meter (cpu_meter.py): memory is measured, and --budget-bytes is its budget, an
-    overrun an "oom" cell with the peak it reached;
+    overrun an "oom" cell with the peak it reached (one run: T=64 within the budget, and a length whose
+    embedding output alone, by the preset's config, is more than the budget);
   - the peers run through the peer interface: alst-tiled measures and --resume keeps its finished lengths and
     runs the rest; hf-checkpoint-offload writes skipped cells with registry.py's reason (GPU only), again on
     --resume (in this process: nothing is measured, so no meter is installed here);
   - a module run by its file's path (as tests/peers/*.cpp run them) starts again as `python -m peers.NAME`,
     and every module that runs has that start (launch.py) before its first import of the package.
 
-Needs the bpbench binary and the meter library beside it (ctest's peers_* entries give BPBENCH; else build/).
+About 20 s on 2 idle cores (two chains of peer processes at once, ~7 s each; alst-tiled's two runs are the
+longer chain). Needs the bpbench binary and the meter library beside it (ctest's peers_* entries give
+BPBENCH; else build/).
 Run: PYTHONPATH=impls .venv/bin/python -m unittest discover -s tests/peers -p test_peer_scripts.py -v
      (ctest: peers_<module>)
 """
@@ -30,6 +33,10 @@ from peer_support import BPBENCH, METER, REPO, run_peer
 from peers import checkouts, registry
 
 PACKAGE = os.path.join(REPO, "impls", "peers")
+# hf's one run: T=64 measured within BUDGET (its peak is about 0.45 MB), HF_OOM_LENGTH certain to overrun it
+# (test_the_cpu_meter_measures_and_its_budget_makes_an_oom_cell asserts why from the preset's config).
+BUDGET = 1 << 20
+HF_OOM_LENGTH = 16384
 
 
 def run_tiny(module: str, out: str, lengths: list[int], *options: str) -> tuple[int, Any, str]:
@@ -44,11 +51,10 @@ def run_tiny(module: str, out: str, lengths: list[int], *options: str) -> tuple[
                      f"the bpbench binary and its CPU meter library ({METER}) are not built")
 class PeerScripts(unittest.TestCase):
     """The peers' processes start in setUpClass, two chains at once (a process mostly imports, on one core):
-    hf-checkpoint then its budgeted run, beside alst-tiled then its --resume run."""
+    hf-checkpoint's budgeted run, beside alst-tiled then its --resume run."""
 
     tmp: tempfile.TemporaryDirectory[str]
     runs: dict[str, tuple[int, Any, str]]  # name -> (exit status, results document, stderr)
-    budget: int
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -69,13 +75,8 @@ class PeerScripts(unittest.TestCase):
 
     @classmethod
     def hf_runs(cls) -> None:
-        cls.runs["hf"] = status, doc, _ = run_tiny("hf_checkpoint", cls.out("hf"), [64], "--no-checkpointing")
-        if status == 0 and doc:
-            # A budget between the base and the peak: the step goes over it, and that is a result.
-            memory = doc["cells"][0]["memory"]
-            cls.budget = (memory["base_bytes"] + memory["peak_bytes"]) // 2
-            cls.runs["hf_budget"] = run_tiny("hf_checkpoint", cls.out("budget"), [64], "--no-checkpointing",
-                                             "--budget-bytes", str(cls.budget))
+        cls.runs["hf"] = run_tiny("hf_checkpoint", cls.out("hf"), [64, HF_OOM_LENGTH], "--no-checkpointing",
+                                  "--budget-bytes", str(BUDGET))
 
     @classmethod
     def alst_runs(cls) -> None:
@@ -88,16 +89,21 @@ class PeerScripts(unittest.TestCase):
                                                "--resume")
 
     def test_the_cpu_meter_measures_and_its_budget_makes_an_oom_cell(self) -> None:
+        # Why HF_OOM_LENGTH's step overruns BUDGET, from the preset alone: its embedding output (T rows of
+        # hidden_size float32 values) is one tensor the step must hold.
+        config = json.loads(subprocess.run([BPBENCH, "hf-config", "tiny"], capture_output=True, text=True,
+                                           check=True).stdout)
+        self.assertGreater(HF_OOM_LENGTH * config["hidden_size"] * 4, BUDGET,
+                           "precondition: HF_OOM_LENGTH's step must be certain to overrun BUDGET")
         status, doc, stderr = self.runs["hf"]
-        self.assertEqual(status, 0, stderr)
-        memory = doc["cells"][0]["memory"]
-        self.assertGreater(memory["peak_bytes"], memory["base_bytes"])
-        status, doc, stderr = self.runs["hf_budget"]
-        self.assertEqual(status, 0, stderr)
-        cell = doc["cells"][0]
+        self.assertEqual(status, 0, stderr)  # oom is a result
+        self.assertEqual([c["axes"]["seq_len"] for c in doc["cells"]], [64, HF_OOM_LENGTH])
+        measured, cell = doc["cells"]
+        self.assertEqual(measured["status"], "ok", measured["reason"])
+        self.assertGreater(measured["memory"]["peak_bytes"], measured["memory"]["base_bytes"])
         self.assertEqual(cell["status"], "oom", stderr)
         self.assertIn("bpbench CPU budget exceeded", cell["reason"])
-        self.assertLessEqual(cell["memory"]["peak_bytes"], self.budget)
+        self.assertLessEqual(cell["memory"]["peak_bytes"], BUDGET)
 
     def test_alst_tiled_measures_and_resumes(self) -> None:
         if "alst" not in self.runs:

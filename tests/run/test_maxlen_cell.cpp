@@ -231,7 +231,7 @@ TEST(MaxLenCell, AResumedRunFinishesTheSearchUnderWayFirst) {
   testing::TempDir tmp;
   const std::string scenario = R"({"threads": 1, "grid": {"model": "tiny", "impl": ["checkpoint", "streambp"],
       "partition": 32, "logits_partition": 32},
-      "measure": {"memory": true, "max_seq_len": {"budget_bytes": 2000000, "granularity": 64, "upper": 4096}}})";
+      "measure": {"memory": true, "max_seq_len": {"budget_bytes": 1000000, "granularity": 64, "upper": 4096}}})";
   const std::string out = tmp.sub("out");
   const RunSummary whole = run_search(scenario, out, ResumeMode::off);
   ASSERT_EQ(whole.cells.size(), 2u);

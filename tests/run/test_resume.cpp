@@ -162,7 +162,7 @@ TEST_F(Resume, ARunKilledMidCellEndsWithTheCellsOfAnUninterruptedRunNoneMeasured
 // One search of several child probes: a kill lands between probes or in one.
 const char* kSearch = R"({"name": "resume-search", "seed": 0, "threads": 1,
   "grid": {"model": "tiny", "impl": "streambp", "partition": 64, "logits_partition": 64},
-  "measure": {"memory": true, "max_seq_len": {"budget_bytes": 3000000, "granularity": 64, "upper": 65536}}})";
+  "measure": {"memory": true, "max_seq_len": {"budget_bytes": 1000000, "granularity": 64, "upper": 65536}}})";
 
 TEST_F(Resume, AKilledMaxLengthSearchKeepsItsFinishedProbes) {
   const std::string scenario = write("search.json", kSearch);

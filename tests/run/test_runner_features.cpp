@@ -101,7 +101,7 @@ TEST_F(RunnerFeatures, EstimateSitsBesideEveryPeakItKnows) {
 }
 
 TEST_F(RunnerFeatures, MaxSeqLenSearchFindsTheExactBoundary) {
-  const int64_t budget = 1'500'000, granularity = 16;
+  const int64_t budget = 800'000, granularity = 16;
   const json results =
       run({{"threads", 1},
            {"grid",
