@@ -1,5 +1,6 @@
-// hf_gemma3.cpp: Gemma 3's config.json <-> ModelConfig, following transformers 5.17's Gemma3TextConfig.
-#include "harness/model/hf_gemma3.h"
+// hf_gemma3.cpp: Gemma 3's config.json <-> ModelConfig, following transformers 5.17's Gemma3TextConfig
+// (model_type "gemma3_text"): everything it adds to the fields every family shares (hf_model.cpp), as its
+// HfFamilyFields, named on its line of hf_families.def.
 
 #include <fmt/format.h>
 
@@ -7,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "harness/model/hf_family.h"
 #include "harness/model/rope_config.h"
 
 namespace bpbench {
@@ -96,8 +98,10 @@ void read_rope(const ConfigReader& r, ModelConfig& c) {
   c.sliding_rope = parse(kSliding);
 }
 
-}  // namespace
-
+// Layer types and the window, the RoPE of each layer type, query_pre_attn_scalar, the norms, activation and
+// embedding scale. Refuses by name what bpbench does not model (soft-capping, bidirectional attention,
+// another activation, dynamic RoPE, a "rope_scaling" written with "type", which transformers 5 ignores for
+// Gemma 3).
 void read_gemma3_config(const ConfigReader& r, ModelConfig& c) {
   if (r.boolean("use_bidirectional_attention", false))
     r.fail("\"use_bidirectional_attention\" true is not supported (bpbench trains causal language models)");
@@ -123,6 +127,7 @@ void read_gemma3_config(const ConfigReader& r, ModelConfig& c) {
   c.scale_embeddings = true;
 }
 
+// Gemma 3's own fields of c (sandwich_norms set) into j: the config.json transformers 5 writes.
 void add_gemma3_config_json(const ModelConfig& c, json& j) {
   json layer_types = json::array();
   for (int64_t i = 0; i < c.layers; ++i) layer_types.push_back(c.window_of(i) > 0 ? kSliding : kFull);
@@ -145,6 +150,15 @@ void add_gemma3_config_json(const ModelConfig& c, json& j) {
   j["rope_parameters"] = {{kSliding, rope(c.sliding_rope.value_or(c.rope))}, {kFull, rope(c.rope)}};
   j["final_logit_softcapping"] = nullptr;
   j["attn_logit_softcapping"] = nullptr;
+}
+
+}  // namespace
+
+const HfFamilyFields* gemma3_fields() {
+  static const HfFamilyFields fields{/*default_head_dim=*/256, /*default_tied=*/true, read_gemma3_config,
+                                     add_gemma3_config_json,
+                                     [](const ModelConfig& c) { return c.sandwich_norms; }};
+  return &fields;
 }
 
 }  // namespace bpbench

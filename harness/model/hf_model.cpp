@@ -10,9 +10,10 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <vector>
 
 #include "harness/model/hf_config_reader.h"
-#include "harness/model/hf_gemma3.h"
+#include "harness/model/hf_family.h"
 #include "harness/model/rope_config.h"
 #include "harness/model/safetensors.h"
 
@@ -29,15 +30,34 @@ struct Architecture {
   bool qk_norm;
   bool attention_bias;            // on q, k, v only
   int64_t default_max_positions;  // transformers' max_position_embeddings default
-  bool gemma3;                    // the rest of the config is Gemma 3's (hf_gemma3.cpp)
+  const HfFamilyFields* own;      // what the family adds to the shared fields (hf_family.h); nullptr: nothing
 };
 
-constexpr Architecture kArchitectures[] = {
-    {"Qwen3ForCausalLM", "qwen3", true, false, 32768, false},
-    {"Qwen2ForCausalLM", "qwen2", false, true, 32768, false},
-    {"LlamaForCausalLM", "llama", false, false, 2048, false},
-    {"Gemma3ForCausalLM", "gemma3_text", true, false, 131072, true},
-};
+}  // namespace
+
+// The families' own fields, declared from the one list (hf_families.def; each defined in its family's file).
+// A family that adds nothing names no_own_fields: the shared fields, full attention on every layer, SiLU,
+// and RoPE from "rope_parameters" (or the legacy "rope_theta" and "rope_scaling").
+#define BPBENCH_HF_FAMILY(architecture, model_type, qk_norm, attention_bias, max_positions, fields) \
+  const HfFamilyFields* fields();
+#include "harness/model/hf_families.def"
+#undef BPBENCH_HF_FAMILY
+
+namespace {
+
+const HfFamilyFields* no_own_fields() {
+  return nullptr;
+}
+
+const std::vector<Architecture>& architectures() {
+  static const std::vector<Architecture> list = {
+#define BPBENCH_HF_FAMILY(architecture, model_type, qk_norm, attention_bias, max_positions, fields) \
+  {architecture, model_type, qk_norm, attention_bias, max_positions, fields()},
+#include "harness/model/hf_families.def"
+#undef BPBENCH_HF_FAMILY
+  };
+  return list;
+}
 
 // Lexical, not canonical: Hugging Face cache snapshots are symlink farms and the name should stay the user's.
 std::string dir_basename(const std::string& dir) {
@@ -52,7 +72,7 @@ const Architecture& architecture(const ConfigReader& r) {
   if (archs) {
     if (!archs->is_array() || archs->empty()) r.fail("\"architectures\" must be a non-empty list");
     for (const auto& a : *archs)
-      for (const auto& known : kArchitectures)
+      for (const auto& known : architectures())
         if (a.is_string() && a.get<std::string>() == known.name) return known;
     for (const auto& a : *archs)
       if (a == "Gemma3ForConditionalGeneration")
@@ -64,7 +84,7 @@ const Architecture& architecture(const ConfigReader& r) {
         fmt::format("unsupported architecture {} (supported: {})", archs->dump(), hf_architecture_names()));
   }
   const std::string type = r.string("model_type");
-  for (const auto& known : kArchitectures)
+  for (const auto& known : architectures())
     if (type == known.model_type) return known;
   r.fail(fmt::format("unsupported architecture: no \"architectures\" and model_type '{}' (supported: {})",
                      type, hf_architecture_names()));
@@ -84,7 +104,7 @@ struct Slot {
 
 std::string hf_architecture_names() {
   std::string s;
-  for (const auto& a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  for (const auto& a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a.name);
   return s;
 }
 
@@ -119,7 +139,7 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
     r.fail(fmt::format("attention_bias = true on {} biases o_proj too, which bpbench does not model",
                        arch.name));
   if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
-  if (!arch.gemma3) {  // Qwen's sliding window applies to the top layers only, which bpbench does not model
+  if (!arch.own) {  // Qwen's sliding window applies to the top layers only, which bpbench does not model
     if (r.boolean("use_sliding_window", false))
       r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
     if (const json* layer_types = r.find("layer_types")) {
@@ -135,7 +155,7 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
     r.fail(
         fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)", dropout));
   const std::string act = r.string("hidden_act");
-  if (!arch.gemma3 && !act.empty() && act != "silu")
+  if (!arch.own && !act.empty() && act != "silu")
     r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
 
   ModelConfig c;
@@ -148,13 +168,15 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   c.kv_heads = r.integer("num_key_value_heads", c.heads);
   if (c.heads <= 0) r.fail("\"num_attention_heads\" must be > 0");
   // Gemma3TextConfig defaults head_dim to 256, not hidden / heads.
-  c.head_dim = r.integer("head_dim", arch.gemma3 ? 256 : c.hidden / c.heads);
+  c.head_dim = r.integer("head_dim", arch.own && arch.own->default_head_dim > 0 ? arch.own->default_head_dim
+                                                                                : c.hidden / c.heads);
   c.rms_eps = r.number("rms_norm_eps", 1e-6);
-  c.tie_embeddings = r.boolean("tie_word_embeddings", /*transformers' default=*/arch.gemma3);
+  c.tie_embeddings =
+      r.boolean("tie_word_embeddings", /*transformers' default=*/arch.own && arch.own->default_tied);
   c.qk_norm = arch.qk_norm;
   c.attention_bias = arch.attention_bias;
-  if (arch.gemma3) {
-    read_gemma3_config(r, c);
+  if (arch.own) {
+    arch.own->read(r, c);
   } else {
     try {
       c.rope = rope_from_hf_config(j, arch.default_max_positions);
@@ -184,15 +206,24 @@ json hf_config_json(const ModelConfig& c) {
             {"attention_bias", c.attention_bias},
             {"attention_dropout", 0.0},
             {"max_position_embeddings", c.rope.max_positions}};
-  if (c.sandwich_norms) {
-    add_gemma3_config_json(c, j);
-    return j;
-  }
-  const Architecture& arch = c.qk_norm          ? kArchitectures[0]
-                             : c.attention_bias ? kArchitectures[1]
-                                                : kArchitectures[2];
-  j["architectures"] = {arch.name};
-  j["model_type"] = arch.model_type;
+  for (const Architecture& family : architectures())
+    if (family.own && family.own->describes(c)) {
+      family.own->write(c, j);
+      return j;
+    }
+  // The families without fields of their own differ by their q/k norms and q/k/v bias alone.
+  const Architecture* arch = nullptr;
+  for (const Architecture& family : architectures())
+    if (!family.own && family.qk_norm == c.qk_norm && family.attention_bias == c.attention_bias) {
+      arch = &family;
+      break;
+    }
+  if (!arch)
+    throw std::invalid_argument(
+        fmt::format("{}: no Hugging Face architecture has q/k norms {} and q/k/v bias {}", c.name, c.qk_norm,
+                    c.attention_bias));
+  j["architectures"] = {arch->name};
+  j["model_type"] = arch->model_type;
   j["hidden_act"] = "silu";
   j["rope_parameters"] = rope_to_json(c.rope);
   j["rope_parameters"].erase("max_position_embeddings");  // top-level in config.json

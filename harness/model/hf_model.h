@@ -1,7 +1,8 @@
 // hf_model.h: load a Hugging Face model directory (config.json + safetensors weights) into a bpbench Model.
 //
-// Supported architectures: Qwen3ForCausalLM (q/k norm), Qwen2ForCausalLM (bias on q, k, v),
-// LlamaForCausalLM and Gemma3ForCausalLM (gemma3_text; its own fields: hf_gemma3.h). config.json fields read
+// Supported architectures (the list: hf_families.def): Qwen3ForCausalLM (q/k norm), Qwen2ForCausalLM (bias
+// on q, k, v), LlamaForCausalLM and Gemma3ForCausalLM (gemma3_text; its own fields: hf_gemma3.cpp, through
+// hf_family.h). config.json fields read
 // (HF names -> ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (default: heads), head_dim (default: hidden / heads; Gemma 3:
 // 256), rms_norm_eps (default 1e-6, HF's default for all four), tie_word_embeddings (default false; Gemma 3:
