@@ -156,15 +156,25 @@ def tiled_loss(model: Any, hidden: torch.Tensor, labels: torch.Tensor, tile: int
                                       "sum")
 
 
-def build(config: Any, args: Args, device: torch.device,
-          dtype: torch.dtype) -> tuple[torch.nn.Module, Step, dict[str, Any]]:
+def tiled_model(config: Any, args: Args, device: torch.device,
+                dtype: torch.dtype) -> tuple[Any, dict[str, int]]:
+    """transformers' checkpointed model with its MLPs tiled, and the tiles ({"partition": MLP rows,
+    "logits_partition": logits rows}, ALST's defaults where not given): what alst-tiled and each alst-ulysses
+    rank build."""
     if getattr(config, "final_logit_softcapping", None) is not None:
         raise ValueError("final_logit_softcapping is set: the tiled loss (LM head then loss) would leave it "
                          "out")
-    mlp_tile = args.partition or config.hidden_size
-    logits_tile = args.logits_partition or max(1, LOGITS_TILE_BYTES // 4 // config.vocab_size)
+    tiles = {"partition": args.partition or config.hidden_size,
+             "logits_partition": args.logits_partition or max(1, LOGITS_TILE_BYTES // 4 // config.vocab_size)}
     model = hf_checkpoint.checkpointed_model(config, args, device, dtype)
-    tile_mlps(model, mlp_tile)
+    tile_mlps(model, tiles["partition"])
+    return model, tiles
+
+
+def build(config: Any, args: Args, device: torch.device,
+          dtype: torch.dtype) -> tuple[torch.nn.Module, Step, dict[str, Any]]:
+    model, tiles = tiled_model(config, args, device, dtype)
+    logits_tile = tiles["logits_partition"]
 
     def step(tokens: torch.Tensor) -> torch.Tensor:
         hidden = model.model(input_ids=tokens).last_hidden_state  # (1, T, d), the checkpointed layers
@@ -175,7 +185,7 @@ def build(config: Any, args: Args, device: torch.device,
         loss.backward()
         return loss.detach()
 
-    return model, step, {"partition": mlp_tile, "logits_partition": logits_tile}
+    return model, step, dict(tiles)
 
 
 if TYPE_CHECKING:  # mypy holds this module to the peers' interface (ctest's python_types)

@@ -22,7 +22,7 @@ from . import alst_tiled  # (puts .peers/deepspeed first on sys.path)
 
 import torch
 
-from . import common, hf_checkpoint
+from . import common
 from .interface import Args, Cell, Peer, Step
 
 
@@ -129,17 +129,12 @@ def register_ulysses(model: Any, padded: int, ranks: int) -> None:
 def build(config: Any, args: Args, device: torch.device,
           dtype: torch.dtype) -> tuple[torch.nn.Module, Step, dict[str, Any]]:
     """A rank's model and step (common.measure_length's peer.build); torch.distributed is up."""
-    if getattr(config, "final_logit_softcapping", None) is not None:
-        raise ValueError("final_logit_softcapping is set: the tiled loss (LM head then loss) would leave it "
-                         "out")
     dist = torch.distributed
     P, r = dist.get_world_size(), dist.get_rank()
     T = args.seq_len[0]  # a worker runs one length
     Ts = rows_of(T, P)
-    mlp_tile = args.partition or config.hidden_size
-    logits_tile = args.logits_partition or max(1, alst_tiled.LOGITS_TILE_BYTES // 4 // config.vocab_size)
-    model = hf_checkpoint.checkpointed_model(config, args, device, dtype)
-    alst_tiled.tile_mlps(model, mlp_tile)
+    model, tiles = alst_tiled.tiled_model(config, args, device, dtype)
+    logits_tile = tiles["logits_partition"]
     register_ulysses(model, P * Ts, P)
     params = list(model.parameters())
     names = [name for name, _ in model.named_parameters()]
@@ -168,7 +163,7 @@ def build(config: Any, args: Args, device: torch.device,
                        os.path.join(args.save_grads, f"grads_T{T}.pt"))
         return total
 
-    return model, step, {"partition": mlp_tile, "logits_partition": logits_tile}
+    return model, step, dict(tiles)
 
 
 def worker(peer: Peer, tool: str, args: Args) -> int:
