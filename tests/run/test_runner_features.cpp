@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -196,6 +197,37 @@ TEST_F(RunnerFeatures, DistributedCellMatchesPlainOnTheGlobalBatch) {
   }
 }
 
+// The per-rank peak tests' scenario: `ranks` Gloo ranks, one thread each, partitions of 128 rows, a warm-up
+// step before the memory step (the previous step's gradient shards are then part of the base) and one timed
+// step.
+json per_rank_scenario(const char* model, const json& impls, int64_t seq_len, int64_t ranks,
+                       const char* offload = "none") {
+  return {{"threads", 1},
+          {"world_size", ranks},
+          {"grid",
+           {{"model", model},
+            {"impl", impls},
+            {"offload", offload},
+            {"seq_len", seq_len},
+            {"partition", 128},
+            {"logits_partition", 128}}},
+          {"measure", {{"time", {{"warmup", 1}, {"repeat", 1}}}, {"grad_error", false}}}};
+}
+
+// Every rank's measured peak and base within 2% of the estimate of one rank.
+void expect_every_rank_near(const json& cell, const MemoryEstimate& e, const char* model, int64_t seq_len,
+                            int64_t ranks) {
+  ASSERT_EQ(cell["ranks"].size(), static_cast<size_t>(ranks));
+  for (const auto& rank : cell["ranks"]) {
+    const std::string where =
+        fmt::format("{} T={} {} rank {} of {} ({})", model, seq_len, cell["axes"]["impl"].get<std::string>(),
+                    rank["rank"].get<int>(), ranks, e.dominant_phase);
+    EXPECT_NEAR(e.peak_bytes / rank["peak_bytes"].get<double>(), 1.0, 0.02) << where;
+    EXPECT_NEAR(e.base / rank["base_bytes"].get<double>(), 1.0, 0.02) << where;
+    std::cout << where << ": measured " << rank["peak_bytes"] << ", estimate " << e.peak_bytes << "\n";
+  }
+}
+
 // One rank's estimate (data_parallel_phases: ZeRO-2 buckets and shards around the single-process phases of
 // the same schedule) against every rank's measured peak and base, 2 and 4 Gloo ranks, within 2%. On `small`
 // the head or the embedding backward (the dense (V, d) gradient beside every shard) sets the peak; on
@@ -206,31 +238,16 @@ TEST_F(RunnerFeatures, DistributedPeakOfEveryRankMatchesItsEstimate) {
     int64_t seq_len, ranks;
   };
   for (const Case& k : {Case{"small", 512, 2}, Case{"small", 512, 4}, Case{"small-text", 2048, 2}}) {
-    const json results = run({{"threads", 1},
-                              {"world_size", k.ranks},
-                              {"grid",
-                               {{"model", k.model},
-                                {"impl", {"streambp-dist", "checkpoint-dist"}},
-                                {"seq_len", k.seq_len},
-                                {"partition", 128},
-                                {"logits_partition", 128}}},
-                              {"measure", {{"time", {{"warmup", 1}, {"repeat", 1}}}, {"grad_error", false}}}},
-                             fmt::format("{}-{}-{}", k.model, k.seq_len, k.ranks));
+    const json results =
+        run(per_rank_scenario(k.model, {"streambp-dist", "checkpoint-dist"}, k.seq_len, k.ranks),
+            fmt::format("{}-{}-{}", k.model, k.seq_len, k.ranks));
     ASSERT_EQ(results["cells"].size(), 2u);
     for (const auto& c : results["cells"]) {
       ASSERT_EQ(c["status"], "ok") << c["reason"];
       const auto e = estimate_cell(Cell::from_axes(c["axes"]), 1, "cpu", std::nullopt, k.ranks);
       ASSERT_TRUE(e.has_value()) << c["axes"]["impl"];
       EXPECT_EQ(c["memory"]["estimate_bytes"].get<int64_t>(), e->peak_bytes);  // the cell records it
-      ASSERT_EQ(c["ranks"].size(), static_cast<size_t>(k.ranks));
-      for (const auto& rank : c["ranks"]) {
-        const std::string where = fmt::format("{} T={} {} rank {} of {} ({})", k.model, k.seq_len,
-                                              c["axes"]["impl"].get<std::string>(), rank["rank"].get<int>(),
-                                              k.ranks, e->dominant_phase);
-        EXPECT_NEAR(e->peak_bytes / rank["peak_bytes"].get<double>(), 1.0, 0.02) << where;
-        // After a warm-up step the previous step's gradient shards are part of the base.
-        EXPECT_NEAR(e->base / rank["base_bytes"].get<double>(), 1.0, 0.02) << where;
-      }
+      expect_every_rank_near(c, *e, k.model, k.seq_len, k.ranks);
     }
   }
 }
@@ -249,17 +266,9 @@ TEST_F(RunnerFeatures, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
   for (const Case& k : {Case{"small", 512, 2}, Case{"small", 512, 4}, Case{"small-text", 2560, 2},
                         Case{"small-text", 2559, 4}, Case{"small-text", 2048, 2, true}}) {
     const json impls = k.offload ? json{"streambp-ulysses"} : json{"streambp-ulysses", "ulysses"};
-    const json results = run({{"threads", 1},
-                              {"world_size", k.ranks},
-                              {"grid",
-                               {{"model", k.model},
-                                {"impl", impls},
-                                {"offload", k.offload ? "checkpoints" : "none"},
-                                {"seq_len", k.seq_len},
-                                {"partition", 128},
-                                {"logits_partition", 128}}},
-                              {"measure", {{"time", {{"warmup", 1}, {"repeat", 1}}}, {"grad_error", false}}}},
-                             fmt::format("sp-{}-{}-{}-{}", k.model, k.seq_len, k.ranks, k.offload));
+    const json results =
+        run(per_rank_scenario(k.model, impls, k.seq_len, k.ranks, k.offload ? "checkpoints" : "none"),
+            fmt::format("sp-{}-{}-{}-{}", k.model, k.seq_len, k.ranks, k.offload));
     ASSERT_EQ(results["cells"].size(), impls.size());
     for (const auto& c : results["cells"]) {
       ASSERT_EQ(c["status"], "ok") << c["reason"];
@@ -281,15 +290,7 @@ TEST_F(RunnerFeatures, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
       const FlopCounts flops = estimate_flops(in);
       EXPECT_EQ(c["compute"]["hardware_flops"].get<int64_t>(), flops.hardware()) << in.impl;
       EXPECT_EQ(c["compute"]["model_flops"].get<int64_t>(), flops.model()) << in.impl;
-      ASSERT_EQ(c["ranks"].size(), static_cast<size_t>(k.ranks));
-      for (const auto& rank : c["ranks"]) {
-        const std::string where = fmt::format("{} T={} {} rank {} of {} ({})", k.model, k.seq_len,
-                                              c["axes"]["impl"].get<std::string>(), rank["rank"].get<int>(),
-                                              k.ranks, e->dominant_phase);
-        EXPECT_NEAR(e->peak_bytes / rank["peak_bytes"].get<double>(), 1.0, 0.02) << where;
-        EXPECT_NEAR(e->base / rank["base_bytes"].get<double>(), 1.0, 0.02) << where;
-        std::cout << where << ": measured " << rank["peak_bytes"] << ", estimate " << e->peak_bytes << "\n";
-      }
+      expect_every_rank_near(c, *e, k.model, k.seq_len, k.ranks);
     }
   }
 }
