@@ -62,20 +62,20 @@ class Registry(unittest.TestCase):
                          "peers in the same order")
 
     def test_every_module_is_a_file_of_the_package_and_typed_as_a_peer(self) -> None:
-        modules = {p.module for p in registry.PEERS}
-        for module in modules:
-            self.assertTrue(os.path.exists(os.path.join(PACKAGE, module + ".py")), module)
         # Each module's own TYPE_CHECKING block holds it (or its PEER object) to interface.Peer: an annotated
         # assignment whose annotation is Peer, which mypy (ctest's python_types) then checks.
-        for module in modules:
-            with self.subTest(module=module), open(os.path.join(PACKAGE, module + ".py")) as f:
-                tree = ast.parse(f.read())
-            typed = any(isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-                        and node.test.id == "TYPE_CHECKING"
-                        and any(isinstance(s, ast.AnnAssign) and isinstance(s.annotation, ast.Name)
-                                and s.annotation.id == "Peer" for s in node.body)
-                        for node in tree.body)
-            self.assertTrue(typed, f"{module}.py has no `if TYPE_CHECKING:` block assigning it to a Peer")
+        for module in sorted({p.module for p in registry.PEERS}):
+            with self.subTest(module=module):
+                path = os.path.join(PACKAGE, module + ".py")
+                self.assertTrue(os.path.exists(path), module)
+                with open(path) as f:
+                    tree = ast.parse(f.read())
+                typed = any(isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                            and node.test.id == "TYPE_CHECKING"
+                            and any(isinstance(s, ast.AnnAssign) and isinstance(s.annotation, ast.Name)
+                                    and s.annotation.id == "Peer" for s in node.body)
+                            for node in tree.body)
+                self.assertTrue(typed, f"{module}.py has no `if TYPE_CHECKING:` block assigning it to a Peer")
 
     def test_the_names_and_checkouts_are_well_formed(self) -> None:
         self.assertEqual(len(set(registry.names())), len(registry.PEERS), "a name twice")
