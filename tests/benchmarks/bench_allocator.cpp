@@ -22,7 +22,7 @@
 
 #include "tests/benchmarks/bench_common.h"
 
-namespace bpbench::bench {
+namespace bpbench::bench::bench_allocator {
 namespace {
 
 enum class Mode { raw, tracked, timeline };
@@ -98,4 +98,4 @@ BENCHMARK_CAPTURE(BM_EmptyTensor, untracked, false)->Apply(sizes);
 BENCHMARK_CAPTURE(BM_EmptyTensor, tracked, true)->Apply(sizes);
 
 }  // namespace
-}  // namespace bpbench::bench
+}  // namespace bpbench::bench::bench_allocator

@@ -13,7 +13,7 @@
 
 #include "tests/benchmarks/bench_common.h"
 
-namespace bpbench::bench {
+namespace bpbench::bench::bench_attention {
 namespace {
 
 constexpr int64_t kLayer = 0;
@@ -82,4 +82,4 @@ BENCHMARK(BM_AttentionWhole)->Apply(whole_sizes);
 BENCHMARK(BM_AttentionChunked)->Apply([](benchmark::internal::Benchmark* b) { chunked_sizes(b, "c"); });
 
 }  // namespace
-}  // namespace bpbench::bench
+}  // namespace bpbench::bench::bench_attention

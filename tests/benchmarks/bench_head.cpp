@@ -13,7 +13,7 @@
 #include "impls/machinery/layerwise.h"
 #include "tests/benchmarks/bench_common.h"
 
-namespace bpbench::bench {
+namespace bpbench::bench::bench_head {
 namespace {
 
 struct HeadInputs {
@@ -66,4 +66,4 @@ BENCHMARK(BM_HeadFull)->Apply(whole_sizes);
 BENCHMARK(BM_HeadChunked)->Apply([](benchmark::internal::Benchmark* b) { chunked_sizes(b, "c_l"); });
 
 }  // namespace
-}  // namespace bpbench::bench
+}  // namespace bpbench::bench::bench_head

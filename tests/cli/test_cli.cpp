@@ -22,7 +22,7 @@
 #include "impls/strategy.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -287,4 +287,4 @@ TEST_F(Cli, ARunIntoAFolderInUseRefusesAtOnce) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_cli

@@ -25,7 +25,7 @@
 #include "harness/run/json_schema.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_estimate_calculator {
 namespace {
 
 using nlohmann::json;
@@ -357,4 +357,4 @@ TEST(EstimateCalculator, PlotWritesAPngThatOpens) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_estimate_calculator

@@ -25,7 +25,7 @@
 #include "profiles/host_memory.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_device {
 namespace {
 
 #define REQUIRE_GPU() \
@@ -227,4 +227,4 @@ TEST(Device, FusedRmsNormOnCudaIsTheFloat64FormulaInBfloat16) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_device

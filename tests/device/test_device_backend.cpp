@@ -25,7 +25,7 @@
 #include "tests/support/attention_reference.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_device_backend {
 namespace {
 
 #define REQUIRE_GPU() \
@@ -189,4 +189,4 @@ TEST(DeviceActivity, CuptiSeesTheCopyAndTheKernelsInsideTheWindow) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_device_backend

@@ -23,7 +23,7 @@
 #include "profiles/cuda_build.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_device_fused_strategies {
 namespace {
 
 #define REQUIRE_GPU() \
@@ -105,4 +105,4 @@ TEST(DeviceFused, EveryStrategyOnFlashAndEfficientMatchesFloat64PlainBp) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_device_fused_strategies

@@ -25,7 +25,7 @@
 #include "profiles/cuda_build.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_device_runtime {
 namespace {
 
 #define REQUIRE_GPU() \
@@ -137,4 +137,4 @@ TEST(DeviceRuntime, OffloadLetsGoOfAPrefetchThatWasNeverTaken) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_device_runtime

@@ -35,7 +35,7 @@
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
 
-namespace bpbench {
+namespace bpbench::test_estimate {
 namespace {
 
 using profiles::Category;
@@ -395,4 +395,4 @@ INSTANTIATE_TEST_SUITE_P(Strategies, EstimateSmall,
                          });
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_estimate

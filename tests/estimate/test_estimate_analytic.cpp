@@ -17,7 +17,7 @@
 #include "harness/objectives/objective.h"
 #include "impls/strategy.h"
 
-namespace bpbench {
+namespace bpbench::test_estimate_analytic {
 namespace {
 
 // ---- the estimate itself ---------------------------------------------------------------------------------
@@ -403,4 +403,4 @@ TEST(EstimateCuda, CommandTakesDevice) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_estimate_analytic

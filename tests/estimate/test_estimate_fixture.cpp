@@ -23,7 +23,7 @@
 #include "harness/estimate/estimate_flops.h"
 #include "harness/model/model_config.h"
 
-namespace bpbench {
+namespace bpbench::test_estimate_fixture {
 namespace {
 
 std::string fixture_path() {
@@ -157,4 +157,4 @@ TEST(EstimateFixture, EveryStrategyUnchangedByteForByte) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_estimate_fixture

@@ -5,7 +5,7 @@
 
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_bf16 {
 namespace {
 
 double relative_error(const StepResult& ref, const StepResult& got) {
@@ -41,4 +41,4 @@ TEST(BFloat16, StreamBPErrorWithinOneAndAHalfOfCheckpoints) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_bf16

@@ -40,7 +40,7 @@
 #include "tests/support/dist_ranks.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_dist {
 namespace {
 
 namespace fs = std::filesystem;
@@ -364,4 +364,4 @@ TEST(DistMeasure, DISABLED_SmallPeakAndCommunication) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_dist

@@ -11,7 +11,7 @@
 #include "harness/model/flop_count.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_exactness {
 namespace {
 
 constexpr int64_t kT = 13;  // prime
@@ -215,4 +215,4 @@ TEST(Exactness, PlainMatchesFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_exactness

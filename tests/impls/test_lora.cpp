@@ -5,7 +5,7 @@
 
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_lora {
 namespace {
 
 // LoRA's B starts at zero, which makes dL/dA zero too: randomise B so both adapter gradients are exercised.
@@ -73,4 +73,4 @@ TEST(Lora, ReferenceLogProbsComeFromTheBaseModel) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_lora

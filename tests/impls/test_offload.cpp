@@ -13,7 +13,7 @@
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
 
-namespace bpbench {
+namespace bpbench::test_offload {
 namespace {
 
 using profiles::MemoryRecorder;
@@ -80,4 +80,4 @@ TEST(Offload, AShapeChangeReplacesTheHostBuffer) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_offload

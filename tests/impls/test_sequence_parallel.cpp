@@ -18,7 +18,7 @@
 #include "tests/support/dist_ranks.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_sequence_parallel {
 namespace {
 
 using nlohmann::json;
@@ -222,4 +222,4 @@ TEST(SequenceParallelLaunch, DeadRankEndsTheStepWithAOneLineError) {
 INSTANTIATE_TEST_SUITE_P(Gloo, SequenceParallelExactness, ::testing::ValuesIn(exactness_cases()), case_name);
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_sequence_parallel

@@ -17,7 +17,7 @@
 #include "profiles/memory.h"
 #include "tests/support/attention_reference.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_attention {
 namespace {
 
 // causal_attention against masked_attention in float64 on random inputs of these shapes: values, and dQ, dK
@@ -219,4 +219,4 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalAttention,
                          name_of);
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_attention

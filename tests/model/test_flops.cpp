@@ -20,7 +20,7 @@
 #include "harness/run/runner.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_flops {
 namespace {
 
 namespace fs = std::filesystem;
@@ -381,4 +381,4 @@ TEST(GpuPeak, TableByDriverNameWithSources) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_flops

@@ -16,7 +16,7 @@
 #include "harness/model/safetensors.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_gemma3 {
 namespace {
 
 namespace fs = std::filesystem;
@@ -286,4 +286,4 @@ TEST(Gemma3Directory, RefusesWhatItDoesNotModelByName) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_gemma3

@@ -15,7 +15,7 @@
 #include "harness/model/safetensors.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_hf_model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -335,4 +335,4 @@ TEST_F(HfModelErrors, MissingFiles) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_hf_model

@@ -23,7 +23,7 @@
 #include "harness/model/safetensors.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_hf_oracle {
 namespace {
 
 namespace fs = std::filesystem;
@@ -151,4 +151,4 @@ TEST(HfOracleCases, TheOracleWroteExactlyTheCasesTestedHere) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_hf_oracle

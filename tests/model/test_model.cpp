@@ -4,7 +4,7 @@
 #include "harness/model/model.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_model {
 namespace {
 
 TEST(ModelPresets, ParameterCountsMatchThePublicModels) {
@@ -62,4 +62,4 @@ TEST(Model, ConvertedKeepsTiesAndValues) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_model

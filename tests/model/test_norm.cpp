@@ -8,7 +8,7 @@
 #include "harness/objectives/objective.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_norm {
 namespace {
 
 struct NormRun {
@@ -81,4 +81,4 @@ TEST(RmsNorm, KernelNamesAndDefaults) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_norm

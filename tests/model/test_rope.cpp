@@ -9,7 +9,7 @@
 #include "harness/model/rope.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_rope {
 namespace {
 
 using ::testing::HasSubstr;
@@ -290,4 +290,4 @@ TEST_P(EveryRopeType, EveryStrategyMatchesPlainInFloat64) {
 INSTANTIATE_TEST_SUITE_P(Types, EveryRopeType, ::testing::Values("linear", "dynamic", "yarn", "llama3"));
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_rope

@@ -16,7 +16,7 @@
 #include "harness/model/safetensors.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_safetensors {
 namespace {
 
 using testing::error_of;
@@ -326,4 +326,4 @@ TEST(Safetensors, WriterRejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_safetensors

@@ -20,7 +20,7 @@
 #include "harness/run/scenario.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_text_data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -162,4 +162,4 @@ TEST(TextData, BadArgumentsAreOneLineErrors) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_text_data

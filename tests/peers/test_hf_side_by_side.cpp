@@ -18,7 +18,7 @@
 #include "reports/results_file.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_hf_side_by_side {
 namespace {
 
 namespace fs = std::filesystem;
@@ -224,4 +224,4 @@ TEST(HfSideBySide, AScenarioCannotRunAPeer) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_hf_side_by_side

@@ -24,7 +24,7 @@
 #include "harness/model/safetensors.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_streambp_official {
 namespace {
 
 namespace fs = std::filesystem;
@@ -142,4 +142,4 @@ TEST_F(StreambpOfficial, ItsResultsReportBesideABpbenchRun) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_streambp_official

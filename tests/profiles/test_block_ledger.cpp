@@ -8,7 +8,7 @@
 
 #include "profiles/block_ledger.h"
 
-namespace bpbench::profiles {
+namespace bpbench::profiles::test_block_ledger {
 namespace {
 
 int64_t sum(const CategoryBytes& c) {
@@ -113,4 +113,4 @@ TEST(BlockLedger, ReportsEveryChangeForTheTimeline) {
 }
 
 }  // namespace
-}  // namespace bpbench::profiles
+}  // namespace bpbench::profiles::test_block_ledger

@@ -7,7 +7,7 @@
 
 #include "profiles/chrome_trace.h"
 
-namespace bpbench::profiles {
+namespace bpbench::profiles::test_chrome_trace {
 namespace {
 
 TEST(ChromeTrace, DeviceActivityGoesOnOneTrackPerStreamInMicroseconds) {
@@ -56,4 +56,4 @@ TEST(ChromeTrace, NoDeviceActivityNoStreamTracks) {
 }
 
 }  // namespace
-}  // namespace bpbench::profiles
+}  // namespace bpbench::profiles::test_chrome_trace

@@ -24,7 +24,7 @@
 #include "profiles/memory.h"
 #include "profiles/step_timer.h"
 
-namespace bpbench::profiles {
+namespace bpbench::profiles::test_memory_recorder {
 namespace {
 
 int64_t sum(const CategoryBytes& b) {
@@ -509,4 +509,4 @@ TEST(HeapPolicy, FreedBlocksStayInTheProcess) {
 }
 
 }  // namespace
-}  // namespace bpbench::profiles
+}  // namespace bpbench::profiles::test_memory_recorder

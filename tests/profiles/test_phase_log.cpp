@@ -6,7 +6,7 @@
 
 #include "profiles/phase_log.h"
 
-namespace bpbench::profiles {
+namespace bpbench::profiles::test_phase_log {
 namespace {
 
 TEST(PhaseLog, LogsOnlyWhileRunningWithTimesFromTheGivenOrigin) {
@@ -63,4 +63,4 @@ TEST(PhaseLog, EachThreadNestsItsOwnPhases) {
 }
 
 }  // namespace
-}  // namespace bpbench::profiles
+}  // namespace bpbench::profiles::test_phase_log

@@ -16,7 +16,7 @@
 #include "reports/report.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_compare {
 namespace {
 
 namespace fs = std::filesystem;
@@ -347,4 +347,4 @@ TEST_F(CompareCli, BadInputExits126WithOneLine) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_compare

@@ -16,7 +16,7 @@
 #include "reports/results_file.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_history {
 namespace {
 
 namespace fs = std::filesystem;
@@ -118,4 +118,4 @@ TEST(TimeStats, SpreadAndTokensPerSecond) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_history

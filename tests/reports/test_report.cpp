@@ -15,7 +15,7 @@
 #include "reports/report.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -382,4 +382,4 @@ TEST_F(Report, StreambpBesideEachPeerAsRatios) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_report

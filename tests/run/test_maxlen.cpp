@@ -5,7 +5,7 @@
 
 #include "harness/run/maxlen.h"
 
-namespace bpbench {
+namespace bpbench::test_maxlen {
 namespace {
 
 // peak(T) = a + b T + c T^2 bytes; fits when peak <= budget.
@@ -77,4 +77,4 @@ TEST(MaxLen, AnErrorStopsTheSearchWithTheReason) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_maxlen

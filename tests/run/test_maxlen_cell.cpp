@@ -18,7 +18,7 @@
 #include "harness/run/scenario.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_maxlen_cell {
 namespace {
 
 using nlohmann::json;
@@ -265,4 +265,4 @@ TEST(MaxLenCell, AResumedRunFinishesTheSearchUnderWayFirst) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_maxlen_cell

@@ -27,7 +27,7 @@
 
 extern char** environ;
 
-namespace bpbench {
+namespace bpbench::test_resume {
 namespace {
 
 using nlohmann::json;
@@ -329,4 +329,4 @@ TEST(WorldSize, MoreRanksThanVisibleGpusOnCudaIsAnInputErrorNamingBothNumbers) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_resume

@@ -18,7 +18,7 @@
 #include "profiles/cuda_build.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_runner {
 namespace {
 
 using nlohmann::json;
@@ -377,4 +377,4 @@ TEST_F(Runner, ResultsFileIsRewrittenAfterEveryCell) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_runner

@@ -24,7 +24,7 @@
 #include "impls/strategy.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_runner_features {
 namespace {
 
 using nlohmann::json;
@@ -454,4 +454,4 @@ TEST_F(RunnerFeatures, MaxSeqLenScenarioRules) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_runner_features

@@ -16,7 +16,7 @@
 #include "profiles/recorder.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_runner_order {
 namespace {
 
 using profiles::MemoryRecorder;
@@ -123,4 +123,4 @@ TEST_F(RunnerOrder, AnOutOfMemoryStepStillEndsHistoryLiftsTheBudgetAndEmptiesThe
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_runner_order

@@ -13,7 +13,7 @@
 #include "harness/run/scenario.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_scenario {
 namespace {
 
 Scenario parse(const std::string& text) {
@@ -330,4 +330,4 @@ TEST(Scenario, ShippedScenariosParse) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_scenario

@@ -28,7 +28,7 @@
 #include "reports/results_file.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench {
+namespace bpbench::test_schema {
 namespace {
 
 using nlohmann::json;
@@ -280,4 +280,4 @@ TEST(ResultsVersions, AnUnknownVersionIsRefusedNamingTheOnesThisBuildReads) {
 }
 
 }  // namespace
-}  // namespace bpbench
+}  // namespace bpbench::test_schema

@@ -19,7 +19,7 @@
 #include "profiles/memory.h"
 #include "tests/support/test_support.h"
 
-namespace bpbench::testing {
+namespace bpbench::testing::test_train {
 namespace {
 
 using nlohmann::json;
@@ -320,4 +320,4 @@ TEST(TrainScenario, BadTrainBlocksAreOneLineInputErrors) {
 }
 
 }  // namespace
-}  // namespace bpbench::testing
+}  // namespace bpbench::testing::test_train
