@@ -226,7 +226,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   MemoryResult mem;
   loss = memory_step(step, job, rec, offloads, flops, mem, r);
   std::vector<double> seconds;
-  if (timed) loss = timed_steps(step, repeat, seconds);
+  if (repeat > 0) loss = timed_steps(step, repeat, seconds);
   r.loss = loss;
   if (m.memory) {
     if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, std::nullopt, world)) {
@@ -235,7 +235,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     }
     r.memory = mem;
   }
-  if (timed) r.time = time_stats(seconds, warmup, step_tokens);
+  if (repeat > 0) r.time = time_stats(seconds, warmup, step_tokens);
   if (flops) r.compute = compute_result(*flops, r.time, device, model.dtype());
   if (dist_strategy) r.comm = dist_strategy->last_step_comm().to_json();
   if (m.grad_error_reference.empty()) return;

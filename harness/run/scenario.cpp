@@ -54,7 +54,7 @@ TimeSpec parse_time(const json& v) {
     if (key == "warmup")
       t.warmup = read_int(value, "measure.time.warmup", 0, "integers >= 0");
     else if (key == "repeat")
-      t.repeat = read_int(value, "measure.time.repeat", 1, "integers >= 1");
+      t.repeat = read_int(value, "measure.time.repeat", 0, "integers >= 0");
     else
       input_error(fmt::format("unknown measure.time key '{}'", key), "warmup, repeat");
   }

@@ -40,7 +40,7 @@ class InputError : public std::invalid_argument {
 struct TimeSpec {
   bool enabled = true;  // false: exactly one run, no timing statistics
   int64_t warmup = 1;
-  int64_t repeat = 3;  // >= 1
+  int64_t repeat = 3;  // >= 0; 0: the warm-up and the memory step only, no time statistics
 };
 
 struct MeasureSpec {

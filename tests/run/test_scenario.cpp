@@ -240,8 +240,8 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
   expect_input_error(scenario_text("", R"("threads": 0, )"), {"threads", ">= 1"});
   expect_input_error(scenario_text("", R"("measure": {"grad_error": {"reference": "float32"}}, )"),
                      {"float32", "float64"});
-  expect_input_error(scenario_text("", R"("measure": {"time": {"repeat": 0}}, )"),
-                     {"measure.time.repeat", ">= 1"});
+  expect_input_error(scenario_text("", R"("measure": {"time": {"repeat": -1}}, )"),
+                     {"measure.time.repeat", ">= 0"});
   expect_input_error(
       scenario_text("", R"("rope": {"rope_type": "longrope", "factor": 4}, )"),
       {"rope.rope_type 'longrope' is not supported", "default, linear, dynamic, yarn, llama3"});
