@@ -279,8 +279,7 @@ const std::vector<FlopCase> kFlopCases = {{"tiny", 2, 37}, {"small", 1, 64}};
 const PythonOutput& flop_counter_mode() {
   static const PythonOutput run = [] {
     const std::string python = BPBENCH_PYTHON;
-    const bool has_transformers =
-        std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) == 0;
+    const bool has_transformers = python_has_transformers();
     std::string args;
     for (const auto& fc : kFlopCases) {
       const ModelConfig c = find_model_preset(fc.preset);

@@ -62,8 +62,7 @@ constexpr double kTolerance = 1e-10;
 const PythonOutput& oracle() {
   static const PythonOutput run = [] {
     const std::string python = BPBENCH_PYTHON;
-    const bool has_transformers =
-        std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) == 0;
+    const bool has_transformers = python_has_transformers();
     return cached_python_output(
         "hf_oracle", {fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "hf_oracle.py"}, "", "cases.json",
         has_transformers

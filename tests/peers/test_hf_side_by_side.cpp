@@ -60,7 +60,7 @@ TEST(HfConfig, EveryPresetReadsBackAsItself) {
 // builds the preset's network: parameter count and layer types as bpbench states them.
 TEST(HfConfig, TransformersBuildsAGemma3Preset) {
   const std::string python = BPBENCH_PYTHON;
-  if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)
+  if (!python_has_transformers())
     GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
   TempDir tmp;
   const ModelConfig preset = find_model_preset("tiny-gemma3");
@@ -83,7 +83,7 @@ TEST(HfConfig, TransformersBuildsAGemma3Preset) {
 
 TEST(HfSideBySide, CpuRunWritesResultsThatBpbenchReports) {
   const std::string python = BPBENCH_PYTHON;
-  if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)
+  if (!python_has_transformers())
     GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
   TempDir tmp;
   const fs::path script = fs::path(BPBENCH_SOURCE_DIR) / "impls" / "peers" / "hf_checkpoint.py";
@@ -149,7 +149,7 @@ TEST(HfSideBySide, CpuRunWritesResultsThatBpbenchReports) {
 // codes' bookkeeping is the step.
 TEST(HfSideBySide, PeerPeakOnTheCpuIsBpbenchsWithinOnePercent) {
   const std::string python = BPBENCH_PYTHON;
-  if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)
+  if (!python_has_transformers())
     GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
   TempDir tmp;
   const std::string log = tmp.file("log");
@@ -188,7 +188,7 @@ TEST(HfSideBySide, PeerPeakOnTheCpuIsBpbenchsWithinOnePercent) {
 // which the report shows, never a number.
 TEST(HfSideBySide, TritonPeersAreSkippedOnTheCpuWithTheReason) {
   const std::string python = BPBENCH_PYTHON;
-  if (std::system(fmt::format("'{}' -c 'import transformers' >/dev/null 2>&1", python).c_str()) != 0)
+  if (!python_has_transformers())
     GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
   TempDir tmp;
   for (const std::string peer : {"liger_flce", "cce"}) {

@@ -28,6 +28,20 @@
 
 namespace bpbench::testing {
 
+// ---- Python
+
+// Whether the project's Python (BPBENCH_PYTHON) has transformers installed: found, not imported (an import of
+// transformers and torch costs 4 to 9 s of CPU here, and the tests that need it import it themselves). Asked
+// once per process.
+inline bool python_has_transformers() {
+  static const bool found =
+      std::system(fmt::format("'{}' -c 'import importlib.util, sys; "
+                              "sys.exit(importlib.util.find_spec(\"transformers\") is None)' >/dev/null 2>&1",
+                              BPBENCH_PYTHON)
+                      .c_str()) == 0;
+  return found;
+}
+
 // ---- Files
 
 // The whole text of a file ("" when it cannot be read).
