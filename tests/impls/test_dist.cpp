@@ -30,6 +30,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -74,18 +76,40 @@ void PrintTo(const DistCase& c, std::ostream* os) {
 
 class DistExactness : public ::testing::TestWithParam<DistCase> {};
 
+json exactness_job(const DistCase& c) {
+  return {{"impl", c.impl},
+          {"objective", c.objective},
+          {"shard_params", c.shard_params},
+          {"naive_comm", c.naive_comm},
+          {"tied", c.tied},
+          {"warmup", c.shard_params ? 1 : 0}};  // the second step runs on an already sharded model
+}
+
+std::vector<DistCase> exactness_cases();
+
+// The ranks of every case of c.world that this process runs, launched once (SharedLaunch).
+const SharedLaunch& launch_of(const DistCase& c) {
+  static std::map<int, std::unique_ptr<SharedLaunch>> launches;
+  std::unique_ptr<SharedLaunch>& launch = launches[c.world];
+  if (!launch) {
+    const auto selected = cases_this_process_runs("Gloo/DistExactness");
+    std::vector<std::pair<std::string, json>> jobs;
+    for (const DistCase& k : exactness_cases())
+      if (k.world == c.world && selected.count("GatheredGradientsEqualPlainOnConcatenatedBatch/" + label(k)))
+        jobs.emplace_back(label(k), exactness_job(k));
+    launch = std::make_unique<SharedLaunch>(jobs, c.world);
+  }
+  return *launch;
+}
+
 TEST_P(DistExactness, GatheredGradientsEqualPlainOnConcatenatedBatch) {
   const DistCase& c = GetParam();
-  TempDir tmp;
-  const json job = {{"impl", c.impl},
-                    {"objective", c.objective},
-                    {"shard_params", c.shard_params},
-                    {"naive_comm", c.naive_comm},
-                    {"tied", c.tied},
-                    {"warmup", c.shard_params ? 1 : 0},  // the second step runs on an already sharded model
-                    {"out", tmp.dir().string()}};
-  const LaunchResult run = launch(job, c.world);
-  ASSERT_EQ(run.exit_code, 0) << run.error << "\n" << rank_errors(tmp.dir(), c.world);
+  const SharedLaunch& launch = launch_of(c);
+  const fs::path dir = launch.dir_of(label(c));
+  ASSERT_TRUE(fs::exists(dir / "rank0.json"))
+      << launch.run().error << "\n"
+      << rank_errors(dir, c.world) << "(the launch runs its cases in turn: one that fails ends it)";
+  const json job = exactness_job(c);
 
   // Reference: single-process plain BP on the global (concatenated) batch, float64.
   Model model = tiny_model({2, c.tied});
@@ -93,13 +117,13 @@ TEST_P(DistExactness, GatheredGradientsEqualPlainOnConcatenatedBatch) {
   Batch global = dist_job_global_batch(job, model, c.world);
   const StepResult ref = run_step("plain", model, global, *objective, {kT, kT});
 
-  const json r0 = json::parse(file_text(tmp.dir() / "rank0.json"));
-  const StepResult got = rank0_step(tmp.dir());
+  const json r0 = json::parse(file_text(dir / "rank0.json"));
+  const StepResult got = rank0_step(dir);
   expect_same_gradients(ref, got, kTol, label(c));
   EXPECT_TRUE(r0.at("params_restored").get<bool>()) << "restore_parameters";
   EXPECT_TRUE(r0.at("grads_loaded").get<bool>()) << "load_full_gradients";
   for (int r = 1; r < c.world; ++r) {  // every rank reports the same global loss
-    const json rr = json::parse(file_text(tmp.dir() / fmt::format("rank{}.json", r)));
+    const json rr = json::parse(file_text(dir / fmt::format("rank{}.json", r)));
     EXPECT_NEAR(rr.at("loss").get<double>(), ref.loss, kTol * std::abs(ref.loss)) << "rank " << r;
   }
 

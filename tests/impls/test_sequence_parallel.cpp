@@ -11,6 +11,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "impls/machinery/dist_common.h"
@@ -21,6 +24,7 @@
 namespace bpbench::testing::test_sequence_parallel {
 namespace {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr double kTol = 1e-10;
@@ -101,22 +105,44 @@ void PrintTo(const SpCase& c, std::ostream* os) {
 
 class SequenceParallelExactness : public ::testing::TestWithParam<SpCase> {};
 
+json exactness_job(const SpCase& c) {
+  return {{"impl", c.impl},
+          {"objective", c.objective},
+          {"model", c.model},
+          {"dtype", "float64"},
+          {"kv_heads", c.kv_heads},
+          {"lora_rank", c.lora_rank},
+          {"seq_len", c.seq_len},
+          {"tied", c.tied},
+          {"shard_params", c.shard_params},
+          {"warmup", c.shard_params ? 1 : 0}};  // the second step runs on an already sharded model
+}
+
+std::vector<SpCase> exactness_cases();
+
+// The ranks of every case of c.world that this process runs, launched once (SharedLaunch).
+const SharedLaunch& launch_of(const SpCase& c) {
+  static std::map<int, std::unique_ptr<SharedLaunch>> launches;
+  std::unique_ptr<SharedLaunch>& launch = launches[c.world];
+  if (!launch) {
+    const auto selected = cases_this_process_runs("Gloo/SequenceParallelExactness");
+    std::vector<std::pair<std::string, json>> jobs;
+    for (const SpCase& k : exactness_cases())
+      if (k.world == c.world && selected.count("GatheredGradientsEqualPlainOnTheWholeSequences/" + label(k)))
+        jobs.emplace_back(label(k), exactness_job(k));
+    launch = std::make_unique<SharedLaunch>(jobs, c.world);
+  }
+  return *launch;
+}
+
 TEST_P(SequenceParallelExactness, GatheredGradientsEqualPlainOnTheWholeSequences) {
   const SpCase& c = GetParam();
-  TempDir tmp;
-  const json job = {{"impl", c.impl},
-                    {"objective", c.objective},
-                    {"model", c.model},
-                    {"dtype", "float64"},
-                    {"kv_heads", c.kv_heads},
-                    {"lora_rank", c.lora_rank},
-                    {"seq_len", c.seq_len},
-                    {"tied", c.tied},
-                    {"shard_params", c.shard_params},
-                    {"warmup", c.shard_params ? 1 : 0},  // the second step runs on an already sharded model
-                    {"out", tmp.dir().string()}};
-  const LaunchResult run = launch_ranks(job, c.world);
-  ASSERT_EQ(run.exit_code, 0) << run.error << "\n" << rank_errors(tmp.dir(), c.world);
+  const SharedLaunch& launch = launch_of(c);
+  const fs::path dir = launch.dir_of(label(c));
+  ASSERT_TRUE(fs::exists(dir / "rank0.json"))
+      << launch.run().error << "\n"
+      << rank_errors(dir, c.world) << "(the launch runs its cases in turn: one that fails ends it)";
+  const json job = exactness_job(c);
 
   Model model = dist_job_model(job);
   auto objective = make_objective(c.objective);
@@ -124,13 +150,13 @@ TEST_P(SequenceParallelExactness, GatheredGradientsEqualPlainOnTheWholeSequences
   ASSERT_EQ(global.examples, kDistExamplesPerRank) << "the ranks share the same sequences";
   const StepResult ref = run_step("plain", model, global, *objective, {c.seq_len, c.seq_len});
 
-  const json r0 = json::parse(file_text(tmp.dir() / "rank0.json"));
-  const StepResult got = rank0_step(tmp.dir());
+  const json r0 = json::parse(file_text(dir / "rank0.json"));
+  const StepResult got = rank0_step(dir);
   expect_same_gradients(ref, got, kTol, label(c));
   EXPECT_TRUE(r0.at("params_restored").get<bool>()) << "restore_parameters";
   EXPECT_TRUE(r0.at("grads_loaded").get<bool>()) << "load_full_gradients";
   for (int r = 1; r < c.world; ++r) {  // every rank reports the same loss
-    const json rr = json::parse(file_text(tmp.dir() / fmt::format("rank{}.json", r)));
+    const json rr = json::parse(file_text(dir / fmt::format("rank{}.json", r)));
     EXPECT_NEAR(rr.at("loss").get<double>(), ref.loss, kTol * std::abs(ref.loss)) << "rank " << r;
   }
 

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "harness/run/runner.h"
@@ -105,103 +106,118 @@ class DyingObjective final : public Objective {
   std::unique_ptr<Objective> inner_;
 };
 
-int rank_main(const json& job) {
-  auto& rec = profiles::MemoryRecorder::instance();  // before the first tensor
-  torch::set_num_threads(job.value("threads", 1));
+// One job's steps on the launch's process group: the model, the strategy's steps (warm-up, then measured
+// ones: memory from the first measured step, time the fastest), rank<r>.json (rank 0 also grads.pt) in "out".
+void run_job(const json& job, dist::Communicator& comm, int rank, int world) {
+  auto& rec = profiles::MemoryRecorder::instance();
   const fs::path out = job.at("out").get<std::string>();
+  Model model = [&] {
+    profiles::MemoryScope scope(profiles::Category::params);
+    return dist_job_model(job);
+  }();
+  std::unique_ptr<Objective> objective = make_objective(job.at("objective"));
+  if (rank == job.value("die_rank", -1)) objective = std::make_unique<DyingObjective>(std::move(objective));
+  const Partitioning part{job.value("partition", kDistPartition),
+                          job.value("logits_partition", kDistLogitsPartition)};
+  std::unique_ptr<Strategy> strategy = dist_job_strategy(job);
+  auto* dist_strategy = dynamic_cast<dist::DistStrategy*>(strategy.get());
+  const bool distributed = dist_strategy != nullptr;
+  Batch local = dist_job_global_batch(job, model, world);
+  if (distributed) local = dist::local_batch(*strategy, local, rank, world);
+  const std::string impl = job.at("impl");
+  const dist::DistOptions options = distributed ? dist_strategy->options() : dist::DistOptions{};
+  const StepInputs in{model, local, *objective, part};
+
+  double loss = 0, seconds = std::numeric_limits<double>::infinity();
+  int64_t base = 0, peak = 0, end_live = 0;
+  profiles::CategoryBytes peak_cats{};
+  const int warmup = job.value("warmup", 0), repeat = job.value("repeat", 1);
+  for (int s = 0; s < warmup + repeat; ++s) {
+    for (auto& p : model.trainable_parameters()) p.tensor.mutable_grad().reset();
+    comm.barrier("before step");
+    rec.reset_peak();
+    const int64_t live = rec.live_bytes();
+    const auto t0 = std::chrono::steady_clock::now();
+    loss = strategy->forward_backward(in).item<double>();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s == warmup) {
+      base = live;
+      peak = rec.peak_bytes();
+      peak_cats = rec.peak_by_category();
+      end_live = rec.live_bytes();  // what the step leaves: full gradients, or this rank's shards
+    }
+    if (s >= warmup) seconds = std::min(seconds, dt);
+  }
+  json result = {{"rank", rank},
+                 {"loss", loss},
+                 {"seconds", seconds},
+                 {"base_bytes", base},
+                 {"peak_bytes", peak},
+                 {"step_peak_bytes", peak - base},
+                 {"end_live_bytes", end_live},
+                 {"impl", impl},
+                 {"local_rank", std::stoi(std::getenv("LOCAL_RANK"))},
+                 {"node", std::stoi(std::getenv("GROUP_RANK"))},
+                 {"options", options.label()}};
+  if (dist_strategy) result["comm"] = dist_strategy->last_step_comm().to_json();
+  json peak_by_category = json::object();
+  for (int c = 0; c < profiles::kCategoryCount; ++c)
+    peak_by_category[profiles::category_name(static_cast<profiles::Category>(c))] = peak_cats[c];
+  result["peak_by_category"] = peak_by_category;
+
+  if (distributed && job.value("gather", true)) {
+    auto grads = dist_strategy->gather_full_gradients();
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> tensors;
+    for (auto& g : grads) {
+      names.push_back(g.name);
+      tensors.push_back(g.tensor.to(torch::kDouble));
+    }
+    result["names"] = names;
+    if (rank == 0) torch::save(tensors, (out / "grads.pt").string());
+
+    // What a runner does for its gradient-error report: full parameters back, full gradients into .grad.
+    dist_strategy->restore_parameters(model);
+    dist_strategy->load_full_gradients(model);
+    const Model fresh = dist_job_model(job);
+    const auto now = model.named_parameters(), then = fresh.named_parameters();
+    bool params_restored = now.size() == then.size(), grads_loaded = true;
+    for (size_t k = 0; params_restored && k < now.size(); ++k)
+      params_restored = now[k].tensor.equal(then[k].tensor);
+    const auto trainable = model.trainable_parameters();
+    for (size_t k = 0; k < trainable.size(); ++k)
+      grads_loaded = grads_loaded && trainable[k].tensor.grad().defined() &&
+                     trainable[k].tensor.grad().to(torch::kDouble).equal(tensors.at(k));
+    result["params_restored"] = params_restored;
+    result["grads_loaded"] = grads_loaded;
+  }
+  write_json(out / fmt::format("rank{}.json", rank), result);
+}
+
+// A launch's job, or its "jobs" in turn on one process group (SharedLaunch). The launch-wide keys (threads,
+// mode, exit_rank, exit_code, skip_rank) are the first job's.
+int rank_main(const json& launch) {
+  profiles::MemoryRecorder::instance();  // before the first tensor
+  const std::vector<json> jobs =
+      launch.contains("jobs") ? launch["jobs"].get<std::vector<json>>() : std::vector<json>{launch};
+  const json& first = jobs.at(0);
+  torch::set_num_threads(first.value("threads", 1));
+  fs::path out = first.at("out").get<std::string>();
   const int rank = std::stoi(std::getenv("RANK")), world = std::stoi(std::getenv("WORLD_SIZE"));
-  const std::string mode = job.value("mode", "step");
+  const std::string mode = first.value("mode", "step");
   if (mode == "exit") {  // the launcher test: rank `exit_rank` fails at once, the others hang
-    if (rank == job.at("exit_rank").get<int>()) return job.value("exit_code", 5);
+    if (rank == first.at("exit_rank").get<int>()) return first.value("exit_code", 5);
     std::this_thread::sleep_for(std::chrono::seconds(120));
     return 0;
   }
-  if (rank == job.value("skip_rank", -1)) return 0;  // a rank that never joins the rendezvous
+  if (rank == first.value("skip_rank", -1)) return 0;  // a rank that never joins the rendezvous
   try {
     auto comm = dist::Communicator::create(dist::CommConfig::from_env());
     dist::set_current_communicator(comm.get());
-    Model model = [&] {
-      profiles::MemoryScope scope(profiles::Category::params);
-      return dist_job_model(job);
-    }();
-    std::unique_ptr<Objective> objective = make_objective(job.at("objective"));
-    if (rank == job.value("die_rank", -1)) objective = std::make_unique<DyingObjective>(std::move(objective));
-    const Partitioning part{job.value("partition", kDistPartition),
-                            job.value("logits_partition", kDistLogitsPartition)};
-    std::unique_ptr<Strategy> strategy = dist_job_strategy(job);
-    auto* dist_strategy = dynamic_cast<dist::DistStrategy*>(strategy.get());
-    const bool distributed = dist_strategy != nullptr;
-    Batch local = dist_job_global_batch(job, model, world);
-    if (distributed) local = dist::local_batch(*strategy, local, rank, world);
-    const std::string impl = job.at("impl");
-    const dist::DistOptions options = distributed ? dist_strategy->options() : dist::DistOptions{};
-    const StepInputs in{model, local, *objective, part};
-
-    // Warm-up steps, then measured ones: memory from the first measured step, time the fastest.
-    double loss = 0, seconds = std::numeric_limits<double>::infinity();
-    int64_t base = 0, peak = 0, end_live = 0;
-    profiles::CategoryBytes peak_cats{};
-    const int warmup = job.value("warmup", 0), repeat = job.value("repeat", 1);
-    for (int s = 0; s < warmup + repeat; ++s) {
-      for (auto& p : model.trainable_parameters()) p.tensor.mutable_grad().reset();
-      comm->barrier("before step");
-      rec.reset_peak();
-      const int64_t live = rec.live_bytes();
-      const auto t0 = std::chrono::steady_clock::now();
-      loss = strategy->forward_backward(in).item<double>();
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (s == warmup) {
-        base = live;
-        peak = rec.peak_bytes();
-        peak_cats = rec.peak_by_category();
-        end_live = rec.live_bytes();  // what the step leaves: full gradients, or this rank's shards
-      }
-      if (s >= warmup) seconds = std::min(seconds, dt);
+    for (const json& job : jobs) {
+      out = job.at("out").get<std::string>();
+      run_job(job, *comm, rank, world);
     }
-    json result = {{"rank", rank},
-                   {"loss", loss},
-                   {"seconds", seconds},
-                   {"base_bytes", base},
-                   {"peak_bytes", peak},
-                   {"step_peak_bytes", peak - base},
-                   {"end_live_bytes", end_live},
-                   {"impl", impl},
-                   {"local_rank", std::stoi(std::getenv("LOCAL_RANK"))},
-                   {"node", std::stoi(std::getenv("GROUP_RANK"))},
-                   {"options", options.label()}};
-    if (dist_strategy) result["comm"] = dist_strategy->last_step_comm().to_json();
-    json peak_by_category = json::object();
-    for (int c = 0; c < profiles::kCategoryCount; ++c)
-      peak_by_category[profiles::category_name(static_cast<profiles::Category>(c))] = peak_cats[c];
-    result["peak_by_category"] = peak_by_category;
-
-    if (distributed && job.value("gather", true)) {
-      auto grads = dist_strategy->gather_full_gradients();
-      std::vector<std::string> names;
-      std::vector<torch::Tensor> tensors;
-      for (auto& g : grads) {
-        names.push_back(g.name);
-        tensors.push_back(g.tensor.to(torch::kDouble));
-      }
-      result["names"] = names;
-      if (rank == 0) torch::save(tensors, (out / "grads.pt").string());
-
-      // What a runner does for its gradient-error report: full parameters back, full gradients into .grad.
-      dist_strategy->restore_parameters(model);
-      dist_strategy->load_full_gradients(model);
-      const Model fresh = dist_job_model(job);
-      const auto now = model.named_parameters(), then = fresh.named_parameters();
-      bool params_restored = now.size() == then.size(), grads_loaded = true;
-      for (size_t k = 0; params_restored && k < now.size(); ++k)
-        params_restored = now[k].tensor.equal(then[k].tensor);
-      const auto trainable = model.trainable_parameters();
-      for (size_t k = 0; k < trainable.size(); ++k)
-        grads_loaded = grads_loaded && trainable[k].tensor.grad().defined() &&
-                       trainable[k].tensor.grad().to(torch::kDouble).equal(tensors.at(k));
-      result["params_restored"] = params_restored;
-      result["grads_loaded"] = grads_loaded;
-    }
-    write_json(out / fmt::format("rank{}.json", rank), result);
     comm->barrier("end");  // rank 0 holds the store: nobody leaves while another still needs it
     return 0;
   } catch (const std::exception& e) {
@@ -243,6 +259,29 @@ LaunchResult launch_ranks(const json& job, int world, std::vector<std::pair<std:
   o.grace = grace;
   o.timeout = std::chrono::seconds(300);
   return launch_local_ranks(o);
+}
+
+std::set<std::string> cases_this_process_runs(const std::string& suite) {
+  std::set<std::string> names;
+  const auto* unit = ::testing::UnitTest::GetInstance();
+  for (int i = 0; i < unit->total_test_suite_count(); ++i) {
+    const auto* s = unit->GetTestSuite(i);
+    if (suite != s->name()) continue;
+    for (int j = 0; j < s->total_test_count(); ++j)
+      if (s->GetTestInfo(j)->should_run()) names.insert(s->GetTestInfo(j)->name());
+  }
+  return names;
+}
+
+SharedLaunch::SharedLaunch(const std::vector<std::pair<std::string, json>>& jobs, int world) {
+  json all = json::array();
+  for (const auto& [name, job] : jobs) {
+    fs::create_directories(dir_of(name));
+    json with_out = job;
+    with_out["out"] = dir_of(name).string();
+    all.push_back(with_out);
+  }
+  run_ = launch_ranks({{"jobs", all}}, world);
 }
 
 std::string rank_errors(const fs::path& dir, int world) {

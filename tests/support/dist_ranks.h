@@ -2,13 +2,14 @@
 // their launcher.
 //
 // The test binary re-executes itself (harness/run/dist_launch.h) with --gtest_filter=DistChild.RankBody and
-// a job in BPBENCH_DIST_TEST_JOB; each child is one rank: it builds the same float64 model and the same
-// global batch, takes its part (dist::local_batch: its examples, or its slice of every sequence), runs the
-// strategy's steps, all-gathers the gradient shards and writes rank<r>.json (rank 0 also grads.pt) to the
-// job's "out" directory. Job keys: impl, objective, out; model ("tiny" | a preset), dtype, tied, kv_heads,
-// lora_rank, examples_per_rank, seq_len, padding, prompt_len, partition, logits_partition, shard_params,
-// naive_comm, warmup, repeat, threads, gather, nodes (torchrun-style nodes on this machine, dist_launch.h);
-// for the failure tests mode, exit_rank, exit_code, skip_rank, die_rank.
+// a job in BPBENCH_DIST_TEST_JOB, or {"jobs": [...]} run in turn on one process group (SharedLaunch); each
+// child is one rank: it builds the same float64 model and the same global batch, takes its part
+// (dist::local_batch: its examples, or its slice of every sequence), runs the strategy's steps, all-gathers
+// the gradient shards and writes rank<r>.json (rank 0 also grads.pt) to the job's "out" directory. Job keys:
+// impl, objective, out; model ("tiny" | a preset), dtype, tied, kv_heads, lora_rank, examples_per_rank,
+// seq_len, padding, prompt_len, partition, logits_partition, shard_params, naive_comm, warmup, repeat,
+// threads, gather, nodes (torchrun-style nodes on this machine, dist_launch.h); for the failure tests mode,
+// exit_rank, exit_code, skip_rank, die_rank.
 #pragma once
 
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +47,25 @@ StepResult rank0_step(const std::filesystem::path& dir);
 LaunchResult launch_ranks(const nlohmann::json& job, int world,
                           std::vector<std::pair<std::string, std::string>> env = {},
                           std::chrono::milliseconds grace = std::chrono::seconds(15));
+// The names of the cases of `suite` (as "Gloo/DistExactness") that this process runs: GoogleTest's filter and
+// shard.
+std::set<std::string> cases_this_process_runs(const std::string& suite);
+
+// Jobs on one process group: each rank starts once and runs them in turn, the job named N writing to
+// dir_of(N). The exactness cases of one world size share such a launch: one launch per case started every
+// rank again (about 0.9 s of CPU each here, LibTorch's start) for steps of a few milliseconds. A job that
+// fails ends the launch, and the jobs after it leave no results.
+class SharedLaunch {
+ public:
+  SharedLaunch(const std::vector<std::pair<std::string, nlohmann::json>>& jobs, int world);
+  std::filesystem::path dir_of(const std::string& name) const { return tmp_.dir() / name; }
+  const LaunchResult& run() const { return run_; }
+
+ private:
+  TempDir tmp_;
+  LaunchResult run_;
+};
+
 // Every rank<r>.error in `dir`, concatenated.
 std::string rank_errors(const std::filesystem::path& dir, int world);
 
