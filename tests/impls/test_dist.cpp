@@ -30,8 +30,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -87,28 +85,21 @@ json exactness_job(const DistCase& c) {
 
 std::vector<DistCase> exactness_cases();
 
-// The ranks of every case of c.world that this process runs, launched once (SharedLaunch).
-const SharedLaunch& launch_of(const DistCase& c) {
-  static std::map<int, std::unique_ptr<SharedLaunch>> launches;
-  std::unique_ptr<SharedLaunch>& launch = launches[c.world];
-  if (!launch) {
-    const auto selected = cases_this_process_runs("Gloo/DistExactness");
-    std::vector<std::pair<std::string, json>> jobs;
-    for (const DistCase& k : exactness_cases())
-      if (k.world == c.world && selected.count("GatheredGradientsEqualPlainOnConcatenatedBatch/" + label(k)))
-        jobs.emplace_back(label(k), exactness_job(k));
-    launch = std::make_unique<SharedLaunch>(jobs, c.world);
-  }
-  return *launch;
+const std::string kExactnessTest = "GatheredGradientsEqualPlainOnConcatenatedBatch";
+
+std::vector<RankCase> rank_cases() {
+  std::vector<RankCase> cases;
+  for (const DistCase& k : exactness_cases())
+    cases.push_back({kExactnessTest + "/" + label(k), k.world, exactness_job(k)});
+  return cases;
 }
 
 TEST_P(DistExactness, GatheredGradientsEqualPlainOnConcatenatedBatch) {
   const DistCase& c = GetParam();
-  const SharedLaunch& launch = launch_of(c);
-  const fs::path dir = launch.dir_of(label(c));
-  ASSERT_TRUE(fs::exists(dir / "rank0.json"))
-      << launch.run().error << "\n"
-      << rank_errors(dir, c.world) << "(the launch runs its cases in turn: one that fails ends it)";
+  const std::string name = kExactnessTest + "/" + label(c);
+  const SharedLaunch& launch = shared_launch(rank_cases(), c.world);
+  ASSERT_TRUE(launch.ran(name, c.world));
+  const fs::path dir = launch.dir_of(name);
   const json job = exactness_job(c);
 
   // Reference: single-process plain BP on the global (concatenated) batch, float64.

@@ -12,8 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "impls/machinery/dist_common.h"
@@ -120,28 +118,21 @@ json exactness_job(const SpCase& c) {
 
 std::vector<SpCase> exactness_cases();
 
-// The ranks of every case of c.world that this process runs, launched once (SharedLaunch).
-const SharedLaunch& launch_of(const SpCase& c) {
-  static std::map<int, std::unique_ptr<SharedLaunch>> launches;
-  std::unique_ptr<SharedLaunch>& launch = launches[c.world];
-  if (!launch) {
-    const auto selected = cases_this_process_runs("Gloo/SequenceParallelExactness");
-    std::vector<std::pair<std::string, json>> jobs;
-    for (const SpCase& k : exactness_cases())
-      if (k.world == c.world && selected.count("GatheredGradientsEqualPlainOnTheWholeSequences/" + label(k)))
-        jobs.emplace_back(label(k), exactness_job(k));
-    launch = std::make_unique<SharedLaunch>(jobs, c.world);
-  }
-  return *launch;
+const std::string kExactnessTest = "GatheredGradientsEqualPlainOnTheWholeSequences";
+
+std::vector<RankCase> rank_cases() {
+  std::vector<RankCase> cases;
+  for (const SpCase& k : exactness_cases())
+    cases.push_back({kExactnessTest + "/" + label(k), k.world, exactness_job(k)});
+  return cases;
 }
 
 TEST_P(SequenceParallelExactness, GatheredGradientsEqualPlainOnTheWholeSequences) {
   const SpCase& c = GetParam();
-  const SharedLaunch& launch = launch_of(c);
-  const fs::path dir = launch.dir_of(label(c));
-  ASSERT_TRUE(fs::exists(dir / "rank0.json"))
-      << launch.run().error << "\n"
-      << rank_errors(dir, c.world) << "(the launch runs its cases in turn: one that fails ends it)";
+  const std::string name = kExactnessTest + "/" + label(c);
+  const SharedLaunch& launch = shared_launch(rank_cases(), c.world);
+  ASSERT_TRUE(launch.ran(name, c.world));
+  const fs::path dir = launch.dir_of(name);
   const json job = exactness_job(c);
 
   Model model = dist_job_model(job);

@@ -8,6 +8,8 @@
 
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -261,27 +263,43 @@ LaunchResult launch_ranks(const json& job, int world, std::vector<std::pair<std:
   return launch_local_ranks(o);
 }
 
-std::set<std::string> cases_this_process_runs(const std::string& suite) {
-  std::set<std::string> names;
-  const auto* unit = ::testing::UnitTest::GetInstance();
-  for (int i = 0; i < unit->total_test_suite_count(); ++i) {
-    const auto* s = unit->GetTestSuite(i);
-    if (suite != s->name()) continue;
-    for (int j = 0; j < s->total_test_count(); ++j)
-      if (s->GetTestInfo(j)->should_run()) names.insert(s->GetTestInfo(j)->name());
+SharedLaunch::SharedLaunch(const std::vector<RankCase>& cases, int world) {
+  json jobs = json::array();
+  for (const RankCase& c : cases) {
+    fs::create_directories(dir_of(c.name));
+    json job = c.job;
+    job["out"] = dir_of(c.name).string();
+    jobs.push_back(job);
   }
-  return names;
+  run_ = launch_ranks({{"jobs", jobs}}, world);
 }
 
-SharedLaunch::SharedLaunch(const std::vector<std::pair<std::string, json>>& jobs, int world) {
-  json all = json::array();
-  for (const auto& [name, job] : jobs) {
-    fs::create_directories(dir_of(name));
-    json with_out = job;
-    with_out["out"] = dir_of(name).string();
-    all.push_back(with_out);
+::testing::AssertionResult SharedLaunch::ran(const std::string& name, int world) const {
+  if (fs::exists(dir_of(name) / "rank0.json")) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << run_.error << "\n"
+         << rank_errors(dir_of(name), world) << "(the launch runs its cases in turn: one that fails ends it)";
+}
+
+const SharedLaunch& shared_launch(const std::vector<RankCase>& cases, int world) {
+  static std::map<std::pair<std::string, int>, std::unique_ptr<SharedLaunch>> launches;
+  const auto* unit = ::testing::UnitTest::GetInstance();
+  const std::string suite = unit->current_test_info()->test_suite_name();
+  std::unique_ptr<SharedLaunch>& launch = launches[{suite, world}];
+  if (!launch) {
+    std::set<std::string> selected;  // the cases of the suite that this process runs
+    for (int i = 0; i < unit->total_test_suite_count(); ++i) {
+      const auto* s = unit->GetTestSuite(i);
+      if (suite != s->name()) continue;
+      for (int j = 0; j < s->total_test_count(); ++j)
+        if (s->GetTestInfo(j)->should_run()) selected.insert(s->GetTestInfo(j)->name());
+    }
+    std::vector<RankCase> mine;
+    for (const RankCase& c : cases)
+      if (c.world == world && selected.count(c.name)) mine.push_back(c);
+    launch = std::make_unique<SharedLaunch>(mine, world);
   }
-  run_ = launch_ranks({{"jobs", all}}, world);
+  return *launch;
 }
 
 std::string rank_errors(const fs::path& dir, int world) {

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,24 +46,33 @@ StepResult rank0_step(const std::filesystem::path& dir);
 LaunchResult launch_ranks(const nlohmann::json& job, int world,
                           std::vector<std::pair<std::string, std::string>> env = {},
                           std::chrono::milliseconds grace = std::chrono::seconds(15));
-// The names of the cases of `suite` (as "Gloo/DistExactness") that this process runs: GoogleTest's filter and
-// shard.
-std::set<std::string> cases_this_process_runs(const std::string& suite);
+// A case of a parameterised distributed suite: its GoogleTest name (as "Test/label"), world size and job
+// (without "out").
+struct RankCase {
+  std::string name;
+  int world;
+  nlohmann::json job;
+};
 
-// Jobs on one process group: each rank starts once and runs them in turn, the job named N writing to
+// Jobs on one process group: each rank starts once and runs them in turn, the case named N writing to
 // dir_of(N). The exactness cases of one world size share such a launch: one launch per case started every
 // rank again (about 0.9 s of CPU each here, LibTorch's start) for steps of a few milliseconds. A job that
 // fails ends the launch, and the jobs after it leave no results.
 class SharedLaunch {
  public:
-  SharedLaunch(const std::vector<std::pair<std::string, nlohmann::json>>& jobs, int world);
+  SharedLaunch(const std::vector<RankCase>& cases, int world);
   std::filesystem::path dir_of(const std::string& name) const { return tmp_.dir() / name; }
-  const LaunchResult& run() const { return run_; }
+  // Whether the case named `name` left its results; if not, the launch's and the ranks' errors.
+  ::testing::AssertionResult ran(const std::string& name, int world) const;
 
  private:
   TempDir tmp_;
   LaunchResult run_;
 };
+
+// The launch of every case of `cases` with `world` ranks that this process runs (GoogleTest's filter and
+// shard), made once per suite and world size. Called from a case of that suite.
+const SharedLaunch& shared_launch(const std::vector<RankCase>& cases, int world);
 
 // Every rank<r>.error in `dir`, concatenated.
 std::string rank_errors(const std::filesystem::path& dir, int world);
