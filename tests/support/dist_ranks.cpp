@@ -281,11 +281,33 @@ SharedLaunch::SharedLaunch(const std::vector<RankCase>& cases, int world) {
          << rank_errors(dir_of(name), world) << "(the launch runs its cases in turn: one that fails ends it)";
 }
 
+namespace {
+
+// The launches made in this process, by suite and world size. Their folders go when the test run ends
+// (GoogleTest's environment teardown), not in static destructors, which tests/support/test_main.cpp skips.
+class SharedLaunches : public ::testing::Environment {
+ public:
+  static SharedLaunches& instance() {
+    static SharedLaunches* const launches = [] {
+      auto* env = new SharedLaunches;
+      ::testing::AddGlobalTestEnvironment(env);  // GoogleTest owns it
+      return env;
+    }();
+    return *launches;
+  }
+  std::unique_ptr<SharedLaunch>& of(const std::string& suite, int world) { return launches_[{suite, world}]; }
+  void TearDown() override { launches_.clear(); }
+
+ private:
+  std::map<std::pair<std::string, int>, std::unique_ptr<SharedLaunch>> launches_;
+};
+
+}  // namespace
+
 const SharedLaunch& shared_launch(const std::vector<RankCase>& cases, int world) {
-  static std::map<std::pair<std::string, int>, std::unique_ptr<SharedLaunch>> launches;
   const auto* unit = ::testing::UnitTest::GetInstance();
   const std::string suite = unit->current_test_info()->test_suite_name();
-  std::unique_ptr<SharedLaunch>& launch = launches[{suite, world}];
+  std::unique_ptr<SharedLaunch>& launch = SharedLaunches::instance().of(suite, world);
   if (!launch) {
     std::set<std::string> selected;  // the cases of the suite that this process runs
     for (int i = 0; i < unit->total_test_suite_count(); ++i) {
