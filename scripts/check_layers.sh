@@ -17,14 +17,17 @@ set -uo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 layers=(profiles harness/model harness/objectives impls harness/estimate harness/run reports harness/cli)
 
-# rank_of PATH -> the rank of the layer PATH lies in, or nothing
+# rank_of PATH: sets `rank` to the rank of the layer PATH lies in, or to nothing (no subshell: the script
+# asks once per #include, about a thousand times)
 rank_of() {
   local path="$1" i
+  rank=""
   for i in "${!layers[@]}"; do
-    case "$path" in "${layers[$i]}"/*) echo "$i"; return ;; esac
+    case "$path" in "${layers[$i]}"/*) rank="$i"; return ;; esac
   done
-  case "$path" in tests/*) echo "${#layers[@]}" ;; esac
+  case "$path" in tests/*) rank="${#layers[@]}" ;; esac
 }
+include_re='^[^#]*#[[:space:]]*include[[:space:]]*[<"]([^">]+)[">]'
 
 violations=0
 checked=0
@@ -38,7 +41,8 @@ if [ -f "$root/CMakeLists.txt" ]; then
 fi
 while IFS= read -r file; do
   rel="${file#"$root"/}"
-  own=$(rank_of "$rel")
+  rank_of "$rel"
+  own="$rank"
   if [ -z "$own" ]; then
     echo "layers: FAIL: $rel is in no layer (choices: ${layers[*]})"
     violations=$((violations + 1))
@@ -47,8 +51,10 @@ while IFS= read -r file; do
   checked=$((checked + 1))
   while IFS= read -r hit; do
     line="${hit%%:*}"
-    target=$(sed -E 's/^[^#]*#[[:space:]]*include[[:space:]]*[<"]([^">]+)[">].*/\1/' <<<"${hit#*:}")
-    target_rank=$(rank_of "$target")
+    [[ "${hit#*:}" =~ $include_re ]] || continue
+    target="${BASH_REMATCH[1]}"
+    rank_of "$target"
+    target_rank="$rank"
     [ -z "$target_rank" ] && continue  # a system or third-party header
     if [ "$target_rank" -gt "$own" ]; then
       echo "layers: FAIL: $rel:$line includes $target, a layer above (${layers[$own]} may include only" \
