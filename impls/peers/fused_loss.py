@@ -1,17 +1,20 @@
 """fused_loss.py: what liger_flce.py and cce.py share: Hugging Face checkpointing with the LM head and the
 loss replaced by a fused linear cross-entropy that never materialises the (T, V) logits. Both kernels are
 Triton: GPU only; on the CPU every length is written as status "skipped" with that reason. Their wheels
-install into .peers/kernels (scripts/setup_peers.sh), put on sys.path here (checkouts.py)."""
+install into .peers/kernels (scripts/setup_peers.sh), put on sys.path here (checkouts.py).
+transformers (and hf_checkpoint, which imports it) load only where a length is measured: a CPU run, every
+length skipped, starts in torch's import time instead of twice that."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-import torch
-import transformers
+from importlib import metadata
 
-from . import checkouts, common, hf_checkpoint, registry
+import torch
+
+from . import checkouts, common, registry
 from .interface import Args, ConfigJson, Step
 
 checkouts.put_first_on_path("kernels")
@@ -34,18 +37,17 @@ class FusedLossPeer:
         return self._impl
 
     def version(self) -> str | None:
-        from importlib import metadata
         try:
             return metadata.version(self.distribution)
         except metadata.PackageNotFoundError:
             return None
 
     def describe(self, args: Args) -> str:
-        return (f"{self.title} {self.version()} + transformers {transformers.__version__} gradient "
+        return (f"{self.title} {self.version()} + transformers {metadata.version('transformers')} gradient "
                 "checkpointing, SDPA")
 
     def versions(self) -> dict[str, str | None]:
-        return {"transformers": transformers.__version__, self.distribution: self.version()}
+        return {"transformers": metadata.version("transformers"), self.distribution: self.version()}
 
     def unavailable(self, args: Args) -> str | None:
         if args.device != "cuda":
@@ -57,10 +59,12 @@ class FusedLossPeer:
         return None
 
     def config(self, config_json: ConfigJson) -> Any:
+        from . import hf_checkpoint
         return hf_checkpoint.config(config_json)
 
     def build(self, config: Any, args: Args, device: torch.device,
               dtype: torch.dtype) -> tuple[torch.nn.Module, Step, dict[str, Any]]:
+        from . import hf_checkpoint
         loss_of = self.make_loss()
         model = hf_checkpoint.checkpointed_model(config, args, device, dtype)
 
