@@ -86,8 +86,11 @@ std::vector<PhaseEstimate> streambp_ulysses_phases(const MemoryTerms& D, const P
     for (auto& t : high.terms) f.add(t.name, t.bytes);
     out.push_back(f.done());
   }
-  // The head in chunks of c_l of the rank's rows: streambp's, on the rows view.
-  for (auto& phase : streambp_phases(R, partition, FirstInput::recomputed))
+  // The head in chunks of c_l of the rank's rows: streambp's, on the rows view. A chunk holds at most the
+  // rank's Ts rows: the estimate clamps c_l to T, and at Ts < c_l < T that counted rows the rank never has
+  // (small, T = 256 on 4 ranks, c_l = 128: 5.6 MB too many).
+  const Partitioning rank_partition{c, std::min(partition.logits_rows, R.T)};
+  for (auto& phase : streambp_phases(R, rank_partition, FirstInput::recomputed))
     if (phase.name == "head chunk") out.push_back(phase);
 
   // Layer backward at the top layer: the inputs below and its own, dY (its rows becoming dx's).

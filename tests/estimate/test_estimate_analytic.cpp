@@ -125,6 +125,33 @@ TEST(Estimate, PhasesAndOrderingOnSmall) {
   }
 }
 
+// A sequence-parallel rank streams its head over its own Ts = ceil(T / P) rows: a logits partition larger
+// than Ts is a chunk of Ts rows, as the strategy runs it. (It once counted min(c_l, T) rows: on `small` at
+// T = 256 over 4 ranks with c_l = 128 the estimate was 160,708,096 bytes, 3.6% above the measured
+// 155,138,820 of RunnerFeatures' per-rank scenario at that length, whose peak is the embedding backward.)
+TEST(Estimate, SequenceParallelHeadChunkIsAtMostTheRanksRows) {
+  EstimateInput in;
+  in.config = find_model_preset("small");
+  in.impl = "streambp-ulysses";
+  in.ranks = 4;
+  in.seq_len = 256;  // Ts = 64
+  in.partition = 128;
+  auto head_chunk = [&](int64_t logits_partition) {
+    in.logits_partition = logits_partition;
+    const MemoryEstimate e = estimate_peak(in);
+    const auto phase = std::find_if(e.phases.begin(), e.phases.end(),
+                                    [](const PhaseEstimate& p) { return p.name == "head chunk"; });
+    EXPECT_NE(phase, e.phases.end());
+    return phase == e.phases.end() ? int64_t{-1} : phase->bytes;
+  };
+  const int64_t at_rows = head_chunk(64);
+  EXPECT_EQ(head_chunk(128), at_rows);
+  EXPECT_EQ(head_chunk(256), at_rows);
+  EXPECT_LT(head_chunk(32), at_rows);  // a smaller chunk is still a smaller phase
+  in.logits_partition = 128;
+  EXPECT_EQ(estimate_peak(in).dominant_phase, "embedding backward");
+}
+
 TEST(Estimate, CommandPrintsEveryImpl) {
   std::ostringstream out;
   EXPECT_EQ(
