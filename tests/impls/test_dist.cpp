@@ -87,17 +87,11 @@ std::vector<DistCase> exactness_cases();
 
 const std::string kExactnessTest = "GatheredGradientsEqualPlainOnConcatenatedBatch";
 
-std::vector<RankCase> rank_cases() {
-  std::vector<RankCase> cases;
-  for (const DistCase& k : exactness_cases())
-    cases.push_back({kExactnessTest + "/" + label(k), k.world, exactness_job(k)});
-  return cases;
-}
-
 TEST_P(DistExactness, GatheredGradientsEqualPlainOnConcatenatedBatch) {
   const DistCase& c = GetParam();
   const std::string name = kExactnessTest + "/" + label(c);
-  const SharedLaunch& launch = shared_launch(rank_cases(), c.world);
+  const SharedLaunch& launch =
+      shared_launch(rank_cases_of(kExactnessTest, exactness_cases(), label, exactness_job), c.world);
   ASSERT_TRUE(launch.ran(name, c.world));
   const fs::path dir = launch.dir_of(name);
   const json job = exactness_job(c);

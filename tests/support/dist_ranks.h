@@ -54,9 +54,18 @@ struct RankCase {
   nlohmann::json job;
 };
 
+// One RankCase per parameter of the TEST_P named `test`, named as GoogleTest names its case ("test/label").
+template <class Param, class Label, class Job>
+std::vector<RankCase> rank_cases_of(const std::string& test, const std::vector<Param>& params, Label label,
+                                    Job job) {
+  std::vector<RankCase> cases;
+  for (const Param& p : params) cases.push_back({test + "/" + label(p), p.world, job(p)});
+  return cases;
+}
+
 // Jobs on one process group: each rank starts once and runs them in turn, the case named N writing to
 // dir_of(N). The exactness cases of one world size share such a launch: one launch per case started every
-// rank again (about 0.9 s of CPU each here, LibTorch's start) for steps of a few milliseconds. A job that
+// rank again (about 0.55 s of CPU each here, LibTorch's start) for steps of a few milliseconds. A job that
 // fails ends the launch, and the jobs after it leave no results.
 class SharedLaunch {
  public:
