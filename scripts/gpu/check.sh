@@ -26,7 +26,8 @@
 # Environment: DEADLINE_S (540), PACK_RESERVE_S (20), DEVICE (cuda; cpu: the CPU dry run of
 # tests/gpu_check/dry_run.sh), PYTHON (python3: the machine's torch), BUILD_DIR (build-gpu), CHECK_WORK
 # (gpu-check: what is measured, git-ignored), CHECK_SCENARIOS (scenarios/gpu_check), CHECKS (the checks to run,
-# in order; default all), TEST_TIMEOUT_S (120: one device test), DEVICE_TESTS_ONLY (a regular expression: only
+# in order; default all), CHECK_PEERS (the peers stage's runs, in order; default hf_checkpoint hf
+# streambp_official), TEST_TIMEOUT_S (120: one device test), DEVICE_TESTS_ONLY (a regular expression: only
 # the device tests it matches; the dry run's few), BPBENCH and DEVICE_TESTS (use these binaries
 # and skip the build), CHECK_FROM_PACK (continue.sh's pack), CHECK_HANG_IN (a stage name: that stage hangs
 # first, as a stuck kernel would; the dry run's planted hang).

@@ -198,10 +198,17 @@ stage_peers() {
   PYTHON="$(command -v "$PYTHON")" bash "$check_root/scripts/setup_peers.sh" || echo "peers: setup_peers.sh failed"
   common=(--model "${PEER_MODEL:-qwen3-8b}" --seq-len "${PEER_SEQ_LEN:-8192}" --dtype "${PEER_DTYPE:-bfloat16}"
     --device "$DEVICE" --warmup 1 --repeat 2 --bpbench "$BPBENCH_BIN" --resume)
-  "$PYTHON" -m peers.hf_checkpoint "${common[@]}" --out "$out/hf_checkpoint/results.json" || failed=1
-  "$PYTHON" -m peers.hf_checkpoint "${common[@]}" --no-checkpointing --out "$out/hf/results.json" || failed=1
-  "$PYTHON" -m peers.streambp_official "${common[@]}" --partition 1024 --logits-partition 1024 \
-    --out "$out/streambp_official/results.json" || failed=1
+  local peer
+  for peer in ${CHECK_PEERS:-hf_checkpoint hf streambp_official}; do
+    case "$peer" in
+      hf_checkpoint) "$PYTHON" -m peers.hf_checkpoint "${common[@]}" --out "$out/$peer/results.json" || failed=1 ;;
+      hf) "$PYTHON" -m peers.hf_checkpoint "${common[@]}" --no-checkpointing --out "$out/$peer/results.json" ||
+        failed=1 ;;
+      streambp_official) "$PYTHON" -m peers.streambp_official "${common[@]}" --partition 1024 \
+        --logits-partition 1024 --out "$out/$peer/results.json" || failed=1 ;;
+      *) echo "peers: unknown peer '$peer' in CHECK_PEERS (valid: hf_checkpoint, hf, streambp_official)"; failed=1 ;;
+    esac
+  done
   local inputs=("$CHECK_WORK/runs/qwen3_8b/results.json")
   for f in "$out"/*/results.json; do [[ -f "$f" ]] && inputs+=("$f"); done
   [[ -f "${inputs[0]}" ]] || inputs=("${inputs[@]:1}")

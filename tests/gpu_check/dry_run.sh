@@ -48,6 +48,9 @@ standin streambp_maxlen '"streambp"' 16 ', "budget_bytes": 600000'
 
 export BPBENCH DEVICE_TESTS PYTHON DEVICE=cpu CHECK_SCENARIOS="$tmp/scenarios" MAXLEN_GRANULARITY=16
 export PEER_MODEL=tiny PEER_SEQ_LEN=16 PEER_DTYPE=float32 PACK_RESERVE_S=10 DEVICE_TESTS_ONLY='^Device\.'
+# hf_checkpoint's run is hf's with checkpointing on (the same script; tests/peers run both): the dry run
+# checks the stage's mechanics with the two scripts it starts, 8 s less.
+export CHECK_PEERS="hf streambp_official"
 export CHECK_EXPECTED_S="device_tests=30 qwen3_8b=10 llama_rows=3 snapshot=5 peers=40 streambp_maxlen=10"
 export CHECK_CAP_FACTOR=2
 # check.sh's run, where llama_rows hangs: the planted hang is stopped after 2 s. continue.sh's llama_rows runs
