@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "harness/cli/accelerators.h"
 #include "harness/cli/quantities.h"
@@ -44,10 +47,12 @@ bool is_preset_name(const std::string& name) {
   return false;
 }
 
-// A preset, a Hugging Face model directory, or a config.json: the config alone, no weights read.
+// A preset, a Hugging Face model directory, or a config.json: the config alone, no weights read. A model
+// directory wins over a preset of the same name (a checkpoint downloaded into ./qwen3-4b is the model meant),
+// as in a scenario (harness/run/cell_job.cpp); the first line of the answer says which was taken.
 ModelConfig model_of(const std::string& model, std::string& source) {
   namespace fs = std::filesystem;
-  if (is_preset_name(model)) {
+  if (is_preset_name(model) && !is_hf_model_dir(model)) {
     source = "preset";
     return find_model_preset(model);
   }
@@ -65,6 +70,20 @@ ModelConfig model_of(const std::string& model, std::string& source) {
   }
 }
 
+// Without --dtype: float32 on the CPU (a scenario's default); on CUDA what users train in: the dtype a model
+// directory's config.json names ("dtype", or 4.x's "torch_dtype"; float16 as bfloat16, the same bytes, since
+// bpbench trains no float16), else bfloat16.
+std::pair<torch::ScalarType, std::string> default_dtype(const std::string& model, const std::string& source,
+                                                        const std::string& device) {
+  if (device != "cuda") return {torch::kFloat, "the CPU default"};
+  if (source == "preset") return {torch::kBFloat16, "the CUDA default"};
+  const std::string named = hf_config_dtype(model);
+  if (named == "float32") return {torch::kFloat, "config.json's dtype"};
+  if (named == "bfloat16") return {torch::kBFloat16, "config.json's dtype"};
+  if (named == "float16") return {torch::kBFloat16, "config.json's float16 as bfloat16: the same bytes"};
+  return {torch::kBFloat16, "the CUDA default"};
+}
+
 }  // namespace
 
 EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
@@ -72,6 +91,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   EstimateInput& in = r.in;
   in.threads = default_threads();
   std::string impls, gpu, device;
+  std::optional<torch::ScalarType> dtype;
   std::optional<int64_t> budget, reserve, partition, logits_partition;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -122,7 +142,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
             fmt::format("estimate: unknown --train precision '{}' (valid: model, mixed)", v));
       in.train = TrainEstimate{/*steps=*/2, /*batches=*/1, v == "mixed"};
     } else if (a == "--dtype")
-      in.dtype = parse_dtype(v);  // InputError (an invalid_argument) naming the valid ones
+      dtype = parse_dtype(v);  // InputError (an invalid_argument) naming the valid ones
     else if (a == "--budget")
       budget = parse_byte_size(a, v);
     else if (a == "--gpu")
@@ -153,14 +173,16 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   if (r.granularity > r.upper)
     throw std::invalid_argument(fmt::format(
         "estimate: --granularity {} is above --upper {} (valid: at most it)", r.granularity, r.upper));
-  if (in.train && in.train->mixed && in.dtype != torch::kBFloat16)
-    throw std::invalid_argument(
-        "estimate: --train mixed keeps float32 masters of bfloat16 weights (valid with "
-        "--dtype bfloat16; --train model otherwise)");
   in.device = !device.empty() ? device : gpu.empty() ? "cpu" : "cuda";
   in.partition = partition.value_or(kDefaultPartition);
   in.logits_partition = logits_partition.value_or(kDefaultLogitsPartition);
   in.config = model_of(r.model, r.source);
+  std::tie(in.dtype, r.dtype_source) =
+      dtype ? std::pair(*dtype, std::string("--dtype")) : default_dtype(r.model, r.source, in.device);
+  if (in.train && in.train->mixed && in.dtype != torch::kBFloat16)
+    throw std::invalid_argument(
+        "estimate: --train mixed keeps float32 masters of bfloat16 weights (valid with "
+        "--dtype bfloat16; --train model otherwise)");
   in.sequences = sequences_for(in.objective, r.batch, r.group);
 
   if (budget)

@@ -12,10 +12,14 @@ namespace {
 
 std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
   const EstimateInput& in = r.in;
-  std::string s =
-      fmt::format("{} ({}), {}, {}, N={}, partition {}, logits partition {}", r.model,
-                  r.source == "preset" ? "preset" : "Hugging Face config", dtype_flag_name(in.dtype),
-                  in.objective, in.sequences, in.partition, in.logits_partition);
+  // On CUDA a dtype not given is the model's or bfloat16 (estimate_request.cpp): the line says which.
+  const std::string dtype =
+      in.device == "cuda" && r.dtype_source != "--dtype"
+          ? fmt::format("{} ({}; --dtype to change)", dtype_flag_name(in.dtype), r.dtype_source)
+          : dtype_flag_name(in.dtype);
+  std::string s = fmt::format("{} ({}), {}, {}, N={}, partition {}, logits partition {}", r.model,
+                              r.source == "preset" ? "preset" : "Hugging Face config", dtype, in.objective,
+                              in.sequences, in.partition, in.logits_partition);
   if (in.lora_rank > 0) s += fmt::format(", LoRA r={}", in.lora_rank);
   if (in.ranks > 1)
     s += fmt::format(

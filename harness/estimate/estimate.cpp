@@ -178,10 +178,27 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument("estimate: seq_len, sequences and threads must be > 0, lora_rank >= 0");
   if (in.device != "cpu" && in.device != "cuda")
     throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", in.device));
+  if (!estimate_bytes_fit_in_int64(in))
+    throw std::invalid_argument(fmt::format(
+        "estimate: T = {} with N = {} on {} needs more bytes than bpbench counts exactly (about 1.4e17: "
+        "int64 with margin) (valid: a shorter length)",
+        in.seq_len, in.sequences, in.config.name));
   if (in.train && (in.train->steps < 1 || in.train->batches < 1))
     throw std::invalid_argument("estimate: a training run needs steps >= 1 and batches >= 1");
   in.config.validate();
   element_bytes(in.dtype);  // throws for a dtype the estimate does not take
+}
+
+bool estimate_bytes_fit_in_int64(const EstimateInput& in) {
+  const ModelConfig& c = in.config;
+  const double N = static_cast<double>(in.sequences), T = static_cast<double>(in.seq_len);
+  const double scores = N * static_cast<double>(c.heads) * T * T;
+  const double logits = N * T * static_cast<double>(c.vocab);
+  const double per_row = static_cast<double>(4 * c.hidden + 2 * c.intermediate + c.heads * c.head_dim +
+                                             2 * c.kv_heads * c.head_dim);
+  const double activations = N * T * static_cast<double>(c.layers) * per_row;
+  const double parameters = 4.0 * static_cast<double>(c.parameter_count());
+  return 64.0 * 8.0 * (scores + logits + activations + parameters) < 9.2e18;
 }
 
 MemoryEstimate estimate_peak(const EstimateInput& in) {

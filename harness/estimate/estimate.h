@@ -84,6 +84,13 @@ struct MemoryEstimate {
 // a CUDA cell whose attention kernel is not modelled (math: float64 or a head dim not a multiple of 8).
 MemoryEstimate estimate_peak(const EstimateInput& in);
 
+// Whether every byte count of the estimate at in.seq_len stays far inside int64 (whose wrap would print a
+// smaller peak): a coarse bound of its largest terms (every head's scores, the logits, every layer's
+// activations, the parameters with their gradients and two moments), in 8-byte elements and 64 times over,
+// is below 2^63 bytes: lengths up to about 1.4e17 bytes of such terms. Beyond it estimate_peak refuses the
+// length, and a max-length search counts it as not fitting (no budget holds that much).
+bool estimate_bytes_fit_in_int64(const EstimateInput& in);
+
 // Throws std::invalid_argument naming what is wrong with `in` (unknown impl, objective, device or dtype,
 // non-positive sizes, offload with plain). Both estimates start with it.
 void check_estimate_input(const EstimateInput& in);

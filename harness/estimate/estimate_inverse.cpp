@@ -35,6 +35,8 @@ LongestLength longest_seq_len(EstimateInput in, const LengthBudget& budget) {
   };
   LongestLength r;
   r.seq_len = largest_fitting_multiple(budget.granularity, budget.upper, [&](int64_t T) {
+    in.seq_len = T;
+    if (!estimate_bytes_fit_in_int64(in)) return false;  // more bytes than any budget
     const MemoryEstimate e = at(T);
     return device_fits(e) && host_fits(e);
   });
@@ -43,8 +45,13 @@ LongestLength longest_seq_len(EstimateInput in, const LengthBudget& budget) {
   if (next > budget.upper) {
     r.bound = "upper";
   } else {
-    const MemoryEstimate above = r.seq_len > 0 ? at(next) : r.at;
-    r.bound = device_fits(above) ? "host" : "device";
+    in.seq_len = next;
+    if (r.seq_len > 0 && !estimate_bytes_fit_in_int64(in)) {
+      r.bound = "device";  // more bytes than any device
+    } else {
+      const MemoryEstimate above = r.seq_len > 0 ? at(next) : r.at;
+      r.bound = device_fits(above) ? "host" : "device";
+    }
   }
   return r;
 }

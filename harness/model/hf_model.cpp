@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "harness/model/hf_config_reader.h"
@@ -113,12 +114,13 @@ bool is_hf_model_dir(const std::string& path) {
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
 }
 
-ModelConfig read_hf_config(const std::string& dir_or_file) {
+namespace {
+
+// config.json's path for a model directory or the file itself, and its object.
+std::pair<std::string, json> config_json_of(const std::string& dir_or_file) {
   std::error_code ec;
   const bool file = fs::is_regular_file(dir_or_file, ec);
   const std::string path = file ? dir_or_file : (fs::path(dir_or_file) / "config.json").string();
-  // The model's name: its directory's, also when the file itself is named (".../Qwen3-8B/config.json").
-  const std::string dir = file ? fs::path(dir_or_file).parent_path().string() : dir_or_file;
   std::ifstream in(path);
   if (!in)
     throw std::runtime_error(
@@ -131,6 +133,24 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   }
   if (!j.is_object())
     throw std::runtime_error(fmt::format("Hugging Face config '{}': not a JSON object", path));
+  return {path, std::move(j)};
+}
+
+}  // namespace
+
+std::string hf_config_dtype(const std::string& dir_or_file) {
+  const auto [path, j] = config_json_of(dir_or_file);
+  const ConfigReader r(path, j);
+  const std::string dtype = r.string("dtype");
+  return dtype.empty() ? r.string("torch_dtype") : dtype;
+}
+
+ModelConfig read_hf_config(const std::string& dir_or_file) {
+  std::error_code ec;
+  const bool file = fs::is_regular_file(dir_or_file, ec);
+  // The model's name: its directory's, also when the file itself is named (".../Qwen3-8B/config.json").
+  const std::string dir = file ? fs::path(dir_or_file).parent_path().string() : dir_or_file;
+  const auto [path, j] = config_json_of(dir_or_file);
   ConfigReader r(path, j);
   const Architecture& arch = architecture(r);
 

@@ -37,6 +37,10 @@ bool is_hf_model_dir(const std::string& path);
 // (ModelConfig::validate).
 ModelConfig read_hf_config(const std::string& dir_or_file);
 
+// The dtype config.json names for the weights: "dtype" (transformers 5), else "torch_dtype" (4.x), as written
+// ("bfloat16", "float16", "float32", ...); "" when it names none. Throws as read_hf_config does.
+std::string hf_config_dtype(const std::string& dir_or_file);
+
 // The model of `dir` on `options`' device and dtype, every base weight requiring grad (full fine-tuning).
 Model load_hf_model(const std::string& dir, const torch::TensorOptions& options);
 

@@ -95,27 +95,19 @@ std::unique_ptr<Strategy> strategy_for(const CellJob& job, CellResult& r) {
 
 }  // namespace run_detail
 
-namespace {
-bool is_preset(const std::string& name) {
-  for (const auto& p : model_presets())
-    if (p.name == name) return true;
-  return false;
-}
-}  // namespace
-
+// A model directory holding config.json wins over a preset of the same name (the first line of `bpbench
+// estimate` and the scenario reader follow the same rule).
 Model load_model(const std::string& name, const torch::TensorOptions& options, uint64_t seed,
                  const json& rope) {
   // RoPE holds no weights and the random init does not read it: the override is config alone.
   const ModelConfig config = model_config_of(name, rope);
-  Model model = !is_preset(name) && is_hf_model_dir(name) ? load_hf_model(name, options)
-                                                          : Model::random(config, options, seed);
+  Model model = is_hf_model_dir(name) ? load_hf_model(name, options) : Model::random(config, options, seed);
   model.config = config;
   return model;
 }
 
 ModelConfig model_config_of(const std::string& name, const json& rope) {
-  ModelConfig config =
-      !is_preset(name) && is_hf_model_dir(name) ? read_hf_config(name) : find_model_preset(name);
+  ModelConfig config = is_hf_model_dir(name) ? read_hf_config(name) : find_model_preset(name);
   if (!rope.is_null()) {
     try {
       config.rope = rope_with_parameters(config.rope, rope);

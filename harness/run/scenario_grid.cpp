@@ -61,9 +61,10 @@ struct AxisDef {
           using T = std::remove_reference_t<decltype(std::declval<Cell>().*m)>;
           if constexpr (std::is_same_v<T, std::string>) {
             std::string s = read_string(v, where, valid());
+            // also_accepts first: it checks a value that is a choice's name and also what it accepts.
             auto names = choices();
-            if (std::find(names.begin(), names.end(), s) == names.end() &&
-                !(also_accepts && also_accepts(s, where)))
+            if (!(also_accepts && also_accepts(s, where)) &&
+                std::find(names.begin(), names.end(), s) == names.end())
               input_error(fmt::format("{}: unknown {} '{}'", where, key, s), valid());
             return s;
           } else if constexpr (std::is_same_v<T, int64_t>) {
@@ -101,8 +102,13 @@ std::vector<std::string> model_choices() {
 // path, or looks like one, is checked here (config.json readable and of a supported architecture), so a
 // broken directory is reported when the scenario is read, not cells later; the weights are checked when
 // loaded.
+// A preset's name is the preset unless it is also a model directory here, which then wins (as in
+// cell_job.cpp's load_model and `bpbench estimate`).
 bool accepts_model_dir(const std::string& value, const std::string& where) {
   namespace fs = std::filesystem;
+  const auto presets = model_choices();
+  if (std::find(presets.begin(), presets.end(), value) != presets.end() && !is_hf_model_dir(value))
+    return false;
   std::error_code ec;
   const bool exists = fs::exists(value, ec);
   if (!exists && value.find('/') == std::string::npos) return false;  // just an unknown preset name

@@ -15,12 +15,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "harness/cli/accelerators.h"
 #include "harness/cli/estimate_command.h"
 #include "harness/cli/estimate_output.h"
 #include "harness/cli/estimate_request.h"
 #include "harness/cli/quantities.h"
+#include "harness/estimate/estimate.h"
 #include "harness/model/hf_model.h"
 #include "harness/run/json_schema.h"
 #include "tests/support/test_support.h"
@@ -82,6 +85,98 @@ TEST(EstimateCalculator, ADirectoryAndItsConfigJsonGiveThePresetsEstimate) {
       EXPECT_EQ(doc["model"]["name"], preset) << given;  // the directory's name, also from the file
       EXPECT_EQ(numbers_of(doc), numbers_of(from_preset)) << given;
     }
+  }
+}
+
+// The working directory for one scope (a model named relative to it).
+class InDirectory {
+ public:
+  explicit InDirectory(const fs::path& dir) : before_(fs::current_path()) { fs::current_path(dir); }
+  ~InDirectory() { fs::current_path(before_); }
+  InDirectory(const InDirectory&) = delete;
+  InDirectory& operator=(const InDirectory&) = delete;
+
+ private:
+  fs::path before_;
+};
+
+// A model directory named as a preset is the model meant (a checkpoint downloaded into ./qwen3-4b): it wins,
+// and the first line says so; a folder of that name without config.json is not a model, and the preset
+// stays.
+TEST(EstimateCalculator, AModelDirectoryNamedAsAPresetWins) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("qwen3-4b");
+  ModelConfig other = find_model_preset("small");
+  write_text(dir + "/config.json", hf_config_json(other).dump(2));
+  const std::vector<std::string> args = {"--model", "qwen3-4b", "--seq-len", "1k", "--threads", "1"};
+  const json preset = estimate_doc(args);
+  EXPECT_EQ(preset["model"]["source"], "preset");
+  {
+    InDirectory here(tmp.dir());
+    const json doc = estimate_doc(args);
+    EXPECT_EQ(doc["model"]["source"], "hf-config");
+    EXPECT_EQ(doc["model"]["name"], "qwen3-4b");
+    EXPECT_LT(doc["estimates"][0]["memory"]["peak_bytes"], preset["estimates"][0]["memory"]["peak_bytes"]);
+    std::ostringstream text;
+    estimate_command(args, text);
+    EXPECT_EQ(text.str().rfind("qwen3-4b (Hugging Face config), float32", 0), 0u) << text.str();
+    fs::remove(dir + "/config.json");
+    EXPECT_EQ(estimate_doc(args)["model"]["source"], "preset");
+  }
+}
+
+// Without --dtype a CUDA estimate is of bfloat16 (what users train in) or of the dtype config.json names;
+// the CPU's stays float32 (a scenario's default); the first line says where the dtype came from.
+TEST(EstimateCalculator, ACudaEstimateDefaultsToTheTrainingDtype) {
+  auto dtype_of = [](std::vector<std::string> args) {
+    const EstimateRequest r = parse_estimate_request(args);
+    return std::pair(std::string(dtype_flag_name(r.in.dtype)), r.dtype_source);
+  };
+  using Answer = std::pair<std::string, std::string>;
+  EXPECT_EQ(dtype_of({"--model", "qwen3-8b", "--gpu", "h100-sxm"}), Answer("bfloat16", "the CUDA default"));
+  EXPECT_EQ(dtype_of({"--model", "qwen3-8b", "--seq-len", "8k", "--device", "cuda"}),
+            Answer("bfloat16", "the CUDA default"));
+  EXPECT_EQ(dtype_of({"--model", "qwen3-8b", "--seq-len", "8k"}).first, "float32");
+  EXPECT_EQ(dtype_of({"--model", "qwen3-8b", "--gpu", "h100-sxm", "--dtype", "float32"}),
+            Answer("float32", "--dtype"));
+  TempDir tmp;
+  json config = hf_config_json(find_model_preset("qwen3-8b"));
+  const std::string dir = tmp.sub("m");
+  for (const auto& [field, named, answer] :
+       {std::tuple("dtype", "float32", Answer("float32", "config.json's dtype")),
+        std::tuple("torch_dtype", "bfloat16", Answer("bfloat16", "config.json's dtype")),
+        std::tuple("torch_dtype", "float16",
+                   Answer("bfloat16", "config.json's float16 as bfloat16: the same bytes"))}) {
+    json c = config;
+    c[field] = named;
+    write_text(dir + "/config.json", c.dump());
+    EXPECT_EQ(dtype_of({"--model", dir, "--gpu", "h100-sxm"}), answer) << field << " " << named;
+  }
+  std::ostringstream text;
+  estimate_command({"--model", "qwen3-8b", "--gpu", "h100-sxm", "--seq-len", "8k", "--impl", "streambp"},
+                   text);
+  EXPECT_EQ(text.str().rfind("qwen3-8b (preset), bfloat16 (the CUDA default; --dtype to change), sft", 0), 0u)
+      << text.str();
+  // --train mixed needs bfloat16 weights: the CUDA default gives them.
+  EXPECT_EQ(parse_estimate_request({"--model", "qwen3-8b", "--gpu", "h100-sxm", "--train", "mixed"}).in.dtype,
+            torch::kBFloat16);
+}
+
+// A length whose bytes would pass int64 is refused in one line, not printed wrapped; a max-length search up
+// to such lengths still answers (they fit no budget).
+TEST(EstimateCalculator, ALengthPastInt64IsRefusedNotWrapped) {
+  EXPECT_NE(
+      one_line_error({"--model", "small", "--seq-len", "999999999999k"})
+          .find("T = 1023999999998976 with N = 1 on small needs more bytes than bpbench counts exactly"),
+      std::string::npos);
+  EstimateInput in = parse_estimate_request({"--model", "qwen3-8b", "--seq-len", "16M"}).in;
+  in.seq_len = int64_t{1} << 24;
+  EXPECT_TRUE(estimate_bytes_fit_in_int64(in));  // the search's default upper, on the paper's model
+  const json doc = estimate_doc({"--model", "small", "--budget", "1GB", "--upper", "999999999999k", "--impl",
+                                 "streambp,plain", "--threads", "1"});
+  for (const auto& impl : doc["longest"]["budgets"][0]["impls"]) {
+    EXPECT_GT(impl["seq_len"].get<int64_t>(), 0) << impl;
+    EXPECT_EQ(impl["bound"], "device") << impl;
   }
 }
 

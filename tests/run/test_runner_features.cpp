@@ -427,6 +427,25 @@ TEST_F(RunnerFeatures, ModelAxisErrorsNameTheDirectory) {
   EXPECT_NE(error_of(g).find("Hugging Face model directory"), std::string::npos) << error_of(g);
 }
 
+// A model directory named as a preset, in the working directory, is the model (as in `bpbench estimate`); a
+// folder of that name without config.json is not a model, and the preset stays.
+TEST_F(RunnerFeatures, AModelDirectoryNamedAsAPresetWins) {
+  fs::create_directories(dir_ / "tiny");
+  std::ofstream(dir_ / "tiny" / "config.json")
+      << testing::hf_config(find_model_preset("small"), "Qwen3ForCausalLM").dump();
+  const fs::path before = fs::current_path();
+  fs::current_path(dir_);
+  const json grid = {{"model", "tiny"}, {"impl", "plain"}, {"seq_len", 8}};
+  EXPECT_NO_THROW(parse_scenario({{"grid", grid}}));
+  const int64_t from_dir = model_config_of("tiny").hidden;
+  fs::remove(dir_ / "tiny" / "config.json");
+  EXPECT_NO_THROW(parse_scenario({{"grid", grid}}));
+  const int64_t from_preset = model_config_of("tiny").hidden;
+  fs::current_path(before);
+  EXPECT_EQ(from_dir, find_model_preset("small").hidden);
+  EXPECT_EQ(from_preset, find_model_preset("tiny").hidden);
+}
+
 TEST_F(RunnerFeatures, MaxSeqLenScenarioRules) {
   auto error_of = [](const json& s) -> std::string {
     try {
