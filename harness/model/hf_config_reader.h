@@ -51,6 +51,8 @@ class ConfigReader {
     return v->get<bool>();
   }
 
+  const nlohmann::json& json() const { return j_; }  // the whole object (rope_from_hf_config reads it)
+
   std::string string(const char* key) const {
     const nlohmann::json* v = find(key);
     return v && v->is_string() ? v->get<std::string>() : std::string();

@@ -1,15 +1,38 @@
-// hf_family.h: what a model family with config.json fields of its own adds to the fields every family shares
-// (read and written by hf_model.cpp). A family's file defines one function returning its HfFamilyFields,
-// named on its line of hf_families.def (Gemma 3: hf_gemma3.cpp). Internal to harness/model.
+// hf_family.h: what a model family with config.json fields or checkpoint names of its own adds to what every
+// family shares (read and written by hf_model.cpp). A family's file defines one function returning its
+// HfFamilyFields, named on its line of hf_families.def (Gemma 3: hf_gemma3.cpp; Mistral: hf_mistral.cpp;
+// Phi-3: hf_phi3.cpp). Internal to harness/model.
 #pragma once
+
+#include <torch/torch.h>
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "harness/model/hf_config_reader.h"
 #include "harness/model/model_config.h"
 
 namespace bpbench {
+
+// One tensor of the checkpoint and the parameters it fills: one part of the same name, or (fused) several,
+// each the next `rows` rows of it.
+struct WeightSlot {
+  struct Part {
+    std::string name;  // the parameter's name (Model::named_parameters)
+    int64_t rows = 0;
+    torch::Tensor* dest = nullptr;
+  };
+  std::string name;            // the checkpoint's tensor
+  std::vector<int64_t> shape;  // its shape
+  std::vector<Part> parts;
+};
+
+// Replaces the consecutive slots named prefix + each of `pieces` (unfused, in that order, of equal columns)
+// with one slot named prefix + `fused` whose parts are theirs: a family whose checkpoint fuses them.
+void fuse_weight_slots(std::vector<WeightSlot>& slots, const std::string& prefix,
+                       const std::vector<std::string>& pieces, const std::string& fused);
 
 struct HfFamilyFields {
   int64_t default_head_dim = 0;  // when config.json has no head_dim; 0: hidden / heads
@@ -20,8 +43,27 @@ struct HfFamilyFields {
   // Writes the family's own fields of c ("architectures" and "model_type" included) into j, which holds the
   // shared ones: the config.json transformers writes; read then gives c back.
   void (*write)(const ModelConfig& c, nlohmann::json& j) = nullptr;
-  // Whether c (a preset) is of this family: hf_config_json writes it through `write`.
+  // Whether c (a preset without an architecture named) is of this family: hf_config_json writes it through
+  // `write`. May be null: only configs naming the family's architecture are.
   bool (*describes)(const ModelConfig& c) = nullptr;
+  // The checkpoint's names where they are not the shared ones (Phi-3's fused projections): rewrites the slot
+  // list of every weight, in Model::named_parameters order. May be null.
+  void (*checkpoint_names)(const ModelConfig& c, std::vector<WeightSlot>& slots) = nullptr;
+  // Whether `read` reads the RoPE itself (Gemma 3: one per layer type); otherwise the shared reader does,
+  // after `read` (rope_from_hf_config).
+  bool reads_rope = false;
 };
+
+// For the families' files (defined in hf_model.cpp):
+// Refuses a "hidden_act" other than silu, by name.
+void require_silu_activation(const ConfigReader& r);
+// A window on every layer from "sliding_window": a positive number is that window, null none, and a file
+// without the key `absent` (the config class's default; 0: none), as transformers' Mistral and Phi-3 mask it.
+// Refuses "layer_types" (alternating layers belong to other classes).
+void read_window_on_every_layer(const ConfigReader& r, ModelConfig& c, int64_t absent);
+// The fields of a family with Llama's network: "architectures", "model_type", "hidden_act", the RoPE as
+// "rope_parameters", and "sliding_window" (null without one).
+void write_llama_like_fields(const ModelConfig& c, const char* architecture, const char* model_type,
+                             nlohmann::json& j);
 
 }  // namespace bpbench

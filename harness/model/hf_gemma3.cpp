@@ -155,9 +155,13 @@ void add_gemma3_config_json(const ModelConfig& c, json& j) {
 }  // namespace
 
 const HfFamilyFields* gemma3_fields() {
-  static const HfFamilyFields fields{/*default_head_dim=*/256, /*default_tied=*/true, read_gemma3_config,
+  static const HfFamilyFields fields{/*default_head_dim=*/256,
+                                     /*default_tied=*/true,
+                                     read_gemma3_config,
                                      add_gemma3_config_json,
-                                     [](const ModelConfig& c) { return c.sandwich_norms; }};
+                                     [](const ModelConfig& c) { return c.sandwich_norms; },
+                                     /*checkpoint_names=*/nullptr,
+                                     /*reads_rope=*/true};
   return &fields;
 }
 

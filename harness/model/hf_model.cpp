@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -95,13 +96,31 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-struct Slot {
-  std::string name;
-  std::vector<int64_t> shape;
-  torch::Tensor* dest;
-};
+const Architecture* architecture_named(const std::string& name) {
+  for (const auto& known : architectures())
+    if (name == known.name) return &known;
+  return nullptr;
+}
 
 }  // namespace
+
+void fuse_weight_slots(std::vector<WeightSlot>& slots, const std::string& prefix,
+                       const std::vector<std::string>& pieces, const std::string& fused) {
+  auto first = std::find_if(slots.begin(), slots.end(),
+                            [&](const WeightSlot& s) { return s.name == prefix + pieces.front(); });
+  if (first == slots.end() || slots.end() - first < static_cast<std::ptrdiff_t>(pieces.size()))
+    throw std::logic_error(fmt::format("fuse_weight_slots: no slot {}{}", prefix, pieces.front()));
+  WeightSlot merged{prefix + fused, {0, first->shape.at(1)}, {}};
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const WeightSlot& piece = first[static_cast<std::ptrdiff_t>(i)];
+    if (piece.name != prefix + pieces[i] || piece.shape.size() != 2 || piece.shape[1] != merged.shape[1])
+      throw std::logic_error(fmt::format("fuse_weight_slots: {}{} is not next", prefix, pieces[i]));
+    merged.shape[0] += piece.shape[0];
+    merged.parts.insert(merged.parts.end(), piece.parts.begin(), piece.parts.end());
+  }
+  *first = std::move(merged);
+  slots.erase(first + 1, first + static_cast<std::ptrdiff_t>(pieces.size()));
+}
 
 std::string hf_architecture_names() {
   std::string s;
@@ -159,7 +178,7 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
     r.fail(fmt::format("attention_bias = true on {} biases o_proj too, which bpbench does not model",
                        arch.name));
   if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
-  if (!arch.own) {  // Qwen's sliding window applies to the top layers only, which bpbench does not model
+  if (!arch.own || !arch.own->read) {  // Qwen's window applies to the top layers only, not modelled
     if (r.boolean("use_sliding_window", false))
       r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
     if (const json* layer_types = r.find("layer_types")) {
@@ -174,9 +193,7 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   if (const double dropout = r.number("attention_dropout", 0.0); dropout != 0.0)
     r.fail(
         fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)", dropout));
-  const std::string act = r.string("hidden_act");
-  if (!arch.own && !act.empty() && act != "silu")
-    r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
+  if (!arch.own || !arch.own->read) require_silu_activation(r);
 
   ModelConfig c;
   c.name = dir_basename(dir);
@@ -193,11 +210,13 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   c.rms_eps = r.number("rms_norm_eps", 1e-6);
   c.tie_embeddings =
       r.boolean("tie_word_embeddings", /*transformers' default=*/arch.own && arch.own->default_tied);
+  c.architecture = arch.name;
   c.qk_norm = arch.qk_norm;
   c.attention_bias = arch.attention_bias;
-  if (arch.own) {
-    arch.own->read(r, c);
-  } else {
+  // The family's own reading first: it refuses by name what the shared RoPE reader would misread (Phi-3's
+  // "yarn" is longrope to transformers).
+  if (arch.own && arch.own->read) arch.own->read(r, c);
+  if (!arch.own || !arch.own->reads_rope) {
     try {
       c.rope = rope_from_hf_config(j, arch.default_max_positions);
     } catch (const std::invalid_argument& e) {
@@ -226,28 +245,58 @@ json hf_config_json(const ModelConfig& c) {
             {"attention_bias", c.attention_bias},
             {"attention_dropout", 0.0},
             {"max_position_embeddings", c.rope.max_positions}};
-  for (const Architecture& family : architectures())
-    if (family.own && family.own->describes(c)) {
-      family.own->write(c, j);
-      return j;
-    }
-  // The families without fields of their own differ by their q/k norms and q/k/v bias alone.
   const Architecture* arch = nullptr;
+  if (!c.architecture.empty()) {
+    arch = architecture_named(c.architecture);
+    if (!arch)
+      throw std::invalid_argument(fmt::format("{}: unsupported architecture '{}' (supported: {})", c.name,
+                                              c.architecture, hf_architecture_names()));
+  }
   for (const Architecture& family : architectures())
-    if (!family.own && family.qk_norm == c.qk_norm && family.attention_bias == c.attention_bias) {
+    if (!arch && family.own && family.own->describes && family.own->describes(c)) arch = &family;
+  // The families without fields of their own differ by their q/k norms and q/k/v bias alone.
+  for (const Architecture& family : architectures())
+    if (!arch && !family.own && family.qk_norm == c.qk_norm && family.attention_bias == c.attention_bias)
       arch = &family;
-      break;
-    }
   if (!arch)
     throw std::invalid_argument(
         fmt::format("{}: no Hugging Face architecture has q/k norms {} and q/k/v bias {}", c.name, c.qk_norm,
                     c.attention_bias));
-  j["architectures"] = {arch->name};
-  j["model_type"] = arch->model_type;
+  if (arch->own) {
+    arch->own->write(c, j);
+    return j;
+  }
+  write_llama_like_fields(c, arch->name, arch->model_type, j);
+  j.erase("sliding_window");  // a family without a window of its own (use_sliding_window is Qwen's)
+  return j;
+}
+
+void require_silu_activation(const ConfigReader& r) {
+  const std::string act = r.string("hidden_act");
+  if (!act.empty() && act != "silu") r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
+}
+
+void read_window_on_every_layer(const ConfigReader& r, ModelConfig& c, int64_t absent) {
+  if (r.find("layer_types"))
+    r.fail(
+        "\"layer_types\" is not supported for this architecture (alternating sliding and full layers are "
+        "other classes', e.g. Gemma3ForCausalLM)");
+  const bool given = r.json().contains("sliding_window");
+  const int64_t window = given ? r.integer("sliding_window", 0) : absent;
+  if (given && r.find("sliding_window") && window <= 0)
+    r.fail(fmt::format("\"sliding_window\" must be > 0 or null, got {}", window));
+  c.sliding_window = window;
+  c.sliding_layers.assign(window > 0 ? static_cast<size_t>(c.layers) : 0, true);
+}
+
+void write_llama_like_fields(const ModelConfig& c, const char* architecture, const char* model_type,
+                             json& j) {
+  j["architectures"] = {architecture};
+  j["model_type"] = model_type;
   j["hidden_act"] = "silu";
   j["rope_parameters"] = rope_to_json(c.rope);
   j["rope_parameters"].erase("max_position_embeddings");  // top-level in config.json
-  return j;
+  j["sliding_window"] = c.has_sliding_layers() ? json(c.sliding_window) : json();
 }
 
 Model load_hf_model(const std::string& dir, const torch::TensorOptions& options) {
@@ -262,37 +311,45 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
   m.layers.resize(static_cast<size_t>(c.layers));
   const int64_t V = c.vocab, d = c.hidden, I = c.intermediate, hd = c.head_dim;
   const int64_t q_out = c.heads * hd, kv_out = c.kv_heads * hd;
-  std::vector<Slot> slots;
-  auto linear = [&](const std::string& prefix, Linear& l, int64_t out, int64_t in, bool bias) {
-    slots.push_back({prefix + ".weight", {out, in}, &l.weight});
-    if (bias) slots.push_back({prefix + ".bias", {out}, &l.bias});
+  // Every parameter in Model::named_parameters order, under the names the shared families' checkpoints use;
+  // a family may rename or fuse them (HfFamilyFields::checkpoint_names).
+  std::vector<WeightSlot> slots;
+  auto slot = [&](const std::string& name, std::vector<int64_t> shape, torch::Tensor* dest) {
+    const int64_t rows = shape.at(0);
+    slots.push_back({name, std::move(shape), {{name, rows, dest}}});
   };
-  slots.push_back({"model.embed_tokens.weight", {V, d}, &m.embed_weight});
+  auto linear = [&](const std::string& prefix, Linear& l, int64_t out, int64_t in, bool bias) {
+    slot(prefix + ".weight", {out, in}, &l.weight);
+    if (bias) slot(prefix + ".bias", {out}, &l.bias);
+  };
+  slot("model.embed_tokens.weight", {V, d}, &m.embed_weight);
   for (int64_t i = 0; i < c.layers; ++i) {
     LayerWeights& w = m.layers[static_cast<size_t>(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
-    slots.push_back({p + "input_layernorm.weight", {d}, &w.input_norm});
+    slot(p + "input_layernorm.weight", {d}, &w.input_norm);
     linear(p + "self_attn.q_proj", w.q, q_out, d, c.attention_bias);
     linear(p + "self_attn.k_proj", w.k, kv_out, d, c.attention_bias);
     linear(p + "self_attn.v_proj", w.v, kv_out, d, c.attention_bias);
     linear(p + "self_attn.o_proj", w.o, d, q_out, false);
     if (c.qk_norm) {
-      slots.push_back({p + "self_attn.q_norm.weight", {hd}, &w.q_norm});
-      slots.push_back({p + "self_attn.k_norm.weight", {hd}, &w.k_norm});
+      slot(p + "self_attn.q_norm.weight", {hd}, &w.q_norm);
+      slot(p + "self_attn.k_norm.weight", {hd}, &w.k_norm);
     }
     if (c.sandwich_norms) {  // Gemma 3: a norm before and after each block (Model::named_parameters order)
-      slots.push_back({p + "post_attention_layernorm.weight", {d}, &w.attn_output_norm});
-      slots.push_back({p + "pre_feedforward_layernorm.weight", {d}, &w.mlp_norm});
-      slots.push_back({p + "post_feedforward_layernorm.weight", {d}, &w.mlp_output_norm});
+      slot(p + "post_attention_layernorm.weight", {d}, &w.attn_output_norm);
+      slot(p + "pre_feedforward_layernorm.weight", {d}, &w.mlp_norm);
+      slot(p + "post_feedforward_layernorm.weight", {d}, &w.mlp_output_norm);
     } else {
-      slots.push_back({p + "post_attention_layernorm.weight", {d}, &w.mlp_norm});
+      slot(p + "post_attention_layernorm.weight", {d}, &w.mlp_norm);
     }
     linear(p + "mlp.gate_proj", w.gate, I, d, false);
     linear(p + "mlp.up_proj", w.up, I, d, false);
     linear(p + "mlp.down_proj", w.down, d, I, false);
   }
-  slots.push_back({"model.norm.weight", {d}, &m.final_norm_weight});
-  if (!c.tie_embeddings) slots.push_back({"lm_head.weight", {V, d}, &m.lm_head_weight});
+  slot("model.norm.weight", {d}, &m.final_norm_weight);
+  if (!c.tie_embeddings) slot("lm_head.weight", {V, d}, &m.lm_head_weight);
+  const Architecture* arch = architecture_named(c.architecture);
+  if (arch && arch->own && arch->own->checkpoint_names) arch->own->checkpoint_names(c, slots);
 
   // Check everything before copying anything: a bad checkpoint of a large model should fail in milliseconds.
   auto check = [&](const std::string& name, const std::vector<int64_t>& shape) {
@@ -329,16 +386,30 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
   {
     torch::NoGradGuard no_grad;
     const auto opts = torch::TensorOptions().device(options.device()).dtype(options.dtype());
-    for (const auto& s : slots) *s.dest = weights.get(s.name, opts);
+    for (const auto& s : slots) {
+      const torch::Tensor whole = weights.get(s.name, opts);
+      if (s.parts.size() == 1) {
+        *s.parts[0].dest = whole;
+        continue;
+      }
+      int64_t row = 0;  // a fused tensor: each parameter its own rows, in storage of its own
+      for (const auto& part : s.parts) {
+        *part.dest = whole.narrow(0, row, part.rows).clone();
+        row += part.rows;
+      }
+    }
   }
   if (c.tie_embeddings) m.lm_head_weight = m.embed_weight;
-
-  // The slot list restates Model::named_parameters(); a drift between the two must not load silently.
-  const auto params = m.named_parameters();
-  bool same = params.size() == slots.size();
-  for (size_t i = 0; same && i < slots.size(); ++i) same = params[i].name == slots[i].name;
-  if (!same)
-    throw std::logic_error("load_hf_model: parameter list out of sync with Model::named_parameters()");
+  // The slots' parts restate Model::named_parameters(); a drift between the two must not load silently.
+  {
+    const auto params = m.named_parameters();
+    size_t k = 0;
+    bool same = true;
+    for (const auto& s : slots)
+      for (const auto& part : s.parts) same = same && k < params.size() && params[k++].name == part.name;
+    if (!same || k != params.size())
+      throw std::logic_error("load_hf_model: parameter list out of sync with Model::named_parameters()");
+  }
 
   m.set_requires_grad(true);
   return m;

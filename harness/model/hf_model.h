@@ -1,8 +1,9 @@
 // hf_model.h: load a Hugging Face model directory (config.json + safetensors weights) into a bpbench Model.
 //
 // Supported architectures (the list: hf_families.def): Qwen3ForCausalLM (q/k norm), Qwen2ForCausalLM (bias
-// on q, k, v), LlamaForCausalLM and Gemma3ForCausalLM (gemma3_text; its own fields: hf_gemma3.cpp, through
-// hf_family.h). config.json fields read
+// on q, k, v), LlamaForCausalLM, MistralForCausalLM (a window on every layer: hf_mistral.cpp),
+// Phi3ForCausalLM (fused projections split at load: hf_phi3.cpp) and Gemma3ForCausalLM (gemma3_text:
+// hf_gemma3.cpp); a family's own fields go through hf_family.h. config.json fields read
 // (HF names -> ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (default: heads), head_dim (default: hidden / heads; Gemma 3:
 // 256), rms_norm_eps (default 1e-6, HF's default for all four), tie_word_embeddings (default false; Gemma 3:
@@ -46,11 +47,11 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
 
 // `c` as transformers' config.json (transformers 5 form: rope_parameters), so that a peer run in
 // transformers (impls/peers/hf_checkpoint.py) builds the very network bpbench runs. read_hf_config of it
-// gives `c` back (name aside). The architecture follows from sandwich_norms (Gemma 3), qk_norm (Qwen3),
-// attention_bias (Qwen2) or none of them (Llama).
+// gives `c` back (name aside). The architecture is c.architecture where set, else it follows from
+// sandwich_norms (Gemma 3), qk_norm (Qwen3), attention_bias (Qwen2) or none of them (Llama).
 nlohmann::json hf_config_json(const ModelConfig& c);
 
-// "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, Gemma3ForCausalLM"
+// "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, Gemma3ForCausalLM, MistralForCausalLM, ..."
 std::string hf_architecture_names();
 
 }  // namespace bpbench

@@ -93,6 +93,32 @@ ModelConfig gemma3(std::string name, int64_t vocab, int64_t d, int64_t inter, in
   return c;
 }
 
+// Llama's network under another transformers class: Mistral (a sliding window on every layer when set) and
+// Phi-3 (q, k, v and gate, up fused in the checkpoint; a window too), as the published config.json files
+// state them.
+ModelConfig llama_like(std::string name, std::string architecture, int64_t vocab, int64_t d, int64_t inter,
+                       int64_t layers, int64_t heads, int64_t kv_heads, double theta, int64_t max_positions,
+                       int64_t window) {
+  ModelConfig c;
+  c.name = std::move(name);
+  c.architecture = std::move(architecture);
+  c.vocab = vocab;
+  c.hidden = d;
+  c.intermediate = inter;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = d / heads;
+  c.rope.theta = theta;
+  c.rope.max_positions = max_positions;
+  c.rms_eps = 1e-5;
+  if (window > 0) {
+    c.sliding_window = window;
+    c.sliding_layers.assign(static_cast<size_t>(layers), true);
+  }
+  return c;
+}
+
 std::vector<ModelConfig> build_presets() {
   ModelConfig tiny;  // every feature switched on, dimensions small enough for finite differences
   tiny.name = "tiny";
@@ -156,6 +182,9 @@ std::vector<ModelConfig> build_presets() {
       gemma3("gemma3-4b", 262208, 2560, 10240, 34, 8, 4, 256, 1024, 256.0, 131072, 8.0),
       gemma3("gemma3-12b", 262208, 3840, 15360, 48, 16, 8, 256, 1024, 256.0, 131072, 8.0),
       gemma3("gemma3-27b", 262208, 5376, 21504, 62, 32, 16, 128, 1024, 168.0, 131072, 8.0),
+      // Mistral-7B-v0.3 (no window; v0.1's was 4096) and Phi-3-mini-4k (a window of 2047 keys).
+      llama_like("mistral-7b", "MistralForCausalLM", 32768, 4096, 14336, 32, 32, 8, 1e6, 32768, 0),
+      llama_like("phi3-mini", "Phi3ForCausalLM", 32064, 3072, 8192, 32, 32, 32, 10000.0, 4096, 2047),
   };
 }
 

@@ -1,4 +1,5 @@
-// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama-family or Gemma 3 decoder, and the named presets.
+// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama / Mistral / Phi-3 or Gemma 3 decoder, and the named
+// presets.
 //
 // Dimension legend used across bpbench (shape comments everywhere use these names):
 //   N   sequences in a step (SFT: batch B; DPO: 2B, chosen rows then rejected; GRPO: B*G)
@@ -24,6 +25,10 @@ const char* activation_name(Activation a);
 
 struct ModelConfig {
   std::string name;
+  // The transformers class it is (config.json's "architectures", hf_families.def): set by read_hf_config and
+  // by presets of a family that has no feature of its own to tell it by (Mistral, Phi-3); empty: told by its
+  // features (hf_model.h, hf_config_json).
+  std::string architecture;
   int64_t vocab = 0;         // V
   int64_t hidden = 0;        // d
   int64_t intermediate = 0;  // I

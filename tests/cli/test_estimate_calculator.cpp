@@ -74,7 +74,8 @@ std::string one_line_error(const std::vector<std::string>& args) {
 
 TEST(EstimateCalculator, ADirectoryAndItsConfigJsonGiveThePresetsEstimate) {
   TempDir tmp;
-  for (const std::string preset : {"qwen3-8b", "llama3.1-8b", "gemma3-1b", "small-gemma3"}) {
+  for (const std::string preset :
+       {"qwen3-8b", "llama3.1-8b", "gemma3-1b", "small-gemma3", "mistral-7b", "phi3-mini"}) {
     const std::string dir = tmp.sub(preset);
     write_text(dir + "/config.json", hf_config_json(find_model_preset(preset)).dump(2));
     const json from_preset = estimate_doc(with_model(preset));
@@ -191,8 +192,9 @@ TEST(EstimateCalculator, TransformersWrittenConfigsOfEachFamily) {
   qwen2.name = "qwen2-like";
   qwen2.qk_norm = false;
   qwen2.attention_bias = true;
-  const std::vector<ModelConfig> configs = {find_model_preset("qwen3-8b"), find_model_preset("llama3.1-8b"),
-                                            find_model_preset("gemma3-1b"), qwen2};
+  const std::vector<ModelConfig> configs = {find_model_preset("qwen3-8b"),   find_model_preset("llama3.1-8b"),
+                                            find_model_preset("gemma3-1b"),  qwen2,
+                                            find_model_preset("mistral-7b"), find_model_preset("phi3-mini")};
   TempDir tmp;
   json wanted = json::object();
   for (const auto& c : configs) wanted[c.name] = hf_config_json(c);
@@ -223,11 +225,11 @@ TEST(EstimateCalculator, BadModelsAreOneLineErrorsNamingTheProblem) {
   write_text(tmp.file("broken.json"), "{\"architectures\": [");
   EXPECT_NE(one_line_error(with_model(tmp.file("broken.json"))).find("malformed JSON"), std::string::npos);
 
-  json mistral = hf_config_json(find_model_preset("small"));
-  mistral["architectures"] = {"MistralForCausalLM"};
-  write_text(tmp.file("mistral.json"), mistral.dump());
-  EXPECT_NE(one_line_error(with_model(tmp.file("mistral.json")))
-                .find("unsupported architecture [\"MistralForCausalLM\"] (supported: Qwen3ForCausalLM"),
+  json gpt2 = hf_config_json(find_model_preset("small"));
+  gpt2["architectures"] = {"GPT2LMHeadModel"};
+  write_text(tmp.file("gpt2.json"), gpt2.dump());
+  EXPECT_NE(one_line_error(with_model(tmp.file("gpt2.json")))
+                .find("unsupported architecture [\"GPT2LMHeadModel\"] (supported: Qwen3ForCausalLM"),
             std::string::npos);
   json biased = hf_config_json(find_model_preset("llama3.1-8b"));
   biased["attention_bias"] = true;

@@ -183,6 +183,53 @@ TEST(HfModel, ArchitectureFromModelType) {
   EXPECT_TRUE(read_hf_config(dir).qk_norm);
 }
 
+// Mistral and Phi-3 as transformers reads their files: a window on every layer from "sliding_window" (absent
+// in a Mistral file: MistralConfig's 4096; null: none); what bpbench does not model refused by name (Phi-3's
+// "su" and "yarn", which transformers runs as longrope; dropout; alternating layer types).
+TEST(HfModel, MistralAndPhi3ConfigRules) {
+  TempDir tmp;
+  int files = 0;
+  auto read = [&](const json& config) {
+    const std::string path = tmp.file(fmt::format("config{}.json", ++files));
+    write_json(path, config);
+    return read_hf_config(path);
+  };
+  auto refusal = [&](const json& config) { return error_of([&] { read(config); }); };
+  const json mistral = hf_config_json(find_model_preset("mistral-7b"));
+  EXPECT_FALSE(read(mistral).has_sliding_layers());  // v0.3: null
+  json edited = mistral;
+  edited.erase("sliding_window");
+  ModelConfig c = read(edited);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.sliding_layer_count(), c.layers);
+  EXPECT_EQ(c.architecture, "MistralForCausalLM");
+  edited["sliding_window"] = 0;
+  EXPECT_THAT(refusal(edited), HasSubstr("\"sliding_window\" must be > 0 or null, got 0"));
+  edited = mistral;
+  edited["layer_types"] = json::array({"sliding_attention", "full_attention"});
+  EXPECT_THAT(refusal(edited), HasSubstr("\"layer_types\" is not supported for this architecture"));
+
+  const json phi3 = hf_config_json(find_model_preset("phi3-mini"));
+  c = read(phi3);
+  EXPECT_EQ(c.sliding_window, 2047);
+  EXPECT_EQ(c.sliding_layer_count(), 32);
+  EXPECT_EQ(hf_config_json(c), phi3);  // read gives the preset back (its name aside)
+  for (const char* type : {"su", "yarn"}) {
+    edited = phi3;
+    edited["rope_scaling"] = {{"type", type}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+    EXPECT_THAT(refusal(edited), HasSubstr("runs it as longrope, which bpbench does not model")) << type;
+  }
+  edited = phi3;
+  edited["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 1e4}};
+  EXPECT_THAT(refusal(edited), HasSubstr("longrope"));
+  edited = phi3;
+  edited["resid_pdrop"] = 0.1;
+  EXPECT_THAT(refusal(edited), HasSubstr("\"resid_pdrop\" 0.1 is not supported"));
+  edited = phi3;
+  edited["partial_rotary_factor"] = 0.75;  // Phi-4-mini
+  EXPECT_THAT(refusal(edited), HasSubstr("partial_rotary_factor"));
+}
+
 TEST(HfModel, TiedCheckpointMayCarryLmHead) {
   TempDir tmp;
   Model preset = tiny_model({2, /*tied=*/true}, torch::kFloat);
@@ -250,8 +297,8 @@ class HfModelErrors : public ::testing::Test {
 
 TEST_F(HfModelErrors, UnsupportedArchitecture) {
   auto msg = load_error([](NamedTensors&) {},
-                        [](json& c) { c["architectures"] = json::array({"MistralForCausalLM"}); });
-  EXPECT_THAT(msg, HasSubstr("MistralForCausalLM"));
+                        [](json& c) { c["architectures"] = json::array({"GPT2LMHeadModel"}); });
+  EXPECT_THAT(msg, HasSubstr("GPT2LMHeadModel"));
   EXPECT_THAT(msg, HasSubstr("Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM"));
 }
 

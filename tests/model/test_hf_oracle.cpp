@@ -51,6 +51,10 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"yarn_hub_4x", {"sft"}},
     {"gemma3_mixed", {"sft", "dpo"}},
     {"gemma3_hub_4x", {"sft"}},
+    {"mistral_window", {"sft", "dpo"}},
+    {"mistral_no_window", {"sft"}},
+    {"phi3_fused", {"sft", "dpo"}},
+    {"phi3_window", {"sft"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 

@@ -11,7 +11,8 @@ TEST(ModelPresets, ParameterCountsMatchThePublicModels) {
   const std::map<std::string, int64_t> expected = {
       {"qwen3-0.6b", 596049920},   {"qwen3-1.7b", 1720574976},  {"qwen3-4b", 4022468096},
       {"qwen3-8b", 8190735360},    {"qwen3-14b", 14768307200},  {"qwen3-32b", 32762123264},
-      {"llama3.1-8b", 8030261248}, {"llama3.2-1b", 1235814400},
+      {"llama3.1-8b", 8030261248}, {"llama3.2-1b", 1235814400}, {"mistral-7b", 7248023552},
+      {"phi3-mini", 3821079552},
   };
   for (const auto& [name, count] : expected)
     EXPECT_EQ(find_model_preset(name).parameter_count(), count) << name;

@@ -26,8 +26,9 @@ import sys
 import torch
 from safetensors.torch import save_file
 from torch.overrides import TorchFunctionMode
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 from transformers.utils import logging as hf_logging
 
 
@@ -56,6 +57,11 @@ class Float64Casts(TorchFunctionMode):
 # rope_local_base_freq, rope_scaling, sliding_window_pattern instead of layer_types). Their padding is shorter
 # than the window: a padded query whose whole window is padding is a fully masked row, which transformers'
 # float32 softmax (loss_f32_casts) turns into NaN, and 0 x NaN reaches the real rows through V.
+# Mistral: a window on every layer (longer than the partition), and none (null, as v0.3 states it). Phi-3: q, k, v and gate, up fused in the checkpoint, with and
+# without a window (shorter than the partition); its gradients are written under bpbench's parameter names
+# (the fused ones split by rows, as bpbench loads them). Their pad_token_id is None: transformers' embedding
+# freezes the row of a pad_token_id (nn.Embedding's padding_idx), which bpbench does not model (docs/models.md).
+# Windows are longer than the padding, as Gemma 3's.
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -166,7 +172,44 @@ CASES = {
         num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=11,
         layer_types=["sliding_attention", "full_attention"] * 2, rope_parameters=GEMMA3_ROPE,
         tie_word_embeddings=False), 23, [23, 17], SFT, gemma3_hub_form),
+    "mistral_window": Case(MistralForCausalLM, MistralConfig, dict(
+        LLAMA_GQA2, sliding_window=9, rope_parameters=dict(rope_type="default", rope_theta=1e6),
+        tie_word_embeddings=False), 29, [29, 23], SFT_DPO),
+    "mistral_no_window": Case(MistralForCausalLM, MistralConfig, dict(
+        QWEN2_GQA2, sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=1e6)), 23, [23, 19],
+        SFT),
+    "phi3_fused": Case(Phi3ForCausalLM, Phi3Config, dict(
+        QWEN2_GQA2, pad_token_id=None, rope_parameters=dict(rope_type="default", rope_theta=1e4)), 29, [29, 24],
+        SFT_DPO),
+    "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
+        LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
 }
+
+# Phi-3's fused checkpoint tensors -> bpbench's parameters, by rows: (fused suffix, [(suffix, rows of config)]).
+PHI3_FUSED = [("self_attn.qkv_proj.weight", [("self_attn.q_proj.weight", lambda c: c.num_attention_heads),
+                                             ("self_attn.k_proj.weight", lambda c: c.num_key_value_heads),
+                                             ("self_attn.v_proj.weight", lambda c: c.num_key_value_heads)]),
+              ("mlp.gate_up_proj.weight", [("mlp.gate_proj.weight", None), ("mlp.up_proj.weight", None)])]
+
+
+def bpbench_names(case, config, grads):
+    """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows."""
+    if case.model_cls is not Phi3ForCausalLM:
+        return grads
+    head_dim = config.hidden_size // config.num_attention_heads
+    out = {}
+    for name, g in grads.items():
+        fused = next(((f, parts) for f, parts in PHI3_FUSED if name.endswith(f)), None)
+        if fused is None:
+            out[name] = g
+            continue
+        suffix, parts = fused
+        sizes = [rows(config) * head_dim if rows else config.intermediate_size for _, rows in parts]
+        assert sum(sizes) == g.shape[0], (name, sizes, g.shape)
+        for (part, _), piece in zip(parts, torch.split(g, sizes)):
+            out[name[:-len(suffix)] + part] = piece.contiguous()
+    return out
 
 
 def make_model(case, seed):
@@ -281,7 +324,7 @@ def main(out_dir):
                             f"{objective}:ref_sums": extras["ref_sums"],
                             f"{objective}:beta": torch.tensor([extras["beta"]], dtype=torch.float64),
                             f"{objective}:loss": loss.reshape(1), f"{objective}:loss_f32_casts": with_casts.reshape(1)})
-            tensors.update({f"{objective}:grad:{n}": g for n, g in grads.items()})
+            tensors.update({f"{objective}:grad:{n}": g for n, g in bpbench_names(case, config, grads).items()})
             print(f"{name} {objective}: loss {loss.item():.15g} (transformers' float32 casts: {with_casts.item():.15g})")
         save_file(tensors, os.path.join(case_dir, "oracle.safetensors"))
     with open(os.path.join(out_dir, "cases.json"), "w") as f:
