@@ -167,7 +167,8 @@ bool is_help(const std::string& a) {
 }
 
 void list_models(std::ostream& out) {
-  out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE; sliding-window layers):\n";
+  out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE; sliding-window layers; "
+         "experts):\n";
   for (const auto& m : model_presets()) {
     const int64_t n = m.parameter_count();
     std::string sliding;
@@ -176,11 +177,18 @@ void list_models(std::ostream& out) {
           fmt::format("; {} of {} layers slide over {} keys{}", m.sliding_layer_count(), m.layers,
                       m.sliding_window, m.sliding_rope ? ", RoPE " + rope_summary(*m.sliding_rope) : "");
     }
+    std::string experts;
+    if (m.is_moe()) {
+      const int64_t active = m.active_parameter_count();
+      experts = fmt::format("; {} of {} layers route to {} of {} experts of Ie={} ({:.3f} B active)",
+                            m.moe_layer_count(), m.layers, m.experts_per_token, m.experts,
+                            m.expert_intermediate, static_cast<double>(active) / 1e9);
+    }
     out << fmt::format(
         "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} "
-        "V={:<6}{:<5}  RoPE {}{}\n",
+        "V={:<6}{:<5}  RoPE {}{}{}\n",
         m.name, n, static_cast<double>(n) / 1e9, m.layers, m.hidden, m.intermediate, m.heads, m.kv_heads,
-        m.head_dim, m.vocab, m.tie_embeddings ? " tied" : "", rope_summary(m.rope), sliding);
+        m.head_dim, m.vocab, m.tie_embeddings ? " tied" : "", rope_summary(m.rope), sliding, experts);
   }
 }
 

@@ -342,6 +342,21 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     } else {
       slot(p + "post_attention_layernorm.weight", {d}, &w.mlp_norm);
     }
+    if (c.is_moe_layer(i)) {  // Qwen3-MoE's names, those of Model::named_parameters
+      const int64_t E = c.experts, Ie = c.expert_intermediate;
+      slot(p + "mlp.gate.weight", {E, d}, &w.router);
+      w.expert_gate.resize(static_cast<size_t>(E));
+      w.expert_up.resize(static_cast<size_t>(E));
+      w.expert_down.resize(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string expert = fmt::format("{}mlp.experts.{}.", p, e);
+        const auto k = static_cast<size_t>(e);
+        linear(expert + "gate_proj", w.expert_gate[k], Ie, d, false);
+        linear(expert + "up_proj", w.expert_up[k], Ie, d, false);
+        linear(expert + "down_proj", w.expert_down[k], d, Ie, false);
+      }
+      continue;
+    }
     linear(p + "mlp.gate_proj", w.gate, I, d, false);
     linear(p + "mlp.up_proj", w.up, I, d, false);
     linear(p + "mlp.down_proj", w.down, d, I, false);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
@@ -13,6 +14,10 @@
 namespace bpbench {
 
 namespace {
+bool weight_defined(const Linear& l) {
+  return l.weight.defined();
+}
+
 // Every matmul of the model goes through here: the FLOP counter's seam (flop_count.h).
 torch::Tensor counted_linear(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias = {}) {
@@ -79,6 +84,23 @@ void add_linear(std::vector<NamedParameter>& out, const std::string& prefix, con
 
 }  // namespace
 
+std::vector<const Linear*> LayerWeights::linears() const {
+  std::vector<const Linear*> out = {&q, &k, &v, &o};
+  if (weight_defined(gate)) {
+    out.insert(out.end(), {&gate, &up, &down});
+  } else {
+    for (size_t e = 0; e < expert_gate.size(); ++e)
+      out.insert(out.end(), {&expert_gate[e], &expert_up[e], &expert_down[e]});
+  }
+  return out;
+}
+
+std::vector<Linear*> LayerWeights::linears() {
+  std::vector<Linear*> out;
+  for (const Linear* l : std::as_const(*this).linears()) out.push_back(const_cast<Linear*>(l));
+  return out;
+}
+
 Model Model::random(const ModelConfig& config, const torch::TensorOptions& options, uint64_t seed) {
   config.validate();
   torch::NoGradGuard no_grad;
@@ -104,9 +126,18 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
       w.mlp_output_norm = identity_norm_init(d, config, opts);
     }
     w.mlp_norm = identity_norm_init(d, config, opts);
-    w.gate = make_linear(config.intermediate, d, false, opts);
-    w.up = make_linear(config.intermediate, d, false, opts);
-    w.down = make_linear(d, config.intermediate, false, opts);
+    if (config.is_moe_layer(i)) {
+      w.router = normal_init({config.experts, d}, opts);
+      for (int64_t e = 0; e < config.experts; ++e) {
+        w.expert_gate.push_back(make_linear(config.expert_intermediate, d, false, opts));
+        w.expert_up.push_back(make_linear(config.expert_intermediate, d, false, opts));
+        w.expert_down.push_back(make_linear(d, config.expert_intermediate, false, opts));
+      }
+    } else {
+      w.gate = make_linear(config.intermediate, d, false, opts);
+      w.up = make_linear(config.intermediate, d, false, opts);
+      w.down = make_linear(d, config.intermediate, false, opts);
+    }
     m.layers.push_back(std::move(w));
   }
   m.final_norm_weight = identity_norm_init(d, config, opts);
@@ -128,10 +159,10 @@ Model Model::converted(const torch::TensorOptions& options) const {
   };
   convert(m.embed_weight);
   for (auto& w : m.layers) {
-    for (torch::Tensor* t :
-         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm})
+    for (torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm,
+                             &w.mlp_output_norm, &w.router})
       convert(*t);
-    for (Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) convert_linear(*l);
+    for (Linear* l : w.linears()) convert_linear(*l);
   }
   convert(m.final_norm_weight);
   if (config.tie_embeddings)
@@ -163,6 +194,16 @@ std::vector<NamedParameter> Model::named_parameters() const {
     } else {
       out.push_back({p + "post_attention_layernorm.weight", ParamGroup::norms, w.mlp_norm});
     }
+    if (w.router.defined()) {  // Qwen3-MoE's names (Mixtral's checkpoint names: hf_mixtral.cpp)
+      out.push_back({p + "mlp.gate.weight", ParamGroup::mlp, w.router});
+      for (size_t e = 0; e < w.expert_gate.size(); ++e) {
+        const std::string expert = fmt::format("{}mlp.experts.{}.", p, e);
+        add_linear(out, expert + "gate_proj", w.expert_gate[e], ParamGroup::mlp);
+        add_linear(out, expert + "up_proj", w.expert_up[e], ParamGroup::mlp);
+        add_linear(out, expert + "down_proj", w.expert_down[e], ParamGroup::mlp);
+      }
+      continue;
+    }
     add_linear(out, p + "mlp.gate_proj", w.gate, ParamGroup::mlp);
     add_linear(out, p + "mlp.up_proj", w.up, ParamGroup::mlp);
     add_linear(out, p + "mlp.down_proj", w.down, ParamGroup::mlp);
@@ -187,10 +228,10 @@ bool Model::input_gradient_needed(int64_t layer) const {
   if (embed_weight.requires_grad()) return true;
   for (int64_t i = 0; i < layer; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
-    for (const torch::Tensor* t :
-         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm})
+    for (const torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm,
+                                   &w.mlp_output_norm, &w.router})
       if (t->defined() && t->requires_grad()) return true;
-    for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down})
+    for (const Linear* l : w.linears())
       for (const torch::Tensor* t : {&l->weight, &l->bias, &l->lora_a, &l->lora_b})
         if (t->defined() && t->requires_grad()) return true;
   }
@@ -206,7 +247,7 @@ void Model::add_lora(int64_t rank, double alpha, uint64_t seed) {
   torch::manual_seed(seed + 0x10A);
   const auto opts = embed_weight.options().requires_grad(false);
   for (auto& w : layers) {
-    for (Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+    for (Linear* l : w.linears()) {  // every expert's too; never the router
       const int64_t out = l->weight.size(0), in = l->weight.size(1);
       // PEFT's init: A ~ kaiming-uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
       const double bound = 1.0 / std::sqrt(static_cast<double>(in));
@@ -301,6 +342,10 @@ torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, co
 torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   const auto& w = layers[i];
   auto n = norm(x, w.mlp_norm);
+  if (w.router.defined()) {
+    auto y = experts_mlp(i, n);  // (N, rows, d)
+    return x + (w.mlp_output_norm.defined() ? norm(y, w.mlp_output_norm) : y);
+  }
   auto gate = w.gate(n, lora_enabled);  // (N, rows, I)
   // The up projection first, then the activation: C++ leaves the order of an operator's operands to the
   // compiler (g++ takes them right to left, clang++ left to right), and with LoRA it sets the peak (the up
@@ -312,6 +357,47 @@ torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   }
   auto y = w.down(act, lora_enabled);  // (N, rows, d)
   return x + (w.mlp_output_norm.defined() ? norm(y, w.mlp_output_norm) : y);
+}
+
+torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
+  const auto& w = layers[i];
+  const auto flat = n.reshape({-1, n.size(-1)});       // (R, d)
+  const auto logits = counted_linear(flat, w.router);  // (R, E)
+  // Routing as transformers' Qwen3-MoE and Mixtral route: softmax in float32 (float64 in a float64 model),
+  // the k largest, renormalised over the k where the family does, cast back to the model dtype.
+  const auto routing_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  auto [top_weights, top_experts] =
+      torch::softmax(logits, -1, routing_dtype).topk(config.experts_per_token, -1);
+  if (config.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+  top_weights = top_weights.to(logits.scalar_type());  // (R, k)
+  // Dropless dispatch: each expert takes every row routed to it; the rows' outputs are added in expert order.
+  auto out = torch::zeros_like(flat);  // (R, d)
+  torch::Tensor counts;
+  {
+    torch::NoGradGuard no_grad;
+    counts = torch::bincount(top_experts.flatten(), {}, config.experts).cpu();  // (E)
+  }
+  const auto* count = counts.data_ptr<int64_t>();
+  for (int64_t e = 0; e < config.experts; ++e) {
+    if (count[e] == 0) continue;
+    torch::Tensor rows, slots;  // Re each: the rows routed to e, and which of their k choices it is
+    {
+      torch::NoGradGuard no_grad;
+      const auto where = torch::nonzero(top_experts == e);  // (Re, 2)
+      rows = where.select(1, 0);
+      slots = where.select(1, 1);
+    }
+    const auto h = flat.index_select(0, rows);  // (Re, d)
+    const auto gate = w.expert_gate[e](h, lora_enabled);
+    torch::Tensor act;
+    {
+      auto up = w.expert_up[e](h, lora_enabled);  // (Re, Ie): as mlp_block, up before the activation
+      act = (config.activation == Activation::gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up;
+    }
+    const auto y = w.expert_down[e](act, lora_enabled) * top_weights.index({rows, slots}).unsqueeze(-1);
+    out.index_add_(0, rows, y);  // (Re, d) into (R, d)
+  }
+  return out.view(n.sizes());
 }
 
 torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {

@@ -1,4 +1,5 @@
-// model.h: a Qwen3 / Qwen2.5 / Llama-family or Gemma 3 decoder as named parameters plus small forward pieces.
+// model.h: a Qwen3 / Qwen2.5 / Llama-family, Gemma 3 or mixture-of-experts (Qwen3-MoE, Mixtral) decoder as
+// named parameters plus small forward pieces.
 //
 // Strategies compose these pieces; none re-implements attention or the MLP. One layer, split the way StreamBP
 // needs it (legend in model_config.h):
@@ -9,6 +10,8 @@
 //   q      = project_q(i, h_rows, s, T)            (N, Hq, c, hd): rows [s, e) of a T-token sequence
 //   x1     = attention_block(i, x_rows, q, K[k0:e], V[k0:e])   x_rows + o_proj(causal_attention(q, K, V))
 //   y      = mlp_block(i, x1)                      x1 + down(act(gate(n)) * up(n)), n = mlp_norm(x1)
+//            in a mixture-of-experts layer         x1 + sum over the k experts e a row is routed to of
+//                                                  w_e down_e(act(gate_e(n)) * up_e(n)), router over its rows
 //
 // Gemma 3 norms each block's output again before the residual add (x_rows + attn_output_norm(o_proj(..)),
 // x1 + mlp_output_norm(down(..))), scales its norms by (1 + w), its embeddings by sqrt(d), and its sliding
@@ -48,7 +51,14 @@ struct LayerWeights {
   // (d): the MLP's input norm ("post_attention_layernorm" in Qwen and Llama, "pre_feedforward_layernorm" in
   // Gemma 3).
   torch::Tensor mlp_norm;
-  Linear gate, up, down;  // (I, d), (I, d), (d, I)
+  Linear gate, up, down;  // (I, d), (I, d), (d, I); undefined in a mixture-of-experts layer
+  // A mixture-of-experts layer (ModelConfig::is_moe_layer): the router and E experts.
+  torch::Tensor router;                                     // (E, d)
+  std::vector<Linear> expert_gate, expert_up, expert_down;  // E each: (Ie, d), (Ie, d), (d, Ie)
+
+  // Every Linear of the layer (q, k, v, o, then the MLP's: dense, or each expert's gate, up, down).
+  std::vector<const Linear*> linears() const;
+  std::vector<Linear*> linears();
 };
 
 // The parameter groups of the gradient-error report.
@@ -128,6 +138,9 @@ class Model {
   torch::Tensor attention_heads(int64_t i, const torch::Tensor& q, const KV& kv) const;
   torch::Tensor attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o) const;
   torch::Tensor mlp_block(int64_t i, const torch::Tensor& x) const;
+  // A mixture-of-experts layer's MLP output (before the residual add) for normed rows n (N, rows, d): each
+  // row routed on its own, so any split of the rows into chunks gives the same rows.
+  torch::Tensor experts_mlp(int64_t i, const torch::Tensor& n) const;
   torch::Tensor layer(int64_t i, const torch::Tensor& x) const;  // all rows: (N, T, d) -> (N, T, d)
   // The same layer under no grad with queries in chunks of `rows` (K, V once for all rows): no T x T scores.
   torch::Tensor layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const;

@@ -119,6 +119,26 @@ ModelConfig llama_like(std::string name, std::string architecture, int64_t vocab
   return c;
 }
 
+// Mixture of experts as Qwen3-MoE (q/k norm, norm_topk_prob true in the published models) and Mixtral (every
+// layer sparse, the k weights always renormalised) publish them: `dense` is the dense MLP's intermediate size
+// where a layer stays dense (none of these presets has one).
+ModelConfig with_experts(ModelConfig c, std::string architecture, int64_t experts, int64_t k,
+                         int64_t expert_intermediate) {
+  c.architecture = std::move(architecture);
+  c.experts = experts;
+  c.experts_per_token = k;
+  c.expert_intermediate = expert_intermediate;
+  c.norm_topk_prob = true;
+  return c;
+}
+
+ModelConfig qwen3_moe(std::string name, int64_t d, int64_t dense, int64_t layers, int64_t heads,
+                      int64_t kv_heads, int64_t experts, int64_t k, int64_t expert_intermediate) {
+  ModelConfig c = qwen3(std::move(name), d, dense, layers, heads, false);
+  c.kv_heads = kv_heads;
+  return with_experts(c, "Qwen3MoeForCausalLM", experts, k, expert_intermediate);
+}
+
 std::vector<ModelConfig> build_presets() {
   ModelConfig tiny;  // every feature switched on, dimensions small enough for finite differences
   tiny.name = "tiny";
@@ -164,12 +184,22 @@ std::vector<ModelConfig> build_presets() {
   // Gemma 3 shaped CPU demo: `small`'s size, five sliding layers (window 128) and one global, as in 1b.
   ModelConfig small_gemma = gemma3("small-gemma3", 32000, 256, 768, 6, 4, 1, 64, 128, 64.0, 32768, 1.0);
 
+  // Mixtures of experts small enough for float64 exactness tests (8 experts, 2 a token) and CPU demos
+  // (`small`'s size, 8 experts of a quarter of its MLP, 2 a token: the active MLP half the dense one's).
+  ModelConfig tiny_moe = with_experts(tiny, "Qwen3MoeForCausalLM", 8, 2, 12);
+  tiny_moe.name = "tiny-moe";
+  tiny_moe.norm_topk_prob = false;  // Qwen3MoeConfig's default; the published models set it
+  ModelConfig small_moe = with_experts(small, "Qwen3MoeForCausalLM", 8, 2, 192);
+  small_moe.name = "small-moe";
+
   return {
       tiny,
       small,
       text,
       tiny_gemma,
       small_gemma,
+      tiny_moe,
+      small_moe,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -185,20 +215,47 @@ std::vector<ModelConfig> build_presets() {
       // Mistral-7B-v0.3 (no window; v0.1's was 4096) and Phi-3-mini-4k (a window of 2047 keys).
       llama_like("mistral-7b", "MistralForCausalLM", 32768, 4096, 14336, 32, 32, 8, 1e6, 32768, 0),
       llama_like("phi3-mini", "Phi3ForCausalLM", 32064, 3072, 8192, 32, 32, 32, 10000.0, 4096, 2047),
+      qwen3_moe("qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 8, 768),
+      qwen3_moe("qwen3-235b-a22b", 4096, 12288, 94, 64, 4, 128, 8, 1536),
+      with_experts(llama_like("mixtral-8x7b", "", 32000, 4096, 14336, 32, 32, 8, 1e6, 32768, 0),
+                   "MixtralForCausalLM", 8, 2, 14336),
   };
 }
 
 }  // namespace
 
+namespace {
+
+// Every parameter, or (active) those one token's forward multiplies: k of the E experts and the router.
+int64_t count_parameters(const ModelConfig& c, bool active) {
+  const int64_t q = c.hidden * c.heads * c.head_dim + (c.attention_bias ? c.heads * c.head_dim : 0);
+  const int64_t kv =
+      2 * (c.hidden * c.kv_heads * c.head_dim + (c.attention_bias ? c.kv_heads * c.head_dim : 0));
+  const int64_t o = c.heads * c.head_dim * c.hidden;
+  const int64_t dense_mlp = 3 * c.hidden * c.intermediate;
+  const int64_t experts = active ? c.experts_per_token : c.experts;
+  const int64_t moe_mlp = c.experts * c.hidden + experts * 3 * c.hidden * c.expert_intermediate;
+  const int64_t norms = (c.sandwich_norms ? 4 : 2) * c.hidden + (c.qk_norm ? 2 * c.head_dim : 0);
+  const int64_t moe_layers = c.moe_layer_count();
+  const int64_t embed = c.vocab * c.hidden;
+  return embed + (c.tie_embeddings ? 0 : embed) + c.layers * (q + kv + o + norms) +
+         (c.layers - moe_layers) * dense_mlp + moe_layers * moe_mlp + c.hidden;
+}
+
+}  // namespace
+
 int64_t ModelConfig::parameter_count() const {
-  const int64_t q = hidden * heads * head_dim + (attention_bias ? heads * head_dim : 0);
-  const int64_t kv = 2 * (hidden * kv_heads * head_dim + (attention_bias ? kv_heads * head_dim : 0));
-  const int64_t o = heads * head_dim * hidden;
-  const int64_t mlp = 3 * hidden * intermediate;
-  const int64_t norms = (sandwich_norms ? 4 : 2) * hidden + (qk_norm ? 2 * head_dim : 0);
-  const int64_t per_layer = q + kv + o + mlp + norms;
-  const int64_t embed = vocab * hidden;
-  return embed + (tie_embeddings ? 0 : embed) + layers * per_layer + hidden;
+  return count_parameters(*this, /*active=*/false);
+}
+
+int64_t ModelConfig::active_parameter_count() const {
+  return count_parameters(*this, /*active=*/true);
+}
+
+int64_t ModelConfig::moe_layer_count() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) n += is_moe_layer(i) ? 1 : 0;
+  return n;
 }
 
 const char* activation_name(Activation a) {
@@ -234,6 +291,10 @@ void ModelConfig::validate() const {
   require(!has_sliding_layers() || sliding_window > 0, "sliding layers need a sliding_window > 0");
   require(query_pre_attn_scalar >= 0, "query_pre_attn_scalar must be > 0 (or 0: head_dim)");
   require(!sliding_rope || sliding_rope->theta > 0, "the sliding layers' rope theta must be > 0");
+  require(experts >= 0 && (experts == 0 || (experts_per_token >= 1 && experts_per_token <= experts &&
+                                            expert_intermediate > 0 && sparse_step >= 1)),
+          "a mixture of experts needs 1 <= experts_per_token <= experts, expert_intermediate > 0 and "
+          "sparse_step >= 1");
 }
 
 const std::vector<ModelConfig>& model_presets() {

@@ -7,6 +7,8 @@
 //   d   hidden size                    I   MLP intermediate size
 //   V   vocabulary size                L   layers
 //   Hq  query heads   Hkv  key/value heads   g = Hq / Hkv (GQA group)   hd  head dim
+//   E   experts of a mixture-of-experts layer   k  experts a token is routed to   Ie  an expert's
+//   intermediate R   rows routed at once (N x c of a chunk)  Re rows routed to expert e (sum over e: k R)
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,16 @@ struct ModelConfig {
   std::optional<RopeConfig> sliding_rope;
   bool unit_offset_norms = false;  // every RMSNorm scales by (1 + w), w zero-centred, cast once at the end
   bool sandwich_norms = false;     // attention and MLP outputs are normed again before the residual add
+  // Mixture of experts (Qwen3-MoE, Mixtral): in layer i where is_moe_layer(i), the MLP is a router (E, d) and
+  // E SwiGLU experts of Ie; each token goes to the k experts of highest softmax probability, weighted by
+  // those probabilities (renormalised over the k when norm_topk_prob), with no capacity limit (dropless).
+  // Other layers keep the dense MLP of `intermediate`. experts = 0: a dense model.
+  int64_t experts = 0;              // E
+  int64_t experts_per_token = 0;    // k
+  int64_t expert_intermediate = 0;  // Ie
+  bool norm_topk_prob = false;
+  int64_t sparse_step = 1;  // every sparse_step-th layer is sparse (Qwen3-MoE's decoder_sparse_step)
+  std::vector<int64_t> dense_layers;  // layers that stay dense (Qwen3-MoE's mlp_only_layers)
   Activation activation = Activation::silu;
   bool scale_embeddings = false;       // embeddings x sqrt(d), the factor first rounded to the model dtype
   double query_pre_attn_scalar = 0.0;  // attention scale query_pre_attn_scalar^-1/2; 0: head_dim^-1/2
@@ -74,6 +86,17 @@ struct ModelConfig {
     const int64_t window = window_of(layer);
     return window > 0 && s - window + 1 > 0 ? s - window + 1 : 0;
   }
+
+  bool is_moe() const { return experts > 0; }
+  bool is_moe_layer(int64_t layer) const {
+    if (experts == 0 || (layer + 1) % sparse_step != 0) return false;
+    for (int64_t dense : dense_layers)
+      if (dense == layer) return false;
+    return true;
+  }
+  int64_t moe_layer_count() const;
+  // Parameters a token's forward multiplies (k of E experts, the router): FLOPs and MFU count these.
+  int64_t active_parameter_count() const;
 
   int64_t group() const { return heads / kv_heads; }
   // Parameters of the full model (no LoRA), counting a tied embedding once.

@@ -58,12 +58,13 @@ struct DistCase {
   std::string impl, objective;
   int world;
   bool shard_params, naive_comm, tied;
+  std::string model = "tiny";  // or tiny-moe: mixture-of-experts layers
 };
 
 std::string label(const DistCase& c) {
-  return fmt::format("{}_{}_w{}{}{}{}", c.impl == "streambp-dist" ? "streambp" : "checkpoint", c.objective,
+  return fmt::format("{}_{}_w{}{}{}{}{}", c.impl == "streambp-dist" ? "streambp" : "checkpoint", c.objective,
                      c.world, c.shard_params ? "_shard" : "", c.naive_comm ? "_naive" : "",
-                     c.tied ? "_tied" : "");
+                     c.tied ? "_tied" : "", c.model == "tiny" ? "" : "_moe");
 }
 std::string case_name(const ::testing::TestParamInfo<DistCase>& info) {
   return label(info.param);
@@ -75,12 +76,10 @@ void PrintTo(const DistCase& c, std::ostream* os) {
 class DistExactness : public ::testing::TestWithParam<DistCase> {};
 
 json exactness_job(const DistCase& c) {
-  return {{"impl", c.impl},
-          {"objective", c.objective},
-          {"shard_params", c.shard_params},
-          {"naive_comm", c.naive_comm},
-          {"tied", c.tied},
-          {"warmup", c.shard_params ? 1 : 0}};  // the second step runs on an already sharded model
+  return {{"impl", c.impl},     {"objective", c.objective},        {"model", c.model},
+          {"dtype", "float64"}, {"shard_params", c.shard_params},  {"naive_comm", c.naive_comm},
+          {"tied", c.tied},     {"warmup", c.shard_params ? 1 : 0}};  // the second step runs on an already
+                                                                      // sharded model
 }
 
 std::vector<DistCase> exactness_cases();
@@ -97,7 +96,7 @@ TEST_P(DistExactness, GatheredGradientsEqualPlainOnConcatenatedBatch) {
   const json job = exactness_job(c);
 
   // Reference: single-process plain BP on the global (concatenated) batch, float64.
-  Model model = tiny_model({2, c.tied});
+  Model model = dist_job_model(job);
   auto objective = make_objective(c.objective);
   Batch global = dist_job_global_batch(job, model, c.world);
   const StepResult ref = run_step("plain", model, global, *objective, {kT, kT});
@@ -150,6 +149,9 @@ std::vector<DistCase> exactness_cases() {
     cases.push_back({"checkpoint-dist", objective, 2, false, false, false});
     cases.push_back({"checkpoint-dist", objective, 3, true, false, false});
   }
+  cases.push_back({"streambp-dist", "sft", 2, false, false, false, "tiny-moe"});
+  cases.push_back({"streambp-dist", "grpo", 3, true, false, false, "tiny-moe"});
+  cases.push_back({"checkpoint-dist", "dpo", 2, false, false, false, "tiny-moe"});
   return cases;
 }
 

@@ -89,7 +89,10 @@ struct SpCase {
 
 std::string label(const SpCase& c) {
   return fmt::format("{}_{}_w{}{}{}{}{}{}{}", c.impl == "ulysses" ? "ulysses" : "streambp", c.objective,
-                     c.world, c.model == "tiny" ? "" : "_gemma3",
+                     c.world,
+                     c.model == "tiny"       ? ""
+                     : c.model == "tiny-moe" ? "_moe"
+                                             : "_gemma3",
                      c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "", c.lora_rank ? "_lora" : "",
                      c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "", c.tied ? "_tied" : "",
                      c.shard_params ? "_shard" : "");
@@ -173,6 +176,10 @@ std::vector<SpCase> exactness_cases() {
     cases.push_back(gemma);
     SpCase gemma_dpo{impl, "dpo", 2, "tiny-gemma3"};
     cases.push_back(gemma_dpo);
+    cases.push_back(SpCase{impl, "sft", 4, "tiny-moe"});  // mixture-of-experts layers on each rank's rows
+    SpCase moe_lora{impl, "grpo", 2, "tiny-moe"};
+    moe_lora.lora_rank = 3;  // on attention and every expert
+    cases.push_back(moe_lora);
     SpCase even{impl, "sft", 4};
     even.seq_len = 12;
     cases.push_back(even);

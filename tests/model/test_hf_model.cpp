@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "harness/model/hf_model.h"
 #include "harness/model/safetensors.h"
@@ -228,6 +229,57 @@ TEST(HfModel, MistralAndPhi3ConfigRules) {
   edited = phi3;
   edited["partial_rotary_factor"] = 0.75;  // Phi-4-mini
   EXPECT_THAT(refusal(edited), HasSubstr("partial_rotary_factor"));
+}
+
+// Qwen3-MoE and Mixtral as transformers reads their files (num_experts or 5.x's num_local_experts,
+// mlp_only_layers, decoder_sparse_step); what bpbench's experts do not model refused by name, never
+// approximated: the load-balancing loss in the training loss, router noise, shared experts, a router bias,
+// another scoring function.
+TEST(HfModel, MixtureOfExpertsConfigRules) {
+  TempDir tmp;
+  int files = 0;
+  auto read = [&](const json& config) {
+    const std::string path = tmp.file(fmt::format("config{}.json", ++files));
+    write_json(path, config);
+    return read_hf_config(path);
+  };
+  auto refusal = [&](const json& config) { return error_of([&] { read(config); }); };
+  for (const std::string preset : {"qwen3-30b-a3b", "mixtral-8x7b", "tiny-moe"}) {
+    const ModelConfig want = find_model_preset(preset);
+    const ModelConfig got = read(hf_config_json(want));
+    EXPECT_EQ(got.architecture, want.architecture) << preset;
+    EXPECT_EQ(got.parameter_count(), want.parameter_count()) << preset;
+    EXPECT_EQ(got.active_parameter_count(), want.active_parameter_count()) << preset;
+    EXPECT_EQ(got.norm_topk_prob, want.norm_topk_prob) << preset;
+  }
+  json qwen = hf_config_json(find_model_preset("qwen3-30b-a3b"));
+  json edited = qwen;
+  edited.erase("num_experts");
+  edited["num_local_experts"] = 64;  // as transformers 5 saves it
+  edited["mlp_only_layers"] = {0, 47};
+  edited["decoder_sparse_step"] = 2;
+  ModelConfig c = read(edited);
+  EXPECT_EQ(c.experts, 64);
+  EXPECT_FALSE(c.is_moe_layer(0));   // listed
+  EXPECT_TRUE(c.is_moe_layer(1));    // (1 + 1) % 2 == 0
+  EXPECT_FALSE(c.is_moe_layer(2));   // not a sparse step
+  EXPECT_FALSE(c.is_moe_layer(47));  // listed
+  EXPECT_EQ(c.moe_layer_count(), 23);
+  for (const auto& [key, value, named] :
+       {std::tuple("output_router_logits", json(true), "load-balancing loss"),
+        std::tuple("router_jitter_noise", json(0.01), "router_jitter_noise"),
+        std::tuple("shared_expert_intermediate_size", json(2048), "shared_expert_intermediate_size"),
+        std::tuple("e_score_correction_bias", json(true), "e_score_correction_bias"),
+        std::tuple("scoring_func", json("sigmoid"), "scoring_func"),
+        std::tuple("num_experts_per_tok", json(200), "between 1 and the 128 experts"),
+        std::tuple("mlp_only_layers", json({48}), "not a layer index")}) {
+    edited = qwen;
+    edited[key] = value;
+    EXPECT_THAT(refusal(edited), HasSubstr(named)) << key;
+  }
+  json mixtral = hf_config_json(find_model_preset("mixtral-8x7b"));
+  mixtral["router_jitter_noise"] = 0.1;
+  EXPECT_THAT(refusal(mixtral), HasSubstr("\"router_jitter_noise\" 0.1 is not supported"));
 }
 
 TEST(HfModel, TiedCheckpointMayCarryLmHead) {

@@ -55,6 +55,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"mistral_no_window", {"sft"}},
     {"phi3_fused", {"sft", "dpo"}},
     {"phi3_window", {"sft"}},
+    {"qwen3_moe_k2", {"sft", "dpo"}},
+    {"qwen3_moe_k3_dense_layer", {"sft"}},
+    {"mixtral", {"sft", "dpo"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 

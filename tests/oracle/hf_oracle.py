@@ -27,8 +27,9 @@ import torch
 from safetensors.torch import save_file
 from torch.overrides import TorchFunctionMode
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 from transformers.utils import logging as hf_logging
 
 
@@ -62,6 +63,11 @@ class Float64Casts(TorchFunctionMode):
 # (the fused ones split by rows, as bpbench loads them). Their pad_token_id is None: transformers' embedding
 # freezes the row of a pad_token_id (nn.Embedding's padding_idx), which bpbench does not model (docs/models.md).
 # Windows are longer than the padding, as Gemma 3's.
+# Mixtures of experts: Qwen3-MoE (8 experts, 2 a token, not renormalised; 3 a token renormalised with layer 1
+# dense through mlp_only_layers and decoder_sparse_step) and Mixtral (8 experts, 2 a token, always
+# renormalised; saved under its block_sparse_moe.*.w1/w2/w3 names). Their router weights are drawn wide (std 1)
+# so that no two routing probabilities of a row come near a tie; their expert gradients are written under
+# bpbench's per-expert names (transformers 5 keeps each layer's experts as two stacked tensors).
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -181,6 +187,15 @@ CASES = {
     "phi3_fused": Case(Phi3ForCausalLM, Phi3Config, dict(
         QWEN2_GQA2, pad_token_id=None, rope_parameters=dict(rope_type="default", rope_theta=1e4)), 29, [29, 24],
         SFT_DPO),
+    "qwen3_moe_k2": Case(Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
+        QWEN3_GQA3, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=20, norm_topk_prob=False,
+        rope_theta=1e6), 29, [29, 23], SFT_DPO),
+    "qwen3_moe_k3_dense_layer": Case(Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
+        QWEN3_GQA3, num_hidden_layers=3, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=12,
+        norm_topk_prob=True, mlp_only_layers=[1], tie_word_embeddings=True, rope_theta=1e6), 23, [23, 19], SFT),
+    "mixtral": Case(MixtralForCausalLM, MixtralConfig, dict(
+        LLAMA_GQA2, intermediate_size=24, num_local_experts=8, num_experts_per_tok=2,
+        rope_parameters=dict(rope_type="default", rope_theta=1e6)), 29, [29, 24], SFT_DPO),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -193,8 +208,31 @@ PHI3_FUSED = [("self_attn.qkv_proj.weight", [("self_attn.q_proj.weight", lambda 
               ("mlp.gate_up_proj.weight", [("mlp.gate_proj.weight", None), ("mlp.up_proj.weight", None)])]
 
 
+def expert_names(grads):
+    """transformers 5's stacked experts (mlp.experts.gate_up_proj (E, 2 Ie, d), gate rows first, and
+    mlp.experts.down_proj (E, d, Ie)) as bpbench's mlp.experts.<e>.{gate,up,down}_proj.weight."""
+    out = {}
+    for name, g in grads.items():
+        prefix, _, last = name.rpartition("mlp.experts.")
+        if not prefix:
+            out[name] = g
+        elif last == "gate_up_proj":
+            for e, (gate, up) in enumerate(expert.chunk(2, dim=0) for expert in g.unbind(0)):
+                out[f"{prefix}mlp.experts.{e}.gate_proj.weight"] = gate.contiguous()
+                out[f"{prefix}mlp.experts.{e}.up_proj.weight"] = up.contiguous()
+        elif last == "down_proj":
+            for e, down in enumerate(g.unbind(0)):
+                out[f"{prefix}mlp.experts.{e}.down_proj.weight"] = down.contiguous()
+        else:
+            raise ValueError(f"an expert parameter bpbench does not name: {name}")
+    return out
+
+
 def bpbench_names(case, config, grads):
-    """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows."""
+    """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows, the experts one by
+    one."""
+    if case.model_cls in (Qwen3MoeForCausalLM, MixtralForCausalLM):
+        return expert_names(grads)
     if case.model_cls is not Phi3ForCausalLM:
         return grads
     head_dim = config.hidden_size // config.num_attention_heads
@@ -214,12 +252,16 @@ def bpbench_names(case, config, grads):
 
 def make_model(case, seed):
     torch.manual_seed(seed)
-    config = case.config_cls(**{"max_position_embeddings": 64, "attn_implementation": "eager", **case.fields})
+    # Eager attention and experts: the fused ones (SDPA, grouped_mm) take no float64.
+    config = case.config_cls(**{"max_position_embeddings": 64, "attn_implementation": "eager",
+                                "experts_implementation": "eager", **case.fields})
     model = case.model_cls(config)
     with torch.no_grad():  # norm weights at 1 would hide a wrong norm-gradient path
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
+            if name.endswith("mlp.gate.weight"):  # a router: routing that decides, far from ties
+                p.normal_(0.0, 1.0)
     return model
 
 
@@ -234,7 +276,7 @@ def save(case, model, model_dir):
         written = case.rewrite(written)
         with open(path, "w") as f:
             json.dump(written, f, indent=2)
-    config = case.config_cls.from_pretrained(model_dir, attn_implementation="eager")
+    config = case.config_cls.from_pretrained(model_dir, attn_implementation="eager", experts_implementation="eager")
     if case.model_cls is Gemma3ForCausalLM:
         # Per layer type: the file, in either form, must give back the model's own RoPE and layer types.
         assert config.layer_types == model.config.layer_types, (config.layer_types, model.config.layer_types)

@@ -1,0 +1,190 @@
+// test_moe_exactness.cpp: mixture-of-experts layers (Qwen3-MoE, Mixtral) under every strategy.
+//   - the experts' MLP is each row's k chosen experts weighted by the router, computed row by row here
+//     (dropless: no row dropped, however many choose one expert), and its counted FLOPs are the router's and
+//     k experts' per row;
+//   - every strategy equals plain BP in float64 (loss and every gradient, router and experts included,
+//     relative error < 1e-10): E = 8, k = 2 and 3, T prime, partitions of 1, 5 and T rows (5 splits the rows
+//     of one expert across chunks; checked), tied and untied heads, renormalised top-k or not, a dense layer
+//     among sparse ones (mlp_only_layers), SFT, DPO and GRPO, LoRA on attention and experts, offloaded
+//     checkpoints.
+// transformers' own Qwen3-MoE and Mixtral: tests/model/test_hf_oracle.cpp.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "harness/model/flop_count.h"
+#include "tests/support/test_support.h"
+
+namespace bpbench::testing::test_moe_exactness {
+namespace {
+
+constexpr int64_t kT = 13;  // prime
+constexpr double kTol = 1e-10;
+
+struct MoeShape {
+  int64_t k = 2;
+  bool tied = false;
+  bool norm_topk = false;
+  bool dense_first_layer = false;  // layer 0 keeps a dense MLP (mlp_only_layers = [0])
+  bool lora = false;
+};
+
+// tiny-moe (E = 8, Ie = 12) in float64, norms off the identity and router weights spread so that routing
+// decides something (the init's 0.02 leaves every probability near 1/E).
+Model moe_model(const MoeShape& s) {
+  ModelConfig c = find_model_preset("tiny-moe");
+  c.experts_per_token = s.k;
+  c.tie_embeddings = s.tied;
+  c.norm_topk_prob = s.norm_topk;
+  if (s.dense_first_layer) c.dense_layers = {0};
+  Model m = Model::random(c, torch::TensorOptions().dtype(torch::kDouble), 7);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(8);
+  for (auto& p : m.named_parameters()) {
+    if (p.group == ParamGroup::norms) p.tensor.add_(0.1 * torch::randn(p.tensor.sizes(), p.tensor.options()));
+    if (p.name.find("mlp.gate.weight") != std::string::npos) p.tensor.normal_(0.0, 0.5);
+  }
+  if (s.lora) {
+    m.add_lora(/*rank=*/2, /*alpha=*/4.0, /*seed=*/3);
+    torch::manual_seed(9);  // B at zero would make dL/dA zero: exercise both
+    for (auto& p : m.trainable_parameters())
+      if (p.name.find("lora_B") != std::string::npos) p.tensor.normal_(0.0, 0.05);
+  }
+  return m;
+}
+
+Batch batch_for(const std::string& objective, Model& m) {
+  return make_objective(objective)->make_batch(padded_batch_spec(objective, m.config.vocab, kT, 8), m, 5);
+}
+
+// Layer 1's routing of the batch's rows: the experts each row chose, as plain's forward computes them.
+torch::Tensor routing_of(const Model& m, const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  auto x = m.layer(0, m.embed(batch.input_ids));
+  const auto h = m.attn_norm(1, x);
+  x = m.attention_block(1, x, m.project_q(1, h, 0, kT), m.project_kv(1, h));
+  const auto n = m.norm(x, m.layers[1].mlp_norm).reshape({-1, m.config.hidden});
+  const auto logits = torch::nn::functional::linear(n, m.layers[1].router);
+  return std::get<1>(torch::softmax(logits, -1).topk(m.config.experts_per_token, -1))
+      .view({x.size(0), kT, m.config.experts_per_token});  // (N, T, k)
+}
+
+TEST(ExpertsMlp, IsEachRowsChosenExpertsWeightedByTheRouter) {
+  for (const bool norm_topk : {false, true}) {
+    const Model m = moe_model({/*k=*/3, false, norm_topk});
+    torch::manual_seed(1);
+    const auto n = torch::randn({2, 9, m.config.hidden}, torch::kDouble);  // (N, rows, d)
+    const auto& w = m.layers[1];
+    torch::Tensor got;
+    int64_t forward_matmul = 0;
+    {
+      FlopCounter counter;
+      got = m.experts_mlp(1, n);
+      forward_matmul = counter.counts().forward_matmul;
+    }
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t r = 0; r < 9; ++r) {
+        const auto row = n[b][r];  // (d)
+        const auto probs = torch::softmax(torch::mv(w.router, row), 0);
+        auto [top, experts] = probs.topk(3);
+        if (norm_topk) top = top / top.sum();
+        auto want = torch::zeros({m.config.hidden}, torch::kDouble);
+        for (int64_t j = 0; j < 3; ++j) {
+          const auto& e = static_cast<size_t>(experts[j].item<int64_t>());
+          const auto g = torch::mv(w.expert_gate[e].weight, row), u = torch::mv(w.expert_up[e].weight, row);
+          want += top[j] * torch::mv(w.expert_down[e].weight, torch::silu(g) * u);
+        }
+        EXPECT_TRUE(torch::allclose(got[b][r], want, 1e-13, 1e-15)) << "row " << b << "," << r;
+      }
+    // The router over R = 18 rows, and each row's 3 experts' three matmuls: 2 R d (E + 3 k Ie).
+    const int64_t R = 18, d = m.config.hidden, E = 8, Ie = m.config.expert_intermediate;
+    EXPECT_EQ(forward_matmul, 2 * R * d * (E + 3 * 3 * Ie));
+  }
+}
+
+struct Case {
+  std::string impl, objective;
+  MoeShape shape;
+  int64_t partition;
+  Offload offload = Offload::none;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string impl = c.impl;
+  for (auto& ch : impl)
+    if (ch == '-') ch = '_';
+  const MoeShape& s = c.shape;
+  return fmt::format("{}_{}_k{}_{}{}{}{}_p{}{}", impl, c.objective, s.k, s.tied ? "tied" : "untied",
+                     s.norm_topk ? "_norm" : "", s.dense_first_layer ? "_dense0" : "", s.lora ? "_lora" : "",
+                     c.partition, c.offload == Offload::none ? "" : "_offloaded");
+}
+
+class MoeExactness : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeExactness, MatchesPlainInFloat64) {
+  const Case& c = GetParam();
+  Model model = moe_model(c.shape);
+  auto objective = make_objective(c.objective);
+  const Batch batch = batch_for(c.objective, model);
+  auto ref = run_step("plain", model, batch, *objective, {kT, kT});
+  auto store = make_checkpoint_store(c.offload, torch::kCPU);
+  auto got = run_step(c.impl, model, batch, *objective, {c.partition, 3}, store.get());
+  expect_same_gradients(ref, got, kTol, case_name({c, 0}));
+}
+
+std::vector<Case> moe_matrix() {
+  std::vector<Case> cases;
+  for (const std::string impl : {"checkpoint", "checkpoint-chunked-head", "mst", "streambp"})
+    for (const std::string objective : {"sft", "dpo", "grpo"}) {
+      if (make_strategy(impl)->unsupported({objective, 1})) continue;
+      for (const int64_t k : {2, 3})
+        for (const int64_t p : {int64_t{1}, int64_t{5}, kT})
+          cases.push_back({impl, objective, {k, /*tied=*/k == 3, /*norm_topk=*/k == 2}, p});
+      cases.push_back({impl, objective, {2, false, true, /*dense_first_layer=*/true}, 5});
+      cases.push_back({impl, objective, {3, true, false, false, /*lora=*/true}, 5});
+      if (impl != "checkpoint-chunked-head")
+        cases.push_back({impl, objective, {2, false, true}, 5, Offload::checkpoints});
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, MoeExactness, ::testing::ValuesIn(moe_matrix()), case_name);
+
+// The matrix's partitions of 5 rows split the rows one expert takes across chunks (so a strategy that routed
+// or accumulated an expert per sequence, not per chunk, would be caught), and every expert takes some row.
+TEST(MoeExactness, PartitionsSplitTheRowsOfAnExpertAcrossChunks) {
+  for (const int64_t k : {2, 3}) {
+    Model m = moe_model({k});
+    const auto chosen = routing_of(m, batch_for("sft", m));  // (N, T, k)
+    std::set<int64_t> experts_hit;
+    int64_t split = 0;
+    for (int64_t e = 0; e < m.config.experts; ++e) {
+      std::set<int64_t> chunks;
+      for (int64_t n = 0; n < chosen.size(0); ++n)
+        for (int64_t t = 0; t < kT; ++t)
+          if ((chosen[n][t] == e).any().item<bool>()) {
+            chunks.insert(t / 5);
+            experts_hit.insert(e);
+          }
+      split += chunks.size() > 1 ? 1 : 0;
+    }
+    EXPECT_EQ(static_cast<int64_t>(experts_hit.size()), m.config.experts) << "k " << k;
+    EXPECT_GE(split, 4) << "k " << k;
+  }
+}
+
+TEST(MoeExactness, LoraAdaptsEveryExpertAndNotTheRouter) {
+  const Model m = moe_model({2, false, false, false, /*lora=*/true});
+  int64_t adapted = 0;
+  for (const auto& p : m.trainable_parameters()) {
+    EXPECT_EQ(p.group, ParamGroup::lora) << p.name;
+    EXPECT_EQ(p.name.find("mlp.gate.lora"), std::string::npos) << p.name;
+    adapted += p.name.find("mlp.experts.") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(adapted, 2 * 3 * 8 * m.config.layers);  // A and B of gate, up, down of 8 experts per layer
+}
+
+}  // namespace
+}  // namespace bpbench::testing::test_moe_exactness
