@@ -178,12 +178,6 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument("estimate: seq_len, sequences and threads must be > 0, lora_rank >= 0");
   if (in.device != "cpu" && in.device != "cuda")
     throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", in.device));
-  if (in.config.is_moe())
-    throw std::invalid_argument(
-        fmt::format("estimate: {} is a mixture of experts, whose memory and FLOPs the estimate does not "
-                    "model yet (valid: "
-                    "a dense model; a mixture-of-experts cell is measured, not estimated)",
-                    in.config.name));
   if (!estimate_bytes_fit_in_int64(in))
     throw std::invalid_argument(fmt::format(
         "estimate: T = {} with N = {} on {} needs more bytes than bpbench counts exactly (about 1.4e17: "
@@ -209,6 +203,12 @@ bool estimate_bytes_fit_in_int64(const EstimateInput& in) {
 
 MemoryEstimate estimate_peak(const EstimateInput& in) {
   check_estimate_input(in);
+  if (in.config.is_moe())  // its FLOPs are estimated (estimate_flops.cpp); its memory not yet
+    throw std::invalid_argument(fmt::format(
+        "estimate: {} is a mixture of experts, whose memory the estimate does not model yet (valid: a dense "
+        "model; a mixture-of-experts cell is measured, not estimated)",
+        in.config.name));
+
   // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
   // layer may get another one (float32 on CUDA: math).
   const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);

@@ -3,7 +3,7 @@
 //   what the strategy runs again, as its flop_schedule() says (impls/strategy.h, FlopSchedule: a no-grad
 //   forward of the layers, the head or the MLP once more, attention with grad in chunks of `partition`).
 // Legend (model_config.h): N sequences, T tokens, d hidden, I intermediate, V vocab, L layers, Hq and Hkv
-// heads, hd head size, r LoRA rank, c partition rows.
+// heads, hd head size, r LoRA rank, c partition rows; mixtures of experts: E experts, k a row, Ie.
 #include "harness/estimate/estimate_flops.h"
 
 #include <algorithm>
@@ -19,50 +19,62 @@ namespace {
 struct LinearShape {
   int64_t in, out;
   bool input_grad;  // does the backward compute dX (flop_count.h: only where the input needs a gradient)
+  int64_t row_factor = 1;  // rows it runs over per row of the layer: k for the experts (each row's k choices)
+  bool adapted = true;     // LoRA adapts it (every projection but a mixture's router)
 };
 
-// One layer's seven projections; `first_lora_layer`: LoRA's layer 0, whose q/k/v inputs need no gradient.
-std::vector<LinearShape> layer_linears(const ModelConfig& c, bool first_lora_layer) {
-  const int64_t d = c.hidden, aq = c.heads * c.head_dim, akv = c.kv_heads * c.head_dim, I = c.intermediate;
-  const bool qkv_dx = !first_lora_layer;
-  return {{d, aq, qkv_dx}, {d, akv, qkv_dx}, {d, akv, qkv_dx}, {aq, d, true},
-          {d, I, true},    {d, I, true},     {I, d, true}};
+// Layer i's MLP: gate, up, down; in a mixture-of-experts layer the router and the k experts each row is
+// routed to (dropless: every row's k choices run, whichever experts they are).
+std::vector<LinearShape> mlp_linears(const ModelConfig& c, int64_t i) {
+  const int64_t d = c.hidden;
+  if (!c.is_moe_layer(i))
+    return {{d, c.intermediate, true}, {d, c.intermediate, true}, {c.intermediate, d, true}};
+  const int64_t k = c.experts_per_token, Ie = c.expert_intermediate;
+  return {{d, c.experts, true, 1, /*adapted=*/false}, {d, Ie, true, k}, {d, Ie, true, k}, {Ie, d, true, k}};
 }
 
-// The MLP's three (gate, up, down): what MsT's mini-sequence pass runs again.
-std::vector<LinearShape> mlp_linears(const ModelConfig& c) {
-  auto all = layer_linears(c, false);
-  return {all.begin() + 4, all.end()};
+// Layer i's projections; `first_lora_layer`: LoRA's layer 0, whose q/k/v inputs need no gradient.
+std::vector<LinearShape> layer_linears(const ModelConfig& c, int64_t i, bool first_lora_layer) {
+  const int64_t d = c.hidden, aq = c.heads * c.head_dim, akv = c.kv_heads * c.head_dim;
+  const bool qkv_dx = !first_lora_layer;
+  std::vector<LinearShape> linears = {{d, aq, qkv_dx}, {d, akv, qkv_dx}, {d, akv, qkv_dx}, {aq, d, true}};
+  const auto mlp = mlp_linears(c, i);
+  linears.insert(linears.end(), mlp.begin(), mlp.end());
+  return linears;
 }
 
 // The k and v projections: what StreamBP's K/V values run again.
 std::vector<LinearShape> kv_linears(const ModelConfig& c) {
-  auto all = layer_linears(c, false);
+  auto all = layer_linears(c, 0, false);
   return {all.begin() + 1, all.begin() + 3};
 }
 
 // The q projection: what streambp-ulysses runs again besides k and v.
 std::vector<LinearShape> q_linears(const ModelConfig& c) {
-  auto all = layer_linears(c, false);
+  auto all = layer_linears(c, 0, false);
   return {all.begin(), all.begin() + 1};
 }
 
 // Forward FLOPs of `linears` over `rows` rows, LoRA adapters (rank r) included.
 int64_t forward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
   int64_t f = 0;
-  for (const auto& l : linears) f += 2 * rows * (l.in * l.out + r * (l.in + l.out));
+  for (const auto& l : linears)
+    f += 2 * rows * l.row_factor * (l.in * l.out + (l.adapted ? r : 0) * (l.in + l.out));
   return f;
 }
 
-// Their backward: full fine-tuning dX + dW; LoRA: the base dX, dA (+ its dX), dB and dU.
+// Their backward: full fine-tuning dX + dW; LoRA: the base dX, dA (+ its dX), dB and dU (a frozen linear
+// without adapters: dX alone).
 int64_t backward_matmul(const std::vector<LinearShape>& linears, int64_t rows, int64_t r) {
   int64_t b = 0;
   for (const auto& l : linears) {
-    const int64_t dx = l.input_grad ? 1 : 0;
+    const int64_t dx = l.input_grad ? 1 : 0, m = rows * l.row_factor;
     if (r == 0)
-      b += 2 * rows * l.in * l.out * (dx + 1);
+      b += 2 * m * l.in * l.out * (dx + 1);
+    else if (!l.adapted)
+      b += 2 * m * l.in * l.out * dx;
     else
-      b += 2 * rows * (l.in * l.out * dx + l.in * r * (1 + dx) + r * l.out * 2);
+      b += 2 * m * (l.in * l.out * dx + l.in * r * (1 + dx) + r * l.out * 2);
   }
   return b;
 }
@@ -109,7 +121,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
 
   // The model's work, the same for every strategy.
   for (int64_t i = 0; i < L; ++i) {
-    const auto linears = layer_linears(c, !full && i == 0);
+    const auto linears = layer_linears(c, i, !full && i == 0);
     f.forward_matmul += forward_matmul(linears, rows, r);
     f.backward_matmul += backward_matmul(linears, rows, r);
   }
@@ -125,11 +137,12 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, true);
   if (schedule.recomputes_layers)
     for (int64_t i = 0; i < L; ++i) {
-      f.recompute_matmul += forward_matmul(layer_linears(c, false), rows, r);
+      f.recompute_matmul += forward_matmul(layer_linears(c, i, false), rows, r);
       attention_calls(i, grad_block, false);
     }
   if (schedule.recomputes_head) f.recompute_matmul += head_forward;
-  if (schedule.recomputes_mlp) f.recompute_matmul += L * forward_matmul(mlp_linears(c), rows, r);
+  if (schedule.recomputes_mlp)
+    for (int64_t i = 0; i < L; ++i) f.recompute_matmul += forward_matmul(mlp_linears(c, i), rows, r);
   if (schedule.recomputes_kv) f.recompute_matmul += L * forward_matmul(kv_linears(c), rows, r);
   if (schedule.recomputes_q) f.recompute_matmul += L * forward_matmul(q_linears(c), rows, r);
   if (schedule.recomputes_attention)

@@ -6,13 +6,16 @@
 //     relative error < 1e-10): E = 8, k = 2 and 3, T prime, partitions of 1, 5 and T rows (5 splits the rows
 //     of one expert across chunks; checked), tied and untied heads, renormalised top-k or not, a dense layer
 //     among sparse ones (mlp_only_layers), SFT, DPO and GRPO, LoRA on attention and experts, offloaded
-//     checkpoints.
+//     checkpoints;
+//   - each strategy's counted FLOPs equal estimate_flops' (the router and k experts a row).
 // transformers' own Qwen3-MoE and Mixtral: tests/model/test_hf_oracle.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "harness/estimate/estimate.h"
+#include "harness/estimate/estimate_flops.h"
 #include "harness/model/flop_count.h"
 #include "tests/support/test_support.h"
 
@@ -173,6 +176,39 @@ TEST(MoeExactness, PartitionsSplitTheRowsOfAnExpertAcrossChunks) {
     EXPECT_EQ(static_cast<int64_t>(experts_hit.size()), m.config.experts) << "k " << k;
     EXPECT_GE(split, 4) << "k " << k;
   }
+}
+
+// What each strategy runs, counted at the seam, is what estimate_flops says for a mixture of experts too: the
+// router over every row and k experts a row (model FLOPs: the active ones), MsT's and checkpointing's
+// recomputation included; with LoRA the router, which has no adapter, computes only its input's gradient.
+TEST(MoeFlops, CountedEqualTheEstimateForEveryStrategy) {
+  for (const MoeShape& shape : {MoeShape{2}, MoeShape{3, true, true, /*dense_first_layer=*/true},
+                                MoeShape{2, false, false, false, /*lora=*/true}})
+    for (const std::string objective_name : {"sft", "grpo"}) {
+      Model model = moe_model(shape);
+      auto objective = make_objective(objective_name);
+      const Batch batch = batch_for(objective_name, model);
+      EstimateInput in;
+      in.config = model.config;
+      in.seq_len = kT;
+      in.sequences = batch.sequences();
+      in.partition = 5;
+      in.logits_partition = 3;
+      in.dtype = torch::kDouble;
+      in.objective = objective_name;
+      in.lora_rank = shape.lora ? 2 : 0;
+      for (const std::string impl : {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"}) {
+        if (make_strategy(impl)->unsupported({objective_name, 1})) continue;
+        FlopCounter counter;
+        run_step(impl, model, batch, *objective, {5, 3});
+        in.impl = impl;
+        const std::string what =
+            fmt::format("{} {} k{}{}{}", impl, objective_name, shape.k,
+                        shape.dense_first_layer ? " dense0" : "", shape.lora ? " lora" : "");
+        EXPECT_EQ(counter.counts().model(), estimate_flops(in).model()) << what;
+        EXPECT_EQ(counter.counts().hardware(), estimate_flops(in).hardware()) << what;
+      }
+    }
 }
 
 TEST(MoeExactness, LoraAdaptsEveryExpertAndNotTheRouter) {
