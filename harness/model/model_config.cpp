@@ -6,21 +6,30 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace bpbench {
 
 namespace {
 
-ModelConfig qwen3(std::string name, int64_t d, int64_t inter, int64_t layers, int64_t heads, bool tied) {
+// The shape every preset states.
+ModelConfig dims(std::string name, int64_t vocab, int64_t d, int64_t inter, int64_t layers, int64_t heads,
+                 int64_t kv_heads, int64_t head_dim) {
   ModelConfig c;
   c.name = std::move(name);
-  c.vocab = 151936;
+  c.vocab = vocab;
   c.hidden = d;
   c.intermediate = inter;
   c.layers = layers;
   c.heads = heads;
-  c.kv_heads = 8;
-  c.head_dim = 128;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  return c;
+}
+
+ModelConfig qwen3(std::string name, int64_t d, int64_t inter, int64_t layers, int64_t heads, bool tied) {
+  ModelConfig c = dims(std::move(name), 151936, d, inter, layers, heads, 8, 128);
   c.rope.theta = 1e6;
   c.rope.max_positions = 40960;  // the published config.json files
   c.rms_eps = 1e-6;
@@ -34,15 +43,7 @@ ModelConfig qwen3(std::string name, int64_t d, int64_t inter, int64_t layers, in
 // 131072 positions.
 ModelConfig llama3(std::string name, int64_t d, int64_t inter, int64_t layers, int64_t head_dim, bool tied,
                    double rope_factor) {
-  ModelConfig c;
-  c.name = std::move(name);
-  c.vocab = 128256;
-  c.hidden = d;
-  c.intermediate = inter;
-  c.layers = layers;
-  c.heads = 32;
-  c.kv_heads = 8;
-  c.head_dim = head_dim;
+  ModelConfig c = dims(std::move(name), 128256, d, inter, layers, 32, 8, head_dim);
   c.rope.type = RopeType::kLlama3;
   c.rope.theta = 500000.0;
   c.rope.max_positions = 131072;
@@ -61,15 +62,7 @@ ModelConfig llama3(std::string name, int64_t d, int64_t inter, int64_t layers, i
 ModelConfig gemma3(std::string name, int64_t vocab, int64_t d, int64_t inter, int64_t layers, int64_t heads,
                    int64_t kv_heads, int64_t head_dim, int64_t window, double query_pre_attn_scalar,
                    int64_t max_positions, double global_rope_factor) {
-  ModelConfig c;
-  c.name = std::move(name);
-  c.vocab = vocab;
-  c.hidden = d;
-  c.intermediate = inter;
-  c.layers = layers;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = head_dim;
+  ModelConfig c = dims(std::move(name), vocab, d, inter, layers, heads, kv_heads, head_dim);
   c.rope.theta = 1e6;
   c.rope.max_positions = max_positions;
   if (global_rope_factor != 1.0) {
@@ -99,16 +92,8 @@ ModelConfig gemma3(std::string name, int64_t vocab, int64_t d, int64_t inter, in
 ModelConfig llama_like(std::string name, std::string architecture, int64_t vocab, int64_t d, int64_t inter,
                        int64_t layers, int64_t heads, int64_t kv_heads, double theta, int64_t max_positions,
                        int64_t window) {
-  ModelConfig c;
-  c.name = std::move(name);
+  ModelConfig c = dims(std::move(name), vocab, d, inter, layers, heads, kv_heads, d / heads);
   c.architecture = std::move(architecture);
-  c.vocab = vocab;
-  c.hidden = d;
-  c.intermediate = inter;
-  c.layers = layers;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = d / heads;
   c.rope.theta = theta;
   c.rope.max_positions = max_positions;
   c.rms_eps = 1e-5;

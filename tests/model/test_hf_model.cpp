@@ -184,18 +184,30 @@ TEST(HfModel, ArchitectureFromModelType) {
   EXPECT_TRUE(read_hf_config(dir).qk_norm);
 }
 
+// config.json objects read as files of their own: the ModelConfig, or the one-line refusal.
+class ConfigFiles {
+ public:
+  ModelConfig read(const json& config) {
+    const std::string path = tmp_.file(fmt::format("config{}.json", ++files_));
+    write_json(path, config);
+    return read_hf_config(path);
+  }
+  std::string refusal(const json& config) {
+    return error_of([&] { read(config); });
+  }
+
+ private:
+  TempDir tmp_;
+  int files_ = 0;
+};
+
 // Mistral and Phi-3 as transformers reads their files: a window on every layer from "sliding_window" (absent
 // in a Mistral file: MistralConfig's 4096; null: none); what bpbench does not model refused by name (Phi-3's
 // "su" and "yarn", which transformers runs as longrope; dropout; alternating layer types).
 TEST(HfModel, MistralAndPhi3ConfigRules) {
-  TempDir tmp;
-  int files = 0;
-  auto read = [&](const json& config) {
-    const std::string path = tmp.file(fmt::format("config{}.json", ++files));
-    write_json(path, config);
-    return read_hf_config(path);
-  };
-  auto refusal = [&](const json& config) { return error_of([&] { read(config); }); };
+  ConfigFiles files;
+  auto read = [&](const json& config) { return files.read(config); };
+  auto refusal = [&](const json& config) { return files.refusal(config); };
   const json mistral = hf_config_json(find_model_preset("mistral-7b"));
   EXPECT_FALSE(read(mistral).has_sliding_layers());  // v0.3: null
   json edited = mistral;
@@ -236,14 +248,9 @@ TEST(HfModel, MistralAndPhi3ConfigRules) {
 // approximated: the load-balancing loss in the training loss, router noise, shared experts, a router bias,
 // another scoring function.
 TEST(HfModel, MixtureOfExpertsConfigRules) {
-  TempDir tmp;
-  int files = 0;
-  auto read = [&](const json& config) {
-    const std::string path = tmp.file(fmt::format("config{}.json", ++files));
-    write_json(path, config);
-    return read_hf_config(path);
-  };
-  auto refusal = [&](const json& config) { return error_of([&] { read(config); }); };
+  ConfigFiles files;
+  auto read = [&](const json& config) { return files.read(config); };
+  auto refusal = [&](const json& config) { return files.refusal(config); };
   for (const std::string preset : {"qwen3-30b-a3b", "mixtral-8x7b", "tiny-moe"}) {
     const ModelConfig want = find_model_preset(preset);
     const ModelConfig got = read(hf_config_json(want));
