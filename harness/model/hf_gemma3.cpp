@@ -90,7 +90,7 @@ void read_rope(const ConfigReader& r, ModelConfig& c) {
     if (rope.type == RopeType::kDynamic)
       r.fail(
           fmt::format("rope of the {} layers: 'dynamic' is not supported for Gemma 3 (valid: default, "
-                      "linear, yarn, llama3)",
+                      "linear, yarn, llama3, longrope)",
                       type));
     return rope;
   };

@@ -2,9 +2,10 @@
 // Phi3Config and Phi3ForCausalLM (model_type "phi3"): Llama's network whose checkpoint fuses q, k, v into
 // self_attn.qkv_proj ([Hq hd + 2 Hkv hd, d], rows in that order) and gate, up into mlp.gate_up_proj ([2 I,
 // d], gate first); split at load into bpbench's parameters, each in storage of its own. A sliding window on
-// every layer when "sliding_window" is set (Phi-3-mini-4k: 2047). Refused by name: dropout (resid_pdrop,
-// embd_pdrop), partial rotary embeddings (Phi-4-mini; rope_config.cpp), and longrope, which transformers'
-// Phi-3 also reads "su" and "yarn" as (Phi-3-mini-128k).
+// every layer when "sliding_window" is set (Phi-3-mini-4k: 2047); longrope (Phi-3-mini-128k) as
+// rope_config.h reads it. Refused by name: dropout (resid_pdrop, embd_pdrop), partial rotary embeddings
+// (Phi-4-mini; rope_config.cpp), and a RoPE typed "su" or "yarn", which transformers' Phi-3 runs as longrope
+// (bpbench asks for the name it runs: "longrope").
 
 #include <fmt/format.h>
 
@@ -28,10 +29,11 @@ void read_phi3_config(const ConfigReader& r, ModelConfig& c) {
     if (const nlohmann::json* rope = r.find(key); rope && rope->is_object())
       for (const char* type_key : {"rope_type", "type"})
         if (rope->contains(type_key) && ((*rope)[type_key] == "su" || (*rope)[type_key] == "yarn"))
-          r.fail(fmt::format(
-              "\"{}\" type {}: transformers' Phi-3 runs it as longrope, which bpbench does not model (valid: "
-              "default RoPE, as Phi-3-mini-4k)",
-              key, (*rope)[type_key].dump()));
+          r.fail(
+              fmt::format("\"{}\" type {}: transformers' Phi-3 runs it as longrope (valid: write "
+                          "\"longrope\", the type it "
+                          "runs, or default RoPE)",
+                          key, (*rope)[type_key].dump()));
   read_window_on_every_layer(r, c, /*absent=*/0);  // Phi3Config.sliding_window: None
 }
 

@@ -276,6 +276,10 @@ void ModelConfig::validate() const {
   require(!has_sliding_layers() || sliding_window > 0, "sliding layers need a sliding_window > 0");
   require(query_pre_attn_scalar >= 0, "query_pre_attn_scalar must be > 0 (or 0: head_dim)");
   require(!sliding_rope || sliding_rope->theta > 0, "the sliding layers' rope theta must be > 0");
+  require(
+      rope.type != RopeType::kLongrope || (static_cast<int64_t>(rope.short_factor.size()) * 2 == head_dim &&
+                                           static_cast<int64_t>(rope.long_factor.size()) * 2 == head_dim),
+      "longrope needs head_dim / 2 short and long factors");
   require(experts >= 0 && (experts == 0 || (experts_per_token >= 1 && experts_per_token <= experts &&
                                             expert_intermediate > 0 && sparse_step >= 1)),
           "a mixture of experts needs 1 <= experts_per_token <= experts, expert_intermediate > 0 and "

@@ -1,8 +1,11 @@
 // rope.cpp: RoPE's frequencies for every type of rope_config.h, in transformers' formulas and float64.
 #include "harness/model/rope.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace bpbench {
 
@@ -68,6 +71,14 @@ torch::Tensor rope_inverse_frequencies(const RopeConfig& r, int64_t hd, int64_t 
       return yarn_frequencies(r, hd, f64);
     case RopeType::kLlama3:
       return llama3_frequencies(r, hd, f64);
+    case RopeType::kLongrope: {
+      // transformers picks the factors by its forward's longest position: past the original context, long.
+      const auto& ext = seq_len > r.original_max_positions ? r.long_factor : r.short_factor;
+      if (static_cast<int64_t>(ext.size()) != hd / 2)
+        throw std::invalid_argument(fmt::format("rope longrope: {} factors for a head dim of {} (valid: {})",
+                                                ext.size(), hd, hd / 2));
+      return default_frequencies(r.theta, hd, f64) / torch::tensor(ext, f64);
+    }
   }
   throw std::logic_error("rope_inverse_frequencies: unknown RopeType");
 }
@@ -77,7 +88,7 @@ RopeTables rope_tables(const RopeConfig& r, int64_t hd, int64_t pos0, int64_t ro
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(options.device());
   auto angles = torch::outer(torch::arange(pos0, pos0 + rows, f64),
                              rope_inverse_frequencies(r, hd, seq_len, options.device()));  // (rows, hd/2)
-  const double scale = r.type == RopeType::kYarn ? r.attention_factor : 1.0;
+  const double scale = r.type == RopeType::kYarn || r.type == RopeType::kLongrope ? r.attention_factor : 1.0;
   // Each half in float64, scaled, cast once, then repeated: (rows, hd/2) -> (rows, hd).
   auto table = [&](torch::Tensor half) {
     if (scale != 1.0) half.mul_(scale);

@@ -33,6 +33,9 @@ const std::vector<TypeInfo>& types() {
       {RopeType::kLlama3,
        "llama3",
        {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}},
+      {RopeType::kLongrope,
+       "longrope",
+       {"factor", "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"}},
   };
   return t;
 }
@@ -161,7 +164,7 @@ RopeConfig parse(const Params& p, const Context& ctx) {
   if (r.type == RopeType::kDefault) return r;
 
   // transformers: a top-level original_max_position_embeddings wins, else max_position_embeddings.
-  if (r.type == RopeType::kYarn || r.type == RopeType::kLlama3) {
+  if (r.type == RopeType::kYarn || r.type == RopeType::kLlama3 || r.type == RopeType::kLongrope) {
     const auto nested = p.count("original_max_position_embeddings");
     if (nested && ctx.top_original && *nested != *ctx.top_original)
       refuse(fmt::format("\"original_max_position_embeddings\" {} disagrees with {} {}", *ctx.top_original,
@@ -214,6 +217,38 @@ RopeConfig parse(const Params& p, const Context& ctx) {
       r.truncate = p.boolean("truncate").value_or(true);
       break;
     }
+    case RopeType::kLongrope: {
+      // transformers: factor, when not given, is max_position_embeddings / original_max_position_embeddings;
+      // the attention factor, when not given, follows from it (1 where factor <= 1).
+      r.factor = p.find("factor") ? p.positive("factor")
+                                  : static_cast<double>(r.max_positions) / r.original_max_positions;
+      if (auto given = p.number("attention_factor")) {
+        if (!(*given > 0)) refuse(fmt::format("{} must be > 0, got {}", p.field("attention_factor"), *given));
+        r.attention_factor = *given;
+      } else {
+        r.attention_factor =
+            r.factor <= 1 ? 1.0 : std::sqrt(1 + std::log(r.factor) / std::log(r.original_max_positions));
+      }
+      auto factors = [&](const char* key) {
+        const json* v = p.find(key);
+        if (!v || !v->is_array() || v->empty())
+          refuse(fmt::format("{} must be a list of numbers (one per frequency: head_dim / 2)", p.field(key)));
+        std::vector<double> out;
+        for (const auto& x : *v) {
+          if (!x.is_number() || !(x.get<double>() > 0))
+            refuse(fmt::format("{} must hold numbers > 0, got {}", p.field(key), x.dump()));
+          out.push_back(x.get<double>());
+        }
+        return out;
+      };
+      r.short_factor = factors("short_factor");
+      r.long_factor = factors("long_factor");
+      if (r.short_factor.size() != r.long_factor.size())
+        refuse(fmt::format("{} and {} must have one factor per frequency each (got {} and {})",
+                           p.field("short_factor"), p.field("long_factor"), r.short_factor.size(),
+                           r.long_factor.size()));
+      break;
+    }
     case RopeType::kDefault:
       break;
   }
@@ -226,7 +261,8 @@ bool RopeConfig::operator==(const RopeConfig& o) const {
   return type == o.type && theta == o.theta && max_positions == o.max_positions && factor == o.factor &&
          original_max_positions == o.original_max_positions && attention_factor == o.attention_factor &&
          beta_fast == o.beta_fast && beta_slow == o.beta_slow && truncate == o.truncate &&
-         low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor;
+         low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor &&
+         short_factor == o.short_factor && long_factor == o.long_factor;
 }
 
 const char* rope_type_name(RopeType type) {
@@ -293,6 +329,12 @@ json rope_to_json(const RopeConfig& r) {
       j["low_freq_factor"] = r.low_freq_factor;
       j["high_freq_factor"] = r.high_freq_factor;
       break;
+    case RopeType::kLongrope:
+      j["original_max_position_embeddings"] = r.original_max_positions;
+      j["attention_factor"] = r.attention_factor;
+      j["short_factor"] = r.short_factor;
+      j["long_factor"] = r.long_factor;
+      break;
     default:
       break;
   }
@@ -317,6 +359,9 @@ std::string rope_summary(const json& j) {
   if (type == "llama3")
     return fmt::format("llama3 x{} (original {}), {}", num("factor"),
                        count("original_max_position_embeddings"), theta);
+  if (type == "longrope")
+    return fmt::format("longrope x{:.4g} (original {}, attention {:.4g}), {}", num("factor"),
+                       count("original_max_position_embeddings"), num("attention_factor"), theta);
   return fmt::format("{} x{}, {}", type, num("factor"), theta);
 }
 

@@ -14,16 +14,21 @@
 //            attention_factor (from factor, or mscale / mscale_all_dim, unless given)
 //   llama3   wavelengths above original_max_positions / low_freq_factor are divided by factor, those below
 //            original_max_positions / high_freq_factor kept, a smooth blend between (Llama 3.1, 3.2)
-// Anything else (longrope, partial rotary embeddings, ...) is refused by name, never approximated.
+//   longrope inv_freq_k / ext_k, ext = short_factor for T <= original_max_positions, else long_factor (as
+//            transformers' forward picks them from its longest position); cos and sin multiplied by
+//            attention_factor (given, or sqrt(1 + ln(factor) / ln(original_max_positions)), factor =
+//            max_positions / original_max_positions unless given) (Phi-3-mini-128k)
+// Anything else (partial rotary embeddings, ...) is refused by name, never approximated.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace bpbench {
 
-enum class RopeType { kDefault, kLinear, kDynamic, kYarn, kLlama3 };
+enum class RopeType { kDefault, kLinear, kDynamic, kYarn, kLlama3, kLongrope };
 
 // Every field resolved: what transformers leaves to defaults (yarn's attention factor and betas, an
 // implicit factor) is the value it would use.
@@ -31,19 +36,21 @@ struct RopeConfig {
   RopeType type = RopeType::kDefault;
   double theta = 10000.0;              // rope_theta
   int64_t max_positions = 0;           // max_position_embeddings: dynamic's threshold, yarn's implicit factor
-  double factor = 1.0;                 // linear, dynamic, yarn, llama3
-  int64_t original_max_positions = 0;  // yarn, llama3: original_max_position_embeddings
-  double attention_factor = 1.0;       // yarn: the scale of cos and sin
+  double factor = 1.0;                 // linear, dynamic, yarn, llama3, longrope
+  int64_t original_max_positions = 0;  // yarn, llama3, longrope: original_max_position_embeddings
+  double attention_factor = 1.0;       // yarn, longrope: the scale of cos and sin
   double beta_fast = 32.0, beta_slow = 1.0;              // yarn: the ramp's bounds, in rotations
   bool truncate = true;                                  // yarn: round the ramp's bounds to whole dimensions
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  // longrope: hd/2 factors each, short_factor up to original_max_positions tokens, long_factor past them.
+  std::vector<double> short_factor, long_factor;
 
   bool operator==(const RopeConfig& other) const;
   bool operator!=(const RopeConfig& other) const { return !(*this == other); }
 };
 
 const char* rope_type_name(RopeType type);
-std::string rope_type_names();  // "default, linear, dynamic, yarn, llama3"
+std::string rope_type_names();  // "default, linear, dynamic, yarn, llama3, longrope"
 
 // The RoPE of a transformers config.json object. Both forms are read: transformers 5's "rope_parameters" and
 // 4.x's top-level "rope_theta" + "rope_scaling" (with "type" for "rope_type", as older files write it); a

@@ -230,11 +230,17 @@ TEST(HfModel, MistralAndPhi3ConfigRules) {
   for (const char* type : {"su", "yarn"}) {
     edited = phi3;
     edited["rope_scaling"] = {{"type", type}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
-    EXPECT_THAT(refusal(edited), HasSubstr("runs it as longrope, which bpbench does not model")) << type;
+    EXPECT_THAT(refusal(edited), HasSubstr("runs it as longrope (valid: write \"longrope\"")) << type;
   }
   edited = phi3;
   edited["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 1e4}};
-  EXPECT_THAT(refusal(edited), HasSubstr("longrope"));
+  EXPECT_THAT(refusal(edited), HasSubstr("\"rope_parameters\".short_factor must be a list of numbers"));
+  edited["rope_parameters"]["short_factor"] = std::vector<double>(48, 1.0);
+  edited["rope_parameters"]["long_factor"] = std::vector<double>(47, 2.0);
+  EXPECT_THAT(refusal(edited), HasSubstr("must have one factor per frequency each (got 48 and 47)"));
+  edited["rope_parameters"]["long_factor"] = std::vector<double>(40, 2.0);
+  edited["rope_parameters"]["short_factor"] = std::vector<double>(40, 1.0);
+  EXPECT_THAT(refusal(edited), HasSubstr("longrope needs head_dim / 2 short and long factors"));
   edited = phi3;
   edited["resid_pdrop"] = 0.1;
   EXPECT_THAT(refusal(edited), HasSubstr("\"resid_pdrop\" 0.1 is not supported"));

@@ -55,6 +55,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"mistral_no_window", {"sft"}},
     {"phi3_fused", {"sft", "dpo"}},
     {"phi3_window", {"sft"}},
+    {"phi3_longrope_long", {"sft"}},
+    {"phi3_longrope_short", {"sft"}},
     {"qwen3_moe_k2", {"sft", "dpo"}},
     {"qwen3_moe_k3_dense_layer", {"sft"}},
     {"mixtral", {"sft", "dpo"}},

@@ -98,9 +98,11 @@ TEST(RopeConfigForms, YarnResolvesWhatTransformersInfers) {
 }
 
 TEST(RopeConfigForms, RefusesWhatItDoesNotModelNamingTheField) {
+  EXPECT_THAT(refusal({{"rope_scaling", {{"rope_type", "su"}, {"factor", 4.0}}}}),
+              HasSubstr("\"rope_scaling\".rope_type 'su' is not supported (supported: default, linear, "
+                        "dynamic, yarn, llama3, longrope)"));
   EXPECT_THAT(refusal({{"rope_scaling", {{"rope_type", "longrope"}, {"factor", 4.0}}}}),
-              HasSubstr("\"rope_scaling\".rope_type 'longrope' is not supported (supported: default, linear, "
-                        "dynamic, yarn, llama3)"));
+              HasSubstr("\"rope_scaling\".short_factor must be a list of numbers"));
   EXPECT_THAT(
       refusal({{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}, {"short_factor", {1.0}}}}}),
       HasSubstr("\"rope_parameters\".short_factor is not a field of rope_type 'yarn'"));

@@ -48,7 +48,7 @@ class Float64Casts(TorchFunctionMode):
 
 # Odd shapes: GQA 1, 2, 3 and 4, tied and untied heads, q/k norm (Qwen3), q/k/v biases (Qwen2) and neither
 # (Llama), RoPE theta other than 10000, T prime, right padding, head_dim not hidden / heads. Then every RoPE type
-# transformers defines for these three families (default, linear, dynamic, yarn, llama3), with head dims large
+# transformers defines for these three families (default, linear, dynamic, yarn, llama3; longrope below), with head dims large
 # enough that each scaling's regimes all occur (llama3: high, medium and low frequencies; yarn: a partial ramp),
 # in both config forms: the directory as transformers 5 saves it ("rope_parameters"), and a config.json
 # rewritten by hand into the 4.x form of the Hub's checkpoints (top-level "rope_theta" + "rope_scaling").
@@ -68,6 +68,9 @@ class Float64Casts(TorchFunctionMode):
 # renormalised; saved under its block_sparse_moe.*.w1/w2/w3 names). Their router weights are drawn wide (std 1)
 # so that no two routing probabilities of a row come near a tie; their expert gradients are written under
 # bpbench's per-expert names (transformers 5 keeps each layer's experts as two stacked tensors).
+# Phi-3's longrope: past its original context of 16 (T = 29: the long factors, the attention factor from
+# max_position_embeddings / original) and within one of 32 (T = 23: the short factors, an attention factor
+# given).
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -187,6 +190,14 @@ CASES = {
     "phi3_fused": Case(Phi3ForCausalLM, Phi3Config, dict(
         QWEN2_GQA2, pad_token_id=None, rope_parameters=dict(rope_type="default", rope_theta=1e4)), 29, [29, 24],
         SFT_DPO),
+    "phi3_longrope_long": Case(Phi3ForCausalLM, Phi3Config, dict(
+        QWEN2_GQA2, pad_token_id=None, original_max_position_embeddings=16, rope_parameters=dict(
+            rope_type="longrope", rope_theta=1e4, short_factor=[1.0, 1.1, 1.3, 1.7, 2.3, 3.1],
+            long_factor=[1.0, 1.5, 2.5, 4.0, 6.5, 9.0])), 29, [29, 24], SFT),
+    "phi3_longrope_short": Case(Phi3ForCausalLM, Phi3Config, dict(
+        QWEN2_GQA2, pad_token_id=None, original_max_position_embeddings=32, rope_parameters=dict(
+            rope_type="longrope", rope_theta=1e4, short_factor=[1.0, 1.1, 1.3, 1.7, 2.3, 3.1],
+            long_factor=[1.0, 1.5, 2.5, 4.0, 6.5, 9.0], attention_factor=1.2)), 23, [23, 19], SFT),
     "qwen3_moe_k2": Case(Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
         QWEN3_GQA3, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=20, norm_topk_prob=False,
         rope_theta=1e6), 29, [29, 23], SFT_DPO),

@@ -243,8 +243,8 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
   expect_input_error(scenario_text("", R"("measure": {"time": {"repeat": -1}}, )"),
                      {"measure.time.repeat", ">= 0"});
   expect_input_error(
-      scenario_text("", R"("rope": {"rope_type": "longrope", "factor": 4}, )"),
-      {"rope.rope_type 'longrope' is not supported", "default, linear, dynamic, yarn, llama3"});
+      scenario_text("", R"("rope": {"rope_type": "su", "factor": 4}, )"),
+      {"rope.rope_type 'su' is not supported", "default, linear, dynamic, yarn, llama3, longrope"});
   expect_input_error(scenario_text("", R"("rope": {"rope_type": "yarn", "factr": 4}, )"),
                      {"rope.factr is not a field of rope_type 'yarn'", "rope_parameters"});
   expect_input_error(scenario_text("", R"("rope": "yarn", )"), {"rope must be an object", "rope_type"});
