@@ -196,15 +196,15 @@ TEST_F(Cli, ModelDirectoriesWithUnmodelledFieldsAreRefusedByName) {
     return write(name + ".json", R"({"grid": {"model": ")" + name + R"(", "impl": "plain", "seq_len": 8}})");
   };
   expect_bad_input("run " +
-                       scenario_for("phi-longrope", "LlamaForCausalLM",
+                       scenario_for("llama-su", "LlamaForCausalLM",
                                     [](nlohmann::json& c) {
-                                      c["rope_scaling"] = {{"rope_type", "longrope"},
+                                      c["rope_scaling"] = {{"rope_type", "su"},
                                                            {"short_factor", {1.0, 1.0, 1.0}},
                                                            {"long_factor", {1.0, 1.0, 1.0}},
                                                            {"original_max_position_embeddings", 4096}};
                                     }) +
                        " --out o",
-                   "\"rope_scaling\".rope_type 'longrope' is not supported");
+                   "\"rope_scaling\".rope_type 'su' is not supported");
   expect_bad_input("run " +
                        scenario_for("qwen2-sliding", "Qwen2ForCausalLM",
                                     [](nlohmann::json& c) {
