@@ -105,8 +105,7 @@ ModelConfig llama_like(std::string name, std::string architecture, int64_t vocab
 }
 
 // Mixture of experts as Qwen3-MoE (q/k norm, norm_topk_prob true in the published models) and Mixtral (every
-// layer sparse, the k weights always renormalised) publish them: `dense` is the dense MLP's intermediate size
-// where a layer stays dense (none of these presets has one).
+// layer sparse, the k weights always renormalised) publish them.
 ModelConfig with_experts(ModelConfig c, std::string architecture, int64_t experts, int64_t k,
                          int64_t expert_intermediate) {
   c.architecture = std::move(architecture);
@@ -117,6 +116,7 @@ ModelConfig with_experts(ModelConfig c, std::string architecture, int64_t expert
   return c;
 }
 
+// `dense`: the dense MLP's intermediate size, for a layer that stays dense (none of the presets has one).
 ModelConfig qwen3_moe(std::string name, int64_t d, int64_t dense, int64_t layers, int64_t heads,
                       int64_t kv_heads, int64_t experts, int64_t k, int64_t expert_intermediate) {
   ModelConfig c = qwen3(std::move(name), d, dense, layers, heads, false);
