@@ -26,10 +26,10 @@ struct MemoryBudget {
 };
 
 struct EstimateRequest {
-  std::string model;   // as given: a preset, a Hugging Face model directory or a config.json
-  std::string source;  // "preset" or "hf-config"
+  std::string model;         // as given: a preset, a Hugging Face model directory or a config.json
+  std::string source;        // "preset" or "hf-config"
   std::string dtype_source;  // why in.dtype: "--dtype", "the CUDA default", "config.json's dtype", ...
-  EstimateInput in;    // config, dtype, objective, partitions, ...; impl and seq_len set per answer
+  EstimateInput in;          // config, dtype, objective, partitions, ...; impl and seq_len set per answer
   int64_t batch = 1, group = 8;
   std::vector<std::string> impls;
   std::vector<int64_t> seq_lens;       // --seq-len (may be empty when budgets are given)

@@ -29,14 +29,18 @@ LongestLength longest_seq_len(EstimateInput in, const LengthBudget& budget) {
     in.seq_len = T;
     return estimate_peak(in);
   };
+  // A length whose bytes could pass int64 fits no budget (estimate_peak refuses it).
+  auto countable = [&](int64_t T) {
+    in.seq_len = T;
+    return estimate_bytes_fit_in_int64(in);
+  };
   auto device_fits = [&](const MemoryEstimate& e) { return e.peak_bytes <= budget.device_bytes; };
   auto host_fits = [&](const MemoryEstimate& e) {
     return !budget.host_bytes || e.host_bytes <= *budget.host_bytes;
   };
   LongestLength r;
   r.seq_len = largest_fitting_multiple(budget.granularity, budget.upper, [&](int64_t T) {
-    in.seq_len = T;
-    if (!estimate_bytes_fit_in_int64(in)) return false;  // more bytes than any budget
+    if (!countable(T)) return false;
     const MemoryEstimate e = at(T);
     return device_fits(e) && host_fits(e);
   });
@@ -44,14 +48,11 @@ LongestLength longest_seq_len(EstimateInput in, const LengthBudget& budget) {
   const int64_t next = r.seq_len + budget.granularity;
   if (next > budget.upper) {
     r.bound = "upper";
+  } else if (r.seq_len > 0 && !countable(next)) {
+    r.bound = "device";
   } else {
-    in.seq_len = next;
-    if (r.seq_len > 0 && !estimate_bytes_fit_in_int64(in)) {
-      r.bound = "device";  // more bytes than any device
-    } else {
-      const MemoryEstimate above = r.seq_len > 0 ? at(next) : r.at;
-      r.bound = device_fits(above) ? "host" : "device";
-    }
+    const MemoryEstimate above = r.seq_len > 0 ? at(next) : r.at;
+    r.bound = device_fits(above) ? "host" : "device";
   }
   return r;
 }

@@ -49,14 +49,16 @@ struct HfFamilyFields {
   // The checkpoint's names where they are not the shared ones (Phi-3's fused projections): rewrites the slot
   // list of every weight, in Model::named_parameters order. May be null.
   void (*checkpoint_names)(const ModelConfig& c, std::vector<WeightSlot>& slots) = nullptr;
-  // Whether `read` reads the RoPE itself (Gemma 3: one per layer type); otherwise the shared reader does,
-  // after `read` (rope_from_hf_config).
+  // What `read` reads itself; otherwise the shared reader does: the RoPE after `read` (rope_from_hf_config;
+  // Gemma 3 has one per layer type), the sliding window (the shared reader refuses Qwen's
+  // "use_sliding_window" and any sliding "layer_types"), the activation (the shared reader: "hidden_act"
+  // silu; Gemma 3 names it "hidden_activation").
   bool reads_rope = false;
+  bool reads_window = false;
+  bool reads_activation = false;
 };
 
 // For the families' files (defined in hf_model.cpp):
-// Refuses a "hidden_act" other than silu, by name.
-void require_silu_activation(const ConfigReader& r);
 // A window on every layer from "sliding_window": a positive number is that window, null none, and a file
 // without the key `absent` (the config class's default; 0: none), as transformers' Mistral and Phi-3 mask it.
 // Refuses "layer_types" (alternating layers belong to other classes).

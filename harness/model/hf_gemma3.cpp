@@ -155,13 +155,16 @@ void add_gemma3_config_json(const ModelConfig& c, json& j) {
 }  // namespace
 
 const HfFamilyFields* gemma3_fields() {
-  static const HfFamilyFields fields{/*default_head_dim=*/256,
-                                     /*default_tied=*/true,
-                                     read_gemma3_config,
-                                     add_gemma3_config_json,
-                                     [](const ModelConfig& c) { return c.sandwich_norms; },
-                                     /*checkpoint_names=*/nullptr,
-                                     /*reads_rope=*/true};
+  static const HfFamilyFields fields = [] {
+    HfFamilyFields f;
+    f.default_head_dim = 256;
+    f.default_tied = true;
+    f.read = read_gemma3_config;
+    f.write = add_gemma3_config_json;
+    f.describes = [](const ModelConfig& c) { return c.sandwich_norms; };
+    f.reads_rope = f.reads_window = f.reads_activation = true;
+    return f;
+  }();
   return &fields;
 }
 

@@ -12,7 +12,6 @@ namespace {
 constexpr int64_t kMistralDefaultWindow = 4096;  // MistralConfig.sliding_window
 
 void read_mistral_config(const ConfigReader& r, ModelConfig& c) {
-  require_silu_activation(r);
   read_window_on_every_layer(r, c, kMistralDefaultWindow);
 }
 
@@ -23,8 +22,13 @@ void write_mistral_config(const ModelConfig& c, nlohmann::json& j) {
 }  // namespace
 
 const HfFamilyFields* mistral_fields() {
-  static const HfFamilyFields fields{/*default_head_dim=*/0, /*default_tied=*/false, read_mistral_config,
-                                     write_mistral_config};
+  static const HfFamilyFields fields = [] {
+    HfFamilyFields f;
+    f.read = read_mistral_config;
+    f.write = write_mistral_config;
+    f.reads_window = true;
+    return f;
+  }();
   return &fields;
 }
 

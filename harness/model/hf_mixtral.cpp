@@ -15,7 +15,6 @@ namespace bpbench {
 namespace {
 
 void read_mixtral_config(const ConfigReader& r, ModelConfig& c) {
-  require_silu_activation(r);
   refuse_foreign_moe_fields(r);
   read_experts(r, c, /*default_experts=*/8, /*default_k=*/2);
   c.expert_intermediate = c.intermediate;
@@ -54,10 +53,14 @@ void rename_mixtral_weights(const ModelConfig& /*c*/, std::vector<WeightSlot>& s
 }  // namespace
 
 const HfFamilyFields* mixtral_fields() {
-  static const HfFamilyFields fields{/*default_head_dim=*/0,
-                                     /*default_tied=*/false, read_mixtral_config,
-                                     write_mixtral_config,
-                                     /*describes=*/nullptr,  rename_mixtral_weights};
+  static const HfFamilyFields fields = [] {
+    HfFamilyFields f;
+    f.read = read_mixtral_config;
+    f.write = write_mixtral_config;
+    f.checkpoint_names = rename_mixtral_weights;
+    f.reads_window = true;
+    return f;
+  }();
   return &fields;
 }
 

@@ -69,13 +69,19 @@ std::string dir_basename(const std::string& dir) {
   return slash == std::string::npos ? s : s.substr(slash + 1);
 }
 
+const Architecture* architecture_named(const std::string& name) {
+  for (const auto& known : architectures())
+    if (name == known.name) return &known;
+  return nullptr;
+}
+
 const Architecture& architecture(const ConfigReader& r) {
   const json* archs = r.find("architectures");
   if (archs) {
     if (!archs->is_array() || archs->empty()) r.fail("\"architectures\" must be a non-empty list");
     for (const auto& a : *archs)
-      for (const auto& known : architectures())
-        if (a.is_string() && a.get<std::string>() == known.name) return known;
+      if (const Architecture* known = a.is_string() ? architecture_named(a.get<std::string>()) : nullptr)
+        return *known;
     for (const auto& a : *archs)
       if (a == "Gemma3ForConditionalGeneration")
         r.fail(
@@ -94,12 +100,6 @@ const Architecture& architecture(const ConfigReader& r) {
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
-const Architecture* architecture_named(const std::string& name) {
-  for (const auto& known : architectures())
-    if (name == known.name) return &known;
-  return nullptr;
 }
 
 }  // namespace
@@ -178,7 +178,7 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
     r.fail(fmt::format("attention_bias = true on {} biases o_proj too, which bpbench does not model",
                        arch.name));
   if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
-  if (!arch.own || !arch.own->read) {  // Qwen's window applies to the top layers only, not modelled
+  if (!arch.own || !arch.own->reads_window) {  // Qwen's window applies to the top layers only, not modelled
     if (r.boolean("use_sliding_window", false))
       r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
     if (const json* layer_types = r.find("layer_types")) {
@@ -193,7 +193,11 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   if (const double dropout = r.number("attention_dropout", 0.0); dropout != 0.0)
     r.fail(
         fmt::format("\"attention_dropout\" {} is not supported (only 0: bpbench has no dropout)", dropout));
-  if (!arch.own || !arch.own->read) require_silu_activation(r);
+  if (!arch.own || !arch.own->reads_activation) {
+    const std::string act = r.string("hidden_act");
+    if (!act.empty() && act != "silu")
+      r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
+  }
 
   ModelConfig c;
   c.name = dir_basename(dir);
@@ -269,11 +273,6 @@ json hf_config_json(const ModelConfig& c) {
   write_llama_like_fields(c, arch->name, arch->model_type, j);
   j.erase("sliding_window");  // a family without a window of its own (use_sliding_window is Qwen's)
   return j;
-}
-
-void require_silu_activation(const ConfigReader& r) {
-  const std::string act = r.string("hidden_act");
-  if (!act.empty() && act != "silu") r.fail(fmt::format("hidden_act '{}' is not supported (only silu)", act));
 }
 
 void read_window_on_every_layer(const ConfigReader& r, ModelConfig& c, int64_t absent) {

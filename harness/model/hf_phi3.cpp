@@ -19,7 +19,6 @@ namespace bpbench {
 namespace {
 
 void read_phi3_config(const ConfigReader& r, ModelConfig& c) {
-  require_silu_activation(r);
   for (const char* dropout : {"resid_pdrop", "embd_pdrop"})
     if (const double p = r.number(dropout, 0.0); p != 0.0)
       r.fail(fmt::format("\"{}\" {} is not supported (only 0: bpbench has no dropout)", dropout, p));
@@ -54,10 +53,14 @@ void fuse_phi3_projections(const ModelConfig& c, std::vector<WeightSlot>& slots)
 }  // namespace
 
 const HfFamilyFields* phi3_fields() {
-  static const HfFamilyFields fields{/*default_head_dim=*/0,
-                                     /*default_tied=*/false, read_phi3_config,
-                                     write_phi3_config,
-                                     /*describes=*/nullptr,  fuse_phi3_projections};
+  static const HfFamilyFields fields = [] {
+    HfFamilyFields f;
+    f.read = read_phi3_config;
+    f.write = write_phi3_config;
+    f.checkpoint_names = fuse_phi3_projections;
+    f.reads_window = true;
+    return f;
+  }();
   return &fields;
 }
 

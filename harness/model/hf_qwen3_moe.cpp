@@ -15,10 +15,7 @@ namespace bpbench {
 namespace {
 
 void read_qwen3_moe_config(const ConfigReader& r, ModelConfig& c) {
-  require_silu_activation(r);
   refuse_foreign_moe_fields(r);
-  if (r.boolean("use_sliding_window", false))
-    r.fail("\"use_sliding_window\" true is not supported (bpbench attends over the whole causal prefix)");
   read_experts(r, c, /*default_experts=*/128, /*default_k=*/8);
   c.expert_intermediate = r.integer("moe_intermediate_size", 768);
   c.norm_topk_prob = r.boolean("norm_topk_prob", false);
@@ -50,8 +47,12 @@ void write_qwen3_moe_config(const ModelConfig& c, nlohmann::json& j) {
 }  // namespace
 
 const HfFamilyFields* qwen3_moe_fields() {
-  static const HfFamilyFields fields{/*default_head_dim=*/0, /*default_tied=*/false, read_qwen3_moe_config,
-                                     write_qwen3_moe_config};
+  static const HfFamilyFields fields = [] {  // Qwen's window and activation: the shared reader's
+    HfFamilyFields f;
+    f.read = read_qwen3_moe_config;
+    f.write = write_qwen3_moe_config;
+    return f;
+  }();
   return &fields;
 }
 

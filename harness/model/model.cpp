@@ -14,10 +14,6 @@
 namespace bpbench {
 
 namespace {
-bool weight_defined(const Linear& l) {
-  return l.weight.defined();
-}
-
 // Every matmul of the model goes through here: the FLOP counter's seam (flop_count.h).
 torch::Tensor counted_linear(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias = {}) {
@@ -86,7 +82,7 @@ void add_linear(std::vector<NamedParameter>& out, const std::string& prefix, con
 
 std::vector<const Linear*> LayerWeights::linears() const {
   std::vector<const Linear*> out = {&q, &k, &v, &o};
-  if (weight_defined(gate)) {
+  if (!router.defined()) {
     out.insert(out.end(), {&gate, &up, &down});
   } else {
     for (size_t e = 0; e < expert_gate.size(); ++e)

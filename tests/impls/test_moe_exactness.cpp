@@ -33,8 +33,7 @@ struct MoeShape {
   bool lora = false;
 };
 
-// tiny-moe (E = 8, Ie = 12) in float64, norms off the identity and router weights spread so that routing
-// decides something (the init's 0.02 leaves every probability near 1/E).
+// tiny-moe (E = 8, Ie = 12) in float64, norms off the identity and router weights spread (spread_routers).
 Model moe_model(const MoeShape& s) {
   ModelConfig c = find_model_preset("tiny-moe");
   c.experts_per_token = s.k;
@@ -44,10 +43,9 @@ Model moe_model(const MoeShape& s) {
   Model m = Model::random(c, torch::TensorOptions().dtype(torch::kDouble), 7);
   torch::NoGradGuard no_grad;
   torch::manual_seed(8);
-  for (auto& p : m.named_parameters()) {
+  for (auto& p : m.named_parameters())
     if (p.group == ParamGroup::norms) p.tensor.add_(0.1 * torch::randn(p.tensor.sizes(), p.tensor.options()));
-    if (p.name.find("mlp.gate.weight") != std::string::npos) p.tensor.normal_(0.0, 0.5);
-  }
+  spread_routers(m, 10);
   if (s.lora) {
     m.add_lora(/*rank=*/2, /*alpha=*/4.0, /*seed=*/3);
     torch::manual_seed(9);  // B at zero would make dL/dA zero: exercise both

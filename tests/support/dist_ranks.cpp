@@ -42,12 +42,7 @@ Model dist_job_model(const json& job) {
       name == "tiny"
           ? tiny_model({job.value("kv_heads", int64_t{2}), job.value("tied", false)})
           : load_model(name, torch::TensorOptions().dtype(parse_dtype(job.value("dtype", "float32"))), 0);
-  if (m.config.is_moe()) {  // routing that decides (the init's 0.02 leaves every probability near 1/E)
-    torch::NoGradGuard no_grad;
-    torch::manual_seed(8);
-    for (auto& w : m.layers)
-      if (w.router.defined()) w.router.normal_(0.0, 0.5);
-  }
+  spread_routers(m, 8);
   if (const int64_t r = job.value("lora_rank", int64_t{0}); r > 0) {
     m.add_lora(r, 2.0 * static_cast<double>(r), 4);
     // B starts at zero, which makes dL/dA zero too: randomise it so both adapter gradients are exercised.

@@ -169,6 +169,15 @@ inline Model tiny_model(const TinyShape& shape, torch::ScalarType dtype = torch:
   return m;
 }
 
+// A mixture of experts' router weights drawn wide (std 0.5): routing that decides something (the init's
+// 0.02 leaves every probability near 1 / E), far from ties.
+inline void spread_routers(Model& m, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (auto& w : m.layers)
+    if (w.router.defined()) w.router.normal_(0.0, 0.5);
+}
+
 // Two right-padded SFT sequences of `seq_len` tokens from a fixed seed: the batch the model tests share.
 inline Batch padded_sft_batch(Model& model, const Objective& objective, int64_t seq_len = 13) {
   BatchSpec s;
