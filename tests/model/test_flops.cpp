@@ -296,6 +296,7 @@ const PythonOutput& flop_counter_mode() {
   }();
   return run;
 }
+const bool flop_counter_mode_made_at_build_time = made_at_build_time(&flop_counter_mode);
 
 TEST(FlopCounterMode, PlainModelFlopsEqualPyTorchsCountOnTransformers) {
   require_python_output(flop_counter_mode(), "PyTorch's FlopCounterMode");

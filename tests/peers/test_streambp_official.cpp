@@ -46,6 +46,7 @@ const PythonOutput& official_check() {
   }();
   return run;
 }
+const bool official_check_made_at_build_time = made_at_build_time(&official_check);
 
 class StreambpOfficial : public ::testing::Test {
  protected:

@@ -293,6 +293,20 @@ inline PythonOutput cached_python_output(const std::string& cache,
   return r;
 }
 
+// The scripts whose output the tests read, made at build time (tests/CMakeLists.txt runs the test binary with
+// --bpbench-make-python-outputs after it links): the oracles then cost a fresh clone's ctest nothing. A file
+// registers its maker with `const bool made = made_at_build_time(&its_maker);`; a script that fails at build
+// time is run again by its tests, which fail with its log.
+using PythonOutputMaker = const PythonOutput& (*)();
+inline std::vector<PythonOutputMaker>& python_output_makers() {
+  static std::vector<PythonOutputMaker> makers;
+  return makers;
+}
+inline bool made_at_build_time(PythonOutputMaker maker) {
+  python_output_makers().push_back(maker);
+  return true;
+}
+
 // For a fixture's SetUp: the test skips when the script could not run here (`run.skip`), but fails under CI
 // (CI=true), where `what` must run; a script that failed fails the test with its log.
 inline void require_python_output(const PythonOutput& run, const std::string& what) {
