@@ -134,8 +134,10 @@ std::vector<PhaseEstimate> MiniSequence::memory_phases(const MemoryTerms& D,
         "one mini-sequence's MLP graph (below its output norm) and output: N*c*(mlp_row - output_norm - "
         "kept(d) + d*s)",
         D.N * c * (D.mlp_row() - D.output_norm() - D.kept(D.d) + D.d * D.s));
-    p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
-          D.mlp_backward(c, true));
+    p.add(
+        mlp_backward_name(
+            D, "MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)"),
+        D.mlp_backward(c, true));
     out.push_back(p.done());
   }
   out.push_back(whole_attention_backward(D, 2, "dx1, x_in.grad; dy is released first"));

@@ -63,7 +63,8 @@ std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Part
     p.add("autograd graph of every layer (the top one below its MLP output norm)",
           D.L * layer_graph - frozen_first_norm - rows * D.output_norm(), true);
     p.add("dy: N*T*d*s", rows * D.d * D.s);
-    p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
+    p.add(mlp_backward_name(D, "MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)"),
+          D.mlp_backward(D.T, false));
     out.push_back(p.done());
   }
   PhaseEstimate attention;

@@ -130,8 +130,11 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
       p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
             D.kv_repeat(MemoryTerms::visible_keys(r, e, top.window)));
       p.add("q rope tables", D.rope(r));
-      p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)",
-            D.mlp_backward(r, true));
+      p.add(
+          mlp_backward_name(
+              D,
+              "MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)"),
+          D.mlp_backward(r, true));
       keep_larger(mlp, p.done());
     }
     for (const auto& layer : D.attention_layers) {

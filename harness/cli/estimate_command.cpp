@@ -61,7 +61,8 @@ the setting (as a scenario's grid names it):
   --group G               GRPO completions per prompt (default 8)
   --partition C           rows per layer chunk (default 500, the paper's; a shorter sequence is one chunk)
   --logits-partition CL   rows per LM-head chunk (default 100, the paper's)
-  --dtype D               float32 | bfloat16 | float64 (default float32)
+  --dtype D               float32 | bfloat16 | float64 (default: float32 on the cpu; on cuda the dtype
+                          config.json names, else bfloat16)
   --objective O           @OBJECTIVES@ (default sft)
   --lora-rank R           LoRA adapters of rank R (default 0: full fine-tuning)
   --threads N             CPU threads of the run (default: every core, as `bpbench run`); the CPU attention

@@ -48,16 +48,24 @@ int64_t clamp_rows(int64_t rows, int64_t T) {
 }
 
 int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
-  const int64_t d = c.hidden, Aq = c.heads * c.head_dim, Akv = c.kv_heads * c.head_dim, I = c.intermediate;
-  // q, k, v, o, gate, up, down: r * (in + out) each.
-  return c.layers * r * ((d + Aq) + 2 * (d + Akv) + (Aq + d) + 2 * (d + I) + (I + d));
+  const int64_t d = c.hidden, Aq = c.heads * c.head_dim, Akv = c.kv_heads * c.head_dim;
+  // q, k, v, o, gate, up, down: r * (in + out) each; a routed layer's gate, up and down are every expert's
+  // (the router is never adapted: Model::add_lora).
+  int64_t params = 0;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const bool routed = c.is_moe_layer(i);
+    const int64_t I = routed ? c.expert_intermediate : c.intermediate, mlps = routed ? c.experts : 1;
+    params += r * ((d + Aq) + 2 * (d + Akv) + (Aq + d) + mlps * (2 * (d + I) + (I + d)));
+  }
+  return params;
 }
 
 // The most elements of one trainable tensor: AdamW's step holds two temporaries of that size.
 int64_t largest_trainable_numel(const MemoryTerms& D) {
-  const int64_t widest = std::max({D.d, D.Aq, D.Akv, D.I});
-  if (!D.full) return D.r * widest;                                  // a LoRA factor: (r, in) or (out, r)
-  return std::max({D.V * D.d, D.I * D.d, D.Aq * D.d, D.Akv * D.d});  // the embedding (or head) is V x d
+  const int64_t mlp = D.moe() ? D.Ie : D.I;  // a routed MLP's widest is an expert's (the router: E x d)
+  const int64_t widest = std::max({D.d, D.Aq, D.Akv, mlp});
+  if (!D.full) return D.r * widest;  // a LoRA factor: (r, in) or (out, r)
+  return std::max({D.V * D.d, mlp * D.d, D.E * D.d, D.Aq * D.d, D.Akv * D.d});  // the embedding is V x d
 }
 
 // A training run around the step (harness/run/train_loop.cpp), `P` trainable parameters, the largest tensor
@@ -203,11 +211,12 @@ bool estimate_bytes_fit_in_int64(const EstimateInput& in) {
 
 MemoryEstimate estimate_peak(const EstimateInput& in) {
   check_estimate_input(in);
-  if (in.config.is_moe())  // its FLOPs are estimated (estimate_flops.cpp); its memory not yet
+  if (in.config.is_moe() && in.config.moe_layer_count() != in.config.layers)
     throw std::invalid_argument(fmt::format(
-        "estimate: {} is a mixture of experts, whose memory the estimate does not model yet (valid: a dense "
-        "model; a mixture-of-experts cell is measured, not estimated)",
-        in.config.name));
+        "estimate: {} mixes dense and mixture-of-experts layers ({} of {} routed), whose memory the estimate "
+        "does not model (valid: every layer dense, or every layer routed; such a cell is measured, not "
+        "estimated)",
+        in.config.name, in.config.moe_layer_count(), in.config.layers));
 
   // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
   // layer may get another one (float32 on CUDA: math).
@@ -238,6 +247,12 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   D.T = in.seq_len;
   D.d = c.hidden;
   D.I = c.intermediate;
+  if (c.is_moe()) {
+    D.E = c.experts;
+    D.k = c.experts_per_token;
+    D.Ie = c.expert_intermediate;
+    D.norm_topk = c.norm_topk_prob;
+  }
   D.V = c.vocab;
   D.L = c.layers;
   D.Hq = c.heads;

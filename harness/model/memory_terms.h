@@ -58,6 +58,20 @@
 // (the kernel cutlassB picks on sm80+ when its shared memory fits: assumed H100) (efficient_scratch).
 // Derived from the source, not yet measured on a GPU.
 //
+// Note [Mixture-of-experts buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Model::experts_mlp over R = N x rows rows: the router's logits (R, E) in s, their softmax in f (float32, or
+// float64 for a float64 model), its top k (weights in f, indices int64), renormalised over the k when the
+// family does, then expert by expert the Re rows routed to it (nonzero's (Re, 2) int64 positions): gathered
+// (index_select, (Re, d)), through gate, up, silu and their product (4 (Re, Ie)), the down projection (Re,
+// d), times the gathered routing weight, added into the output (R, d) (index_add_). What autograd keeps is
+// routing_saved_row() per row plus routed_saved_row() per routed row: the k R routed rows are the same
+// whatever the routing, so the graph's bytes are exact. What one expert allocates at a time (a no-grad
+// forward's temporaries, its backward's gradients) depends on its Re, which the estimate cannot know: it
+// counts the balanced Re = ceil(k R / E). Its backward runs expert by expert from the last one, each
+// expert's graph released as it is done; index_select's backward scatters each expert's dh into a new
+// (R, d), added into the rows' gradient.
+//
 // Note [Math attention buffers]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The math kernel (attention_math.cpp: float64 on CUDA, head dims that are not a multiple of 8 on CUDA,
@@ -118,6 +132,12 @@ struct MemoryTerms {
   // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/machinery/dist_common.h; N is
   // then the rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding
   // (with tied embeddings the LM head's too), one layer, the head (final norm and an untied LM head).
+  // Mixture of experts: every layer's MLP a router and E experts of Ie, k a row (estimate.cpp refuses a model
+  // that mixes dense layers in); E = 0: the dense MLP of I. See Note [Mixture-of-experts buffers].
+  int64_t E = 0, k = 0, Ie = 0;
+  bool norm_topk = false;  // the k routing weights renormalised (Qwen3-MoE's norm_topk_prob, Mixtral)
+  bool moe() const { return E > 0; }
+
   int64_t ranks = 1;
   int64_t embedding_group = 0, layer_group = 0, head_group = 0;
   bool tied = false;
@@ -155,7 +175,12 @@ struct MemoryTerms {
   int64_t kv_row_graph() const { return efficient && gqa() ? kv_row() + 2 * (Aq - Akv) * s : kv_row(); }
   // MLP half, per row: x1 (as mlp_norm's input), mlp_norm, its output n, gate, silu, up, product; LoRA x
   // A^T.
-  int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + 4 * I * s + 3 * r * s + output_norm(); }
+  int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + mlp_saved_row() + output_norm(); }
+  // What the MLP's own graph keeps per row: gate, silu, up, product (4 I s) and LoRA's x A^T; routed: the
+  // router's softmax and top-k, and per routed row (k of them) its expert's graph.
+  int64_t mlp_saved_row() const {
+    return moe() ? routing_saved_row() + k * routed_saved_row() : 4 * I * s + 3 * r * s;
+  }
   // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and
   // the logsumexp.
   int64_t attn_out_row() const { return Aq * s + Hq * f; }
@@ -202,6 +227,7 @@ struct MemoryTerms {
   // and that copy released; the product's gradient plus the two factors' gradients: one more N*rows*I).
   int64_t mlp_backward(int64_t rows, bool strided_dy) const {
     const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
+    if (moe()) return dy_copy + experts_backward(N * rows);
     // Gemma 3: the MLP output norm's backward comes first, with its saved tensors still alive (MLP phases
     // count them here, not in the graph: mlp_row() - output_norm()); they are released before the
     // projections' backward, whose incoming gradient is then the norm's input gradient, a new (N, rows, d)
@@ -210,6 +236,43 @@ struct MemoryTerms {
     return std::max({N * rows * I * s + (full ? d * I * s : 0) + dy_copy + dy_below_norm,
                      2 * N * rows * I * s, N * rows * output_norm() + output_norm_backward(rows)});
   }
+  // No-grad forward of the MLP over `R` = N x rows rows beside its input and normed rows: the four (R, I)
+  // temporaries of one expression (model.cpp, mlp_block) and LoRA's, or routed (experts_forward).
+  int64_t mlp_forward(int64_t R) const { return moe() ? experts_forward(R) : R * (4 * I + 2 * r) * s; }
+
+  // ---- mixture of experts: see Note [Mixture-of-experts buffers] ----
+  // Rows one expert takes when the k R choices are spread evenly (the estimate cannot know the routing).
+  int64_t expert_rows(int64_t R) const { return ceil_div(k * R, E); }
+  // Kept per row by the routing: the softmax (E f), the top-k indices (k int64) and, renormalised, the top-k
+  // weights and their sum (k f + f).
+  int64_t routing_saved_row() const { return E * f + k * 8 + (norm_topk ? k * f + f : 0); }
+  // Kept per routed row by its expert: its position in the top-k (nonzero's two int64), the gathered row h
+  // (d s), gate, silu, up, product (4 Ie s), the down projection's output (d s) and its routing weight (s),
+  // the weighted output (d s: index_add_'s backward expands the gradient as its source), LoRA's x A^T (3 r
+  // s).
+  int64_t routed_saved_row() const { return 16 + 3 * d * s + 4 * Ie * s + s + 3 * r * s; }
+  // No-grad forward over R rows: the output (R, d), the router logits, the top-k weights and indices, and one
+  // expert's rows at a time: their positions, h, and either gate, up, silu, product or gate, product, the
+  // down projection's output and its weighted copy (LoRA: x A^T and B's output).
+  int64_t experts_forward(int64_t R) const {
+    const int64_t Re = expert_rows(R);
+    const int64_t routing = R * (d * s + E * s + k * (s + 8));
+    const int64_t expert = Re * (16 + d * s + std::max(4 * Ie, 2 * Ie + 2 * d) * s + 2 * r * s);
+    return routing + expert;
+  }
+  // Backward over R rows (the incoming gradient counted by the caller), expert by expert from the last, every
+  // expert's graph alive at the first: its weighting's backward, the expert's dy rows, dz and dy * z, with
+  // its weighted output (index_add_'s saved source) released; each later step of the expert releases at
+  // least what it allocates (measured with the tracking allocator). From the second expert on: the rows'
+  // input gradient accumulated over the experts beside the next expert's, scattered into a new (R, d)
+  // (index_select's backward), two experts' graphs released.
+  int64_t experts_backward(int64_t R) const {
+    const int64_t Re = expert_rows(R);
+    const int64_t weighting = 2 * Re * d * s;
+    const int64_t scatter = 2 * R * d * s + Re * d * s - 2 * Re * routed_saved_row();
+    return std::max(weighting, scatter);
+  }
+
   // ---- sliding windows (attention_cpu.cpp, WindowedAttention) ----
   // The keys a call of `rows` queries over the `keys` ending with them gets: a sliding layer's StreamBP chunk
   // takes K/V from its window start (ModelConfig::first_visible_key) only.
@@ -337,6 +400,13 @@ class PhaseBuilder {
  private:
   PhaseEstimate p_;
 };
+
+// The MLP backward's term name: `dense`, the dense MLP's formula, or the routed experts' (experts_backward).
+inline std::string mlp_backward_name(const MemoryTerms& D, const char* dense) {
+  return D.moe() ? "experts backward: max(2 x Re*d*s, 2 x R*d*s + Re*d*s - two experts' graphs) "
+                   "(experts_backward), R rows, Re = ceil(k*R/E)"
+                 : dense;
+}
 
 // Query chunks worth checking for a chunked layer: the last one (sees every key) and, when it is short, the
 // last full-size one before it. Each as {rows, keys}.

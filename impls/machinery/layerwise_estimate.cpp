@@ -31,7 +31,7 @@ PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, con
   // tensors are temporaries of one expression and live together (model.cpp, mlp_block): with whole-sequence
   // chunks (checkpoint, mst) and a large I the MLP is higher.
   const int64_t attention = D.N * rows * (D.d + D.Aq) * D.s + D.attn_forward(rows, keys, layer.window);
-  const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d + 4 * D.I + 2 * D.r) * D.s;
+  const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d) * D.s + D.mlp_forward(D.N * rows);
   if (attention >= mlp) {
     p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
     if (!D.cuda()) {
@@ -46,7 +46,10 @@ PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, con
       p.add("the efficient kernel's K and V repeated to Hq heads: 2 x N*e*Aq*s", D.kv_repeat(keys));
     }
   } else {
-    p.add("one chunk's MLP: q, x1, its norm, gate, silu(gate), up, product: N*c*(Aq + 2*d + 4*I [+ 2*r])*s",
+    p.add(D.moe() ? "one chunk's MLP: q, x1, its norm, and the routed experts' temporaries: N*c*(Aq + 2*d)*s "
+                    "+ experts_forward(N*c)"
+                  : "one chunk's MLP: q, x1, its norm, gate, silu(gate), up, product: N*c*(Aq + 2*d + 4*I "
+                    "[+ 2*r])*s",
           mlp);
   }
   return p.done();
@@ -125,7 +128,7 @@ PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints) {
       "output_norm)",
       rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph() + D.mlp_row() - D.output_norm()));
   p.add("rope tables", 2 * D.rope(D.T));
-  p.add("MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)", D.mlp_backward(D.T, false));
+  p.add(mlp_backward_name(D, "MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)"), D.mlp_backward(D.T, false));
   return p.done();
 }
 

@@ -78,8 +78,8 @@ std::vector<PhaseEstimate> streambp_ulysses_phases(const MemoryTerms& D, const P
     add_attention_rows(b, v, c, window);
     m.add("attention output of the rows: N*Ts*Aq*s", v.q());
     m.add("the layer's output being built: N*Ts*d*s", v.x());
-    m.add("one chunk's o_proj output, x1, its norm, gate, silu(gate), up, product: N*c*(2*d + 4*I [+ 2*r])*s",
-          R.N * c * (2 * R.d + 4 * R.I + 2 * R.r) * R.s);
+    m.add("one chunk's o_proj output, x1, its norm, and its MLP's temporaries: N*c*2*d*s + mlp_forward(N*c)",
+          R.N * c * 2 * R.d * R.s + R.mlp_forward(R.N * c));
     PhaseEstimate high = a.done();
     keep_larger(high, b.done());
     keep_larger(high, m.done());
@@ -119,7 +119,8 @@ std::vector<PhaseEstimate> streambp_ulysses_phases(const MemoryTerms& D, const P
     p.add("chunk graph below the MLP output norm: N*c*(mlp_row - output_norm) + the attention output norm",
           R.N * c * (R.mlp_row() - R.output_norm() + R.output_norm()));
     p.add("chunk gradient in flight: N*c*d*s", R.N * c * R.d * R.s);
-    p.add("MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s], 2 x N*c*I*s)", R.mlp_backward(c, true));
+    p.add(mlp_backward_name(R, "MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s], 2 x N*c*I*s)"),
+          R.mlp_backward(c, true));
     out.push_back(p.done());
   }
   {
@@ -181,8 +182,8 @@ std::vector<PhaseEstimate> ulysses_phases(const MemoryTerms& D) {
     b.add("Q, K, V of the rank's heads: N*T'*(Aq' + 2*Ak')*s", v.qkv());
     b.add("attention over every row (output, logsumexp, scratch)", H.attn_forward(H.T, H.T, window));
     m.add("attention output of the rows: N*Ts*Aq*s", v.q());
-    m.add("o_proj output, x1, its norm, gate, silu(gate), up, product: N*Ts*(2*d + 4*I [+ 2*r])*s",
-          n * (2 * R.d + 4 * R.I + 2 * R.r) * R.s);
+    m.add("o_proj output, x1, its norm, and the MLP's temporaries: N*Ts*2*d*s + mlp_forward(N*Ts)",
+          n * 2 * R.d * R.s + R.mlp_forward(n));
     PhaseEstimate high = a.done();
     keep_larger(high, b.done());
     keep_larger(high, m.done());
@@ -213,7 +214,8 @@ std::vector<PhaseEstimate> ulysses_phases(const MemoryTerms& D) {
     PhaseBuilder p("layer mlp backward");
     layer_graph(p, true);
     p.add("dy and the layer output: 2 x N*Ts*d*s", 2 * v.x());
-    p.add("MLP backward: max(N*Ts*I*s + d*I*s, 2 x N*Ts*I*s)", R.mlp_backward(R.T, false));
+    p.add(mlp_backward_name(R, "MLP backward: max(N*Ts*I*s + d*I*s, 2 x N*Ts*I*s)"),
+          R.mlp_backward(R.T, false));
     out.push_back(p.done());
   }
   {

@@ -225,9 +225,14 @@ TEST(EstimateCalculator, BadModelsAreOneLineErrorsNamingTheProblem) {
   write_text(tmp.file("broken.json"), "{\"architectures\": [");
   EXPECT_NE(one_line_error(with_model(tmp.file("broken.json"))).find("malformed JSON"), std::string::npos);
 
-  EXPECT_NE(one_line_error({"--model", "qwen3-30b-a3b", "--seq-len", "8k"})
-                .find("qwen3-30b-a3b is a mixture of experts, whose memory the estimate does not model yet"),
-            std::string::npos);
+  json mixed = hf_config_json(find_model_preset("small-moe"));
+  mixed["mlp_only_layers"] = {0};
+  write_text(tmp.file("mixed.json"), mixed.dump());
+  EXPECT_NE(
+      one_line_error(with_model(tmp.file("mixed.json")))
+          .find("mixes dense and mixture-of-experts layers (3 of 4 routed), whose memory the estimate does "
+                "not model (valid: every layer dense, or every layer routed"),
+      std::string::npos);
   json gpt2 = hf_config_json(find_model_preset("small"));
   gpt2["architectures"] = {"GPT2LMHeadModel"};
   write_text(tmp.file("gpt2.json"), gpt2.dump());
