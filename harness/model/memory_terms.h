@@ -129,15 +129,15 @@ struct MemoryTerms {
   bool cuda() const { return flash || efficient; }
   bool gqa() const { return Hq != Hkv; }
 
-  // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/machinery/dist_common.h; N is
-  // then the rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding
-  // (with tied embeddings the LM head's too), one layer, the head (final norm and an untied LM head).
   // Mixture of experts: every layer's MLP a router and E experts of Ie, k a row (estimate.cpp refuses a model
   // that mixes dense layers in); E = 0: the dense MLP of I. See Note [Mixture-of-experts buffers].
   int64_t E = 0, k = 0, Ie = 0;
   bool norm_topk = false;  // the k routing weights renormalised (Qwen3-MoE's norm_topk_prob, Mixtral)
   bool moe() const { return E > 0; }
 
+  // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/machinery/dist_common.h; N is
+  // then the rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding
+  // (with tied embeddings the LM head's too), one layer, the head (final norm and an untied LM head).
   int64_t ranks = 1;
   int64_t embedding_group = 0, layer_group = 0, head_group = 0;
   bool tied = false;
