@@ -34,6 +34,7 @@
 #include "impls/strategy.h"
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
+#include "tests/support/test_support.h"
 
 namespace bpbench::test_estimate {
 namespace {
@@ -41,6 +42,7 @@ namespace {
 using profiles::Category;
 using profiles::MemoryRecorder;
 using profiles::MemoryScope;
+using testing::test_name;
 
 struct CellSpec {
   ModelConfig config;
@@ -147,9 +149,10 @@ void check_cell(const CellSpec& c, double tolerance) {
   EXPECT_EQ(e.host_bytes, m.host_peak) << "host bytes of the offloaded checkpoints";
 }
 
-ModelConfig small_vocab() {  // `small` with a 512-token vocabulary: the layer phases dominate at small T
-  ModelConfig c = find_model_preset("small");
-  c.name = "small-v512";
+// A preset with a 512-token vocabulary ("<preset>-v512"): the layer phases dominate at small T.
+ModelConfig with_vocab_512(const std::string& preset) {
+  ModelConfig c = find_model_preset(preset);
+  c.name = preset + "-v512";
   c.vocab = 512;
   return c;
 }
@@ -193,21 +196,25 @@ TEST(Estimate, MatchesTiny) {
                   [](torch::ScalarType dtype, int64_t) { return dtype == torch::kBFloat16 ? 0.05 : 0.02; });
 }
 
-// `small` with a 512-token vocabulary, where the layer phases (MLP and attention backward) set the peak, at
-// batch 1 and 2 and with a partition that leaves a short last chunk.
+// Where the layer phases (MLP and attention backward) set the peak: `impl` on `config` at batch 1 and 2, with
+// a partition that divides T and one that leaves a short last chunk, each cell within `tolerance`.
+void check_layer_grid(const ModelConfig& config, const std::string& impl, double tolerance) {
+  for (const int64_t examples : {1, 2})
+    for (const auto& [T, p] : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 256}}) {
+      CellSpec c;
+      c.config = config;
+      c.impl = impl;
+      c.examples = examples;
+      c.seq_len = T;
+      c.partition = p;
+      c.logits_partition = 128;
+      check_cell(c, tolerance);
+    }
+}
+
+// `small` with a 512-token vocabulary, where the layer phases set the peak.
 TEST(Estimate, MatchesSmallVocab) {
-  for (const auto& impl : estimated_impls())
-    for (const int64_t examples : {1, 2})
-      for (const auto& [T, p] : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 256}}) {
-        CellSpec c;
-        c.config = small_vocab();
-        c.impl = impl;
-        c.examples = examples;
-        c.seq_len = T;
-        c.partition = p;
-        c.logits_partition = 128;
-        check_cell(c, 0.02);
-      }
+  for (const auto& impl : estimated_impls()) check_layer_grid(with_vocab_512("small"), impl, 0.02);
 }
 
 // Mixtures of experts (Note [Mixture-of-experts buffers]): the preset small-moe itself within 2%, where the
@@ -219,9 +226,7 @@ TEST(Estimate, MatchesSmallVocab) {
 // reads 3.7% over in its head phase, 96 bytes a row per layer not yet explained (docs/estimate.md, "Known
 // gaps").
 TEST(Estimate, MatchesSmallMoe) {
-  ModelConfig small_moe_v512 = find_model_preset("small-moe");
-  small_moe_v512.name = "small-moe-v512";
-  small_moe_v512.vocab = 512;
+  const ModelConfig small_moe_v512 = with_vocab_512("small-moe");
   for (const auto& impl : estimated_impls()) {
     CellSpec preset;
     preset.config = find_model_preset("small-moe");
@@ -230,17 +235,7 @@ TEST(Estimate, MatchesSmallMoe) {
     preset.partition = 128;
     preset.logits_partition = 128;
     check_cell(preset, 0.02);
-    for (const int64_t examples : {1, 2})
-      for (const auto& [T, p] : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 256}}) {
-        CellSpec c;
-        c.config = small_moe_v512;
-        c.impl = impl;
-        c.examples = examples;
-        c.seq_len = T;
-        c.partition = p;
-        c.logits_partition = 128;
-        check_cell(c, 0.05);
-      }
+    check_layer_grid(small_moe_v512, impl, 0.05);
   }
 }
 
@@ -273,9 +268,7 @@ TEST_P(EstimateSmallGemma3Vocab, WithinTwoPercent) {
     for (const auto& [T, p] : bf16 ? std::vector<std::pair<int64_t, int64_t>>{{256, 128}}
                                    : std::vector<std::pair<int64_t, int64_t>>{{256, 128}, {640, 128}}) {
       CellSpec c;
-      c.config = find_model_preset("small-gemma3");
-      c.config.name = "small-gemma3-v512";
-      c.config.vocab = 512;
+      c.config = with_vocab_512("small-gemma3");
       c.config.sliding_window = window;
       c.impl = impl;
       c.dtype = dtype;
@@ -291,11 +284,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, EstimateSmallGemma3Vocab,
                          ::testing::Combine(::testing::ValuesIn(estimated_impls()),
                                             ::testing::Values(torch::kFloat, torch::kBFloat16)),
                          [](const ::testing::TestParamInfo<EstimateSmallGemma3Vocab::ParamType>& info) {
-                           std::string name =
-                               std::get<0>(info.param) + "_" + c10::toString(std::get<1>(info.param));
-                           for (char& ch : name)
-                             if (ch == '-') ch = '_';
-                           return name;
+                           return test_name(std::get<0>(info.param) + "_" +
+                                            c10::toString(std::get<1>(info.param)));
                          });
 
 // Offloaded checkpoints: the same phases with two layer inputs on the device, the rest as host bytes (exact),
@@ -305,7 +295,7 @@ TEST(Estimate, MatchesOffloaded) {
     for (const std::string objective : {"sft", "dpo", "grpo"}) {
       if (impl == "mst" && objective == "dpo") continue;
       if (make_strategy(impl)->sequence_parallel()) continue;  // needs ranks: test_runner_features.cpp
-      for (const auto& config : {find_model_preset("tiny"), small_vocab()}) {
+      for (const auto& config : {find_model_preset("tiny"), with_vocab_512("small")}) {
         CellSpec c;
         c.config = config;
         c.impl = impl;
@@ -421,16 +411,13 @@ TEST_P(EstimateSmall, PeakWithinTenPercent) {
   EXPECT_EQ(e.base, m.base);
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, EstimateSmall,
-                         ::testing::Combine(::testing::Values("plain", "checkpoint",
-                                                              "checkpoint-chunked-head", "mst", "streambp"),
-                                            ::testing::Values(512, 1024, 2048, 4096, 8192)),
-                         [](const ::testing::TestParamInfo<EstimateSmall::ParamType>& info) {
-                           std::string name = std::get<0>(info.param);
-                           for (char& ch : name)
-                             if (ch == '-') ch = '_';
-                           return name + "_T" + std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, EstimateSmall,
+    ::testing::Combine(::testing::Values("plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"),
+                       ::testing::Values(512, 1024, 2048, 4096, 8192)),
+    [](const ::testing::TestParamInfo<EstimateSmall::ParamType>& info) {
+      return test_name(std::get<0>(info.param) + "_T" + std::to_string(std::get<1>(info.param)));
+    });
 
 }  // namespace
 }  // namespace bpbench::test_estimate

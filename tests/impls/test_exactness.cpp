@@ -27,12 +27,9 @@ struct Case {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string impl = c.impl;
-  for (auto& ch : impl)
-    if (ch == '-') ch = '_';
-  return fmt::format("{}_{}_gqa{}_{}_p{}_lp{}{}", impl, c.objective, 4 / c.kv_heads,
-                     c.tied ? "tied" : "untied", c.partition, c.logits_partition,
-                     c.offload == Offload::none ? "" : "_offloaded");
+  return test_name(fmt::format("{}_{}_gqa{}_{}_p{}_lp{}{}", c.impl, c.objective, 4 / c.kv_heads,
+                               c.tied ? "tied" : "untied", c.partition, c.logits_partition,
+                               c.offload == Offload::none ? "" : "_offloaded"));
 }
 
 BatchSpec spec_for(const std::string& objective, int64_t vocab) {

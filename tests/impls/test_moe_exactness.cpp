@@ -113,13 +113,11 @@ struct Case {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string impl = c.impl;
-  for (auto& ch : impl)
-    if (ch == '-') ch = '_';
   const MoeShape& s = c.shape;
-  return fmt::format("{}_{}_k{}_{}{}{}{}_p{}{}", impl, c.objective, s.k, s.tied ? "tied" : "untied",
-                     s.norm_topk ? "_norm" : "", s.dense_first_layer ? "_dense0" : "", s.lora ? "_lora" : "",
-                     c.partition, c.offload == Offload::none ? "" : "_offloaded");
+  return test_name(fmt::format("{}_{}_k{}_{}{}{}{}_p{}{}", c.impl, c.objective, s.k,
+                               s.tied ? "tied" : "untied", s.norm_topk ? "_norm" : "",
+                               s.dense_first_layer ? "_dense0" : "", s.lora ? "_lora" : "", c.partition,
+                               c.offload == Offload::none ? "" : "_offloaded"));
 }
 
 class MoeExactness : public ::testing::TestWithParam<Case> {};

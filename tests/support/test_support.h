@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <torch/torch.h>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +41,15 @@ inline bool python_has_transformers() {
                               BPBENCH_PYTHON)
                       .c_str()) == 0;
   return found;
+}
+
+// ---- Names
+
+// A parameterised case's name as GoogleTest takes it (letters, digits, underscores): strategy names' '-'
+// become '_'.
+inline std::string test_name(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 // ---- Files
