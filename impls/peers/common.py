@@ -381,8 +381,10 @@ def run(peer: Peer | types.ModuleType, tool: str, description: str, argv: list[s
         status = own.prepare(args, argv)
         if status is not None:
             return status
-    from transformers.utils import logging as hf_logging
-    hf_logging.set_verbosity_error()
+    why_not = peer.unavailable(args)
+    if not why_not:  # a run whose every length is skipped never imports transformers (seconds of start-up)
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error()
     config_json = preset_config_json(args.bpbench, args.model)
     if own is not None:
         own.check(args, config_json)
@@ -406,7 +408,6 @@ def run(peer: Peer | types.ModuleType, tool: str, description: str, argv: list[s
     kept = resumable_cells(args, doc["meta"], impl, tool)
     if own is not None:
         kept = {T: cell for T, cell in kept.items() if own.keeps(args, cell)}
-    why_not = peer.unavailable(args)
     here = not why_not and own is None  # measured in this process: its config and meter
     config = peer.config(config_json) if here else None
     meter = METER_FACTORY(device, args) if here else None

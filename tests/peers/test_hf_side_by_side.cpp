@@ -1,15 +1,15 @@
 // test_hf_side_by_side.cpp: the Hugging Face peer (impls/peers/hf_checkpoint.py) runs the network bpbench
 // runs, and writes results that bpbench's own readers take.
 //   - `bpbench hf-config` of every preset, read back by bpbench's transformers-config reader, is the preset;
-//   - the script on the CPU (tiny preset, float32) writes cells with impl "hf-checkpoint", a finite loss, a
-//     time and memory counted by bpbench's own tracking allocator (impls/peers/cpu_meter.py), which
-//     `bpbench report` renders;
-//   - on the same preset and length, that meter gives the peer's plain and checkpointed steps the peaks
+//   - transformers builds a Gemma 3 preset from that config;
+//   - on the same preset and length, bpbench's tracking allocator (impls/peers/cpu_meter.py) gives the peer's
+//   plain and checkpointed steps the peaks
 //     bpbench's plain and checkpoint have, within 1%;
 //   - a scenario cannot name a peer as its impl.
+// The script's results file read by bpbench (validate, report, beside a bpbench run) and the GPU-only peers'
+// skipped cells are tests/peers/test_peer_scripts.py's, in the run it makes anyway.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <fstream>
 
@@ -81,64 +81,6 @@ TEST(HfConfig, TransformersBuildsAGemma3Preset) {
       << out;
 }
 
-TEST(HfSideBySide, CpuRunWritesResultsThatBpbenchReports) {
-  const std::string python = BPBENCH_PYTHON;
-  if (!python_has_transformers())
-    GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
-  TempDir tmp;
-  const fs::path script = fs::path(BPBENCH_SOURCE_DIR) / "impls" / "peers" / "hf_checkpoint.py";
-  const std::string results = tmp.file("hf/results.json"), log = tmp.file("log");
-  const std::string cmd = fmt::format(
-      "'{}' '{}' --model tiny --device cpu --dtype float32 --seq-len 16 33 --warmup 0 --repeat 2 "
-      "--bpbench '{}' --out '{}' >'{}' 2>&1",
-      python, script.string(), BPBENCH_BINARY, results, log);
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(log).rdbuf();
-
-  const nlohmann::json doc = load_results(results);  // bpbench's reader: schema and every cell's axes
-  EXPECT_TRUE(doc["complete"].get<bool>());
-  ASSERT_EQ(doc["cells"].size(), 2u);
-  for (const auto& cell : doc["cells"]) {
-    EXPECT_EQ(cell["axes"]["impl"], "hf-checkpoint");
-    EXPECT_EQ(cell["axes"]["model"], "tiny");
-    EXPECT_EQ(cell["status"], "ok");
-    EXPECT_TRUE(std::isfinite(cell["loss"].get<double>()));
-    EXPECT_EQ(cell["time"]["count"], 2);
-    // Counted by bpbench's tracking allocator: parameters and gradients in the base, the step above it.
-    const auto& memory = cell["memory"];
-    ASSERT_TRUE(memory.is_object()) << cell.dump();
-    EXPECT_GT(memory["base_bytes"].get<int64_t>(), 2 * 14016 * 4);
-    EXPECT_GT(memory["peak_bytes"].get<int64_t>(), memory["base_bytes"].get<int64_t>());
-    EXPECT_FALSE(memory.contains("reserved_peak_bytes"));  // no caching allocator on the CPU
-  }
-  EXPECT_EQ(doc["cells"][1]["axes"]["seq_len"], 33);
-  EXPECT_EQ(doc["meta"]["hf_config"]["num_hidden_layers"], 2);
-
-  const std::string report = tmp.sub("report");
-  const std::string report_cmd =
-      fmt::format("'{}' report '{}' --out '{}' >'{}' 2>&1", BPBENCH_BINARY, results, report, log);
-  ASSERT_EQ(std::system(report_cmd.c_str()), 0) << std::ifstream(log).rdbuf();
-  std::ifstream md(fs::path(report) / "report.md");
-  const std::string text((std::istreambuf_iterator<char>(md)), {});
-  EXPECT_NE(text.find("hf-checkpoint"), std::string::npos);
-
-  // Beside a bpbench run of the same model and lengths: one report, both files named, the peer's row in the
-  // same time table as the strategies'.
-  const std::string scenario = tmp.file("s.json");
-  std::ofstream(scenario) << R"({"name": "sbs", "threads": 1, "grid": {"model": "tiny", "impl": "checkpoint",
-      "seq_len": [16, 33]}, "measure": {"grad_error": false}})";
-  const std::string run = tmp.file("run");
-  const std::string both = tmp.sub("both");
-  const std::string run_cmd = fmt::format(
-      "'{0}' run '{1}' --out '{2}' --quiet >'{5}' 2>&1 && '{0}' report '{2}' '{3}' --out '{4}' >>'{5}' 2>&1",
-      BPBENCH_BINARY, scenario, run, results, both, log);
-  ASSERT_EQ(std::system(run_cmd.c_str()), 0) << std::ifstream(log).rdbuf();
-  std::ifstream both_md(fs::path(both) / "report.md");
-  const std::string merged((std::istreambuf_iterator<char>(both_md)), {});
-  EXPECT_NE(merged.find("- with: `" + results + "` (transformers"), std::string::npos) << merged;
-  EXPECT_NE(merged.find("| checkpoint |"), std::string::npos) << merged;
-  EXPECT_NE(merged.find("| hf-checkpoint |"), std::string::npos) << merged;
-}
-
 // The same meter: transformers' step under bpbench's tracking allocator against bpbench's own cell, `small`
 // (d = 256, V = 32000), float32, T = 512. What differs is the code, not the counting: the attention (SDPA's
 // CPU kernel against bpbench's, with what each keeps for its backward) and the loss (transformers' label
@@ -181,32 +123,6 @@ TEST(HfSideBySide, PeerPeakOnTheCpuIsBpbenchsWithinOnePercent) {
     // Not a coincidence of totals: the step's own bytes (above the base) agree as well.
     const double above = mine["peak_above_base_bytes"].get<double>();
     EXPECT_NEAR(peer["peak_above_base_bytes"].get<double>(), above, 0.015 * above);
-  }
-}
-
-// Liger and cut-cross-entropy are Triton kernels: on the CPU each length is a "skipped" cell with the reason,
-// which the report shows, never a number.
-TEST(HfSideBySide, TritonPeersAreSkippedOnTheCpuWithTheReason) {
-  const std::string python = BPBENCH_PYTHON;
-  if (!python_has_transformers())
-    GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
-  TempDir tmp;
-  for (const std::string peer : {"liger_flce", "cce"}) {
-    const fs::path script = fs::path(BPBENCH_SOURCE_DIR) / "impls" / "peers" / (peer + ".py");
-    const std::string results = tmp.file(peer + "/results.json"), log = tmp.file("log");
-    const std::string cmd = fmt::format(
-        "'{}' '{}' --model tiny --device cpu --dtype float32 --seq-len 16 33 --bpbench '{}' --out '{}' "
-        ">'{}' 2>&1",
-        python, script.string(), BPBENCH_BINARY, results, log);
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(log).rdbuf();
-    const nlohmann::json doc = load_results(results);
-    ASSERT_EQ(doc["cells"].size(), 2u) << peer;
-    for (const auto& cell : doc["cells"]) {
-      EXPECT_EQ(cell["axes"]["impl"], peer == "cce" ? "cce" : "liger-flce");
-      EXPECT_EQ(cell["status"], "skipped") << peer;
-      EXPECT_EQ(cell["reason"], "Triton kernels: GPU only (--device cuda)") << peer;
-      EXPECT_TRUE(cell["loss"].is_null() && cell["time"].is_null() && cell["memory"].is_null()) << peer;
-    }
   }
 }
 

@@ -1,15 +1,18 @@
 """test_peer_scripts.py: the peer modules as users run them (python -m peers.MODULE), on the CPU (tiny,
 float32):
-  - on bpbench's own CPU meter (cpu_meter.py): memory is measured, and --budget-bytes is its budget, an
-    overrun an "oom" cell with the peak it reached (one run: T=64 within the budget, and a length whose
-    embedding output alone, by the preset's config, is more than the budget);
+  - hf-checkpoint on bpbench's own CPU meter (cpu_meter.py): memory is measured, and --budget-bytes is its
+    budget, an overrun an "oom" cell with the peak it reached (one run: T=16 and 33 within the budget, and a
+    length whose embedding output alone, by the preset's config, is more than the budget);
+  - that run's file is a bpbench results file: `bpbench validate` takes it, `bpbench report` renders it, alone
+    and beside a bpbench run of the same lengths (one time table);
   - the peers run through the peer interface: alst-tiled measures and --resume keeps its finished lengths and
-    runs the rest; hf-checkpoint-offload writes skipped cells with registry.py's reason (GPU only), again on
-    --resume (in this process: nothing is measured, so no meter is installed here);
+    runs the rest; hf-checkpoint-offload, liger-flce and cce write skipped cells with registry.py's reasons
+    (GPU only), hf-checkpoint-offload again on --resume (in this process: nothing is measured, so no meter is
+    installed here, and a skipping run imports no transformers);
   - a module run by its file's path (as tests/peers/*.cpp run them) starts again as `python -m peers.NAME`,
     and every module that runs has that start (launch.py) before its first import of the package.
 
-About 20 s on 2 idle cores (two chains of peer processes at once, ~7 s each; alst-tiled's two runs are the
+About 25 s on 2 idle cores (two chains of peer processes at once, ~7 s each; alst-tiled's two runs are the
 longer chain). Needs the bpbench binary and the meter library beside it (ctest's peers_* entries give
 BPBENCH; else build/).
 Run: PYTHONPATH=impls .venv/bin/python -m unittest discover -s tests/peers -p test_peer_scripts.py -v
@@ -19,6 +22,7 @@ Run: PYTHONPATH=impls .venv/bin/python -m unittest discover -s tests/peers -p te
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -33,9 +37,11 @@ from peer_support import BPBENCH, METER, REPO, run_peer
 from peers import checkouts, registry
 
 PACKAGE = os.path.join(REPO, "impls", "peers")
-# hf's one run: T=64 measured within BUDGET (its peak is about 0.45 MB), HF_OOM_LENGTH certain to overrun it
-# (test_the_cpu_meter_measures_and_its_budget_makes_an_oom_cell asserts why from the preset's config).
+# hf-checkpoint's one run: HF_LENGTHS measured within BUDGET (their peaks are about 0.2 MB), HF_OOM_LENGTH
+# certain to overrun it (test_the_cpu_meter_measures_and_its_budget_makes_an_oom_cell asserts why from the
+# preset's config).
 BUDGET = 1 << 20
+HF_LENGTHS = [16, 33]
 HF_OOM_LENGTH = 16384
 
 
@@ -75,7 +81,7 @@ class PeerScripts(unittest.TestCase):
 
     @classmethod
     def hf_runs(cls) -> None:
-        cls.runs["hf"] = run_tiny("hf_checkpoint", cls.out("hf"), [64, HF_OOM_LENGTH], "--no-checkpointing",
+        cls.runs["hf"] = run_tiny("hf_checkpoint", cls.out("hf"), [*HF_LENGTHS, HF_OOM_LENGTH],
                                   "--budget-bytes", str(BUDGET))
 
     @classmethod
@@ -97,13 +103,53 @@ class PeerScripts(unittest.TestCase):
                            "precondition: HF_OOM_LENGTH's step must be certain to overrun BUDGET")
         status, doc, stderr = self.runs["hf"]
         self.assertEqual(status, 0, stderr)  # oom is a result
-        self.assertEqual([c["axes"]["seq_len"] for c in doc["cells"]], [64, HF_OOM_LENGTH])
-        measured, cell = doc["cells"]
-        self.assertEqual(measured["status"], "ok", measured["reason"])
-        self.assertGreater(measured["memory"]["peak_bytes"], measured["memory"]["base_bytes"])
+        self.assertEqual([c["axes"]["seq_len"] for c in doc["cells"]], [*HF_LENGTHS, HF_OOM_LENGTH])
+        parameters = 14016  # tiny's
+        for cell in doc["cells"][:-1]:
+            with self.subTest(T=cell["axes"]["seq_len"]):
+                self.assertEqual(cell["status"], "ok", cell["reason"])
+                self.assertEqual(cell["axes"]["impl"], "hf-checkpoint")
+                self.assertTrue(math.isfinite(cell["loss"]))
+                self.assertEqual(cell["time"]["count"], 2)
+                # Parameters and gradients in the base, the step above it; no caching allocator on the CPU.
+                memory = cell["memory"]
+                self.assertGreater(memory["base_bytes"], 2 * parameters * 4)
+                self.assertGreater(memory["peak_bytes"], memory["base_bytes"])
+                self.assertNotIn("reserved_peak_bytes", memory)
+        cell = doc["cells"][-1]
         self.assertEqual(cell["status"], "oom", stderr)
         self.assertIn("bpbench CPU budget exceeded", cell["reason"])
         self.assertLessEqual(cell["memory"]["peak_bytes"], BUDGET)
+        self.assertTrue(doc["complete"])
+        self.assertEqual(doc["meta"]["hf_config"]["num_hidden_layers"], 2)
+
+    def bpbench(self, *args: str) -> str:
+        done = subprocess.run([BPBENCH, *args], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        return done.stdout
+
+    def test_its_file_is_one_bpbench_validates_and_reports_beside_its_own(self) -> None:
+        results = self.out("hf")
+        self.bpbench("validate", results)
+        report = os.path.join(self.tmp.name, "report")
+        self.bpbench("report", results, "--out", report)
+        with open(os.path.join(report, "report.md")) as f:
+            self.assertIn("hf-checkpoint", f.read())
+        # Beside a bpbench run of the same model and lengths: one report, both files named, the peer's row
+        # in the same time table as the strategy's.
+        scenario = os.path.join(self.tmp.name, "beside.json")
+        with open(scenario, "w") as f:
+            json.dump({"name": "beside", "threads": 1, "measure": {"grad_error": False},
+                       "grid": {"model": "tiny", "impl": "checkpoint", "seq_len": HF_LENGTHS}}, f)
+        run = os.path.join(self.tmp.name, "beside")
+        self.bpbench("run", scenario, "--out", run, "--quiet")
+        both = os.path.join(self.tmp.name, "both")
+        self.bpbench("report", os.path.join(run, "results.json"), results, "--out", both)
+        with open(os.path.join(both, "report.md")) as f:
+            merged = f.read()
+        self.assertIn(f"- with: `{results}` (transformers", merged)
+        self.assertIn("| checkpoint |", merged)
+        self.assertIn("| hf-checkpoint |", merged)
 
     def test_alst_tiled_measures_and_resumes(self) -> None:
         if "alst" not in self.runs:
@@ -122,26 +168,36 @@ class PeerScripts(unittest.TestCase):
         self.assertEqual(doc2["cells"][:2], doc["cells"])  # kept as they were
         self.assertEqual(doc2["cells"][2]["status"], "ok")
 
-    def test_hf_checkpoint_offload_is_skipped_on_the_cpu_with_the_reason(self) -> None:
-        from peers import common, hf_checkpoint
+    def test_gpu_only_peers_are_skipped_on_the_cpu_with_the_reason(self) -> None:
+        from peers import cce, common, hf_checkpoint, liger_flce
 
-        out = self.out("offload")
-        for options in ([], ["--resume"]):
-            argv = ["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--seq-len", "16", "33",
-                    "--offload", "--bpbench", BPBENCH, "--out", out, *options]
-            stderr = io.StringIO()
-            with contextlib.redirect_stderr(stderr):
-                status = common.run(hf_checkpoint, hf_checkpoint.TOOL, "hf", argv)
-            self.assertEqual(status, 0, stderr.getvalue())
-            with open(out) as f:
-                doc = json.load(f)
-            for cell in doc["cells"]:
-                self.assertEqual(cell["axes"]["impl"], "hf-checkpoint-offload")
-                self.assertEqual(cell["status"], "skipped")
-                self.assertEqual(cell["reason"], registry.entry("hf-checkpoint-offload").skip_reason())
-                self.assertIn("GPU only", cell["reason"])
-                self.assertIsNone(cell["memory"])
-            self.assertEqual([c["axes"]["seq_len"] for c in doc["cells"]], [16, 33])
+        def offload(argv: list[str]) -> int:
+            return common.run(hf_checkpoint, hf_checkpoint.TOOL, "hf", ["--offload", *argv])
+
+        # hf-checkpoint-offload again with --resume: its skipped cells are kept.
+        runs = [("hf-checkpoint-offload", offload, ([], ["--resume"])),
+                ("liger-flce", lambda argv: liger_flce.PEER.main("liger_flce", None, argv), ([],)),
+                ("cce", lambda argv: cce.PEER.main("cce", None, argv), ([],))]
+        for impl, run, option_sets in runs:
+            out = self.out(impl)
+            for options in option_sets:
+                with self.subTest(impl=impl, options=options):
+                    stderr = io.StringIO()
+                    with contextlib.redirect_stderr(stderr):
+                        status = run(["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--seq-len",
+                                      "16", "33", "--bpbench", BPBENCH, "--out", out, *options])
+                    self.assertEqual(status, 0, stderr.getvalue())
+                    with open(out) as f:
+                        doc = json.load(f)
+                    self.assertEqual([c["axes"]["seq_len"] for c in doc["cells"]], [16, 33])
+                    for cell in doc["cells"]:
+                        self.assertEqual(cell["axes"]["impl"], impl)
+                        self.assertEqual(cell["status"], "skipped")
+                        self.assertEqual(cell["reason"], registry.entry(impl).skip_reason())
+                        self.assertIn("GPU only", cell["reason"])
+                        self.assertIsNone(cell["memory"])
+                        self.assertIsNone(cell["loss"])
+                        self.assertIsNone(cell["time"])
 
 
 class RunByPath(unittest.TestCase):
