@@ -1,4 +1,5 @@
-// registry.cpp: the strategies (from strategies.def) and the peers' names (from impls/peers/registry.py).
+// registry.cpp: the strategies (from strategies.def) and the peers' names (from impls/peers/registry.py), and
+// the step every caller runs around a strategy's forward_backward.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -46,6 +47,13 @@ const std::vector<StrategyEntry>& strategy_registry() {
   return entries;
 }
 }  // namespace
+
+torch::Tensor Strategy::step(const StepInputs& in) const {
+  RouterBalance& balance = *in.model.router_balance;
+  balance.begin_step();
+  const torch::Tensor loss = forward_backward(in);
+  return balance.on() ? loss + balance.loss() : loss;
+}
 
 std::vector<std::string> strategy_names() {
   std::vector<std::string> names;

@@ -41,6 +41,8 @@ struct CellTraits {
   std::string objective;
   int64_t world_size = 1;
   const ModelConfig* model = nullptr;  // the cell's model, where it could be read
+  int64_t seq_len = 0;                 // T; 0 where a max-length search finds it
+  bool router_balance = false;  // the routers' load-balancing loss is on (harness/model/router_balance.h)
 };
 
 // Where a strategy runs the model's work again, for the FLOP estimate (harness/estimate/estimate_flops.h):
@@ -80,6 +82,10 @@ class Strategy {
   virtual bool keeps_first_input() const { return true; }
   // Forward and backward; returns the loss (0-dim, detached).
   virtual torch::Tensor forward_backward(const StepInputs& in) const = 0;
+  // What every caller runs: forward_backward, with the routers' load-balancing loss where the model has it
+  // on (harness/model/router_balance.h): counted in this step's first forward, its gradient added in the
+  // backward, its value added to the returned loss.
+  torch::Tensor step(const StepInputs& in) const;
 
   // Its estimate, next to the code it describes (harness/estimate/estimate.h asks for it; a strategy that
   // returns false from estimated() is refused by `bpbench estimate` by name):

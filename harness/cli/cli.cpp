@@ -94,6 +94,7 @@ Scenario file (see scenarios/quickstart.json):
   {"name": "...", "description": "...", "device": "cpu"|"cuda", "seed": 0, "threads": N, "isolate": false,
    "data": "tokens.json", "world_size": 1, "rope": {"rope_type": "yarn", "factor": 4, ...} | null,
    "rms_norm": "hf" | "fused" (default: fused on cuda, hf on cpu),
+   "router_aux_loss_coef": 0 (mixture-of-experts load-balancing loss weight; 0: off),
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
                "grad_error": {"reference": "float64", "reference_device": "cell"|"cpu"} | false,

@@ -12,14 +12,17 @@
 
 namespace bpbench {
 
-// Refuses by name what bpbench's experts do not model (it never approximates them): the load-balancing loss
-// in the training loss (output_router_logits; bpbench trains on the objective's loss alone), router noise,
-// and the fields of other MoE designs (shared experts, a router bias, another scoring or top-k method).
+// Refuses by name what bpbench's experts do not model (it never approximates them): router noise and the
+// fields of other MoE designs (shared experts, a router bias, another scoring or top-k method); and
+// output_router_logits, which turns the load-balancing loss on in the model's config, where bpbench turns it
+// on in the scenario (router_aux_loss_coef, harness/model/router_balance.h), so that the same directory
+// runs with it and without.
 inline void refuse_foreign_moe_fields(const ConfigReader& r) {
   if (r.boolean("output_router_logits", false))
     r.fail(
         "\"output_router_logits\" true adds the load-balancing loss to the training loss, which bpbench "
-        "does not model yet (valid: false, transformers' default)");
+        "turns on in the scenario instead (\"router_aux_loss_coef\": the weight; valid here: false, "
+        "transformers' default)");
   if (const double noise = r.number("router_jitter_noise", 0.0); noise != 0.0)
     r.fail(fmt::format(
         "\"router_jitter_noise\" {} is not supported (only 0: bpbench's routing is deterministic)", noise));

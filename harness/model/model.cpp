@@ -145,6 +145,7 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
 Model Model::converted(const torch::TensorOptions& options) const {
   torch::NoGradGuard no_grad;
   Model m = *this;  // shares storage; every tensor is replaced below
+  m.router_balance = std::make_shared<RouterBalance>(router_balance->coefficient());
   auto convert = [&](torch::Tensor& t) {
     if (t.defined())
       t = t.to(options.requires_grad(false), /*non_blocking=*/false, /*copy=*/true)
@@ -362,8 +363,9 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
   // Routing as transformers' Qwen3-MoE and Mixtral route: softmax in float32 (float64 in a float64 model),
   // the k largest, renormalised over the k where the family does, cast back to the model dtype.
   const auto routing_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-  auto [top_weights, top_experts] =
-      torch::softmax(logits, -1, routing_dtype).topk(config.experts_per_token, -1);
+  const auto probabilities = torch::softmax(logits, -1, routing_dtype);  // (R, E)
+  auto [top_weights, top_experts] = probabilities.topk(config.experts_per_token, -1);
+  router_balance->observe(probabilities, top_experts);
   if (config.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   top_weights = top_weights.to(logits.scalar_type());  // (R, k)
   // Dropless dispatch: each expert takes every row routed to it; the rows' outputs are added in expert order.
@@ -424,6 +426,7 @@ torch::Tensor Model::final_norm(const torch::Tensor& x) const {
 }
 
 torch::Tensor Model::lm_head(const torch::Tensor& h) const {
+  router_balance->stop_counting();  // every layer has run over every row (router_balance.h)
   return counted_linear(h, lm_head_weight);
 }
 

@@ -21,12 +21,14 @@
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "harness/model/model_config.h"
 #include "harness/model/ops.h"
+#include "harness/model/router_balance.h"
 
 namespace bpbench {
 
@@ -88,6 +90,9 @@ class Model {
   torch::Tensor lm_head_weight;             // (V, d); the same tensor as embed_weight when tied
   bool lora_enabled = true;                 // false: the reference policy of DPO/GRPO in LoRA mode
   NormKernel norm_kernel = NormKernel::hf;  // every RMSNorm of the model (ops.h)
+  // The routers' load-balancing loss (off unless its coefficient is set; router_balance.h). Shared by copies
+  // of the model, as its weights are; converted() gives the copy its own, with the same coefficient.
+  std::shared_ptr<RouterBalance> router_balance = std::make_shared<RouterBalance>();
 
   // Seeded random init made directly on `options`' device and dtype (std 0.02 for matrices, norms at the
   // identity: 1, or 0 under Gemma 3's (1 + w)).

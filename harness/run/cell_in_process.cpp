@@ -60,8 +60,7 @@ GradErrorResult reference_error(const CellJob& job, const Model& model, const Ba
     const Batch ref_batch = device == model.device() ? batch : batch_on(batch, device);
     auto reference = make_strategy(reference_strategy_name());
     const int64_t T = job.cell.seq_len;
-    ge.reference_loss =
-        reference->forward_backward(StepInputs{ref, ref_batch, objective, {T, T}}).item<double>();
+    ge.reference_loss = reference->step(StepInputs{ref, ref_batch, objective, {T, T}}).item<double>();
     ge.loss_abs_error = std::abs(loss - ge.reference_loss);
     ge.groups = gradient_error(ref.trainable_parameters(), model.trainable_parameters());
   } catch (const c10::Error& e) {
@@ -177,6 +176,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     if (c.lora_rank > 0) built.add_lora(c.lora_rank, c.lora_alpha, job.settings.seed);
     built.norm_kernel = job.settings.rms_norm.empty() ? default_norm_kernel(device)
                                                       : parse_norm_kernel(job.settings.rms_norm);
+    built.router_balance = std::make_shared<RouterBalance>(job.settings.router_aux_loss_coef);
     return built;
   }();
 

@@ -48,9 +48,15 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
     model = model_config_of(job.cell.model, job.settings.rope);
   } catch (const std::exception&) {  // a model that cannot be read: the cell's error says why
   }
-  if (auto why = strategy.unsupported(
-          CellTraits{job.cell.objective, job.settings.world_size, model ? &*model : nullptr}))
-    return why;
+  CellTraits traits{job.cell.objective, job.settings.world_size, model ? &*model : nullptr};
+  traits.seq_len = job.cell.seq_len;
+  traits.router_balance = job.settings.router_aux_loss_coef > 0 && model && model->is_moe();
+  if (auto why = strategy.unsupported(traits)) return why;
+  if (traits.router_balance && (job.cell.padding || !job.settings.data_path.empty()))
+    return std::string(
+        "the routers' load-balancing loss counts every row, padding rows included, where transformers "
+        "leaves the rows its attention mask drops out; with padding (padding: true, or a data file's short "
+        "sequences) that is not implemented");
   if (parse_offload(job.cell.offload) != Offload::none && !strategy.uses_offload())
     return fmt::format("{} keeps no layer checkpoints in a store it could offload (offload applies to {})",
                        strategy.name(), fmt::join(offloading_strategy_names(), ", "));
@@ -171,6 +177,7 @@ json CellJob::to_json() const {
           {"world_size", settings.world_size},
           {"rope", settings.rope},
           {"rms_norm", settings.rms_norm},
+          {"router_aux_loss_coef", settings.router_aux_loss_coef},
           {"timeline_dir", timeline_dir},
           {"timeline_name", timeline_name},
           {"result_file", result_file}};
@@ -210,6 +217,12 @@ CellJob CellJob::from_json(const json& j) {
     job.settings.world_size = j.at("world_size").get<int64_t>();
   }
   if (j.contains("rope")) job.settings.rope = j.at("rope");  // checked where the model is built
+  if (j.contains("router_aux_loss_coef")) {
+    const json& coef = j.at("router_aux_loss_coef");
+    if (!coef.is_number() || !(coef.get<double>() >= 0))
+      input_error("run-cell: bad router_aux_loss_coef", "numbers >= 0");
+    job.settings.router_aux_loss_coef = coef.get<double>();
+  }
   return job;
 }
 

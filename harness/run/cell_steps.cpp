@@ -158,7 +158,7 @@ double run_step(const CellStep& s, std::optional<FlopCounts>& flops) {
   begin_step(s);
   std::optional<FlopCounter> counter;
   if (!flops) counter.emplace();
-  const double loss = s.strategy.forward_backward(s.in).item<double>();
+  const double loss = s.strategy.step(s.in).item<double>();
   if (counter) flops = counter->counts();  // complete: backward() returns once autograd ran every node
   return loss;
 }
@@ -256,7 +256,7 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
   };
   torch::Tensor loss;
   try {
-    loss = s.strategy.forward_backward(s.in);
+    loss = s.strategy.step(s.in);
   } catch (...) {
     // Where the step stood when it ran out: its base and the highest point it reached within the budget.
     region.end();
@@ -279,7 +279,7 @@ double timed_steps(const CellStep& s, int64_t repeat, std::vector<double>& secon
   for (int64_t i = 0; i < repeat; ++i) {
     begin_step(s);
     start_clock(s.device, s.timer);
-    const torch::Tensor loss_t = s.strategy.forward_backward(s.in);
+    const torch::Tensor loss_t = s.strategy.step(s.in);
     seconds.push_back(s.timer.stop_seconds());
     loss = loss_t.item<double>();
   }

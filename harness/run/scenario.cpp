@@ -217,6 +217,11 @@ const std::vector<TopDef>& top_table() {
            input_error(fmt::format("rms_norm: unknown kernel '{}'", s.settings.rms_norm), "hf, fused");
          }
        }},
+      {"router_aux_loss_coef",
+       [](Scenario& s, const json& v) {
+         s.settings.router_aux_loss_coef =
+             read_number(v, "router_aux_loss_coef", 0, false, "numbers >= 0 (0: off; Qwen3-MoE uses 0.001)");
+       }},
       {"grid", [](Scenario& s, const json& v) { s.grid = parse_grid(v); }},
       {"measure", [](Scenario& s, const json& v) { s.settings.measure = MeasureSpec::from_json(v); }},
   };

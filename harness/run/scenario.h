@@ -115,6 +115,10 @@ struct RunSettings {
   // "rms_norm": "hf" or "fused" (harness/model/ops.h); empty: the device's default (fused on CUDA, hf on
   // the CPU). "hf" on a GPU is Hugging Face's float32 formula, for value parity with transformers.
   std::string rms_norm;
+  // "router_aux_loss_coef": transformers' router_aux_loss_coef, the weight of the routers' load-balancing
+  // loss added to every mixture-of-experts cell's loss (harness/model/router_balance.h); 0: off, as in
+  // transformers unless output_router_logits is set. Dense models have no routers: it changes nothing there.
+  double router_aux_loss_coef = 0.0;
 };
 
 struct GridAxis {

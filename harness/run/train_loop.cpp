@@ -143,8 +143,7 @@ TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& mod
     r.step = step;
     r.lr = spec.lr_at(step);
     start_timer();
-    const torch::Tensor loss =
-        strategy.forward_backward(StepInputs{model, batch, objective, partition, checkpoints});
+    const torch::Tensor loss = strategy.step(StepInputs{model, batch, objective, partition, checkpoints});
     r.grad_norm = params.gather_and_clip(spec.clip_grad_norm);
     for (auto& group : optimizer->param_groups()) group.options().set_lr(r.lr);
     {

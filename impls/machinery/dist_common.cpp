@@ -155,9 +155,19 @@ std::string DistStrategy::description() const {
   return fmt::format("{} ({})", schedule_, options_.label());
 }
 
+std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t ranks) {
+  return fmt::format(
+      "the routers' load-balancing loss under sequence parallelism needs T divisible by the ranks (T = {} "
+      "over {} ranks is padded by {} row(s), which it would count); not implemented",
+      seq_len, ranks, ranks - seq_len % ranks);
+}
+
 std::optional<std::string> DistStrategy::unsupported(const CellTraits& traits) const {
   if (sequence_parallel() && traits.model && traits.world_size > 1)
     if (auto why = sequence_parallel_refusal(*traits.model, traits.world_size)) return why;
+  if (sequence_parallel() && traits.router_balance && traits.world_size > 1 && traits.seq_len > 0 &&
+      traits.seq_len % traits.world_size != 0)
+    return sequence_parallel_balance_refusal(traits.seq_len, traits.world_size);
   if (current_communicator() || CommConfig::env_present() || traits.world_size > 1) return std::nullopt;
   return "needs a process group: world_size >= 2 in the scenario, or a torchrun-style launch (RANK, "
          "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)";
@@ -265,6 +275,20 @@ DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strateg
             in.objective.name(), sum_e, R));
       grad_op_ = loss_op_ = ReduceOp::avg;  // rank loss = mean over its examples = R x its share
     }
+  }
+  if (m.router_balance->on()) {
+    // The load-balancing loss counts the global batch's rows: every rank's tally summed before its first use
+    // (harness/model/router_balance.h). Its gradient is each row's part of the global loss, so where the
+    // gradients are averaged over the ranks it goes in R times. A padded sequence-parallel slice would count
+    // its padding rows.
+    if (strategy.sequence_parallel() && in.batch.whole_seq_len % R != 0)
+      throw std::invalid_argument(sequence_parallel_balance_refusal(in.batch.whole_seq_len, R));
+    m.router_balance->set_reduce(
+        [comm = comm_](torch::Tensor& tally) {
+          MemoryScope scope(Category::comm);
+          comm->all_reduce(tally, ReduceOp::sum, "router load-balancing counts");
+        },
+        grad_op_ == ReduceOp::avg ? R : 1);
   }
 
   // shard_params: keep 1/R of each layer's flattened parameters and free the full tensors. Done on the first

@@ -31,6 +31,10 @@
 
 namespace bpbench::dist {
 
+// Why a sequence-parallel step cannot add the routers' load-balancing loss at this length (T not divisible
+// by the ranks: its padding rows would be counted).
+std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t ranks);
+
 struct DistOptions {
   bool shard_params = false;  // ZeRO-3-style: a layer's parameters live as shards, gathered around each use
   bool naive_comm = false;    // streambp-dist: reduce a layer after every chunk (D times the calls)

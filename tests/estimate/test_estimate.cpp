@@ -97,7 +97,7 @@ Measured measure_cell(const CellSpec& c, bool keep_grads = false) {
     profiles::reset_host_peak();
     const int64_t host_before = profiles::host_live_bytes();
     out.base = rec.live_bytes() - before;
-    strategy->forward_backward(
+    strategy->step(
         StepInputs{model, batch, *objective, Partitioning{c.partition, c.logits_partition}, store.get()});
     out.peak = rec.peak_bytes() - before;
     out.host_peak = profiles::host_peak_bytes() - host_before;

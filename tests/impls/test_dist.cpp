@@ -59,12 +59,13 @@ struct DistCase {
   int world;
   bool shard_params, naive_comm, tied;
   std::string model = "tiny";  // or tiny-moe: mixture-of-experts layers
+  double aux = 0.0;            // router_aux_loss_coef: the routers' load-balancing loss on where > 0
 };
 
 std::string label(const DistCase& c) {
-  return fmt::format("{}_{}_w{}{}{}{}{}", c.impl == "streambp-dist" ? "streambp" : "checkpoint", c.objective,
-                     c.world, c.shard_params ? "_shard" : "", c.naive_comm ? "_naive" : "",
-                     c.tied ? "_tied" : "", c.model == "tiny" ? "" : "_moe");
+  return fmt::format("{}_{}_w{}{}{}{}{}{}", c.impl == "streambp-dist" ? "streambp" : "checkpoint",
+                     c.objective, c.world, c.shard_params ? "_shard" : "", c.naive_comm ? "_naive" : "",
+                     c.tied ? "_tied" : "", c.model == "tiny" ? "" : "_moe", c.aux > 0 ? "_aux" : "");
 }
 std::string case_name(const ::testing::TestParamInfo<DistCase>& info) {
   return label(info.param);
@@ -76,10 +77,15 @@ void PrintTo(const DistCase& c, std::ostream* os) {
 class DistExactness : public ::testing::TestWithParam<DistCase> {};
 
 json exactness_job(const DistCase& c) {
-  return {{"impl", c.impl},     {"objective", c.objective},        {"model", c.model},
-          {"dtype", "float64"}, {"shard_params", c.shard_params},  {"naive_comm", c.naive_comm},
-          {"tied", c.tied},     {"warmup", c.shard_params ? 1 : 0}};  // the second step runs on an already
-                                                                      // sharded model
+  return {{"impl", c.impl},
+          {"objective", c.objective},
+          {"model", c.model},
+          {"dtype", "float64"},
+          {"shard_params", c.shard_params},
+          {"naive_comm", c.naive_comm},
+          {"tied", c.tied},
+          {"router_aux_loss_coef", c.aux},
+          {"warmup", c.shard_params ? 1 : 0}};  // the second step runs on an already sharded model
 }
 
 std::vector<DistCase> exactness_cases();
@@ -118,7 +124,8 @@ TEST_P(DistExactness, GatheredGradientsEqualPlainOnConcatenatedBatch) {
   EXPECT_EQ(comm["reduce_scatter"]["calls"], (naive ? D * L : L) + 2) << comm.dump();
   EXPECT_EQ(comm["reduce_scatter"]["physical"], "all_reduce");  // Gloo has no reduce_scatter
   EXPECT_EQ(comm["all_gather"]["calls"], c.shard_params ? 2 * L : 0);
-  EXPECT_EQ(comm["all_reduce"]["calls"], 2);  // loss normalisers, loss
+  // Loss normalisers, loss, and the routers' counts where the load-balancing loss is on.
+  EXPECT_EQ(comm["all_reduce"]["calls"], c.aux > 0 ? 3 : 2);
   // Logical bytes: each group's flat gradient, padded to a multiple of the world size, per reduction.
   auto padded = [&](int64_t n) { return (n + c.world - 1) / c.world * c.world * 8; };
   int64_t layer_bytes = 0, other_bytes = 0;
@@ -152,6 +159,9 @@ std::vector<DistCase> exactness_cases() {
   cases.push_back({"streambp-dist", "sft", 2, false, false, false, "tiny-moe"});
   cases.push_back({"streambp-dist", "grpo", 3, true, false, false, "tiny-moe"});
   cases.push_back({"checkpoint-dist", "dpo", 2, false, false, false, "tiny-moe"});
+  // The load-balancing loss over the global batch: every rank's routing counts summed.
+  cases.push_back({"streambp-dist", "sft", 2, false, false, false, "tiny-moe", 0.5});
+  cases.push_back({"checkpoint-dist", "dpo", 3, true, false, false, "tiny-moe", 0.5});
   return cases;
 }
 

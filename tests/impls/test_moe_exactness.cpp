@@ -6,7 +6,9 @@
 //     relative error < 1e-10): E = 8, k = 2 and 3, T prime, partitions of 1, 5 and T rows (5 splits the rows
 //     of one expert across chunks; checked), tied and untied heads, renormalised top-k or not, a dense layer
 //     among sparse ones (mlp_only_layers), SFT, DPO and GRPO, LoRA on attention and experts, offloaded
-//     checkpoints;
+//     checkpoints, the routers' load-balancing loss on and off;
+//   - that loss, in plain BP, is the one written out here from the routers' logits (the gradient the hook
+//     adds is autograd's of that loss), and it is zero-cost when off;
 //   - each strategy's counted FLOPs equal estimate_flops' (the router and k experts a row).
 // transformers' own Qwen3-MoE and Mixtral: tests/model/test_hf_oracle.cpp.
 #include <fmt/format.h>
@@ -31,6 +33,7 @@ struct MoeShape {
   bool norm_topk = false;
   bool dense_first_layer = false;  // layer 0 keeps a dense MLP (mlp_only_layers = [0])
   bool lora = false;
+  double aux = 0.0;  // router_aux_loss_coef: the load-balancing loss on where > 0
 };
 
 // tiny-moe (E = 8, Ie = 12) in float64, norms off the identity and router weights spread (spread_routers).
@@ -41,6 +44,7 @@ Model moe_model(const MoeShape& s) {
   c.norm_topk_prob = s.norm_topk;
   if (s.dense_first_layer) c.dense_layers = {0};
   Model m = Model::random(c, torch::TensorOptions().dtype(torch::kDouble), 7);
+  m.router_balance = std::make_shared<RouterBalance>(s.aux);
   torch::NoGradGuard no_grad;
   torch::manual_seed(8);
   for (auto& p : m.named_parameters())
@@ -114,10 +118,10 @@ struct Case {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   const MoeShape& s = c.shape;
-  return test_name(fmt::format("{}_{}_k{}_{}{}{}{}_p{}{}", c.impl, c.objective, s.k,
-                               s.tied ? "tied" : "untied", s.norm_topk ? "_norm" : "",
-                               s.dense_first_layer ? "_dense0" : "", s.lora ? "_lora" : "", c.partition,
-                               c.offload == Offload::none ? "" : "_offloaded"));
+  return test_name(
+      fmt::format("{}_{}_k{}_{}{}{}{}{}_p{}{}", c.impl, c.objective, s.k, s.tied ? "tied" : "untied",
+                  s.norm_topk ? "_norm" : "", s.dense_first_layer ? "_dense0" : "", s.lora ? "_lora" : "",
+                  s.aux > 0 ? "_aux" : "", c.partition, c.offload == Offload::none ? "" : "_offloaded"));
 }
 
 class MoeExactness : public ::testing::TestWithParam<Case> {};
@@ -145,6 +149,10 @@ std::vector<Case> moe_matrix() {
       cases.push_back({impl, objective, {3, true, false, false, /*lora=*/true}, 5});
       if (impl != "checkpoint-chunked-head")
         cases.push_back({impl, objective, {2, false, true}, 5, Offload::checkpoints});
+      // The load-balancing loss on (a large weight, so that its gradient is no round-off beside the
+      // objective's): counted once in the first forward, whatever the strategy recomputes.
+      cases.push_back({impl, objective, {2, false, true, false, false, /*aux=*/0.5}, 5});
+      cases.push_back({impl, objective, {3, true, false, /*dense_first_layer=*/true, /*lora=*/true, 0.5}, 1});
     }
   return cases;
 }
@@ -204,6 +212,62 @@ TEST(MoeFlops, CountedEqualTheEstimateForEveryStrategy) {
         EXPECT_EQ(counter.counts().model(), estimate_flops(in).model()) << what;
         EXPECT_EQ(counter.counts().hardware(), estimate_flops(in).hardware()) << what;
       }
+    }
+}
+
+// transformers' load_balancing_loss_func written out over the routers' logits, with autograd through it:
+// what plain BP with the load-balancing loss on must equal (loss and every gradient). The logits come from
+// the model's own pieces, layer by layer, on a copy with the loss off.
+TEST(RouterBalance, PlainEqualsAutogradOfTheLossWrittenOut) {
+  for (const std::string objective_name : {"sft", "dpo"})
+    for (const MoeShape& shape :
+         {MoeShape{2, false, true, false, false, 0.5}, MoeShape{3, true, false, true, false, 0.5}}) {
+      Model model = moe_model(shape);
+      auto objective = make_objective(objective_name);
+      const Batch batch = batch_for(objective_name, model);
+      const auto got = run_step("plain", model, batch, *objective, {kT, kT});
+
+      Model written = model;  // the same weights, its own load-balancing state, off
+      written.router_balance = std::make_shared<RouterBalance>();
+      for (auto& p : written.trainable_parameters()) p.tensor.mutable_grad().reset();
+      const int64_t E = written.config.experts, k = written.config.experts_per_token;
+      auto x = written.embed(batch.input_ids);  // (N, T, d)
+      auto counts = torch::zeros({E}, torch::kDouble), probability_sums = torch::zeros({E}, torch::kDouble);
+      int64_t rows = 0;
+      for (int64_t i = 0; i < written.config.layers; ++i) {
+        const auto h = written.attn_norm(i, x);
+        x = written.attention_block(i, x, written.project_q(i, h, 0, kT), written.project_kv(i, h));
+        if (written.config.is_moe_layer(i)) {
+          const auto n = written.norm(x, written.layers[i].mlp_norm).reshape({-1, written.config.hidden});
+          const auto p = torch::softmax(torch::nn::functional::linear(n, written.layers[i].router), -1);
+          counts += torch::bincount(std::get<1>(p.topk(k, -1)).flatten(), {}, E).to(torch::kDouble);
+          probability_sums = probability_sums + p.sum(0);
+          rows += p.size(0);
+        }
+        x = written.mlp_block(i, x);
+      }
+      const auto aux = E * (counts / rows * probability_sums / rows).sum();
+      const auto loss = objective->loss(written.head_logits(x), batch) + shape.aux * aux;
+      loss.backward();
+      StepResult want;
+      want.loss = loss.item<double>();
+      for (auto& p : written.trainable_parameters()) {
+        want.names.push_back(p.name);
+        want.grads.push_back(p.tensor.grad().detach().clone());
+      }
+      const std::string what = fmt::format("{} k{}", objective_name, shape.k);
+      expect_same_gradients(want, got, kTol, what);
+      // Off: the loss is the objective's alone, and the routers' gradients lose a part that is no round-off
+      // (so a hook that never fired would fail above).
+      Model off = model;
+      off.router_balance = std::make_shared<RouterBalance>();
+      const auto without = run_step("plain", off, batch, *objective, {kT, kT});
+      EXPECT_NEAR(got.loss - without.loss, shape.aux * aux.item<double>(), 1e-12) << what;
+      for (size_t i = 0; i < got.names.size(); ++i)
+        if (got.names[i].find("mlp.gate.weight") != std::string::npos)
+          EXPECT_GT((got.grads[i] - without.grads[i]).norm().item<double>(),
+                    1e-3 * got.grads[i].norm().item<double>())
+              << what << " " << got.names[i];
     }
 }
 

@@ -85,17 +85,18 @@ struct SpCase {
   std::string model = "tiny";
   int64_t kv_heads = 2, lora_rank = 0, seq_len = kDistT;
   bool tied = false, shard_params = false;
+  double aux = 0.0;  // router_aux_loss_coef: the routers' load-balancing loss on where > 0
 };
 
 std::string label(const SpCase& c) {
-  return fmt::format("{}_{}_w{}{}{}{}{}{}{}", c.impl == "ulysses" ? "ulysses" : "streambp", c.objective,
+  return fmt::format("{}_{}_w{}{}{}{}{}{}{}{}", c.impl == "ulysses" ? "ulysses" : "streambp", c.objective,
                      c.world,
                      c.model == "tiny"       ? ""
                      : c.model == "tiny-moe" ? "_moe"
                                              : "_gemma3",
                      c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "", c.lora_rank ? "_lora" : "",
                      c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "", c.tied ? "_tied" : "",
-                     c.shard_params ? "_shard" : "");
+                     c.shard_params ? "_shard" : "", c.aux > 0 ? "_aux" : "");
 }
 std::string case_name(const ::testing::TestParamInfo<SpCase>& info) {
   return label(info.param);
@@ -116,6 +117,7 @@ json exactness_job(const SpCase& c) {
           {"seq_len", c.seq_len},
           {"tied", c.tied},
           {"shard_params", c.shard_params},
+          {"router_aux_loss_coef", c.aux},
           {"warmup", c.shard_params ? 1 : 0}};  // the second step runs on an already sharded model
 }
 
@@ -152,7 +154,9 @@ TEST_P(SequenceParallelExactness, GatheredGradientsEqualPlainOnTheWholeSequences
   const json& comm = r0.at("comm");
   EXPECT_EQ(comm["all_to_all"]["calls"], 6 * L) << comm.dump();
   EXPECT_EQ(comm["reduce_scatter"]["calls"], model.has_lora() ? L : L + 2) << comm.dump();
-  EXPECT_EQ(comm["all_reduce"]["calls"], c.objective == "dpo" ? 3 : 2) << comm.dump();
+  // Loss normalisers and loss, DPO's sequence sums, the routers' counts where the load-balancing loss is on.
+  EXPECT_EQ(comm["all_reduce"]["calls"], 2 + (c.objective == "dpo" ? 1 : 0) + (c.aux > 0 ? 1 : 0))
+      << comm.dump();
   EXPECT_EQ(comm["all_gather"]["calls"], c.shard_params ? 2 * L : 0) << comm.dump();
 }
 
@@ -183,6 +187,11 @@ std::vector<SpCase> exactness_cases() {
     SpCase even{impl, "sft", 4};
     even.seq_len = 12;
     cases.push_back(even);
+    // The load-balancing loss: every rank's rows counted, their counts summed (T divisible by P).
+    SpCase aux{impl, impl == "ulysses" ? "sft" : "grpo", impl == "ulysses" ? 2 : 4, "tiny-moe"};
+    aux.seq_len = 12;
+    aux.aux = 0.5;
+    cases.push_back(aux);
     SpCase tied{impl, "sft", 2};
     tied.tied = true;
     cases.push_back(tied);
@@ -191,6 +200,28 @@ std::vector<SpCase> exactness_cases() {
     cases.push_back(shard);
   }
   return cases;
+}
+
+// T not divisible by P pads the last rank's rows, which the load-balancing loss would count: such a cell is
+// skipped with the reason, one the ranks divide runs.
+TEST(SequenceParallelRefusal, TheLoadBalancingLossNeedsTDivisibleByTheRanks) {
+  const ModelConfig moe = find_model_preset("tiny-moe");
+  for (const std::string impl : {"ulysses", "streambp-ulysses"}) {
+    const auto strategy = make_strategy(impl);
+    CellTraits traits{"sft", 2, &moe};
+    traits.router_balance = true;
+    traits.seq_len = 13;
+    const auto why = strategy->unsupported(traits);
+    ASSERT_TRUE(why.has_value()) << impl;
+    EXPECT_NE(why->find("needs T divisible by the ranks (T = 13 over 2 ranks is padded by 1 row(s)"),
+              std::string::npos)
+        << *why;
+    traits.seq_len = 12;
+    EXPECT_FALSE(strategy->unsupported(traits).has_value()) << impl;
+    traits.seq_len = 13;
+    traits.router_balance = false;
+    EXPECT_FALSE(strategy->unsupported(traits).has_value()) << impl;
+  }
 }
 
 // Two "nodes" of two ranks with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,

@@ -1,9 +1,10 @@
 // test_hf_oracle.cpp: Hugging Face transformers as the external oracle. tests/oracle/hf_oracle.py builds tiny
-// random Qwen3, Qwen2, Llama and Gemma 3 models in transformers, saves them with save_pretrained, and
-// computes their SFT and DPO losses and every parameter's gradient in true float64. Here each directory goes
-// through bpbench's own HF loader, and every strategy must give transformers' loss and every gradient to
-// 1e-10 relative. This proves that bpbench's model is the model users train, not only that its strategies
-// agree with each other.
+// random Qwen3, Qwen2, Llama, Gemma 3, Mistral, Phi-3, Qwen3-MoE and Mixtral models in transformers, saves
+// them with save_pretrained, and computes their SFT and DPO losses (and, for the mixtures of experts, SFT
+// with transformers' load-balancing loss added) and every parameter's gradient in true float64. Here each
+// directory goes through bpbench's own HF loader, and every strategy must give transformers' loss and every
+// gradient to 1e-10 relative. This proves that bpbench's model is the model users train, not only that its
+// strategies agree with each other.
 //
 // The oracle runs under the Python that CMake found LibTorch through (BPBENCH_PYTHON: the project's .venv,
 // with the pinned transformers). Where that Python has no transformers (a GPU machine's own torch), the tests
@@ -57,9 +58,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"phi3_window", {"sft"}},
     {"phi3_longrope_long", {"sft"}},
     {"phi3_longrope_short", {"sft"}},
-    {"qwen3_moe_k2", {"sft", "dpo"}},
+    {"qwen3_moe_k2", {"sft", "dpo", "sft_aux"}},
     {"qwen3_moe_k3_dense_layer", {"sft"}},
-    {"mixtral", {"sft", "dpo"}},
+    {"mixtral", {"sft", "dpo", "sft_aux"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 
@@ -84,13 +85,19 @@ const bool oracle_made_at_build_time = made_at_build_time(&oracle);
 
 using OracleCell = std::tuple<std::string, std::string, std::string>;  // case, objective, impl
 
+// The oracle's "sft_aux" is SFT with the routers' load-balancing loss on (its weight in the oracle's file).
+std::string objective_of(const std::string& oracle_objective) {
+  return oracle_objective == "sft_aux" ? "sft" : oracle_objective;
+}
+
 // Every (case, objective, impl) whose impl runs the objective (mst does not run DPO).
 std::vector<OracleCell> oracle_cells() {
   std::vector<OracleCell> cells;
   for (const auto& [name, objectives] : kCases)
     for (const auto& objective : objectives)
       for (const auto& impl : kImpls)
-        if (!make_strategy(impl)->unsupported({objective, 1})) cells.emplace_back(name, objective, impl);
+        if (!make_strategy(impl)->unsupported({objective_of(objective), 1}))
+          cells.emplace_back(name, objective, impl);
   return cells;
 }
 
@@ -124,7 +131,9 @@ TEST_P(HfOracle, LossAndEveryGradientMatchTransformersInFloat64) {
   const SafetensorsFile file((case_dir / "oracle.safetensors").string());
   Model model = load_hf_model((case_dir / "model").string(), torch::TensorOptions().dtype(torch::kDouble));
   const Batch batch = oracle_batch(file, objective_name);
-  const auto objective = make_objective(objective_name);
+  const auto objective = make_objective(objective_of(objective_name));
+  if (const std::string coef = objective_name + ":router_aux_loss_coef"; file.find(coef))
+    model.router_balance = std::make_shared<RouterBalance>(file.get(coef, torch::kDouble).item<double>());
 
   const StepResult got = run_step(impl, model, batch, *objective, kPartition);
   StepResult ref;

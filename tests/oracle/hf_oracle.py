@@ -76,6 +76,11 @@ class Float64Casts(TorchFunctionMode):
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
                               defaults=[None, None])
 SFT_DPO, SFT = ("sft", "dpo"), ("sft",)
+# "sft_aux": SFT with transformers' load-balancing loss added (output_router_logits=True in the call, the
+# config's router_aux_loss_coef, large so that its gradient is no round-off), over unpadded rows: transformers
+# leaves the rows its attention mask drops out of that loss, which bpbench, counting every row, refuses.
+SFT_DPO_AUX = ("sft", "dpo", "sft_aux")
+AUX_COEF = 0.5
 LLAMA_GQA2 = dict(vocab_size=67, hidden_size=64, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2)  # head_dim 64 / 4 = 16: eight frequencies
 QWEN3_GQA3 = dict(vocab_size=79, hidden_size=40, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
@@ -200,13 +205,14 @@ CASES = {
             long_factor=[1.0, 1.5, 2.5, 4.0, 6.5, 9.0], attention_factor=1.2)), 23, [23, 19], SFT),
     "qwen3_moe_k2": Case(Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
         QWEN3_GQA3, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=20, norm_topk_prob=False,
-        rope_theta=1e6), 29, [29, 23], SFT_DPO),
+        rope_theta=1e6, router_aux_loss_coef=AUX_COEF), 29, [29, 23], SFT_DPO_AUX),
     "qwen3_moe_k3_dense_layer": Case(Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
         QWEN3_GQA3, num_hidden_layers=3, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=12,
         norm_topk_prob=True, mlp_only_layers=[1], tie_word_embeddings=True, rope_theta=1e6), 23, [23, 19], SFT),
     "mixtral": Case(MixtralForCausalLM, MixtralConfig, dict(
         LLAMA_GQA2, intermediate_size=24, num_local_experts=8, num_experts_per_tok=2,
-        rope_parameters=dict(rope_type="default", rope_theta=1e6)), 29, [29, 24], SFT_DPO),
+        router_aux_loss_coef=AUX_COEF, rope_parameters=dict(rope_type="default", rope_theta=1e6)), 29, [29, 24],
+        SFT_DPO_AUX),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -324,6 +330,14 @@ def sft_loss(model, ids, mask, labels, targets, extras):
     return model(input_ids=ids, attention_mask=mask, labels=labels).loss
 
 
+def sft_aux_loss(model, ids, mask, labels, targets, extras):
+    """transformers' causal-LM loss plus router_aux_loss_coef times its load-balancing loss (in float64 under
+    Float64Casts: load_balancing_loss_func casts to float32)."""
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, output_router_logits=True)
+    assert out.aux_loss is not None and model.config.router_aux_loss_coef == AUX_COEF
+    return out.loss
+
+
 def dpo_loss(model, ids, mask, labels, targets, extras):
     """Sigmoid DPO over (chosen, rejected) row pairs from transformers' logits: per-token log-probs of the
     targets, summed over each sequence's response, against fixed reference sums."""
@@ -350,7 +364,7 @@ def loss_and_grads(loss_fn, model_cls, config, state, batch, extras, lift_casts)
 
 
 # objective -> (loss function, prompt tokens)
-OBJECTIVES = {"sft": (sft_loss, 0), "dpo": (dpo_loss, 5)}
+OBJECTIVES = {"sft": (sft_loss, 0), "dpo": (dpo_loss, 5), "sft_aux": (sft_aux_loss, 0)}
 
 
 def main(out_dir):
@@ -367,7 +381,8 @@ def main(out_dir):
         for objective in case.objectives:
             loss_fn, prompt = OBJECTIVES[objective]
             g = torch.Generator().manual_seed(200 + index)
-            rows = case.lengths if objective == "sft" else case.lengths + [case.lengths[0] - 2, case.lengths[1]]
+            rows = {"sft": case.lengths, "sft_aux": [case.T] * len(case.lengths),
+                    "dpo": case.lengths + [case.lengths[0] - 2, case.lengths[1]]}[objective]
             batch = make_batch(config, case.T, rows, prompt, g)
             extras = {"beta": 0.1, "ref_sums": -50.0 * torch.rand(len(rows), generator=g, dtype=torch.float64)}
             run = lambda lift: loss_and_grads(loss_fn, case.model_cls, config, state, batch, extras, lift)
@@ -377,6 +392,8 @@ def main(out_dir):
                             f"{objective}:ref_sums": extras["ref_sums"],
                             f"{objective}:beta": torch.tensor([extras["beta"]], dtype=torch.float64),
                             f"{objective}:loss": loss.reshape(1), f"{objective}:loss_f32_casts": with_casts.reshape(1)})
+            if objective == "sft_aux":
+                tensors[f"{objective}:router_aux_loss_coef"] = torch.tensor([AUX_COEF], dtype=torch.float64)
             tensors.update({f"{objective}:grad:{n}": g for n, g in bpbench_names(case, config, grads).items()})
             print(f"{name} {objective}: loss {loss.item():.15g} (transformers' float32 casts: {with_casts.item():.15g})")
         save_file(tensors, os.path.join(case_dir, "oracle.safetensors"))

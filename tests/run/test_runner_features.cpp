@@ -298,6 +298,49 @@ TEST_F(RunnerFeatures, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
   }
 }
 
+// "router_aux_loss_coef" turns the routers' load-balancing loss on for every mixture-of-experts cell: the
+// loss grows by it, StreamBP still equals the float64 plain reference (which has it on too), and a padded
+// batch, whose padding rows it would count, is a skipped cell with the reason. A negative weight is refused.
+TEST_F(RunnerFeatures, TheLoadBalancingLossIsAScenarioOption) {
+  auto scenario = [](double coef) {
+    return json{{"threads", 1},
+                {"router_aux_loss_coef", coef},
+                {"grid",
+                 {{"model", "tiny-moe"},
+                  {"impl", {"plain", "streambp"}},
+                  {"dtype", "float64"},
+                  {"seq_len", 13},
+                  {"partition", 5},
+                  {"logits_partition", 3},
+                  {"padding", {false, true}}}},
+                {"measure", {{"time", false}}}};
+  };
+  const json on = run(scenario(0.5), "on"), off = run(scenario(0.0), "off");
+  ASSERT_EQ(on["cells"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const json &c = on["cells"][i], &without = off["cells"][i];
+    ASSERT_EQ(without["status"], "ok") << without["reason"];
+    if (c["axes"]["padding"].get<bool>()) {
+      EXPECT_EQ(c["status"], "skipped");
+      EXPECT_NE(c["reason"].get<std::string>().find("load-balancing loss counts every row"),
+                std::string::npos)
+          << c["reason"];
+      continue;
+    }
+    ASSERT_EQ(c["status"], "ok") << c["reason"];
+    // E sum_e f_e P_e is about k = 2 near balance: the weight 0.5 adds about 1 to the loss.
+    EXPECT_GT(c["loss"].get<double>() - without["loss"].get<double>(), 0.5) << c["axes"]["impl"];
+    EXPECT_LT(c["grad_error"]["groups"]["all"]["rel_l2"].get<double>(), 1e-10) << c["axes"]["impl"];
+    EXPECT_LT(c["grad_error"]["loss_abs_error"].get<double>(), 1e-12) << c["axes"]["impl"];
+  }
+  try {
+    parse_scenario(scenario(-1.0));
+    ADD_FAILURE() << "a negative weight was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("router_aux_loss_coef"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(RunnerFeatures, DistributedCellOutOfMemoryIsAResultNotAHang) {
   // Both ranks run out of the budget inside the step; the cell is "oom" with the ranks' peaks, and the run
   // goes on to the next cell.
@@ -354,7 +397,7 @@ TEST_F(RunnerFeatures, DataFileTokensReachTheModel) {
   auto sft = make_objective("sft");
   const Batch batch = sft->make_batch(spec, model, T);
   EXPECT_EQ(batch.input_ids[0][T - 1].item<int64_t>(), 10);  // the 12th id of the file, not synthetic
-  const double want = make_strategy("plain")->forward_backward({model, batch, *sft, {T, T}}).item<double>();
+  const double want = make_strategy("plain")->step({model, batch, *sft, {T, T}}).item<double>();
   EXPECT_NEAR(cell["loss"].get<double>(), want, 1e-12);
 
   // One changed id changes the loss: the file is really what the cell read.

@@ -43,6 +43,7 @@ Model dist_job_model(const json& job) {
           ? tiny_model({job.value("kv_heads", int64_t{2}), job.value("tied", false)})
           : load_model(name, torch::TensorOptions().dtype(parse_dtype(job.value("dtype", "float32"))), 0);
   spread_routers(m, 8);
+  m.router_balance = std::make_shared<RouterBalance>(job.value("router_aux_loss_coef", 0.0));
   if (const int64_t r = job.value("lora_rank", int64_t{0}); r > 0) {
     m.add_lora(r, 2.0 * static_cast<double>(r), 4);
     // B starts at zero, which makes dL/dA zero too: randomise it so both adapter gradients are exercised.
@@ -141,7 +142,7 @@ void run_job(const json& job, dist::Communicator& comm, int rank, int world) {
     rec.reset_peak();
     const int64_t live = rec.live_bytes();
     const auto t0 = std::chrono::steady_clock::now();
-    loss = strategy->forward_backward(in).item<double>();
+    loss = strategy->step(in).item<double>();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s == warmup) {
       base = live;

@@ -230,7 +230,7 @@ inline StepResult run_step(const std::string& impl, Model& model, const Batch& b
   auto strategy = make_strategy(impl);
   StepInputs in{model, batch, objective, partition, checkpoints};
   StepResult r;
-  r.loss = strategy->forward_backward(in).item<double>();
+  r.loss = strategy->step(in).item<double>();
   for (auto& p : model.trainable_parameters()) {
     r.names.push_back(p.name);
     auto g = p.tensor.grad();
