@@ -237,7 +237,9 @@ TEST_F(RunnerFeatures, DistributedPeakOfEveryRankMatchesItsEstimate) {
     const char* model;
     int64_t seq_len, ranks;
   };
-  for (const Case& k : {Case{"small", 512, 2}, Case{"small", 512, 4}, Case{"small-text", 2048, 2}}) {
+  // small-moe: routed layers (every expert's buffers at an even share of the rows, memory_terms.h).
+  for (const Case& k : {Case{"small", 512, 2}, Case{"small", 512, 4}, Case{"small-text", 2048, 2},
+                        Case{"small-moe", 512, 2}}) {
     const json results =
         run(per_rank_scenario(k.model, {"streambp-dist", "checkpoint-dist"}, k.seq_len, k.ranks),
             fmt::format("{}-{}-{}", k.model, k.seq_len, k.ranks));
@@ -265,9 +267,11 @@ TEST_F(RunnerFeatures, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
     bool offload = false;  // streambp-ulysses alone, its checkpoints in host memory
   };
   // The smallest lengths with the peak phases of any longer one: the embedding's backward (small, 2 ranks),
-  // a head chunk (small, 4 ranks), a layer's q, k, v to heads (small-text), with offload too.
-  for (const Case& k : {Case{"small", 512, 2}, Case{"small", 512, 4}, Case{"small-text", 2560, 2},
-                        Case{"small-text", 2559, 4}, Case{"small-text", 2048, 2, true}}) {
+  // a head chunk (small, 4 ranks), a layer's q, k, v to heads (small-text), with offload too; and small-moe's
+  // routed layers.
+  for (const Case& k :
+       {Case{"small", 512, 2}, Case{"small", 512, 4}, Case{"small-text", 2560, 2},
+        Case{"small-text", 2559, 4}, Case{"small-text", 2048, 2, true}, Case{"small-moe", 512, 2}}) {
     const json impls = k.offload ? json{"streambp-ulysses"} : json{"streambp-ulysses", "ulysses"};
     const json results =
         run(per_rank_scenario(k.model, impls, k.seq_len, k.ranks, k.offload ? "checkpoints" : "none"),
