@@ -223,8 +223,8 @@ TEST(Estimate, MatchesSmallVocab) {
 // LoRA) within 5%: the graph's bytes are exact whatever the routing, but one expert's transient buffers
 // follow how many rows it got, which the estimate counts as evenly spread (measured: up to 4.6% under on
 // tiny-moe's bfloat16 checkpoint cells, 4.2% under on checkpoint at T=640). Plain with LoRA on tiny-moe
-// reads 3.7% over in its head phase, 96 bytes a row per layer not yet explained (docs/estimate.md, "Known
-// gaps").
+// reads 3.2% over in its head phase: the normed MLP input, which a frozen router does not keep, offsetting
+// an undercount in checkpoint's MLP backward with adapters (docs/estimate.md, "Known gaps").
 TEST(Estimate, MatchesSmallMoe) {
   const ModelConfig small_moe_v512 = with_vocab_512("small-moe");
   for (const auto& impl : estimated_impls()) {
