@@ -365,7 +365,6 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
   const auto routing_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   const auto probabilities = torch::softmax(logits, -1, routing_dtype);  // (R, E)
   auto [top_weights, top_experts] = probabilities.topk(config.experts_per_token, -1);
-  router_balance->observe(probabilities, top_experts);
   if (config.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   top_weights = top_weights.to(logits.scalar_type());  // (R, k)
   // Dropless dispatch: each expert takes every row routed to it; the rows' outputs are added in expert order.
@@ -375,6 +374,7 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
     torch::NoGradGuard no_grad;
     counts = torch::bincount(top_experts.flatten(), {}, config.experts).cpu();  // (E)
   }
+  router_balance->observe(probabilities, counts);
   const auto* count = counts.data_ptr<int64_t>();
   for (int64_t e = 0; e < config.experts; ++e) {
     if (count[e] == 0) continue;

@@ -13,13 +13,13 @@ void RouterBalance::begin_step() {
   gradient_scale_ = 1;
 }
 
-void RouterBalance::observe(const torch::Tensor& probabilities, const torch::Tensor& chosen) {
+void RouterBalance::observe(const torch::Tensor& probabilities, const torch::Tensor& chosen_counts) {
   if (!on()) return;
   const int64_t E = probabilities.size(-1);
   if (counting_) {
     torch::NoGradGuard no_grad;
     if (!tally_.defined()) tally_ = torch::zeros({2 * E + 1}, probabilities.options().dtype(torch::kDouble));
-    tally_.narrow(0, 0, E).add_(torch::bincount(chosen.flatten(), {}, E).to(torch::kDouble));
+    tally_.narrow(0, 0, E).add_(chosen_counts.to(tally_.device(), torch::kDouble));
     // In the routing dtype, then float64: transformers sums its probabilities in float32.
     tally_.narrow(0, E, E).add_(probabilities.sum(0).to(torch::kDouble));
     tally_[2 * E].add_(static_cast<double>(probabilities.size(0)));

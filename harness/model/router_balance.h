@@ -45,9 +45,10 @@ class RouterBalance {
   // The head's first call: every layer has routed every row (Note [Counting in the first forward]).
   void stop_counting() { counting_ = false; }
 
-  // A router's softmax probabilities p (R', E) in the routing dtype and the experts each row chose (R', k):
-  // counted while counting; where p takes a gradient, the hook that adds coef E C / R^2 to it.
-  void observe(const torch::Tensor& probabilities, const torch::Tensor& chosen);
+  // A router's softmax probabilities p (R', E) in the routing dtype and how many of its rows chose each
+  // expert (E, int64, on any device: the dispatch's own counts): counted while counting; where p takes a
+  // gradient, the hook that adds coef E C / R^2 to it.
+  void observe(const torch::Tensor& probabilities, const torch::Tensor& chosen_counts);
 
   // coef * aux of the step (0 when off); reduces over the ranks first where that has not happened yet.
   double loss();

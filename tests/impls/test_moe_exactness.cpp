@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 #include "harness/estimate/estimate.h"
 #include "harness/estimate/estimate_flops.h"
@@ -63,16 +64,37 @@ Batch batch_for(const std::string& objective, Model& m) {
   return make_objective(objective)->make_batch(padded_batch_spec(objective, m.config.vocab, kT, 8), m, 5);
 }
 
+// The model's forward over the batch, piece by piece as plain's: the last layer's output (N, T, d) and each
+// routed layer's softmax probabilities (N T, E) (undefined for a dense layer), with grad where the caller
+// has it on.
+struct RoutedForward {
+  torch::Tensor output;
+  std::vector<torch::Tensor> probabilities;
+};
+RoutedForward routed_forward(const Model& m, const Batch& batch) {
+  RoutedForward f;
+  auto x = m.embed(batch.input_ids);  // (N, T, d)
+  for (int64_t i = 0; i < m.config.layers; ++i) {
+    const auto h = m.attn_norm(i, x);
+    x = m.attention_block(i, x, m.project_q(i, h, 0, kT), m.project_kv(i, h));
+    torch::Tensor p;
+    if (m.config.is_moe_layer(i)) {
+      const auto n = m.norm(x, m.layers[i].mlp_norm).reshape({-1, m.config.hidden});
+      p = torch::softmax(torch::nn::functional::linear(n, m.layers[i].router), -1);
+    }
+    f.probabilities.push_back(p);
+    x = m.mlp_block(i, x);
+  }
+  f.output = x;
+  return f;
+}
+
 // Layer 1's routing of the batch's rows: the experts each row chose, as plain's forward computes them.
 torch::Tensor routing_of(const Model& m, const Batch& batch) {
   torch::NoGradGuard no_grad;
-  auto x = m.layer(0, m.embed(batch.input_ids));
-  const auto h = m.attn_norm(1, x);
-  x = m.attention_block(1, x, m.project_q(1, h, 0, kT), m.project_kv(1, h));
-  const auto n = m.norm(x, m.layers[1].mlp_norm).reshape({-1, m.config.hidden});
-  const auto logits = torch::nn::functional::linear(n, m.layers[1].router);
-  return std::get<1>(torch::softmax(logits, -1).topk(m.config.experts_per_token, -1))
-      .view({x.size(0), kT, m.config.experts_per_token});  // (N, T, k)
+  const int64_t k = m.config.experts_per_token;
+  return std::get<1>(routed_forward(m, batch).probabilities[1].topk(k, -1))
+      .view({batch.sequences(), kT, k});  // (N, T, k)
 }
 
 TEST(ExpertsMlp, IsEachRowsChosenExpertsWeightedByTheRouter) {
@@ -231,23 +253,17 @@ TEST(RouterBalance, PlainEqualsAutogradOfTheLossWrittenOut) {
       written.router_balance = std::make_shared<RouterBalance>();
       for (auto& p : written.trainable_parameters()) p.tensor.mutable_grad().reset();
       const int64_t E = written.config.experts, k = written.config.experts_per_token;
-      auto x = written.embed(batch.input_ids);  // (N, T, d)
+      const RoutedForward forward = routed_forward(written, batch);
       auto counts = torch::zeros({E}, torch::kDouble), probability_sums = torch::zeros({E}, torch::kDouble);
       int64_t rows = 0;
-      for (int64_t i = 0; i < written.config.layers; ++i) {
-        const auto h = written.attn_norm(i, x);
-        x = written.attention_block(i, x, written.project_q(i, h, 0, kT), written.project_kv(i, h));
-        if (written.config.is_moe_layer(i)) {
-          const auto n = written.norm(x, written.layers[i].mlp_norm).reshape({-1, written.config.hidden});
-          const auto p = torch::softmax(torch::nn::functional::linear(n, written.layers[i].router), -1);
-          counts += torch::bincount(std::get<1>(p.topk(k, -1)).flatten(), {}, E).to(torch::kDouble);
-          probability_sums = probability_sums + p.sum(0);
-          rows += p.size(0);
-        }
-        x = written.mlp_block(i, x);
+      for (const auto& p : forward.probabilities) {
+        if (!p.defined()) continue;  // a dense layer
+        counts += torch::bincount(std::get<1>(p.topk(k, -1)).flatten(), {}, E).to(torch::kDouble);
+        probability_sums = probability_sums + p.sum(0);
+        rows += p.size(0);
       }
       const auto aux = E * (counts / rows * probability_sums / rows).sum();
-      const auto loss = objective->loss(written.head_logits(x), batch) + shape.aux * aux;
+      const auto loss = objective->loss(written.head_logits(forward.output), batch) + shape.aux * aux;
       loss.backward();
       StepResult want;
       want.loss = loss.item<double>();
