@@ -27,6 +27,7 @@
 #include "harness/model/hf_model.h"
 #include "harness/run/json_schema.h"
 #include "tests/support/test_support.h"
+#include "tests/support/transformers_configs.h"
 
 namespace bpbench::test_estimate_calculator {
 namespace {
@@ -181,31 +182,18 @@ TEST(EstimateCalculator, ALengthPastInt64IsRefusedNotWrapped) {
   }
 }
 
-// transformers' own config classes write the files (tests/estimate/write_hf_configs.py): their defaults,
-// field names and RoPE form, one per family the loader reads. Qwen2 has no preset: its equivalent is
-// Qwen3-8B's dimensions with biased q, k, v projections and no q/k norm.
+// transformers' own config classes write the files (tests/oracle/transformers_configs.py, made at build
+// time): their defaults, field names and RoPE form, one per family the loader reads.
+const bool transformers_configs_made_at_build_time =
+    testing::made_at_build_time(&testing::transformers_configs);
+
 TEST(EstimateCalculator, TransformersWrittenConfigsOfEachFamily) {
-  const std::string python = BPBENCH_PYTHON;
-  if (!testing::python_has_transformers())
-    GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
-  ModelConfig qwen2 = find_model_preset("qwen3-8b");
-  qwen2.name = "qwen2-like";
-  qwen2.qk_norm = false;
-  qwen2.attention_bias = true;
-  const std::vector<ModelConfig> configs = {find_model_preset("qwen3-8b"),   find_model_preset("llama3.1-8b"),
-                                            find_model_preset("gemma3-1b"),  qwen2,
-                                            find_model_preset("mistral-7b"), find_model_preset("phi3-mini")};
-  TempDir tmp;
-  json wanted = json::object();
-  for (const auto& c : configs) wanted[c.name] = hf_config_json(c);
-  write_text(tmp.file("in.json"), wanted.dump());
-  const std::string cmd = fmt::format("'{}' '{}/tests/estimate/write_hf_configs.py' '{}' '{}' >/dev/null",
-                                      python, BPBENCH_SOURCE_DIR, tmp.file("in.json"), tmp.file("out"));
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  for (const auto& c : configs) {
-    const std::string dir = tmp.file("out/" + c.name);
-    const json written = json::parse(file_text(dir + "/config.json"));
-    EXPECT_TRUE(written.contains("transformers_version")) << "not written by transformers: " << dir;
+  const testing::PythonOutput& written = testing::transformers_configs();
+  testing::require_python_output(written, "transformers' config classes");
+  for (const auto& c : testing::transformers_written_families()) {
+    const std::string dir = (written.dir / "write" / c.name).string();
+    const json file = json::parse(file_text(dir + "/config.json"));
+    EXPECT_TRUE(file.contains("transformers_version")) << "not written by transformers: " << dir;
     // The expected numbers: the same request with the config object itself.
     EstimateRequest request = parse_estimate_request(with_model("qwen3-8b"));
     request.in.config = c;

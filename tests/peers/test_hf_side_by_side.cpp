@@ -17,6 +17,7 @@
 #include "harness/run/scenario.h"
 #include "reports/results_file.h"
 #include "tests/support/test_support.h"
+#include "tests/support/transformers_configs.h"
 
 namespace bpbench::testing::test_hf_side_by_side {
 namespace {
@@ -57,28 +58,15 @@ TEST(HfConfig, EveryPresetReadsBackAsItself) {
 }
 
 // transformers itself takes the config.json of a Gemma 3 preset (its strict config types included) and
-// builds the preset's network: parameter count and layer types as bpbench states them.
+// builds the preset's network: parameter count and layer types as bpbench states them (made at build time
+// with the family configs: tests/support/transformers_configs.h).
 TEST(HfConfig, TransformersBuildsAGemma3Preset) {
-  const std::string python = BPBENCH_PYTHON;
-  if (!python_has_transformers())
-    GTEST_SKIP() << python << " cannot import transformers (run scripts/setup.sh)";
-  TempDir tmp;
+  const PythonOutput& built = transformers_configs();
+  require_python_output(built, "transformers' model builder");
   const ModelConfig preset = find_model_preset("tiny-gemma3");
-  std::ofstream(tmp.file("config.json")) << hf_config_json(preset).dump(2);
-  const std::string script = tmp.file("build.py"), log = tmp.file("log");
-  std::ofstream(script) << "import sys, transformers as t\n"
-                           "c = t.AutoConfig.from_pretrained(sys.argv[1])\n"
-                           "m = t.AutoModelForCausalLM.from_config(c)\n"
-                           "print(type(m).__name__, sum(p.numel() for p in m.parameters()), "
-                           "','.join(c.layer_types))\n";
-  const std::string cmd = fmt::format("'{}' '{}' '{}' >'{}' 2>&1", python, script, tmp.path(), log);
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(log).rdbuf();
-  std::ifstream in(log);
-  const std::string out((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_NE(out.find(fmt::format("Gemma3ForCausalLM {} sliding_attention,full_attention,sliding_attention",
-                                 preset.parameter_count())),
-            std::string::npos)
-      << out;
+  const std::string out = file_text(built.dir / "build" / preset.name / "built.txt");
+  EXPECT_EQ(out, fmt::format("Gemma3ForCausalLM {} sliding_attention,full_attention,sliding_attention\n",
+                             preset.parameter_count()));
 }
 
 // The same meter: transformers' step under bpbench's tracking allocator against bpbench's own cell, `small`
