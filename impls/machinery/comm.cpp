@@ -482,6 +482,35 @@ torch::Tensor Communicator::all_to_all(const torch::Tensor& input, const std::st
   return out;
 }
 
+torch::Tensor Communicator::send_recv(const torch::Tensor& send, int to, int from, const std::string& what) {
+  Impl& s = *impl_;
+  const int R = world_size();
+  TORCH_CHECK(send.is_contiguous(), "send_recv needs a contiguous tensor");
+  TORCH_CHECK(to >= 0 && to < R && from >= 0 && from < R && to != rank() && from != rank(),
+              "send_recv needs two other ranks in [0, ", R, "), got to = ", to, " and from = ", from,
+              " on rank ", rank());
+  auto received = torch::empty_like(send);
+  const int64_t bytes = send.numel() * static_cast<int64_t>(send.element_size());
+  s.run(Collective::send_recv, fmt::format("{} (to rank {}, from rank {})", what, to, from), bytes, [&] {
+    constexpr int kTag = 0;  // one exchange in flight at a time: each call waits for both halves
+    std::vector<at::Tensor> out{s.backend == "gloo" ? borrowed(send) : send};
+    std::vector<at::Tensor> in{s.backend == "gloo" ? borrowed(received) : received};
+    if (s.backend == "gloo") {
+      auto sent = s.pg->send(out, to, kTag);
+      auto got = s.pg->recv(in, from, kTag);
+      s.wait(sent);
+      s.wait(got);
+    } else {
+      s.pg->startCoalescing();
+      s.pg->send(out, to, kTag);
+      s.pg->recv(in, from, kTag);
+      s.wait(s.pg->endCoalescing());
+    }
+  });
+  s.count(Collective::send_recv, bytes, 1.0, "send_recv", bytes);
+  return received;
+}
+
 void Communicator::barrier(const std::string& what) {
   Impl& s = *impl_;
   s.run(Collective::barrier, what, 0, [&] {

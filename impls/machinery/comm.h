@@ -11,8 +11,10 @@
 // conventions, per call, n = elements of the FULL (unsharded) buffer, s = element size:
 //   reduce_scatter  n*s (the input)      all_gather  n*s (the output)    all_reduce, broadcast  n*s
 //   all_to_all      n*s (the input, = the output)                       barrier                0
+//   send_recv       n*s (the tensor sent, = the one received)
 // wire_bytes estimates what this rank sends with ring algorithms over R ranks: reduce_scatter and all_gather
-// (R-1)/R n s, all_reduce 2 (R-1)/R n s, broadcast n s at the root; all_to_all sends (R-1)/R n s directly.
+// (R-1)/R n s, all_reduce 2 (R-1)/R n s, broadcast n s at the root; all_to_all sends (R-1)/R n s directly,
+// send_recv n s to its one peer.
 //
 // Failures are bounded and loud: the store and the process group time out (default 60 s; env
 // BPBENCH_DIST_TIMEOUT_S), and any failure is rethrown as one CommError line naming the rank, the collective
@@ -54,8 +56,17 @@
 
 namespace bpbench::dist {
 
-enum class Collective : uint8_t { reduce_scatter, all_gather, all_reduce, broadcast, all_to_all, barrier };
-inline constexpr int kCollectiveCount = 6;
+// send_recv is point-to-point, not a collective, but it is counted, bounded and named like one.
+enum class Collective : uint8_t {
+  reduce_scatter,
+  all_gather,
+  all_reduce,
+  broadcast,
+  all_to_all,
+  barrier,
+  send_recv
+};
+inline constexpr int kCollectiveCount = 7;
 const char* collective_name(Collective c);
 
 // avg: the sum divided by the world size.
@@ -144,6 +155,12 @@ class Communicator {
   // first dimension) goes to rank r, and block r of the result (same shape) came from rank r. Sequence
   // parallelism's exchange of sequence shards for head shards (impls/machinery/sequence_parallel.h).
   torch::Tensor all_to_all(const torch::Tensor& input, const std::string& what);
+  // Sends `send` (contiguous) to rank `to` and receives a tensor of its shape and dtype from rank `from`,
+  // both at once (Gloo: a send and a receive in flight together; NCCL: one coalesced group, which is what
+  // keeps a ring of them from deadlocking). Every rank in the exchange calls it with matching peers: ring
+  // context parallelism passes K/V blocks with to = r + 1, from = r - 1 (mod R). `to` and `from` are other
+  // ranks.
+  torch::Tensor send_recv(const torch::Tensor& send, int to, int from, const std::string& what);
   void barrier(const std::string& what);
   // Ends the process group (NCCL: its communicators and watchdog) now; nothing may be called after it. The
   // destructor does not: a rank calls this before it returns (shutdown_owned_communicator).

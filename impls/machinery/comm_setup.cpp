@@ -61,6 +61,8 @@ const char* collective_name(Collective c) {
       return "all_to_all";
     case Collective::barrier:
       return "barrier";
+    case Collective::send_recv:
+      return "send_recv";
   }
   return "?";
 }

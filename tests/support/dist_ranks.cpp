@@ -198,6 +198,11 @@ void run_job(const json& job, dist::Communicator& comm, int rank, int world) {
   write_json(out / fmt::format("rank{}.json", rank), result);
 }
 
+std::map<std::string, RankPiece>& rank_pieces() {
+  static std::map<std::string, RankPiece> pieces;
+  return pieces;
+}
+
 // A launch's job, or its "jobs" in turn on one process group (SharedLaunch). The launch-wide keys (threads,
 // mode, exit_rank, exit_code, skip_rank) are the first job's.
 int rank_main(const json& launch) {
@@ -220,7 +225,10 @@ int rank_main(const json& launch) {
     dist::set_current_communicator(comm.get());
     for (const json& job : jobs) {
       out = job.at("out").get<std::string>();
-      run_job(job, *comm, rank, world);
+      if (job.contains("piece"))
+        rank_pieces().at(job["piece"].get<std::string>())(job, *comm, out);
+      else
+        run_job(job, *comm, rank, world);
     }
     comm->barrier("end");  // rank 0 holds the store: nobody leaves while another still needs it
     return 0;
@@ -246,6 +254,11 @@ TEST(DistChild, RankBody) {
 // ---- the parent side --------------------------------------------------------------------------------------
 
 }  // namespace
+
+bool register_rank_piece(const std::string& name, RankPiece body) {
+  rank_pieces()[name] = body;
+  return true;
+}
 
 LaunchResult launch_ranks(const json& job, int world, std::vector<std::pair<std::string, std::string>> env,
                           std::chrono::milliseconds grace) {

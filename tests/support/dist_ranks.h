@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "harness/run/dist_launch.h"
+#include "impls/machinery/comm.h"
 #include "impls/strategy.h"
 #include "tests/support/test_support.h"
 
@@ -41,6 +42,13 @@ Batch dist_job_global_batch(const nlohmann::json& job, Model& model, int world);
 
 // Rank 0's loss, parameter names and gathered gradients (grads.pt) in `dir`, as a single-process step's.
 StepResult rank0_step(const std::filesystem::path& dir);
+
+// A rank's body for a job with "piece": NAME in place of a strategy's steps: a test file registers its own
+// (`const bool registered = register_rank_piece("name", &body);`) and its ranks run it on the launch's
+// group, writing rank<r>.json (the launch's sign of a finished job) and whatever else into `out`.
+using RankPiece = void (*)(const nlohmann::json& job, dist::Communicator& comm,
+                           const std::filesystem::path& out);
+bool register_rank_piece(const std::string& name, RankPiece body);
 
 // Launches `job` on `world` local ranks.
 LaunchResult launch_ranks(const nlohmann::json& job, int world,

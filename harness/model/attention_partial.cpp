@@ -1,0 +1,109 @@
+// attention_partial.cpp: one query block over one key block with its logsumexp, and that pair's backward
+// (attention_partial.h). The CPU's fused kernel takes both directions as they are; the math form is what it
+// computes, written out, for every other device.
+#include "harness/model/attention_partial.h"
+
+#include <limits>
+
+#include "harness/model/ops.h"
+
+namespace bpbench {
+namespace {
+
+// (N, Hq, c, hd) -> (N, Hkv, g c, hd): the g query heads that share a kv head become rows of one product.
+torch::Tensor grouped(const torch::Tensor& x, int64_t kv_heads) {
+  return x.reshape({x.size(0), kv_heads, -1, x.size(3)});
+}
+
+// The scores of the pair in the accumulation dtype, (N, Hkv, g c, e), the hidden ones -inf.
+torch::Tensor masked_scores(const torch::Tensor& q, const torch::Tensor& k, double scale, KeyBlockMask mask) {
+  const auto acc = compute_dtype(q.scalar_type());
+  const int64_t n = q.size(0), c = q.size(2), hkv = k.size(1), e = k.size(2);
+  auto scores = torch::matmul(grouped(q, hkv).to(acc), k.to(acc).transpose(-1, -2)) * scale;
+  if (mask == KeyBlockMask::causal) {
+    auto hidden = torch::ones({c, e}, q.options().dtype(torch::kBool)).triu(1);
+    scores.view({n, hkv, -1, c, e}).masked_fill_(hidden, -std::numeric_limits<double>::infinity());
+  }
+  return scores;
+}
+
+void check_shapes(const torch::Tensor& q, const torch::Tensor& k, KeyBlockMask mask) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(1) % k.size(1) == 0,
+              "partial attention: q (N, Hq, c, hd) and k (N, Hkv, e, hd) with Hq a multiple of Hkv, got ",
+              q.sizes(), " and ", k.sizes());
+  TORCH_CHECK(mask != KeyBlockMask::causal || q.size(2) == k.size(2),
+              "partial attention: a causal pair needs as many queries as keys, got ", q.size(2), " and ",
+              k.size(2));
+}
+
+}  // namespace
+
+PartialKernel partial_kernel_for(const torch::Device& device) {
+  return device.is_cpu() ? PartialKernel::cpu_fused : PartialKernel::math;
+}
+
+PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   double scale, KeyBlockMask mask) {
+  return partial_attention(q, k, v, scale, mask, partial_kernel_for(q.device()));
+}
+
+PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   double scale, KeyBlockMask mask, PartialKernel kernel) {
+  check_shapes(q, k, mask);
+  torch::NoGradGuard no_grad;
+  if (kernel == PartialKernel::cpu_fused) {
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, mask == KeyBlockMask::causal, {}, scale);
+    return {out, lse};
+  }
+  auto scores = masked_scores(q, k, scale, mask);                                  // (N, Hkv, g c, e)
+  auto lse = torch::logsumexp(scores, -1, /*keepdim=*/true);                       // (N, Hkv, g c, 1)
+  auto out = torch::matmul(torch::exp(scores - lse), v.to(scores.scalar_type()));  // (N, Hkv, g c, hd)
+  return {out.reshape(q.sizes()).to(q.scalar_type()), lse.reshape({q.size(0), q.size(1), q.size(2)})};
+}
+
+void merge_partial(PartialAttention& acc, const PartialAttention& next) {
+  if (!acc.out.defined()) {
+    acc = next;
+    return;
+  }
+  auto lse = torch::logaddexp(acc.lse, next.lse);  // (N, Hq, c)
+  const auto dtype = lse.scalar_type();
+  auto from_acc = torch::exp(acc.lse - lse).unsqueeze(-1),
+       from_next = torch::exp(next.lse - lse).unsqueeze(-1);
+  acc.out = (acc.out.to(dtype) * from_acc + next.out.to(dtype) * from_next).to(acc.out.scalar_type());
+  acc.lse = lse;
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(
+    const torch::Tensor& grad_out, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, double scale, KeyBlockMask mask) {
+  return partial_attention_backward(grad_out, q, k, v, out, lse, scale, mask, partial_kernel_for(q.device()));
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(
+    const torch::Tensor& grad_out, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, double scale, KeyBlockMask mask,
+    PartialKernel kernel) {
+  check_shapes(q, k, mask);
+  torch::NoGradGuard no_grad;
+  if (kernel == PartialKernel::cpu_fused)
+    return at::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse, 0.0,
+                                                                    mask == KeyBlockMask::causal, {}, scale);
+  // dS = P * (dO V^T - rowsum(dO * O)), P = exp(S - lse) the pair's true probabilities.
+  const int64_t hkv = k.size(1);
+  auto scores = masked_scores(q, k, scale, mask);
+  const auto acc = scores.scalar_type();
+  auto probs = torch::exp(scores - grouped(lse.unsqueeze(-1), hkv).to(acc));  // (N, Hkv, g c, e)
+  scores.reset();
+  auto d_out = grouped(grad_out, hkv).to(acc);                                   // (N, Hkv, g c, hd)
+  auto dv = torch::matmul(probs.transpose(-1, -2), d_out);                       // (N, Hkv, e, hd)
+  auto row_dot = (d_out * grouped(out, hkv).to(acc)).sum(-1, /*keepdim=*/true);  // (N, Hkv, g c, 1)
+  auto d_scores = probs * (torch::matmul(d_out, v.to(acc).transpose(-1, -2)) - row_dot);
+  probs.reset();
+  auto dq = torch::matmul(d_scores, k.to(acc)) * scale;                                  // (N, Hkv, g c, hd)
+  auto dk = torch::matmul(d_scores.transpose(-1, -2), grouped(q, hkv).to(acc)) * scale;  // (N, Hkv, e, hd)
+  return {dq.reshape(q.sizes()).to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
+}
+
+}  // namespace bpbench

@@ -1,0 +1,57 @@
+// attention_partial.h: attention of a block of queries over one block of keys, returned with its logsumexp so
+// that blocks computed apart (and on other ranks: ring context parallelism, impls/machinery/ring_attention.h)
+// merge into one softmax over all their keys; and the backward of one such pair given the MERGED output and
+// logsumexp, which recomputes the pair's true probabilities exp(s - lse), so that the pairs' dQ terms add up
+// to dQ and each pair's dK, dV are its keys' whole share. The same split as the CPU kernel's prefix and
+// diagonal (attention_cpu.cpp), with the pairs chosen by the caller.
+//
+// Legend (model_config.h): N batch, Hq query heads, Hkv kv heads (Hq a multiple), c query rows, e keys, hd
+// head size. Kernels: PyTorch's fused CPU kernel on the CPU (K/V per kv head, no repeat); elsewhere the math
+// kernel's grouped matmuls (the scores materialised, c x e per head). A fused CUDA pair (flash's forward
+// returns its logsumexp too) is for the GPU pass.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <tuple>
+
+namespace bpbench {
+
+enum class KeyBlockMask {
+  all,     // every query sees every key: the key block lies wholly before the query block
+  causal,  // c = e, the same positions: query row i sees keys 0..i
+};
+
+enum class PartialKernel {
+  cpu_fused,  // PyTorch's fused CPU kernel (the CPU's)
+  math,       // grouped matmuls, the scores materialised (every other device's)
+};
+PartialKernel partial_kernel_for(const torch::Device& device);
+
+struct PartialAttention {
+  torch::Tensor out;  // (N, Hq, c, hd), in q's dtype
+  torch::Tensor lse;  // (N, Hq, c), float32 for reduced-precision q (the kernels' accumulation), else q's
+};
+
+// q (N, Hq, c, hd), k and v (N, Hkv, e, hd). Not differentiable (the callers' autograd nodes own the
+// backward: partial_attention_backward).
+PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   double scale, KeyBlockMask mask);
+PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   double scale, KeyBlockMask mask, PartialKernel kernel);
+
+// `acc` becomes the attention over its keys and `next`'s: lse = log(e^lse_a + e^lse_n), out weighted by
+// e^(lse_a - lse) and e^(lse_n - lse). An empty acc (no block yet) takes `next` as it is.
+void merge_partial(PartialAttention& acc, const PartialAttention& next);
+
+// The pair's (dQ, dK, dV): dQ (N, Hq, c, hd) this pair's term, dK and dV (N, Hkv, e, hd) its keys' whole
+// gradient, given grad_out and the merged out and lse (all of the query block's key blocks).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(
+    const torch::Tensor& grad_out, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, double scale, KeyBlockMask mask);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(
+    const torch::Tensor& grad_out, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, double scale, KeyBlockMask mask,
+    PartialKernel kernel);
+
+}  // namespace bpbench

@@ -1,0 +1,154 @@
+// ring_attention.cpp: the zigzag layout and attention round the ring (ring_attention.h for the algorithm).
+#include "impls/machinery/ring_attention.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <stdexcept>
+
+#include "harness/model/attention_partial.h"
+#include "harness/model/ops.h"
+#include "profiles/memory.h"
+
+namespace bpbench::dist {
+
+using profiles::Category;
+using profiles::MemoryScope;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+ZigzagLayout zigzag_layout(int64_t seq_len, int64_t ranks, int64_t rank) {
+  if (seq_len < 1 || ranks < 1 || rank < 0 || rank >= ranks)
+    throw std::invalid_argument(
+        fmt::format("zigzag layout: T = {} over {} ranks has no rank {}", seq_len, ranks, rank));
+  ZigzagLayout l;
+  l.ranks = ranks;
+  l.rank = rank;
+  l.seq_len = seq_len;
+  l.block = (seq_len + 2 * ranks - 1) / (2 * ranks);
+  return l;
+}
+
+torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout, double pad) {
+  auto sizes = whole.sizes().vec();
+  const int64_t T = sizes.at(1), b = layout.block;
+  sizes[1] = layout.rows();
+  auto out = torch::full(sizes, pad, whole.options());
+  for (int64_t i = 0; i < 2; ++i) {
+    const int64_t start = layout.first_position(i), real = std::clamp<int64_t>(T - start, 0, b);
+    if (real > 0) out.narrow(1, i * b, real).copy_(whole.narrow(1, start, real));
+  }
+  return out;
+}
+
+namespace {
+
+// The pairs of one ring step: the rank's query blocks i against the key blocks j of the pair it holds
+// (rank `src`'s), with the mask each needs; a key block after the query block is no pair.
+template <class Pair>
+void for_each_pair(const ZigzagLayout& layout, int64_t src, Pair&& pair) {
+  const ZigzagLayout holder = zigzag_layout(layout.seq_len, layout.ranks, src);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 2; ++j) {
+      const int64_t query_block = layout.block_index(i), key_block = holder.block_index(j);
+      if (key_block > query_block) continue;
+      pair(i, j, key_block == query_block ? KeyBlockMask::causal : KeyBlockMask::all);
+    }
+}
+
+int64_t next_rank(const ZigzagLayout& l) {
+  return (l.rank + 1) % l.ranks;
+}
+int64_t previous_rank(const ZigzagLayout& l) {
+  return (l.rank + l.ranks - 1) % l.ranks;
+}
+
+// One hop round the ring: `t` to rank r+1, rank r-1's in its place (counted as communication memory).
+torch::Tensor pass_on(const torch::Tensor& t, const ZigzagLayout& l, Communicator& comm,
+                      const std::string& what) {
+  MemoryScope scope(Category::comm);
+  return comm.send_recv(t, static_cast<int>(next_rank(l)), static_cast<int>(previous_rank(l)), what);
+}
+
+struct RingAttention : public torch::autograd::Function<RingAttention> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, ZigzagLayout layout, Communicator* comm,
+                               std::string what) {
+    const int64_t b = layout.block;
+    std::array<PartialAttention, 2> merged;
+    torch::Tensor kv = torch::stack({k, v});  // (2, N, Hkv, 2b, hd): the pair that travels
+    for (int64_t s = 0; s < layout.ranks; ++s) {
+      if (s > 0) kv = pass_on(kv, layout, *comm, what + " K/V");
+      const int64_t src = (layout.rank - s + layout.ranks) % layout.ranks;
+      for_each_pair(layout, src, [&](int64_t i, int64_t j, KeyBlockMask mask) {
+        merge_partial(merged[i], partial_attention(q.narrow(2, i * b, b), kv[0].narrow(2, j * b, b),
+                                                   kv[1].narrow(2, j * b, b), scale, mask));
+      });
+    }
+    kv.reset();
+    auto out = torch::cat({merged[0].out, merged[1].out}, 2);  // (N, Hq, 2b, hd)
+    auto lse = torch::cat({merged[0].lse, merged[1].lse}, 2);  // (N, Hq, 2b)
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["seq_len"] = layout.seq_len;
+    ctx->saved_data["ranks"] = layout.ranks;
+    ctx->saved_data["rank"] = layout.rank;
+    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
+    ctx->saved_data["what"] = what;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const ZigzagLayout layout =
+        zigzag_layout(ctx->saved_data["seq_len"].toInt(), ctx->saved_data["ranks"].toInt(),
+                      ctx->saved_data["rank"].toInt());
+    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    const std::string what = ctx->saved_data["what"].toStringRef();
+    const int64_t b = layout.block;
+    const auto grad_out = grads[0].contiguous();
+    // dQ and the travelling dK/dV in the accumulation dtype (float32 for bfloat16), rounded once at the end.
+    const auto acc = compute_dtype(q.scalar_type());
+    auto dq = torch::zeros(q.sizes(), q.options().dtype(acc));
+    torch::Tensor kv = torch::stack({k, v});
+    auto dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));  // the accumulator of the pair held
+    for (int64_t s = 0; s < layout.ranks; ++s) {
+      if (s > 0) {
+        kv = pass_on(kv, layout, *comm, what + " K/V (backward)");
+        dkv = pass_on(dkv, layout, *comm, what + " dK/dV");
+      }
+      const int64_t src = (layout.rank - s + layout.ranks) % layout.ranks;
+      for_each_pair(layout, src, [&](int64_t i, int64_t j, KeyBlockMask mask) {
+        auto [dq_pair, dk_pair, dv_pair] = partial_attention_backward(
+            grad_out.narrow(2, i * b, b), q.narrow(2, i * b, b), kv[0].narrow(2, j * b, b),
+            kv[1].narrow(2, j * b, b), out.narrow(2, i * b, b), lse.narrow(2, i * b, b), scale, mask);
+        dq.narrow(2, i * b, b).add_(dq_pair);
+        dkv[0].narrow(2, j * b, b).add_(dk_pair);
+        dkv[1].narrow(2, j * b, b).add_(dv_pair);
+      });
+    }
+    kv.reset();
+    // The accumulator held now is rank r+1's pair, every rank's share in it: one hop home.
+    if (layout.ranks > 1) dkv = pass_on(dkv, layout, *comm, what + " dK/dV (home)");
+    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), {}, {}, {}, {}};
+  }
+};
+
+}  // namespace
+
+torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             double scale, const ZigzagLayout& layout, Communicator& comm,
+                             const std::string& what) {
+  TORCH_CHECK(
+      q.dim() == 4 && q.size(2) == layout.rows() && k.size(2) == layout.rows() && v.size(2) == layout.rows(),
+      "ring attention: q, k, v need the rank's ", layout.rows(), " rows, got ", q.sizes(), ", ", k.sizes(),
+      ", ", v.sizes());
+  TORCH_CHECK(comm.world_size() == layout.ranks && comm.rank() == layout.rank,
+              "ring attention: a layout of rank ", layout.rank, " of ", layout.ranks, " on rank ",
+              comm.rank(), " of ", comm.world_size());
+  return RingAttention::apply(q, k, v, scale, layout, &comm, what);
+}
+
+}  // namespace bpbench::dist

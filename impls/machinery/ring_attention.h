@@ -1,0 +1,57 @@
+// ring_attention.h: context parallelism's attention (torchtitan's context_parallel, Megatron's CP) over P
+// ranks in a ring, on the load-balanced layout the ring strategies run on. Legend: model_config.h, plus
+//   P   ranks      b = ceil(T / 2P) rows of a block      T' = 2 P b   the padded sequence
+//
+// Layout ("zigzag"). The sequence is 2P blocks of b rows; rank r holds blocks r and 2P-1-r, its 2b rows in
+// that order. Under a causal mask a late block costs more than an early one; each rank holding one of each
+// evens the work out (rank r's query blocks see r + 1 and 2P - r key blocks: 2P + 1 in all, on every rank).
+// T not a multiple of 2P is padded at its end, as shard_batch pads (sequence_parallel.h): padded keys come
+// after every real query, which the causal mask hides them from, and padded queries get a zero gradient.
+//
+// Forward. The rank's queries attend to its own K/V, then P - 1 times the K/V pair moves one hop round the
+// ring (send_recv to rank r+1, from rank r-1): at step s the rank holds the pair of rank (r - s) mod P.
+// Query block a against key block j: j < a every key visible, j = a causal, j > a nothing (not computed).
+// The pairs' partial outputs merge by logsumexp (harness/model/attention_partial.h) into o and lse.
+//
+// Backward. The same walk with the merged o and lse: dQ accumulates on the rank; each K/V pair travels with
+// an accumulator of its dK, dV, which every rank it visits adds its pairs' share into. After P steps the
+// accumulator of rank r's pair has visited every rank and sits one hop short of r: one more send_recv
+// returns it. Exchanges a layer: forward P - 1 (K/V), backward P - 1 (K/V) and P (dK/dV).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "impls/machinery/comm.h"
+
+namespace bpbench::dist {
+
+struct ZigzagLayout {
+  int64_t ranks = 1, rank = 0;
+  int64_t seq_len = 0;  // T, the real tokens of a sequence
+  int64_t block = 0;    // b = ceil(T / 2P)
+
+  int64_t padded() const { return 2 * ranks * block; }  // T'
+  int64_t rows() const { return 2 * block; }            // the rank's rows
+  // The global block index of the rank's local block i (0 or 1), and its first position.
+  int64_t block_index(int64_t i) const { return i == 0 ? rank : 2 * ranks - 1 - rank; }
+  int64_t first_position(int64_t i) const { return block_index(i) * block; }
+};
+
+ZigzagLayout zigzag_layout(int64_t seq_len, int64_t ranks, int64_t rank);
+
+// Rank `layout.rank`'s rows of a (N, T, ...) per-position tensor (its two blocks, in order), the positions
+// past T filled with `pad`; and the inverse on whole sequences: every rank's rows back in position order,
+// (N, T', ...) from the P ranks' (N, 2b, ...) parts in rank order (tests and the gathered reference).
+torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout, double pad);
+
+// Causal attention of the rank's queries over the whole sequence's keys, round the ring: q (N, Hq, 2b, hd),
+// k and v (N, Hkv, 2b, hd), the rank's rows in zigzag order -> (N, Hq, 2b, hd). Differentiable in q, k and v;
+// its forward and backward exchange K/V (and dK/dV) with the ring neighbours on `comm`, counted as send_recv
+// calls named after `what`. Every rank of `comm` calls it with the same shapes.
+torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             double scale, const ZigzagLayout& layout, Communicator& comm,
+                             const std::string& what);
+
+}  // namespace bpbench::dist

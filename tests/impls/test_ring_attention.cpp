@@ -1,0 +1,255 @@
+// test_ring_attention.cpp: the pieces of ring context parallelism, each against what it replaces.
+//   PartialAttention  a sequence cut into blocks of unequal sizes, every query block merged over the key
+//   blocks
+//                     before it and its own (causal): the output equals causal_attention on the whole
+//                     sequence, and the pairs' backward, given the merged output and logsumexp, sums to its
+//                     dQ, dK, dV; both kernels (the CPU's fused one, the math form), float64, GQA.
+//   RingAttention     over 2, 3 and 4 Gloo ranks (3 is what Ulysses cannot split 4 heads over): every rank's
+//                     output and dQ, dK, dV rows equal whole-sequence causal attention's, relative 1e-12,
+//                     T a multiple of 2P and T padded (padding over more than one block included), Hkv 1 and
+//                     2; the padded rows' gradients exactly zero; exactly 3P - 2 send_recv calls of one K/V
+//                     pair's bytes each (forward P - 1, backward P - 1 K/V and P dK/dV).
+//   SendRecv          the ring shift on 2 and 3 ranks: what arrives is the left neighbour's, counted once.
+//   RingFailure       a rank that dies before its first exchange: the others fail within the timeout, one
+//                     line naming the rank, send_recv and its peers.
+// A mutation that sends dK/dV home to the wrong owner ((r + 2) mod P) fails RingAttention on 3 and 4 ranks
+// (checked by hand when this file was written).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "harness/model/attention_partial.h"
+#include "harness/model/ops.h"
+#include "impls/machinery/ring_attention.h"
+#include "tests/support/dist_ranks.h"
+#include "tests/support/test_support.h"
+
+namespace bpbench::testing::test_ring_attention {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kN = 2, kHeads = 4, kHeadDim = 6;
+
+struct Inputs {
+  torch::Tensor q, k, v, grad_out;  // (N, Hq, T, hd), (N, Hkv, T, hd) x 2, (N, Hq, T, hd)
+};
+
+Inputs inputs(int64_t T, int64_t kv_heads, int64_t seed) {
+  torch::manual_seed(seed);
+  auto o = torch::TensorOptions().dtype(torch::kDouble);
+  return {torch::randn({kN, kHeads, T, kHeadDim}, o), torch::randn({kN, kv_heads, T, kHeadDim}, o),
+          torch::randn({kN, kv_heads, T, kHeadDim}, o), torch::randn({kN, kHeads, T, kHeadDim}, o)};
+}
+
+// Whole-sequence causal attention's output and gradients: the reference.
+std::vector<torch::Tensor> reference(const Inputs& in) {
+  auto q = in.q.clone().requires_grad_(), k = in.k.clone().requires_grad_(),
+       v = in.v.clone().requires_grad_();
+  // (N, T, Hq hd) as the model's layers take it, back to (N, Hq, T, hd).
+  auto out = causal_attention(q, k, v).view({in.q.size(0), in.q.size(2), in.q.size(1), -1}).transpose(1, 2);
+  out.backward(in.grad_out);
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+double relative(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got - want).norm().item<double>() / want.norm().item<double>();
+}
+
+// ---- partial attention, in one process
+// ---------------------------------------------------------------------
+
+class PartialAttentionBlocks : public ::testing::TestWithParam<std::tuple<PartialKernel, int64_t>> {};
+
+TEST_P(PartialAttentionBlocks, MergeToCausalAttentionAndItsGradients) {
+  const auto [kernel, kv_heads] = GetParam();
+  const std::vector<int64_t> sizes = {3, 4, 3};  // unequal blocks: T = 10
+  const Inputs in = inputs(10, kv_heads, 5);
+  const auto want = reference(in);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  std::vector<int64_t> starts = {0};
+  for (int64_t s : sizes) starts.push_back(starts.back() + s);
+  auto block = [&](const torch::Tensor& t, size_t i) { return t.narrow(2, starts[i], sizes[i]); };
+  auto mask_of = [](size_t key, size_t query) {
+    return key == query ? KeyBlockMask::causal : KeyBlockMask::all;
+  };
+  std::vector<PartialAttention> merged(sizes.size());
+  for (size_t a = 0; a < sizes.size(); ++a)
+    for (size_t j = a + 1; j-- > 0;)  // the diagonal first, then the earlier blocks: any order merges alike
+      merge_partial(merged[a], partial_attention(block(in.q, a), block(in.k, j), block(in.v, j), scale,
+                                                 mask_of(j, a), kernel));
+  auto dq = torch::zeros_like(in.q), dk = torch::zeros_like(in.k), dv = torch::zeros_like(in.v);
+  for (size_t a = 0; a < sizes.size(); ++a) {
+    EXPECT_LT(relative(merged[a].out, block(want[0], a)), 1e-12) << "output of block " << a;
+    for (size_t j = 0; j <= a; ++j) {
+      auto [dq_pair, dk_pair, dv_pair] =
+          partial_attention_backward(block(in.grad_out, a), block(in.q, a), block(in.k, j), block(in.v, j),
+                                     merged[a].out, merged[a].lse, scale, mask_of(j, a), kernel);
+      block(dq, a).add_(dq_pair);
+      block(dk, j).add_(dk_pair);
+      block(dv, j).add_(dv_pair);
+    }
+  }
+  EXPECT_LT(relative(dq, want[1]), 1e-12);
+  EXPECT_LT(relative(dk, want[2]), 1e-12);
+  EXPECT_LT(relative(dv, want[3]), 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, PartialAttentionBlocks,
+                         ::testing::Combine(::testing::Values(PartialKernel::cpu_fused, PartialKernel::math),
+                                            ::testing::Values(int64_t{1}, int64_t{2})),
+                         [](const auto& info) {
+                           return fmt::format(
+                               "{}_kv{}", std::get<0>(info.param) == PartialKernel::math ? "math" : "fused",
+                               std::get<1>(info.param));
+                         });
+
+// ---- round the ring, on Gloo ranks ------------------------------------------------------------------------
+
+// The ranks' piece: the same inputs on every rank, its zigzag rows through ring_attention and back; its
+// output and gradients (ring.pt) and the exchanges counted (rank<r>.json).
+void ring_piece(const json& job, dist::Communicator& comm, const fs::path& out) {
+  const int64_t T = job.at("seq_len"), rank = comm.rank();
+  if (rank == job.value("die_rank", -1)) std::_Exit(7);  // dies before its first exchange
+  const Inputs in = inputs(T, job.at("kv_heads"), job.at("seed"));
+  const auto layout = dist::zigzag_layout(T, comm.world_size(), rank);
+  auto rows = [&](const torch::Tensor& t) {  // (N, H, T, hd) -> (N, H, 2b, hd), padded rows zero
+    return dist::zigzag_rows(t.transpose(1, 2), layout, 0.0).transpose(1, 2).contiguous();
+  };
+  auto q = rows(in.q).requires_grad_(), k = rows(in.k).requires_grad_(), v = rows(in.v).requires_grad_();
+  const auto before = comm.stats();
+  auto o = dist::ring_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)), layout, comm,
+                                "attention");
+  o.backward(rows(in.grad_out));  // a padded row's gradient is zero, as an ignored target makes it
+  torch::save(std::vector<torch::Tensor>{o.detach(), q.grad(), k.grad(), v.grad()},
+              (out / fmt::format("ring{}.pt", rank)).string());
+  write_json(out / fmt::format("rank{}.json", rank), {{"comm", comm.stats().since(before).to_json()}});
+}
+const bool ring_piece_registered = register_rank_piece("ring_attention", &ring_piece);
+
+struct RingCase {
+  int world;
+  int64_t seq_len, kv_heads;
+};
+
+std::string label(const RingCase& c) {
+  return fmt::format("P{}_T{}_kv{}", c.world, c.seq_len, c.kv_heads);
+}
+
+json ring_job(const RingCase& c) {
+  return {
+      {"piece", "ring_attention"}, {"seq_len", c.seq_len}, {"kv_heads", c.kv_heads}, {"seed", 11 + c.world}};
+}
+
+std::vector<RingCase> ring_cases() {
+  // T a multiple of 2P, and not: T = 11 on 4 ranks pads 5 rows, more than a block of 2.
+  return {{2, 8, 2}, {2, 7, 1}, {3, 12, 1}, {3, 13, 2}, {4, 16, 1}, {4, 11, 2}};
+}
+
+class RingAttention : public ::testing::TestWithParam<RingCase> {};
+
+const std::string kRingTest = "EveryRankMatchesWholeSequenceAttention";  // the case names under it
+
+TEST_P(RingAttention, EveryRankMatchesWholeSequenceAttention) {
+  const RingCase& c = GetParam();
+  const std::string name = kRingTest + "/" + label(c);
+  const SharedLaunch& launch =
+      shared_launch(rank_cases_of(
+                        kRingTest, ring_cases(), [](const RingCase& r) { return label(r); }, ring_job),
+                    c.world);
+  ASSERT_TRUE(launch.ran(name, c.world));
+  const json job = ring_job(c);
+  const Inputs in = inputs(c.seq_len, c.kv_heads, job["seed"]);
+  const auto want = reference(in);
+  for (int r = 0; r < c.world; ++r) {
+    SCOPED_TRACE(fmt::format("rank {} of {}", r, c.world));
+    std::vector<torch::Tensor> got;
+    torch::load(got, (launch.dir_of(name) / fmt::format("ring{}.pt", r)).string());
+    ASSERT_EQ(got.size(), 4u);
+    const auto layout = dist::zigzag_layout(c.seq_len, c.world, r);
+    for (int64_t i = 0; i < 2; ++i) {
+      const int64_t start = layout.first_position(i), b = layout.block;
+      const int64_t real = std::clamp<int64_t>(c.seq_len - start, 0, b);
+      for (size_t t = 0; t < 4; ++t) {
+        const auto mine = got[t].narrow(2, i * b, b);
+        if (real > 0) {
+          EXPECT_LT(relative(mine.narrow(2, 0, real), want[t].narrow(2, start, real)), 1e-12)
+              << "tensor " << t << " (out, dq, dk, dv), block " << layout.block_index(i);
+        }
+        if (t > 0 && real < b) {
+          EXPECT_EQ(mine.narrow(2, real, b - real).abs().max().item<double>(), 0.0)
+              << "padded rows, tensor " << t;
+        }
+      }
+    }
+    const json comm = json::parse(file_text(launch.dir_of(name) / fmt::format("rank{}.json", r)))["comm"];
+    const int64_t pair_bytes = 2 * kN * c.kv_heads * layout.rows() * kHeadDim * 8;
+    EXPECT_EQ(comm["send_recv"]["calls"], 3 * c.world - 2);
+    EXPECT_EQ(comm["send_recv"]["bytes"], (3 * c.world - 2) * pair_bytes);
+    EXPECT_EQ(comm["send_recv"]["wire_bytes"], (3 * c.world - 2) * pair_bytes);
+    EXPECT_EQ(comm["all_to_all"]["calls"], 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, RingAttention, ::testing::ValuesIn(ring_cases()),
+                         [](const auto& info) { return label(info.param); });
+
+// ---- the exchange itself, and a rank that dies ------------------------------------------------------------
+
+void shift_piece(const json&, dist::Communicator& comm, const fs::path& out) {
+  const int r = comm.rank(), P = comm.world_size();
+  const auto before = comm.stats();
+  auto got = comm.send_recv(torch::full({3, 5}, static_cast<double>(r), torch::kDouble), (r + 1) % P,
+                            (r + P - 1) % P, "shift");
+  write_json(out / fmt::format("rank{}.json", r), {{"received", got.mean().item<double>()},
+                                                   {"exact", got.eq((r + P - 1) % P).all().item<bool>()},
+                                                   {"comm", comm.stats().since(before).to_json()}});
+}
+const bool shift_piece_registered = register_rank_piece("shift", &shift_piece);
+
+TEST(SendRecv, TheRingShiftDeliversTheLeftNeighboursTensorCountedOnce) {
+  for (int world : {2, 3}) {
+    TempDir tmp;
+    const LaunchResult run = launch_ranks({{"piece", "shift"}, {"out", tmp.dir().string()}}, world);
+    ASSERT_EQ(run.exit_code, 0) << run.error << rank_errors(tmp.dir(), world);
+    for (int r = 0; r < world; ++r) {
+      const json got = json::parse(file_text(tmp.dir() / fmt::format("rank{}.json", r)));
+      EXPECT_EQ(got["received"], (r + world - 1) % world) << "rank " << r << " of " << world;
+      EXPECT_TRUE(got["exact"].get<bool>());
+      EXPECT_EQ(got["comm"]["send_recv"]["calls"], 1);
+      EXPECT_EQ(got["comm"]["send_recv"]["bytes"], 15 * 8);
+      EXPECT_EQ(got["comm"]["send_recv"]["wire_bytes"], 15 * 8);
+      EXPECT_EQ(got["comm"]["send_recv"]["physical"], "send_recv");
+    }
+  }
+}
+
+TEST(RingFailure, ARankThatDiesMidRingEndsTheOthersWithOneLine) {
+  TempDir tmp;
+  json job = ring_job({3, 12, 2});
+  job["die_rank"] = 1;
+  job["out"] = tmp.dir().string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const LaunchResult run = launch_ranks(job, 3, {{"BPBENCH_DIST_TIMEOUT_S", "20"}});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_LT(seconds, 60.0);
+  EXPECT_NE(run.error.find("rank 1 of 3"), std::string::npos) << run.error;
+  for (int r : {0, 2}) {
+    const std::string err = file_text(tmp.dir() / fmt::format("rank{}.error", r));
+    EXPECT_NE(err.find(fmt::format("rank {} of 3 (gloo): send_recv 'attention K/V (to rank", r)),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(err.find('\n'), err.size() - 1) << "one line: " << err;
+  }
+}
+
+}  // namespace
+}  // namespace bpbench::testing::test_ring_attention
