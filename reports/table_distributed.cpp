@@ -36,7 +36,8 @@ std::string section_distributed(const Analysis& a) {
            std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
            peak ? format_bytes(*peak) : std::string(kDash), t ? format_time(*t) : std::string(kDash),
            any ? format_time(comm_s) : std::string(kDash), collective("reduce_scatter"),
-           collective("all_gather"), collective("all_reduce"), collective("all_to_all")});
+           collective("all_gather"), collective("all_reduce"), collective("all_to_all"),
+           collective("send_recv")});
     }
   }
   if (rows.empty()) return "";
@@ -44,9 +45,10 @@ std::string section_distributed(const Analysis& a) {
          "spent in collectives (Gloo: host wall time; NCCL: device time) and its collectives in the measured "
          "step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
          "the embedding; sequence parallelism (ulysses, streambp-ulysses) exchanges rows and heads by "
-         "all-to-all, six per layer.\n\n" +
+         "all-to-all, six per layer; the ring (ring) passes K/V to its neighbour by send_recv, 4P - 3 per "
+         "layer.\n\n" +
          md_table({"cell", "rank", "status", "peak", "BP time (s)", "comm (s)", "reduce_scatter",
-                   "all_gather", "all_reduce", "all_to_all"},
+                   "all_gather", "all_reduce", "all_to_all", "send_recv"},
                   rows, 3);
 }
 

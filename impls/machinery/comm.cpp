@@ -15,6 +15,7 @@
 #define USE_C10D_GLOO  // ProcessGroupGloo.hpp is guarded by this macro
 #endif
 #include "impls/machinery/comm.h"
+#include "impls/machinery/comm_messages.h"
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -58,34 +59,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The first line of an engine's message, trimmed (c10 errors append backtraces; Gloo prefixes a source file).
-std::string first_line(const std::string& text) {
-  std::string line = text.substr(0, text.find('\n'));
-  while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
-  return line;
-}
-
-std::string error_text(const std::exception& e) {
-  if (auto* c10 = dynamic_cast<const c10::Error*>(&e)) return first_line(c10->what_without_backtrace());
-  return first_line(e.what());
-}
-
-std::string hint_for(const std::string& message, std::chrono::milliseconds timeout) {
-  auto has = [&](const char* s) { return message.find(s) != std::string::npos; };
-  if (has("closed by peer") || has("Connection reset") || has("Broken pipe") || has("Connection refused"))
-    return "; a peer rank exited or crashed";
-  if (has("imed out") || has("imeout"))
-    return fmt::format("; a peer rank did not respond within the timeout of {} s (BPBENCH_DIST_TIMEOUT_S)",
-                       timeout.count() / 1000.0);
-  return "";
-}
-
-std::string format_bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / double(1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", bytes / double(1 << 10));
-  return fmt::format("{} B", bytes);
 }
 
 bool is_loopback(const std::string& addr) {

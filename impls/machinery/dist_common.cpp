@@ -95,7 +95,13 @@ int64_t global_examples(const Strategy& strategy, int64_t examples, int world) {
 }
 
 Batch local_batch(const Strategy& strategy, const Batch& global, int rank, int world) {
+  if (const auto* d = dynamic_cast<const DistStrategy*>(&strategy))
+    return d->local_slice(global, rank, world);
   return strategy.sequence_parallel() ? shard_batch(global, rank, world) : rank_batch(global, rank, world);
+}
+
+Batch DistStrategy::local_slice(const Batch& global, int rank, int world) const {
+  return sequence_parallel() ? shard_batch(global, rank, world) : rank_batch(global, rank, world);
 }
 
 // ---- strategy state ---------------------------------------------------------------------------------------
@@ -155,19 +161,19 @@ std::string DistStrategy::description() const {
   return fmt::format("{} ({})", schedule_, options_.label());
 }
 
-std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t ranks) {
+std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t multiple) {
   return fmt::format(
-      "the routers' load-balancing loss under sequence parallelism needs T divisible by the ranks (T = {} "
-      "over {} ranks is padded by {} row(s), which it would count); not implemented",
-      seq_len, ranks, ranks - seq_len % ranks);
+      "the routers' load-balancing loss under sequence parallelism needs T divisible by {} (T = {} is "
+      "padded by {} row(s), which it would count); not implemented",
+      multiple, seq_len, multiple - seq_len % multiple);
 }
 
 std::optional<std::string> DistStrategy::unsupported(const CellTraits& traits) const {
-  if (sequence_parallel() && traits.model && traits.world_size > 1)
+  if (splits_heads() && traits.model && traits.world_size > 1)
     if (auto why = sequence_parallel_refusal(*traits.model, traits.world_size)) return why;
   if (sequence_parallel() && traits.router_balance && traits.world_size > 1 && traits.seq_len > 0 &&
-      traits.seq_len % traits.world_size != 0)
-    return sequence_parallel_balance_refusal(traits.seq_len, traits.world_size);
+      traits.seq_len % unpadded_multiple(traits.world_size) != 0)
+    return sequence_parallel_balance_refusal(traits.seq_len, unpadded_multiple(traits.world_size));
   if (current_communicator() || CommConfig::env_present() || traits.world_size > 1) return std::nullopt;
   return "needs a process group: world_size >= 2 in the scenario, or a torchrun-style launch (RANK, "
          "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)";
@@ -281,8 +287,9 @@ DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strateg
     // (harness/model/router_balance.h). Its gradient is each row's part of the global loss, so where the
     // gradients are averaged over the ranks it goes in R times. A padded sequence-parallel slice would count
     // its padding rows.
-    if (strategy.sequence_parallel() && in.batch.whole_seq_len % R != 0)
-      throw std::invalid_argument(sequence_parallel_balance_refusal(in.batch.whole_seq_len, R));
+    if (strategy.sequence_parallel() && in.batch.whole_seq_len % strategy.unpadded_multiple(R) != 0)
+      throw std::invalid_argument(
+          sequence_parallel_balance_refusal(in.batch.whole_seq_len, strategy.unpadded_multiple(R)));
     m.router_balance->set_reduce(
         [comm = comm_](torch::Tensor& tally) {
           MemoryScope scope(Category::comm);

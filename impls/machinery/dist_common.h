@@ -31,9 +31,9 @@
 
 namespace bpbench::dist {
 
-// Why a sequence-parallel step cannot add the routers' load-balancing loss at this length (T not divisible
-// by the ranks: its padding rows would be counted).
-std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t ranks);
+// Why a sequence-parallel step cannot add the routers' load-balancing loss at this length (T not a multiple
+// of `multiple`, DistStrategy::unpadded_multiple: its padding rows would be counted).
+std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t multiple);
 
 struct DistOptions {
   bool shard_params = false;  // ZeRO-3-style: a layer's parameters live as shards, gathered around each use
@@ -88,6 +88,13 @@ class DistStrategy : public Strategy {
   // style parameter shards) is not estimated.
   bool estimated() const override { return !options_.shard_params; }
   bool data_parallel() const override { return true; }
+  // This rank's part of the global batch: its examples (rank_batch), or under sequence parallelism its rows
+  // of every sequence (shard_batch; the ring strategies' zigzag_batch).
+  virtual Batch local_slice(const Batch& global, int rank, int world) const;
+  // Sequence parallel: whether the ranks split the attention by heads (Ulysses: refused where they cannot,
+  // sequence_parallel.h), and the multiple of T that needs no padding rows (Ulysses P, the ring 2P).
+  virtual bool splits_heads() const { return sequence_parallel(); }
+  virtual int64_t unpadded_multiple(int64_t ranks) const { return ranks; }
 
   const GradientShards& last_gradient_shards() const;
   CommStats last_step_comm() const;  // this rank's collectives during the last forward_backward

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "harness/model/attention_partial.h"
+#include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 #include "profiles/memory.h"
 
@@ -148,7 +149,58 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   TORCH_CHECK(comm.world_size() == layout.ranks && comm.rank() == layout.rank,
               "ring attention: a layout of rank ", layout.rank, " of ", layout.ranks, " on rank ",
               comm.rank(), " of ", comm.world_size());
-  return RingAttention::apply(q, k, v, scale, layout, &comm, what);
+  auto out = RingAttention::apply(q, k, v, scale, layout, &comm, what);
+  // The FLOP counter's seam (flop_count.h), once for the rank's pairs: per (sequence, query head) its two
+  // diagonal blocks (causal) and the 2P - 1 key blocks before its query blocks (all keys), b x b each. The
+  // counts are linear in the pairs, so one call with their sums tallies what the pairs ran.
+  const int64_t b = layout.block, square = b * b;
+  AttentionPairs pairs;
+  pairs.visible = 2 * causal_pairs(b, b) + (2 * layout.ranks - 1) * square;
+  pairs.all = (2 * layout.ranks + 1) * square;
+  const bool fused = partial_kernel_for(q.device()) == PartialKernel::cpu_fused;
+  pairs.executed = fused ? pairs.visible : pairs.all;  // the math form scores every pair, masked or not
+  pairs.rescored = true;  // both forms compute Q K^T again in the pair's backward
+  count_attention(q.size(0), q.size(1), q.size(3), pairs, out);
+  return out;
+}
+
+Batch zigzag_batch(const Batch& global, int64_t rank, int64_t ranks) {
+  const int64_t T = global.whole_seq_len > 0 ? global.whole_seq_len : global.seq_len();
+  const ZigzagLayout layout = zigzag_layout(T, ranks, rank);
+  auto rows = [&](const torch::Tensor& t, double pad) {
+    return t.defined() ? zigzag_rows(t, layout, pad) : torch::Tensor();
+  };
+  Batch b = global;
+  b.input_ids = rows(global.input_ids, 0);
+  b.targets = rows(global.targets, static_cast<double>(kIgnoreIndex));
+  b.ref_logps = rows(global.ref_logps, 0);
+  b.old_logps = rows(global.old_logps, 0);
+  b.loss_tokens = b.targets.ne(kIgnoreIndex).sum().item<int64_t>();
+  b.first_position = 0;
+  b.whole_seq_len = T;
+  return b;
+}
+
+torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
+                         Communicator& comm) {
+  const int64_t b = layout.block, N = x.size(0);
+  torch::Tensor o;  // (N, 2b, Hq hd)
+  {
+    auto h = m.attn_norm(i, x);  // (N, 2b, d)
+    std::vector<torch::Tensor> qs, ks, vs;
+    for (int64_t blk = 0; blk < 2; ++blk) {  // each block at its own positions
+      const auto rows = h.narrow(1, blk * b, b);
+      qs.push_back(m.project_q(i, rows, layout.first_position(blk), layout.seq_len));  // (N, Hq, b, hd)
+      KV kv = m.project_kv(i, rows, layout.first_position(blk), layout.seq_len);       // (N, Hkv, b, hd)
+      ks.push_back(kv.k);
+      vs.push_back(kv.v);
+    }
+    auto heads =
+        ring_attention(torch::cat(qs, 2), torch::cat(ks, 2), torch::cat(vs, 2), m.config.attention_scale(),
+                       layout, comm, fmt::format("layer {} attention", i));
+    o = heads.transpose(1, 2).reshape({N, layout.rows(), -1});
+  }
+  return m.mlp_block(i, m.attention_output(i, x, o));
 }
 
 }  // namespace bpbench::dist

@@ -23,6 +23,8 @@
 
 #include <string>
 
+#include "harness/model/model.h"
+#include "harness/objectives/batch.h"
 #include "impls/machinery/comm.h"
 
 namespace bpbench::dist {
@@ -53,5 +55,16 @@ torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const ZigzagLayout& layout, Communicator& comm,
                              const std::string& what);
+
+// Rank `rank`'s zigzag rows of `global` (whole sequences of T tokens), as shard_batch slices them for
+// Ulysses: each per-position tensor's two blocks (past T: token 0, ignored targets, zero log-probs), the
+// per-sequence tensors whole, loss_tokens its own rows' targets, whole_seq_len T. first_position stays 0: the
+// rows are not one range (the layout says where each block starts).
+Batch zigzag_batch(const Batch& global, int64_t rank, int64_t ranks);
+
+// Layer i of `m` on the rank's zigzag rows x (N, 2b, d) -> (N, 2b, d): norms, projections (RoPE at each
+// block's own positions), o_proj and MLP on the rows, attention round the ring (named "layer i attention").
+torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
+                         Communicator& comm);
 
 }  // namespace bpbench::dist

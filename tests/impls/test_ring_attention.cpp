@@ -8,7 +8,8 @@
 //                     output and dQ, dK, dV rows equal whole-sequence causal attention's, relative 1e-12,
 //                     T a multiple of 2P and T padded (padding over more than one block included), Hkv 1 and
 //                     2; the padded rows' gradients exactly zero; exactly 3P - 2 send_recv calls of one K/V
-//                     pair's bytes each (forward P - 1, backward P - 1 K/V and P dK/dV).
+//                     pair's bytes each (forward P - 1, backward P - 1 K/V and P dK/dV); the FLOP counter's
+//                     tally of the rank's pairs.
 //   SendRecv          the ring shift on 2 and 3 ranks: what arrives is the left neighbour's, counted once.
 //   RingFailure       a rank that dies before its first exchange: the others fail within the timeout, one
 //                     line naming the rank, send_recv and its peers.
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "harness/model/attention_partial.h"
+#include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 #include "impls/machinery/ring_attention.h"
 #include "tests/support/dist_ranks.h"
@@ -125,12 +127,23 @@ void ring_piece(const json& job, dist::Communicator& comm, const fs::path& out) 
   };
   auto q = rows(in.q).requires_grad_(), k = rows(in.k).requires_grad_(), v = rows(in.v).requires_grad_();
   const auto before = comm.stats();
-  auto o = dist::ring_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)), layout, comm,
-                                "attention");
-  o.backward(rows(in.grad_out));  // a padded row's gradient is zero, as an ignored target makes it
+  FlopCounts flops;
+  torch::Tensor o;
+  {
+    FlopCounter counter;
+    o = dist::ring_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)), layout, comm,
+                             "attention");
+    o.backward(rows(in.grad_out));  // a padded row's gradient is zero, as an ignored target makes it
+    flops = counter.counts();
+  }
   torch::save(std::vector<torch::Tensor>{o.detach(), q.grad(), k.grad(), v.grad()},
               (out / fmt::format("ring{}.pt", rank)).string());
-  write_json(out / fmt::format("rank{}.json", rank), {{"comm", comm.stats().since(before).to_json()}});
+  write_json(out / fmt::format("rank{}.json", rank), {{"comm", comm.stats().since(before).to_json()},
+                                                      {"flops",
+                                                       {{"forward", flops.forward_attention},
+                                                        {"backward", flops.backward_attention},
+                                                        {"rescore", flops.attention_rescore},
+                                                        {"masked", flops.attention_masked}}}});
 }
 const bool ring_piece_registered = register_rank_piece("ring_attention", &ring_piece);
 
@@ -195,6 +208,15 @@ TEST_P(RingAttention, EveryRankMatchesWholeSequenceAttention) {
     EXPECT_EQ(comm["send_recv"]["bytes"], (3 * c.world - 2) * pair_bytes);
     EXPECT_EQ(comm["send_recv"]["wire_bytes"], (3 * c.world - 2) * pair_bytes);
     EXPECT_EQ(comm["all_to_all"]["calls"], 0);
+    // FLOPs (flop_count.h): per (sequence, head) two causal b x b pairs and 2P - 1 whole ones, whatever the
+    // rank; the CPU's fused kernel skips the masked half and computes Q K^T again in its backward.
+    const json flops = json::parse(file_text(launch.dir_of(name) / fmt::format("rank{}.json", r)))["flops"];
+    const int64_t b = layout.block, per_pair = kN * kHeads * kHeadDim;
+    const int64_t visible = 2 * (b * b - b * (b - 1) / 2) + (2 * c.world - 1) * b * b;
+    EXPECT_EQ(flops["forward"], 4 * per_pair * visible);
+    EXPECT_EQ(flops["backward"], 8 * per_pair * visible);
+    EXPECT_EQ(flops["rescore"], 2 * per_pair * visible);
+    EXPECT_EQ(flops["masked"], 0);
   }
 }
 

@@ -202,18 +202,20 @@ std::vector<SpCase> exactness_cases() {
   return cases;
 }
 
-// T not divisible by P pads the last rank's rows, which the load-balancing loss would count: such a cell is
-// skipped with the reason, one the ranks divide runs.
+// T not divisible by P (the ring: 2P) pads rows, which the load-balancing loss would count: such a cell is
+// skipped with the reason, one without padding runs.
 TEST(SequenceParallelRefusal, TheLoadBalancingLossNeedsTDivisibleByTheRanks) {
   const ModelConfig moe = find_model_preset("tiny-moe");
-  for (const std::string impl : {"ulysses", "streambp-ulysses"}) {
+  for (const auto& [impl, multiple] :
+       std::vector<std::pair<std::string, int>>{{"ulysses", 2}, {"streambp-ulysses", 2}, {"ring", 4}}) {
     const auto strategy = make_strategy(impl);
     CellTraits traits{"sft", 2, &moe};
     traits.router_balance = true;
     traits.seq_len = 13;
     const auto why = strategy->unsupported(traits);
     ASSERT_TRUE(why.has_value()) << impl;
-    EXPECT_NE(why->find("needs T divisible by the ranks (T = 13 over 2 ranks is padded by 1 row(s)"),
+    EXPECT_NE(why->find(fmt::format("needs T divisible by {} (T = 13 is padded by {} row(s)", multiple,
+                                    multiple - 13 % multiple)),
               std::string::npos)
         << *why;
     traits.seq_len = 12;

@@ -1,0 +1,165 @@
+// test_ring.cpp: the ring strategy (impls/ring.cpp) on 2, 3 and 4 Gloo ranks, each a process
+// (tests/support/dist_ranks.h), against single-process plain BP on the same whole sequences, float64.
+//
+//   RingExactness   every parameter's gathered gradient and the loss equal plain BP's to 1e-10: SFT, DPO,
+//                   GRPO on 2, 3 (which Ulysses cannot split tiny's 4 heads over) and 4 ranks; T = 13, padded
+//                   on every P (to 16, 18, 16), and T = 12 and 16, multiples of 2P; LoRA, tied embeddings,
+//                   one K/V head, mixture-of-experts layers and their load-balancing loss. Collectives of the
+//                   step, exactly: L (4P - 3) send_recvs, no all_to_all, L + 2 reduce_scatters (LoRA: L), 2
+//                   all_reduces (DPO: 3; the load-balancing loss: one more).
+//   RingRefusal     sliding-window models and shard_params are skipped cells with the reason.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "impls/machinery/dist_common.h"
+#include "impls/machinery/ring_attention.h"
+#include "tests/support/dist_ranks.h"
+#include "tests/support/test_support.h"
+
+namespace bpbench::testing::test_ring {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr double kTol = 1e-10;
+
+struct RingCase {
+  std::string objective;
+  int world;
+  std::string model = "tiny";
+  int64_t kv_heads = 2, lora_rank = 0, seq_len = kDistT;
+  bool tied = false;
+  double aux = 0.0;  // router_aux_loss_coef
+};
+
+std::string label(const RingCase& c) {
+  return fmt::format("{}_w{}{}{}{}{}{}{}", c.objective, c.world, c.model == "tiny" ? "" : "_moe",
+                     c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "", c.lora_rank ? "_lora" : "",
+                     c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "", c.tied ? "_tied" : "",
+                     c.aux > 0 ? "_aux" : "");
+}
+
+json ring_job(const RingCase& c) {
+  return {{"impl", "ring"},       {"objective", c.objective}, {"model", c.model},
+          {"dtype", "float64"},   {"kv_heads", c.kv_heads},   {"lora_rank", c.lora_rank},
+          {"seq_len", c.seq_len}, {"tied", c.tied},           {"router_aux_loss_coef", c.aux},
+          {"warmup", 0}};
+}
+
+std::vector<RingCase> ring_cases() {
+  std::vector<RingCase> cases;
+  for (int world : {2, 3, 4})
+    for (const std::string objective : {"sft", "dpo", "grpo"}) cases.push_back({objective, world});
+  for (const auto& [world, T] : std::vector<std::pair<int, int64_t>>{{2, 12}, {3, 12}, {4, 16}}) {
+    RingCase even{"sft", world};
+    even.seq_len = T;  // a multiple of 2P: no padding row
+    cases.push_back(even);
+  }
+  RingCase lora{"sft", 3};
+  lora.lora_rank = 3;
+  cases.push_back(lora);
+  RingCase lora_dpo{"dpo", 2};
+  lora_dpo.lora_rank = 3;
+  cases.push_back(lora_dpo);
+  RingCase tied{"sft", 2};
+  tied.tied = true;
+  cases.push_back(tied);
+  RingCase gqa{"grpo", 3};
+  gqa.kv_heads = 1;
+  cases.push_back(gqa);
+  cases.push_back(RingCase{"sft", 3, "tiny-moe"});
+  RingCase aux{"grpo", 3, "tiny-moe"};
+  aux.seq_len = 12;
+  aux.aux = 0.5;
+  cases.push_back(aux);
+  return cases;
+}
+
+class RingExactness : public ::testing::TestWithParam<RingCase> {};
+
+const std::string kExactnessTest = "GatheredGradientsEqualPlainOnTheWholeSequences";
+
+TEST_P(RingExactness, GatheredGradientsEqualPlainOnTheWholeSequences) {
+  const RingCase& c = GetParam();
+  const std::string name = kExactnessTest + "/" + label(c);
+  const SharedLaunch& launch =
+      shared_launch(rank_cases_of(kExactnessTest, ring_cases(), label, ring_job), c.world);
+  ASSERT_TRUE(launch.ran(name, c.world));
+  const fs::path dir = launch.dir_of(name);
+  const json job = ring_job(c);
+
+  Model model = dist_job_model(job);
+  auto objective = make_objective(c.objective);
+  const Batch global = dist_job_global_batch(job, model, c.world);
+  ASSERT_EQ(global.examples, kDistExamplesPerRank) << "the ranks share the same sequences";
+  const StepResult ref = run_step("plain", model, global, *objective, {c.seq_len, c.seq_len});
+
+  const json r0 = json::parse(file_text(dir / "rank0.json"));
+  expect_same_gradients(ref, rank0_step(dir), kTol, label(c));
+  for (int r = 1; r < c.world; ++r) {  // every rank reports the same loss
+    const json rr = json::parse(file_text(dir / fmt::format("rank{}.json", r)));
+    EXPECT_NEAR(rr.at("loss").get<double>(), ref.loss, kTol * std::abs(ref.loss)) << "rank " << r;
+  }
+  const int64_t L = model.config.layers, P = c.world;
+  const json& comm = r0.at("comm");
+  EXPECT_EQ(comm["send_recv"]["calls"], L * (4 * P - 3)) << comm.dump();
+  EXPECT_EQ(comm["all_to_all"]["calls"], 0) << comm.dump();
+  EXPECT_EQ(comm["reduce_scatter"]["calls"], model.has_lora() ? L : L + 2) << comm.dump();
+  EXPECT_EQ(comm["all_reduce"]["calls"], 2 + (c.objective == "dpo" ? 1 : 0) + (c.aux > 0 ? 1 : 0))
+      << comm.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, RingExactness, ::testing::ValuesIn(ring_cases()),
+                         [](const auto& info) { return label(info.param); });
+
+TEST(RingRefusal, SlidingWindowsAndShardParamsAreSkippedWithTheReason) {
+  const ModelConfig gemma = find_model_preset("tiny-gemma3");
+  const auto ring = make_strategy("ring");
+  const auto why = ring->unsupported(CellTraits{"sft", 2, &gemma});
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("ring: tiny-gemma3's sliding-window layers are not implemented"), std::string::npos)
+      << *why;
+  const ModelConfig tiny = find_model_preset("tiny");  // 4 query heads: 3 ranks cannot split them by heads
+  EXPECT_FALSE(ring->unsupported(CellTraits{"sft", 3, &tiny}).has_value());
+  dist::DistOptions sharded;
+  sharded.shard_params = true;
+  const auto sharded_ring = make_distributed_strategy("ring", sharded);
+  const auto why_sharded = sharded_ring->unsupported(CellTraits{"sft", 2, &tiny});
+  ASSERT_TRUE(why_sharded.has_value());
+  EXPECT_NE(why_sharded->find("shard_params"), std::string::npos) << *why_sharded;
+}
+
+TEST(RingLayout, ZigzagBatchHoldsBlocksRAnd2PMinus1MinusR) {
+  Model model = tiny_model({2, false});
+  auto sft = make_objective("sft");
+  BatchSpec spec;
+  spec.examples = 1;
+  spec.seq_len = 13;
+  spec.seed = 3;
+  spec.vocab = model.config.vocab;
+  const Batch global = sft->make_batch(spec, model, 13);
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < 3; ++r) {  // b = 3, T' = 18: positions 13..17 padding
+    const Batch b = dist::zigzag_batch(global, r, 3);
+    const auto layout = dist::zigzag_layout(13, 3, r);
+    EXPECT_EQ(b.seq_len(), 6);
+    EXPECT_EQ(b.whole_seq_len, 13);
+    for (int64_t i = 0; i < 2; ++i) {
+      const int64_t start = layout.first_position(i), real = std::clamp<int64_t>(13 - start, 0, 3);
+      EXPECT_EQ(start, i == 0 ? 3 * r : 3 * (5 - r));
+      if (real > 0)
+        EXPECT_TRUE(b.input_ids.narrow(1, 3 * i, real).equal(global.input_ids.narrow(1, start, real)));
+      if (real < 3)
+        EXPECT_TRUE(b.targets.narrow(1, 3 * i + real, 3 - real).eq(kIgnoreIndex).all().item<bool>());
+    }
+    tokens += b.loss_tokens;
+  }
+  EXPECT_EQ(tokens, global.loss_tokens);
+}
+
+}  // namespace
+}  // namespace bpbench::testing::test_ring
