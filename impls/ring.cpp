@@ -21,16 +21,12 @@
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/ring_attention.h"
 #include "impls/machinery/sequence_parallel.h"
-#include "profiles/memory.h"
 
 namespace bpbench {
 namespace {
 
 using dist::DistStep;
 using dist::ZigzagLayout;
-using profiles::Category;
-using profiles::MemoryScope;
-using profiles::PhaseScope;
 
 class Ring final : public dist::DistStrategy {
  public:
@@ -66,56 +62,15 @@ class Ring final : public dist::DistStrategy {
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
-    const Model& m = in.model;
     auto& comm = step.comm();
     const ZigzagLayout layout =
         dist::zigzag_layout(step.batch().whole_seq_len, comm.world_size(), comm.rank());
     if (step.batch().seq_len() != layout.rows())
       throw std::logic_error(fmt::format("ring: rank {} holds {} rows, its layout {}", comm.rank(),
                                          step.batch().seq_len(), layout.rows()));
-
-    std::vector<torch::Tensor> xs;  // x_0..x_L (N, 2b, d)
-    {
-      PhaseScope phase("forward");
-      MemoryScope scope(Category::checkpoints);
-      torch::NoGradGuard no_grad;
-      xs.push_back(m.embed(step.batch().input_ids));
-      for (int64_t i = 0; i < m.config.layers; ++i)
-        xs.push_back(dist::ring_layer(m, i, xs.back(), layout, comm));
-    }
-
-    torch::Tensor loss, dy;
-    step.open_head();
-    {
-      PhaseScope phase("head");
-      MemoryScope scope(Category::logits);
-      auto x_last = xs.back().detach().requires_grad_(true);
-      auto sums = in.objective.token_sums(m.head_logits(x_last), step.batch(), 0);  // (N), via (N, 2b, V)
-      if (!in.objective.outer_is_linear())  // f'(S) at the whole sequences' S
-        sums = sums + (dist::all_sequence_sums(sums, comm) - sums.detach());
-      auto rank_loss = in.objective.outer(sums, step.batch());
-      rank_loss.backward();
-      loss = rank_loss.detach();
-      dy = x_last.grad();  // (N, 2b, d)
-    }
-    step.reduce_and_close(step.head());
-    xs.pop_back();
-
-    for (int64_t i = m.config.layers - 1; i >= 0; --i) {
-      PhaseScope phase(fmt::format("layer {} backward", i));
-      step.open(step.layer(i));
-      {
-        MemoryScope scope(Category::activations);
-        auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
-        xs[i] = torch::Tensor();
-        dist::ring_layer(m, i, x_in, layout, comm).backward(dy);
-        dy = x_in.grad();  // (N, 2b, d)
-      }
-      step.reduce_and_close(step.layer(i));
-    }
-
-    step.embedding_backward(dy);
-    return step.finish(loss);
+    return dist::checkpointed_rows_step(step, in, [&](int64_t i, const torch::Tensor& x) {
+      return dist::ring_layer(in.model, i, x, layout, comm);
+    });
   }
 };
 

@@ -21,16 +21,12 @@
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/sequence_parallel.h"
 #include "impls/machinery/sequence_parallel_estimate.h"
-#include "profiles/memory.h"
 
 namespace bpbench {
 namespace {
 
 using dist::DistStep;
 using dist::SequenceLayout;
-using profiles::Category;
-using profiles::MemoryScope;
-using profiles::PhaseScope;
 
 class Ulysses final : public dist::DistStrategy {
  public:
@@ -54,57 +50,11 @@ class Ulysses final : public dist::DistStrategy {
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
-    const Model& m = in.model;
     auto& comm = step.comm();
-    const SequenceLayout layout = dist::layout_of(m.config, step.batch(), comm);
-
-    std::vector<torch::Tensor> xs;  // x_0..x_L (N, Ts, d)
-    {
-      PhaseScope phase("forward");
-      MemoryScope scope(Category::checkpoints);
-      torch::NoGradGuard no_grad;
-      xs.push_back(m.embed(step.batch().input_ids));
-      for (int64_t i = 0; i < m.config.layers; ++i) {
-        step.gather_layer(i);
-        xs.push_back(dist::sequence_parallel_layer(m, i, xs.back(), layout, comm));
-        step.release_layer(i);
-      }
-    }
-
-    torch::Tensor loss, dy;
-    step.open_head();
-    {
-      PhaseScope phase("head");
-      MemoryScope scope(Category::logits);
-      auto x_last = xs.back().detach().requires_grad_(true);
-      auto sums = in.objective.token_sums(m.head_logits(x_last), step.batch(), 0);  // (N), via (N, Ts, V)
-      if (!in.objective.outer_is_linear())  // f'(S) at the whole sequences' S
-        sums = sums + (dist::all_sequence_sums(sums, comm) - sums.detach());
-      auto rank_loss = in.objective.outer(sums, step.batch());
-      rank_loss.backward();
-      loss = rank_loss.detach();
-      dy = x_last.grad();  // (N, Ts, d)
-    }
-    step.reduce_and_close(step.head());
-    xs.pop_back();
-
-    for (int64_t i = m.config.layers - 1; i >= 0; --i) {
-      PhaseScope phase(fmt::format("layer {} backward", i));
-      step.gather_layer(i);
-      step.open(step.layer(i));
-      {
-        MemoryScope scope(Category::activations);
-        auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
-        xs[i] = torch::Tensor();
-        dist::sequence_parallel_layer(m, i, x_in, layout, comm).backward(dy);
-        dy = x_in.grad();  // (N, Ts, d)
-      }
-      step.reduce_and_close(step.layer(i));
-      step.release_layer(i);
-    }
-
-    step.embedding_backward(dy);
-    return step.finish(loss);
+    const SequenceLayout layout = dist::layout_of(in.model.config, step.batch(), comm);
+    return dist::checkpointed_rows_step(step, in, [&](int64_t i, const torch::Tensor& x) {
+      return dist::sequence_parallel_layer(in.model, i, x, layout, comm);
+    });
   }
 };
 

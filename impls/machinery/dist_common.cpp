@@ -97,7 +97,7 @@ int64_t global_examples(const Strategy& strategy, int64_t examples, int world) {
 Batch local_batch(const Strategy& strategy, const Batch& global, int rank, int world) {
   if (const auto* d = dynamic_cast<const DistStrategy*>(&strategy))
     return d->local_slice(global, rank, world);
-  return strategy.sequence_parallel() ? shard_batch(global, rank, world) : rank_batch(global, rank, world);
+  return rank_batch(global, rank, world);  // only distributed strategies are sequence parallel
 }
 
 Batch DistStrategy::local_slice(const Batch& global, int rank, int world) const {

@@ -13,6 +13,7 @@ namespace bpbench::dist {
 
 using profiles::Category;
 using profiles::MemoryScope;
+using profiles::PhaseScope;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -266,6 +267,57 @@ torch::Tensor layer_in_chunks(const Model& m, int64_t i, const torch::Tensor& x,
     y.narrow(1, s, n).copy_(m.mlp_block(i, m.attention_output(i, x.narrow(1, s, n), o_rows.narrow(1, s, n))));
   }
   return y;
+}
+
+torch::Tensor checkpointed_rows_step(DistStep& step, const StepInputs& in, const RowsLayer& layer) {
+  const Model& m = in.model;
+  std::vector<torch::Tensor> xs;  // x_0..x_L (N, rows, d)
+  {
+    PhaseScope phase("forward");
+    MemoryScope scope(Category::checkpoints);
+    torch::NoGradGuard no_grad;
+    xs.push_back(m.embed(step.batch().input_ids));
+    for (int64_t i = 0; i < m.config.layers; ++i) {
+      step.gather_layer(i);
+      xs.push_back(layer(i, xs.back()));
+      step.release_layer(i);
+    }
+  }
+
+  torch::Tensor loss, dy;
+  step.open_head();
+  {
+    PhaseScope phase("head");
+    MemoryScope scope(Category::logits);
+    auto x_last = xs.back().detach().requires_grad_(true);
+    auto sums = in.objective.token_sums(m.head_logits(x_last), step.batch(), 0);  // (N), via (N, rows, V)
+    if (!in.objective.outer_is_linear())  // f'(S) at the whole sequences' S
+      sums = sums + (all_sequence_sums(sums, step.comm()) - sums.detach());
+    auto rank_loss = in.objective.outer(sums, step.batch());
+    rank_loss.backward();
+    loss = rank_loss.detach();
+    dy = x_last.grad();  // (N, rows, d)
+  }
+  step.reduce_and_close(step.head());
+  xs.pop_back();
+
+  for (int64_t i = m.config.layers - 1; i >= 0; --i) {
+    PhaseScope phase(fmt::format("layer {} backward", i));
+    step.gather_layer(i);
+    step.open(step.layer(i));
+    {
+      MemoryScope scope(Category::activations);
+      auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
+      xs[i] = torch::Tensor();
+      layer(i, x_in).backward(dy);
+      dy = x_in.grad();  // (N, rows, d)
+    }
+    step.reduce_and_close(step.layer(i));
+    step.release_layer(i);
+  }
+
+  step.embedding_backward(dy);
+  return step.finish(loss);
 }
 
 }  // namespace bpbench::dist

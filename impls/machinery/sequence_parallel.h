@@ -34,12 +34,14 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "harness/model/model.h"
 #include "harness/objectives/batch.h"
 #include "impls/machinery/comm.h"
+#include "impls/machinery/dist_common.h"
 
 namespace bpbench::dist {
 
@@ -93,6 +95,14 @@ HeadShards heads_to_rows(const HeadShards& grads, const SequenceLayout& layout, 
 
 // The sequence sums S (N) of an objective whose f is not linear (DPO), from every rank's part: all-reduced.
 torch::Tensor all_sequence_sums(const torch::Tensor& rank_sums, Communicator& comm);
+
+// Layer i on the rank's rows, differentiable: sequence_parallel_layer (ulysses), ring_layer (ring).
+using RowsLayer = std::function<torch::Tensor(int64_t i, const torch::Tensor& x)>;
+// The layerwise-checkpointed step of a rank's rows, whatever carries its attention across ranks: the no-grad
+// forward keeping every layer's input x_i (N, rows, d); the head on the rank's rows with full logits (DPO:
+// the sequence sums all-reduced first), reduce-scattered; then each layer again from x_i with grad and its
+// backward, reduce-scattered; the embedding's backward. Returns step.finish(loss).
+torch::Tensor checkpointed_rows_step(DistStep& step, const StepInputs& in, const RowsLayer& layer);
 
 // The attention output o (N, T', Hq' hd) of the rank's heads -> (N, Ts, Hq hd) on its rows: one all-to-all.
 torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& layout, Communicator& comm,

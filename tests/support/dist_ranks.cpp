@@ -255,6 +255,23 @@ TEST(DistChild, RankBody) {
 
 }  // namespace
 
+Model expect_plain_on_whole_sequences(const json& job, const fs::path& dir, int world, double tol,
+                                      const std::string& label) {
+  Model model = dist_job_model(job);
+  const std::string objective_name = job.at("objective");
+  auto objective = make_objective(objective_name);
+  const Batch global = dist_job_global_batch(job, model, world);
+  EXPECT_EQ(global.examples, kDistExamplesPerRank) << "the ranks share the same sequences";
+  const int64_t T = job.value("seq_len", kDistT);
+  const StepResult ref = run_step("plain", model, global, *objective, {T, T});
+  expect_same_gradients(ref, rank0_step(dir), tol, label);
+  for (int r = 1; r < world; ++r) {  // every rank reports the same loss
+    const json rr = json::parse(file_text(dir / fmt::format("rank{}.json", r)));
+    EXPECT_NEAR(rr.at("loss").get<double>(), ref.loss, tol * std::abs(ref.loss)) << "rank " << r;
+  }
+  return model;
+}
+
 bool register_rank_piece(const std::string& name, RankPiece body) {
   rank_pieces()[name] = body;
   return true;

@@ -43,6 +43,12 @@ Batch dist_job_global_batch(const nlohmann::json& job, Model& model, int world);
 // Rank 0's loss, parameter names and gathered gradients (grads.pt) in `dir`, as a single-process step's.
 StepResult rank0_step(const std::filesystem::path& dir);
 
+// For ranks that share the same sequences (ulysses, ring): the job's launch in `dir` against single-process
+// plain BP on the whole sequences, float64: rank 0's gathered gradients and loss, and every rank's loss,
+// within `tol`. Returns the job's model (for the collectives' counts).
+Model expect_plain_on_whole_sequences(const nlohmann::json& job, const std::filesystem::path& dir, int world,
+                                      double tol, const std::string& label);
+
 // A rank's body for a job with "piece": NAME in place of a strategy's steps: a test file registers its own
 // (`const bool registered = register_rank_piece("name", &body);`) and its ranks run it on the launch's
 // group, writing rank<r>.json (the launch's sign of a finished job) and whatever else into `out`.
