@@ -16,8 +16,8 @@ set -e
 echo "The ten longest ctest entries of this run:"
 sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn | head -10 |
   awk '{printf "  %7.1f s  %s\n", $1, $2}'
-# A case that skips itself inside a shard leaves its shard passed: name those cases, as ctest names the skipped
-# entries, from the shards' GoogleTest reports (tests/discover_test_groups.py).
+# A case that skips itself inside a shard or a together group leaves its entry passed: name those cases, as
+# ctest names the skipped entries, from those entries' GoogleTest reports (tests/discover_test_groups.py).
 reports="$root/build/tests/shard-reports"
 if compgen -G "$reports/*.json" >/dev/null; then
   python3 - "$reports" <<'PY'
@@ -27,7 +27,8 @@ skipped = sorted(f"{suite['name']}.{case['name']}"
                  for suite in json.load(open(report))["testsuites"] for case in suite["testsuite"]
                  if case.get("result") == "SKIPPED")
 if skipped:
-    print(f"Cases skipped inside shards ({len(skipped)}; their reasons: the shard's output, ctest -V -R shard_):")
+    print(f"Cases skipped inside shared entries ({len(skipped)}; their reasons: that entry's output, "
+          "ctest -V -R ENTRY):")
     print("\n".join("  " + name for name in skipped))
 PY
 fi

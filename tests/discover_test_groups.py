@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the ctest entries of bpbench_tests: N shards that share a process, and one process per case for the
-cases that tests/test_groups.txt names (fresh, slow) or GoogleTest disables.
+"""Writes the ctest entries of bpbench_tests: N shards that share a process, one process per case for the
+cases that tests/test_groups.txt names fresh or slow (or GoogleTest disables), and one process for each
+`together` group.
 
 Run after each build of the test binary (tests/CMakeLists.txt); ctest includes the file it writes.
 Usage: discover_test_groups.py --binary EXE --groups test_groups.txt --shards N --working-dir DIR --out FILE
@@ -38,15 +39,20 @@ def list_cases(binary):
 
 
 def read_groups(path):
-    """[(group, compiled regex)] from 'GROUP REGEX' lines; '#' starts a comment line."""
+    """[(group, compiled regex)] from 'fresh REGEX', 'slow REGEX' and 'together NAME REGEX' lines (the group
+    of the last is 'together:NAME'); '#' starts a comment line."""
     groups = []
     for number, line in enumerate(open(path, encoding="utf-8"), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         group, _, pattern = line.partition(" ")
-        if group not in ("fresh", "slow") or not pattern.strip():
-            sys.exit(f"{path}:{number}: expected 'fresh REGEX' or 'slow REGEX', got: {line}")
+        if group == "together":
+            name, _, pattern = pattern.strip().partition(" ")
+            group = f"together:{name}" if re.fullmatch(r"[a-z0-9_]+", name) else ""
+        if (group not in ("fresh", "slow") and not group.startswith("together:")) or not pattern.strip():
+            sys.exit(f"{path}:{number}: expected 'fresh REGEX', 'slow REGEX' or 'together NAME REGEX' "
+                     f"(NAME in [a-z0-9_]+), got: {line}")
         groups.append((group, re.compile(pattern.strip())))
     return groups
 
@@ -57,10 +63,14 @@ def is_disabled(case):
 
 
 def group_of(case, groups):
+    """slow before fresh before the first together group that matches; "shared" (a shard) when none does."""
     if is_disabled(case):
         return "disabled"
-    matched = {group for group, regex in groups if regex.search(case)}
-    return "slow" if "slow" in matched else ("fresh" if matched else "shared")
+    matched = [group for group, regex in groups if regex.search(case)]
+    for group in ("slow", "fresh"):
+        if group in matched:
+            return group
+    return matched[0] if matched else "shared"
 
 
 def main():
@@ -75,6 +85,8 @@ def main():
     cases = list_cases(args.binary)
     groups = read_groups(args.groups)
     by_group: dict[str, list[str]] = {"shared": [], "fresh": [], "slow": [], "disabled": []}
+    for group, _ in groups:
+        by_group.setdefault(group, [])
     for case in cases:
         by_group[group_of(case, groups)].append(case)
 
@@ -102,10 +114,20 @@ def main():
                 properties += " DISABLED TRUE"
             add(case.replace("DISABLED_", ""), case, properties)
 
+    # A together group: its cases in one process, as they share work that a shard would split (the distributed
+    # suites' rank launches: dealt over N shards, each world size's ranks started N times).
+    for group, members in by_group.items():
+        if group.startswith("together:") and members:
+            name = group.removeprefix("together:")
+            add(name, ":".join(members),
+                f"ENVIRONMENT [==[{TEST_ENVIRONMENT}]==] TIMEOUT 900 LABELS together COST 100",
+                also_disabled=False, report=f"{args.working_dir}/shard-reports/{name}.json")
+
     # The shards: everything else, dealt out by GoogleTest itself (case i of the filtered list to shard
     # i % N).
     shards = max(1, min(args.shards, len(by_group["shared"])))
-    own_process = by_group["slow"] + by_group["fresh"]
+    own_process = [c for group, members in by_group.items() if group not in ("shared", "disabled")
+                   for c in members]
     exclude = ("-" + ":".join(own_process)) if own_process else "*"
     if by_group["shared"]:
         for k in range(shards):
