@@ -62,6 +62,8 @@ struct FlopSchedule {
                                    // q, k, v values before their exchange)
   bool recomputes_attention = false;  // every layer's attention once more without grad, in the same blocks
                                       // (streambp-ulysses' attention output before its MLP chunks)
+  bool ring_attention = false;  // a rank's 2b zigzag rows, every head, attention round the ring of ranks
+                                // (impls/machinery/ring_attention.h: ring_attention_pairs)
 };
 
 class Strategy {
@@ -90,6 +92,12 @@ class Strategy {
   // Its estimate, next to the code it describes (harness/estimate/estimate.h asks for it; a strategy that
   // returns false from estimated() is refused by `bpbench estimate` by name):
   virtual bool estimated() const { return false; }
+  // Why its estimate does not hold on `device` ("cpu", "cuda") though estimated() is true; nullopt where it
+  // does. `bpbench estimate` refuses such a request with the reason, and leaves the strategy out of its
+  // default list.
+  virtual std::optional<std::string> estimate_gap(const std::string& /*device*/) const {
+    return std::nullopt;
+  }
   // Data parallel over a process group (impls/machinery/dist_common.h): its phases count the gradient buckets
   // and shards of one rank and no pre-allocated gradients (harness/estimate/estimate.cpp takes them apart).
   virtual bool data_parallel() const { return false; }

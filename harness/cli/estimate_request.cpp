@@ -222,11 +222,13 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   if (in.ranks < 1)
     throw std::invalid_argument(fmt::format("estimate: --ranks must be >= 1, got {}", in.ranks));
   if (impls.empty()) {
-    // Those that can take the request (offload; the ranks splitting the heads, for sequence parallelism).
+    // Those that can take the request (offload; the ranks splitting the heads, for sequence parallelism; an
+    // estimate that holds on the device).
     for (const auto& name : in.ranks > 1 ? estimated_data_parallel_impls() : estimated_impls()) {
       const auto strategy = make_strategy(name);
       if ((!in.offload || strategy->uses_offload()) &&
-          !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})))
+          !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})) &&
+          !strategy->estimate_gap(in.device))
         r.impls.push_back(name);
     }
   } else {

@@ -173,6 +173,8 @@ void check_estimate_input(const EstimateInput& in) {
         "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
         in.impl));
   estimated_objective(in.objective);
+  if (const auto gap = make_strategy(in.impl)->estimate_gap(in.device))
+    throw std::invalid_argument("estimate: " + *gap);
   if (in.offload && !make_strategy(in.impl)->uses_offload()) {
     std::vector<std::string> offloading;  // of those the estimate knows, at this many ranks
     const auto& known = in.ranks > 1 ? parallel : impls;

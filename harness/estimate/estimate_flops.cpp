@@ -10,6 +10,7 @@
 
 #include "harness/model/attention_kernels.h"
 #include "harness/objectives/objective.h"
+#include "impls/machinery/ring_attention.h"
 #include "impls/strategy.h"
 
 namespace bpbench {
@@ -85,35 +86,45 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   check_estimate_input(in);
   const ModelConfig& c = in.config;
   const auto strategy = make_strategy(in.impl);
+  const FlopSchedule schedule = strategy->flop_schedule();
   // A sequence-parallel rank (impls/machinery/sequence_parallel.h) runs the projections, MLP and head on its
-  // Ts rows and the attention of its Hq / P heads over the padded T' = P Ts rows: one rank's FLOPs.
+  // Ts rows and the attention of its Hq / P heads over the padded T' = P Ts rows: one rank's FLOPs. On the
+  // ring its rows are 2b = 2 ceil(T / 2P), with every head (ring_attention.h).
   const int64_t P = strategy->sequence_parallel() ? in.ranks : 1;
   const int64_t N = in.sequences, L = c.layers, r = in.lora_rank;
-  const int64_t Ts = (in.seq_len + P - 1) / P, T = P * Ts;  // T: the attention's length
+  const dist::ZigzagLayout ring = dist::zigzag_layout(in.seq_len, P, 0);
+  const int64_t Ts = schedule.ring_attention ? ring.rows() : (in.seq_len + P - 1) / P;
+  const int64_t T = P * Ts;  // the attention's length
   const bool full = r == 0;
   const int64_t rows = N * Ts;
-  const int64_t per_pair = N * (c.heads / P) * c.head_dim;
+  const int64_t per_pair = N * (schedule.ring_attention ? c.heads : c.heads / P) * c.head_dim;
   const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
   FlopCounts f;
 
+  // The FLOPs of `pairs` (query, key) pairs per (sequence, query head): forward, and with grad backward.
+  auto tally = [&](const AttentionPairs& pairs, bool with_grad) {
+    const int64_t visible = pairs.visible, executed = pairs.executed, all = pairs.all;
+    const int64_t masked = executed - visible;
+    f.attention_dense += 4 * per_pair * all;
+    f.attention_masked += 4 * per_pair * masked;
+    (with_grad ? f.forward_attention : f.recompute_attention) += 4 * per_pair * visible;
+    if (!with_grad) return;
+    f.backward_attention += 8 * per_pair * visible;
+    f.attention_dense += 8 * per_pair * all;
+    f.attention_masked += 8 * per_pair * masked;
+    if (pairs.rescored) f.attention_rescore += 2 * per_pair * executed;
+  };
+
   // Layer i's attention: one call per query block of `block` rows over the keys up to its end, from the
-  // block's window start under a sliding window (ModelConfig::first_visible_key).
+  // block's window start under a sliding window (ModelConfig::first_visible_key); the ring's, one tally of
+  // the rank's pairs.
   auto attention_calls = [&](int64_t i, int64_t block, bool with_grad) {
+    if (schedule.ring_attention) return tally(dist::ring_attention_pairs(ring, device), with_grad);
     const int64_t window = c.window_of(i);
     const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, window);
     for (int64_t s = 0; s < T; s += block) {
       const int64_t q = std::min(block, T - s), e = s + q - c.first_visible_key(i, s);  // keys the call gets
-      const AttentionPairs pairs = attention_pairs(kernel, q, e, window);
-      const int64_t visible = pairs.visible, executed = pairs.executed, all = pairs.all;
-      const int64_t masked = executed - visible;
-      f.attention_dense += 4 * per_pair * all;
-      f.attention_masked += 4 * per_pair * masked;
-      (with_grad ? f.forward_attention : f.recompute_attention) += 4 * per_pair * visible;
-      if (!with_grad) continue;
-      f.backward_attention += 8 * per_pair * visible;
-      f.attention_dense += 8 * per_pair * all;
-      f.attention_masked += 8 * per_pair * masked;
-      if (pairs.rescored) f.attention_rescore += 2 * per_pair * executed;
+      tally(attention_pairs(kernel, q, e, window), with_grad);
     }
   };
   const std::vector<LinearShape> head = {{c.hidden, c.vocab, true}};
@@ -131,7 +142,6 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   // What the strategy runs again (impls/, its flop_schedule()): attention with grad whole or in chunks of
   // `partition` queries, a no-grad forward of the layers (K/V for all rows, queries in the same blocks), and
   // the head, the MLP or the K/V projections once more.
-  const FlopSchedule schedule = strategy->flop_schedule();
   const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
   const int64_t grad_block = schedule.attention_by_partition ? partition : T;
   for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, true);

@@ -62,17 +62,13 @@ PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& 
   return {out.reshape(q.sizes()).to(q.scalar_type()), lse.reshape({q.size(0), q.size(1), q.size(2)})};
 }
 
-void merge_partial(PartialAttention& acc, const PartialAttention& next) {
-  if (!acc.out.defined()) {
-    acc = next;
-    return;
-  }
-  auto lse = torch::logaddexp(acc.lse, next.lse);  // (N, Hq, c)
+void merge_partial(const PartialAttention& acc, const PartialAttention& next) {
+  const auto lse = torch::logaddexp(acc.lse, next.lse);  // (N, Hq, c)
   const auto dtype = lse.scalar_type();
-  auto from_acc = torch::exp(acc.lse - lse).unsqueeze(-1),
-       from_next = torch::exp(next.lse - lse).unsqueeze(-1);
-  acc.out = (acc.out.to(dtype) * from_acc + next.out.to(dtype) * from_next).to(acc.out.scalar_type());
-  acc.lse = lse;
+  auto merged = acc.out.to(dtype) * (acc.lse - lse).exp_().unsqueeze(-1);  // (N, Hq, c, hd)
+  merged.addcmul_(next.out.to(dtype), (next.lse - lse).exp_().unsqueeze(-1));
+  acc.out.copy_(merged);
+  acc.lse.copy_(lse);
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(

@@ -40,9 +40,13 @@ PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& 
 PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    double scale, KeyBlockMask mask, PartialKernel kernel);
 
-// `acc` becomes the attention over its keys and `next`'s: lse = log(e^lse_a + e^lse_n), out weighted by
-// e^(lse_a - lse) and e^(lse_n - lse). An empty acc (no block yet) takes `next` as it is.
-void merge_partial(PartialAttention& acc, const PartialAttention& next);
+// `acc` becomes, in place, the attention over its keys and `next`'s: lse = log(e^lse_a + e^lse_n), out
+// weighted by e^(lse_a - lse) and e^(lse_n - lse) in lse's dtype, rounded to out's once. acc's tensors may be
+// views of the caller's buffers (the ring writes each query block's rows of one (N, Hq, 2b, hd) output);
+// what the merge allocates is transient: two (N, Hq, c) (the new lse, one weight at a time) and one (N, Hq,
+// c, hd) in lse's dtype (and, for reduced-precision out, the two upcast copies). A caller's first pair is
+// copied in, not merged.
+void merge_partial(const PartialAttention& acc, const PartialAttention& next);
 
 // The pair's (dQ, dK, dV): dQ (N, Hq, c, hd) this pair's term, dK and dV (N, Hkv, e, hd) its keys' whole
 // gradient, given grad_out and the merged out and lse (all of the query block's key blocks).

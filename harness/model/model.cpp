@@ -292,11 +292,34 @@ KV Model::project_kv(int64_t i, const torch::Tensor& h) const {
 }
 
 KV Model::project_kv(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
+  return project_kv(i, h_rows, {{h_rows.size(1), pos0}}, seq_len);
+}
+
+namespace {
+
+// RoPE on x (N, H, rows, hd) block by block, each at its own positions; one block is RoPE itself (no copy).
+torch::Tensor rope_blocks(const torch::Tensor& x, const std::vector<Model::PositionBlock>& blocks,
+                          int64_t seq_len, const RopeConfig& rope) {
+  if (blocks.size() == 1) return apply_rope(x, blocks[0].pos0, seq_len, rope);
+  std::vector<torch::Tensor> parts;
+  int64_t row = 0;
+  for (const auto& b : blocks) {
+    parts.push_back(apply_rope(x.narrow(2, row, b.rows), b.pos0, seq_len, rope));
+    row += b.rows;
+  }
+  TORCH_CHECK(row == x.size(2), "rope blocks: ", row, " rows for ", x.size(2));
+  return torch::cat(parts, 2);
+}
+
+}  // namespace
+
+KV Model::project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
+                     int64_t seq_len) const {
   const auto& w = layers[i];
-  auto k = split_heads(w.k(h_rows, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, c, hd)
+  auto k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, rows, hd)
   if (w.k_norm.defined()) k = norm(k, w.k_norm);
-  k = apply_rope(k, pos0, seq_len, config.rope_of(i));
-  auto v = split_heads(w.v(h_rows, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, c, hd)
+  k = rope_blocks(k, blocks, seq_len, config.rope_of(i));
+  auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, rows, hd)
   return {k, v};
 }
 
@@ -315,10 +338,15 @@ KV Model::kv_values(int64_t i, const torch::Tensor& x, int64_t rows) const {
 }
 
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
+  return project_q(i, h_rows, {{h_rows.size(1), pos0}}, seq_len);
+}
+
+torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
+                               int64_t seq_len) const {
   const auto& w = layers[i];
-  auto q = split_heads(w.q(h_rows, lora_enabled), config.heads, config.head_dim);  // (N, Hq, c, hd)
+  auto q = split_heads(w.q(h, lora_enabled), config.heads, config.head_dim);  // (N, Hq, rows, hd)
   if (w.q_norm.defined()) q = norm(q, w.q_norm);
-  return apply_rope(q, pos0, seq_len, config.rope_of(i));
+  return rope_blocks(q, blocks, seq_len, config.rope_of(i));
 }
 
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,

@@ -132,6 +132,17 @@ class Model {
   KV kv_values(int64_t i, const torch::Tensor& x, int64_t rows) const;
   // Queries of rows at positions pos0 .. of a seq_len-token sequence (RoPE's dynamic scaling depends on it).
   torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
+  // Rows of h (N, rows, d) that lie at separate places of a seq_len-token sequence, in h's row order: each
+  // block `rows` rows from position `pos0` (ring context parallelism's zigzag blocks). The projections run
+  // once over all of h (a block of N > 1 sequences would be a strided slice, copied for its matmul and kept
+  // by its graph), RoPE block by block.
+  struct PositionBlock {
+    int64_t rows, pos0;
+  };
+  torch::Tensor project_q(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
+                          int64_t seq_len) const;
+  KV project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
+                int64_t seq_len) const;
   torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                 const KV& kv) const;
   // attention_block's two halves, which sequence parallelism (impls/machinery/sequence_parallel.h) runs

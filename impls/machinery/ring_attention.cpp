@@ -10,11 +10,13 @@
 #include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 #include "profiles/memory.h"
+#include "profiles/phase_log.h"
 
 namespace bpbench::dist {
 
 using profiles::Category;
 using profiles::MemoryScope;
+using profiles::PhaseScope;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -75,20 +77,30 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, ZigzagLayout layout, Communicator* comm,
                                std::string what) {
+    PhaseScope phase("ring attention");  // the timeline's view of the ring within a layer
     const int64_t b = layout.block;
-    std::array<PartialAttention, 2> merged;
+    // The output and logsumexp of the rank's rows, each query block's merged into in place pair by pair.
+    auto out = torch::empty_like(q);  // (N, Hq, 2b, hd)
+    auto lse = torch::empty(q.sizes().slice(0, 3), q.options().dtype(compute_dtype(q.scalar_type())));
+    std::array<bool, 2> filled{false, false};
     torch::Tensor kv = torch::stack({k, v});  // (2, N, Hkv, 2b, hd): the pair that travels
     for (int64_t s = 0; s < layout.ranks; ++s) {
       if (s > 0) kv = pass_on(kv, layout, *comm, what + " K/V");
       const int64_t src = (layout.rank - s + layout.ranks) % layout.ranks;
       for_each_pair(layout, src, [&](int64_t i, int64_t j, KeyBlockMask mask) {
-        merge_partial(merged[i], partial_attention(q.narrow(2, i * b, b), kv[0].narrow(2, j * b, b),
-                                                   kv[1].narrow(2, j * b, b), scale, mask));
+        const PartialAttention pair = partial_attention(q.narrow(2, i * b, b), kv[0].narrow(2, j * b, b),
+                                                        kv[1].narrow(2, j * b, b), scale, mask);
+        const PartialAttention merged{out.narrow(2, i * b, b), lse.narrow(2, i * b, b)};
+        if (filled[i]) {
+          merge_partial(merged, pair);
+        } else {
+          merged.out.copy_(pair.out);
+          merged.lse.copy_(pair.lse);
+          filled[i] = true;
+        }
       });
     }
     kv.reset();
-    auto out = torch::cat({merged[0].out, merged[1].out}, 2);  // (N, Hq, 2b, hd)
-    auto lse = torch::cat({merged[0].lse, merged[1].lse}, 2);  // (N, Hq, 2b)
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["seq_len"] = layout.seq_len;
@@ -100,6 +112,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    PhaseScope phase("ring attention backward");
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const double scale = ctx->saved_data["scale"].toDouble();
@@ -150,18 +163,22 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
               "ring attention: a layout of rank ", layout.rank, " of ", layout.ranks, " on rank ",
               comm.rank(), " of ", comm.world_size());
   auto out = RingAttention::apply(q, k, v, scale, layout, &comm, what);
-  // The FLOP counter's seam (flop_count.h), once for the rank's pairs: per (sequence, query head) its two
-  // diagonal blocks (causal) and the 2P - 1 key blocks before its query blocks (all keys), b x b each. The
-  // counts are linear in the pairs, so one call with their sums tallies what the pairs ran.
+  // The FLOP counter's seam (flop_count.h), once for the rank's pairs: the counts are linear in the pairs,
+  // so one call with their sums tallies what the pairs ran.
+  const AttentionPairs pairs = ring_attention_pairs(layout, q.device());
+  count_attention(q.size(0), q.size(1), q.size(3), pairs, out);
+  return out;
+}
+
+AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device) {
   const int64_t b = layout.block, square = b * b;
   AttentionPairs pairs;
   pairs.visible = 2 * causal_pairs(b, b) + (2 * layout.ranks - 1) * square;
   pairs.all = (2 * layout.ranks + 1) * square;
-  const bool fused = partial_kernel_for(q.device()) == PartialKernel::cpu_fused;
+  const bool fused = partial_kernel_for(device) == PartialKernel::cpu_fused;
   pairs.executed = fused ? pairs.visible : pairs.all;  // the math form scores every pair, masked or not
   pairs.rescored = true;  // both forms compute Q K^T again in the pair's backward
-  count_attention(q.size(0), q.size(1), q.size(3), pairs, out);
-  return out;
+  return pairs;
 }
 
 Batch zigzag_batch(const Batch& global, int64_t rank, int64_t ranks) {
@@ -186,18 +203,18 @@ torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, cons
   const int64_t b = layout.block, N = x.size(0);
   torch::Tensor o;  // (N, 2b, Hq hd)
   {
-    auto h = m.attn_norm(i, x);  // (N, 2b, d)
-    std::vector<torch::Tensor> qs, ks, vs;
-    for (int64_t blk = 0; blk < 2; ++blk) {  // each block at its own positions
-      const auto rows = h.narrow(1, blk * b, b);
-      qs.push_back(m.project_q(i, rows, layout.first_position(blk), layout.seq_len));  // (N, Hq, b, hd)
-      KV kv = m.project_kv(i, rows, layout.first_position(blk), layout.seq_len);       // (N, Hkv, b, hd)
-      ks.push_back(kv.k);
-      vs.push_back(kv.v);
+    // q (N, Hq, 2b, hd), k and v (N, Hkv, 2b, hd): each block at its own positions.
+    const std::vector<Model::PositionBlock> blocks{{b, layout.first_position(0)},
+                                                   {b, layout.first_position(1)}};
+    torch::Tensor q;
+    KV kv;
+    {
+      const auto h = m.attn_norm(i, x);  // released before the attention (its graph keeps what it needs)
+      q = m.project_q(i, h, blocks, layout.seq_len);
+      kv = m.project_kv(i, h, blocks, layout.seq_len);
     }
-    auto heads =
-        ring_attention(torch::cat(qs, 2), torch::cat(ks, 2), torch::cat(vs, 2), m.config.attention_scale(),
-                       layout, comm, fmt::format("layer {} attention", i));
+    auto heads = ring_attention(q, kv.k, kv.v, m.config.attention_scale(), layout, comm,
+                                fmt::format("layer {} attention", i));  // (N, Hq, 2b, hd)
     o = heads.transpose(1, 2).reshape({N, layout.rows(), -1});
   }
   return m.mlp_block(i, m.attention_output(i, x, o));

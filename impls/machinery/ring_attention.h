@@ -23,6 +23,7 @@
 
 #include <string>
 
+#include "harness/model/flop_count.h"
 #include "harness/model/model.h"
 #include "harness/objectives/batch.h"
 #include "impls/machinery/comm.h"
@@ -55,6 +56,12 @@ torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const ZigzagLayout& layout, Communicator& comm,
                              const std::string& what);
+
+// The (query, key) pairs per (sequence, query head) of one rank's ring attention, as it counts them
+// (flop_count.h): its two diagonal blocks (causal) and the 2P - 1 key blocks before its query blocks (all
+// keys), b x b each; the CPU's fused kernel skips the masked half of a diagonal block, the math form does
+// not.
+AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device);
 
 // Rank `rank`'s zigzag rows of `global` (whole sequences of T tokens), as shard_batch slices them for
 // Ulysses: each per-position tensor's two blocks (past T: token 0, ignored targets, zero log-probs), the

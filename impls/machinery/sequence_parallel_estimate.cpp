@@ -195,16 +195,18 @@ std::vector<PhaseEstimate> ulysses_phases(const MemoryTerms& D) {
     if (phase.name.rfind("head", 0) == 0) out.push_back(phase);
   // The top layer again with grad (as checkpoint's whole_mlp_backward and whole_attention_backward, on the
   // two views): on the rows its graph without q, k and v themselves (the exchange saves nothing; the
-  // attention saves what it received), the attention output of the rows (o_proj's input), the rope tables;
+  // attention saves what it received), the attention output of the rows (o_proj's input, in the MLP's
+  // backward only), the rope tables;
   // on the heads what the attention saved: Q, K, V, output, logsumexp.
   auto layer_graph = [&](PhaseBuilder& p, bool with_mlp) {
     add_checkpoints(p, R, fmt::format("layer inputs x_0..x_{} (Ts rows each)", top), top + 1);
     p.add("the rows' attention half below q, k, v: N*Ts*(attn_row - Aq*s + kv_row - 2*Akv*s - output_norm)",
           n * (R.attn_row() - R.Aq * R.s + R.kv_row() - 2 * R.Akv * R.s - R.output_norm()));
-    p.add("the attention output of the rows (o_proj's input): N*Ts*Aq*s", v.q());
-    if (with_mlp)
+    if (with_mlp) {  // o_proj's input is released by o_proj's backward, which comes after the MLP's
+      p.add("the attention output of the rows (o_proj's input): N*Ts*Aq*s", v.q());
       p.add("the MLP half below its output norm: N*Ts*(mlp_row - output_norm)",
             n * (R.mlp_row() - R.output_norm()));
+    }
     p.add("rope tables of q and k: 4*Ts*hd*s", 2 * R.rope(R.T));
     p.add(
         "saved by the attention: Q, K, V of the heads, output, logsumexp: N*T'*(Aq' + 2*Ak' + attn_out_row)",

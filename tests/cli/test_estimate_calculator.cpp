@@ -351,23 +351,26 @@ TEST(EstimateCalculator, GpusReserveAndTheTableOfAll) {
 }
 
 // --ranks R: one rank's estimate of the distributed strategies (measured against Gloo runs in
-// RunnerFeatures.DistributedPeakOfEveryRankMatchesItsEstimate and ...SequenceParallelPeakOf...); their shards
-// shrink with R, and a sequence-parallel rank's share of the sequence too.
+// tests/run/test_per_rank_peaks.cpp); their shards shrink with R, and a sequence-parallel rank's share of the
+// sequence too.
 TEST(EstimateCalculator, RanksEstimateOneRankOfTheDataParallelStrategies) {
   const json two = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--threads", "1"});
   const json four = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "4", "--threads", "1"});
-  ASSERT_EQ(two["estimates"].size(), 4u);
+  ASSERT_EQ(two["estimates"].size(), 5u);
   EXPECT_EQ(two["setting"]["ranks"], 2);
-  const std::vector<std::string> impls = {"streambp-dist", "checkpoint-dist", "ulysses", "streambp-ulysses"};
+  const std::vector<std::string> impls = {"streambp-dist", "checkpoint-dist", "ulysses", "streambp-ulysses",
+                                          "ring"};
   for (size_t k = 0; k < impls.size(); ++k) {
     EXPECT_EQ(two["estimates"][k]["impl"], impls[k]);
     EXPECT_LT(four["estimates"][k]["memory"]["grads_bytes"], two["estimates"][k]["memory"]["grads_bytes"]);
   }
   for (size_t k = 2; k < impls.size(); ++k)  // the rank's rows: T / R of them
     EXPECT_LT(four["estimates"][k]["memory"]["peak_bytes"], two["estimates"][k]["memory"]["peak_bytes"]);
-  // 3 ranks cannot split small's 4 query heads: by default only the data-parallel ones; asked for, one line.
+  // 3 ranks cannot split small's 4 query heads: by default the data-parallel ones and the ring, which splits
+  // no heads; Ulysses asked for, one line.
   const json three = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "3", "--threads", "1"});
-  ASSERT_EQ(three["estimates"].size(), 2u);
+  ASSERT_EQ(three["estimates"].size(), 3u);
+  EXPECT_EQ(three["estimates"][2]["impl"], "ring");
   EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "3", "--impl", "ulysses"})
                 .find("3 ranks cannot split 4 query heads and 2 K/V heads"),
             std::string::npos);

@@ -82,11 +82,22 @@ TEST_P(PartialAttentionBlocks, MergeToCausalAttentionAndItsGradients) {
   auto mask_of = [](size_t key, size_t query) {
     return key == query ? KeyBlockMask::causal : KeyBlockMask::all;
   };
-  std::vector<PartialAttention> merged(sizes.size());
-  for (size_t a = 0; a < sizes.size(); ++a)
-    for (size_t j = a + 1; j-- > 0;)  // the diagonal first, then the earlier blocks: any order merges alike
-      merge_partial(merged[a], partial_attention(block(in.q, a), block(in.k, j), block(in.v, j), scale,
-                                                 mask_of(j, a), kernel));
+  // Each query block's running output and logsumexp: views of one buffer, merged into in place.
+  auto out = torch::empty_like(in.q), lse = torch::empty(out.sizes().slice(0, 3), out.options());
+  std::vector<PartialAttention> merged;
+  for (size_t a = 0; a < sizes.size(); ++a) {
+    merged.push_back({block(out, a), block(lse, a)});
+    for (size_t j = a + 1; j-- > 0;) {  // the diagonal first, then the earlier blocks: any order merges alike
+      const auto pair =
+          partial_attention(block(in.q, a), block(in.k, j), block(in.v, j), scale, mask_of(j, a), kernel);
+      if (j == a) {
+        merged[a].out.copy_(pair.out);
+        merged[a].lse.copy_(pair.lse);
+      } else {
+        merge_partial(merged[a], pair);
+      }
+    }
+  }
   auto dq = torch::zeros_like(in.q), dk = torch::zeros_like(in.k), dv = torch::zeros_like(in.v);
   for (size_t a = 0; a < sizes.size(); ++a) {
     EXPECT_LT(relative(merged[a].out, block(want[0], a)), 1e-12) << "output of block " << a;
