@@ -177,11 +177,13 @@ CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
         merged.status = r.status;
         merged.reason = r.reason;
       }
-      merged.ranks.push_back({{"status", r.status},
-                              {"peak_bytes", r.memory ? json(r.memory->peak_bytes) : json(nullptr)},
-                              {"base_bytes", r.memory ? json(r.memory->base_bytes) : json(nullptr)},
-                              {"time_median_s", r.time ? json(r.time->median_s) : json(nullptr)},
-                              {"comm", r.comm}});
+      merged.ranks.push_back(
+          {{"status", r.status},
+           {"peak_bytes", r.memory ? json(r.memory->peak_bytes) : json(nullptr)},
+           {"base_bytes", r.memory ? json(r.memory->base_bytes) : json(nullptr)},
+           {"time_median_s", r.time ? json(r.time->median_s) : json(nullptr)},
+           {"hardware_flops", r.compute ? json(r.compute->counts.hardware()) : json(nullptr)},
+           {"comm", r.comm}});
       // The cell's peak is the highest rank's: what a per-device budget must hold.
       if (r.memory && merged.memory && r.memory->peak_bytes > merged.memory->peak_bytes) {
         merged.memory->peak_bytes = r.memory->peak_bytes;

@@ -143,6 +143,7 @@ TEST_F(Report, DistributedCellsGetAPerRankTable) {
     cell["ranks"].push_back({{"rank", r},
                              {"status", "ok"},
                              {"peak_bytes", (100 + r) << 20},
+                             {"hardware_flops", r == 0 ? 900 : 1100},
                              {"time_median_s", 1.5},
                              {"comm",
                               {{"reduce_scatter", {{"calls", 6}, {"bytes", 3 << 20}, {"seconds", 0.5}}},
@@ -152,8 +153,11 @@ TEST_F(Report, DistributedCellsGetAPerRankTable) {
   const std::string md = render_report_markdown(results, kFixture.parent_path());
   const size_t at = md.find("## Distributed cells, per rank");
   ASSERT_NE(at, std::string::npos);
-  // BP time, then the seconds in collectives without the runner's barriers: 0.5 + 0.25.
-  EXPECT_NE(md.find("| 1 | ok | 101.0 MiB | 1.50 | 0.75 |", at), std::string::npos) << md.substr(at);
+  // The rank's FLOPs against the ranks' mean (1000), BP time, then the seconds in collectives without the
+  // runner's barriers: 0.5 + 0.25.
+  EXPECT_NE(md.find("| 1 | ok | 101.0 MiB | 1.1e+03 (+10.0%) | 1.50 | 0.75 |", at), std::string::npos)
+      << md.substr(at);
+  EXPECT_NE(md.find("| 0 | ok | 100.0 MiB | 900 (-10.0%) |", at), std::string::npos) << md.substr(at);
   EXPECT_NE(md.find("6 / 3.00 MiB", at), std::string::npos) << md.substr(at);
   EXPECT_NE(md.find("24 / 1.00 MiB", at), std::string::npos) << md.substr(at);
   // Without ranks, no such section.
