@@ -142,14 +142,21 @@ std::vector<PhaseEstimate> streambp_ulysses_phases(const MemoryTerms& D, const P
     exchange.add("dO of the rows, then the all-to-all's buffers: 3 x N*Ts*Aq*s", 3 * v.q());
     PhaseEstimate high = p.done();
     keep_larger(high, exchange.done());
+    if (H.acc() != H.s) {  // after the blocks, the accumulators rounded to the model dtype beside them
+      PhaseBuilder rounding("layer attention backward");
+      layer_base(rounding);
+      rounding.add("dQ, K, V of the rank's heads, and dO: N*T'*(2*Aq' + 2*Ak')*s", v.qkv() + v.q());
+      rounding.add("dK, dV accumulators and their rounded copies: 2 x N*T'*Ak'*(acc + s)",
+                   2 * H.N * H.T * H.Akv * (H.acc() + H.s));
+      keep_larger(high, rounding.done());
+    }
     out.push_back(high);
   }
   {
     PhaseBuilder p("layer q, k, v gradients to rows");
     layer_base(p);
+    // The accumulators are gone by then (rounded and released as the attention backward ends).
     p.add("dQ, dK, dV of the heads, then the all-to-all's buffers: 3 x N*T'*(Aq' + 2*Ak')*s", 3 * v.qkv());
-    if (H.acc() != H.s)
-      p.add("dK, dV accumulators rounded: 2 x N*T'*Ak'*acc", 2 * H.N * H.T * H.Akv * H.acc());
     out.push_back(p.done());
   }
   {

@@ -190,6 +190,15 @@ TEST_F(PerRankPeaks, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
       expect_every_rank_near(c, *e, config.name.c_str(), k.seq_len, k.ranks);
     }
   }
+  // bfloat16: streambp-ulysses' dK, dV accumulators are float32, rounded and released before the q, k, v
+  // gradients' exchange (counted there, the estimate read 7% over on this model; now 0.7% under).
+  json bf16 = per_rank_scenario(attention_heavy.c_str(), json{"streambp-ulysses"}, 1200, 2);
+  bf16["grid"]["dtype"] = "bfloat16";
+  const json c = run(bf16, "sp-attention-heavy-bf16")["cells"][0];
+  ASSERT_EQ(c["status"], "ok") << c["reason"];
+  const auto e = estimate_cell(Cell::from_axes(c["axes"]), 1, "cpu", std::nullopt, 2);
+  ASSERT_TRUE(e.has_value());
+  expect_every_rank_near(c, *e, "attention-heavy bfloat16", 1200, 2);
 }
 
 // Ring context parallelism: every rank's peak and base within 2% of the estimate per rank (ring_estimate.h),
