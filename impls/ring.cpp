@@ -48,8 +48,8 @@ class Ring final : public dist::DistStrategy {
   int64_t unpadded_multiple(int64_t ranks) const override { return 2 * ranks; }
   std::optional<std::string> estimate_gap(const std::string& device) const override {
     if (device != "cuda") return std::nullopt;
-    return "ring on CUDA is not estimated yet: its block pairs run the math form there (every pair's scores "
-           "materialised), which the estimate does not model (valid: --device cpu)";
+    return "ring on CUDA is not estimated yet: the terms of its block pairs there (flash in bfloat16, the "
+           "math form in float32) are not written (valid: --device cpu)";
   }
   // One rank's phases (ring_estimate.h).
   std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning&) const override {

@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "harness/model/attention_kernels.h"
 #include "harness/model/ops.h"
 
 namespace bpbench {
@@ -38,13 +39,16 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& k, KeyBlockMask m
 
 }  // namespace
 
-PartialKernel partial_kernel_for(const torch::Device& device) {
-  return device.is_cpu() ? PartialKernel::cpu_fused : PartialKernel::math;
+PartialKernel partial_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim) {
+  if (device.is_cpu()) return PartialKernel::cpu_fused;
+  if (device.is_cuda() && attention_kernel_for(device, dtype, head_dim) == AttentionKernel::flash)
+    return PartialKernel::cuda_flash;
+  return PartialKernel::math;
 }
 
 PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    double scale, KeyBlockMask mask) {
-  return partial_attention(q, k, v, scale, mask, partial_kernel_for(q.device()));
+  return partial_attention(q, k, v, scale, mask, partial_kernel_for(q.device(), q.scalar_type(), q.size(3)));
 }
 
 PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -55,6 +59,16 @@ PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& 
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
         q, k, v, 0.0, mask == KeyBlockMask::causal, {}, scale);
     return {out, lse};
+  }
+  if (kernel == PartialKernel::cuda_flash) {
+    // Flash takes (N, rows, H, hd) with a contiguous last dimension: the transposes copy nothing. Its
+    // logsumexp is (N, Hq, c) float32, of the scaled scores, as the CPU kernel's; the diagonal pair is
+    // square, so its causal alignment is either corner's.
+    const int64_t c = q.size(2), e = k.size(2);
+    auto [out, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e,
+        0.0, mask == KeyBlockMask::causal, /*return_debug_mask=*/false, std::optional<double>(scale));
+    return {out.transpose(1, 2), lse};
   }
   auto scores = masked_scores(q, k, scale, mask);                                  // (N, Hkv, g c, e)
   auto lse = torch::logsumexp(scores, -1, /*keepdim=*/true);                       // (N, Hkv, g c, 1)
@@ -74,7 +88,8 @@ void merge_partial(const PartialAttention& acc, const PartialAttention& next) {
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(
     const torch::Tensor& grad_out, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, double scale, KeyBlockMask mask) {
-  return partial_attention_backward(grad_out, q, k, v, out, lse, scale, mask, partial_kernel_for(q.device()));
+  return partial_attention_backward(grad_out, q, k, v, out, lse, scale, mask,
+                                    partial_kernel_for(q.device(), q.scalar_type(), q.size(3)));
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(
@@ -86,6 +101,17 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backwa
   if (kernel == PartialKernel::cpu_fused)
     return at::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse, 0.0,
                                                                     mask == KeyBlockMask::causal, {}, scale);
+  if (kernel == PartialKernel::cuda_flash) {
+    // Flash's backward given the merged output and logsumexp (contiguous (N, Hq, c), as its forward returns
+    // it); no dropout, so no random state: the empty tensors its forward returns without dropout.
+    const int64_t c = q.size(2), e = k.size(2);
+    const auto no_rng = at::empty({}, at::kLong);
+    auto [dq, dk, dv] = at::_flash_attention_backward(
+        grad_out.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        out.transpose(1, 2), lse.contiguous(), /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e, 0.0,
+        mask == KeyBlockMask::causal, no_rng, no_rng, std::optional<double>(scale));
+    return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)};
+  }
   // dS = P * (dO V^T - rowsum(dO * O)), P = exp(S - lse) the pair's true probabilities.
   const int64_t hkv = k.size(1);
   auto scores = masked_scores(q, k, scale, mask);

@@ -6,9 +6,10 @@
 // diagonal (attention_cpu.cpp), with the pairs chosen by the caller.
 //
 // Legend (model_config.h): N batch, Hq query heads, Hkv kv heads (Hq a multiple), c query rows, e keys, hd
-// head size. Kernels: PyTorch's fused CPU kernel on the CPU (K/V per kv head, no repeat); elsewhere the math
-// kernel's grouped matmuls (the scores materialised, c x e per head). A fused CUDA pair (flash's forward
-// returns its logsumexp too) is for the GPU pass.
+// head size. Kernels: PyTorch's fused CPU kernel on the CPU (K/V per kv head, no repeat); on CUDA, where the
+// model's attention runs FlashAttention-2 (bfloat16, float16: attention_kernels.h), flash's own forward,
+// which returns the logsumexp, and its backward given the merged output and logsumexp; elsewhere the math
+// form's grouped matmuls (the scores materialised, c x e per head).
 #pragma once
 
 #include <torch/torch.h>
@@ -23,10 +24,11 @@ enum class KeyBlockMask {
 };
 
 enum class PartialKernel {
-  cpu_fused,  // PyTorch's fused CPU kernel (the CPU's)
-  math,       // grouped matmuls, the scores materialised (every other device's)
+  cpu_fused,   // PyTorch's fused CPU kernel (the CPU's)
+  cuda_flash,  // FlashAttention-2 through ATen (CUDA, where attention_kernel_for picks flash)
+  math,        // grouped matmuls, the scores materialised (every other case)
 };
-PartialKernel partial_kernel_for(const torch::Device& device);
+PartialKernel partial_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim);
 
 struct PartialAttention {
   torch::Tensor out;  // (N, Hq, c, hd), in q's dtype

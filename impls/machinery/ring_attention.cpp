@@ -6,6 +6,7 @@
 #include <array>
 #include <stdexcept>
 
+#include "harness/model/attention_kernels.h"
 #include "harness/model/attention_partial.h"
 #include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
@@ -165,19 +166,24 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   auto out = RingAttention::apply(q, k, v, scale, layout, &comm, what);
   // The FLOP counter's seam (flop_count.h), once for the rank's pairs: the counts are linear in the pairs,
   // so one call with their sums tallies what the pairs ran.
-  const AttentionPairs pairs = ring_attention_pairs(layout, q.device());
+  const AttentionPairs pairs = ring_attention_pairs(layout, q.device(), q.scalar_type(), q.size(3));
   count_attention(q.size(0), q.size(1), q.size(3), pairs, out);
   return out;
 }
 
-AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device) {
-  const int64_t b = layout.block, square = b * b;
+AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device,
+                                    at::ScalarType dtype, int64_t head_dim) {
+  const int64_t b = layout.block, whole = (2 * layout.ranks - 1) * b * b;
+  const PartialKernel kernel = partial_kernel_for(device, dtype, head_dim);
+  const AttentionKernel as = kernel == PartialKernel::cpu_fused    ? AttentionKernel::cpu_fused
+                             : kernel == PartialKernel::cuda_flash ? AttentionKernel::flash
+                                                                   : AttentionKernel::math;
+  const AttentionPairs diagonal = attention_pairs(as, b, b, 0);
   AttentionPairs pairs;
-  pairs.visible = 2 * causal_pairs(b, b) + (2 * layout.ranks - 1) * square;
-  pairs.all = (2 * layout.ranks + 1) * square;
-  const bool fused = partial_kernel_for(device) == PartialKernel::cpu_fused;
-  pairs.executed = fused ? pairs.visible : pairs.all;  // the math form scores every pair, masked or not
-  pairs.rescored = true;  // both forms compute Q K^T again in the pair's backward
+  pairs.visible = 2 * diagonal.visible + whole;
+  pairs.executed = 2 * diagonal.executed + whole;
+  pairs.all = 2 * diagonal.all + whole;
+  pairs.rescored = true;  // the math form too: partial_attention_backward scores the pair again
   return pairs;
 }
 

@@ -58,10 +58,11 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
                              const std::string& what);
 
 // The (query, key) pairs per (sequence, query head) of one rank's ring attention, as it counts them
-// (flop_count.h): its two diagonal blocks (causal) and the 2P - 1 key blocks before its query blocks (all
-// keys), b x b each; the CPU's fused kernel skips the masked half of a diagonal block, the math form does
-// not.
-AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device);
+// (flop_count.h): its two diagonal blocks (causal, executed as the pair's kernel runs one: the fused
+// kernels skip the masked half, the math form does not) and the 2P - 1 key blocks before its query blocks
+// (all keys), b x b each. Every kernel scores a pair again in its backward.
+AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device,
+                                    at::ScalarType dtype, int64_t head_dim);
 
 // Rank `rank`'s zigzag rows of `global` (whole sequences of T tokens), as shard_batch slices them for
 // Ulysses: each per-position tensor's two blocks (past T: token 0, ignored targets, zero log-probs), the
