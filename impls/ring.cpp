@@ -18,6 +18,7 @@
 // shard_params (refused).
 #include <fmt/format.h>
 
+#include "harness/model/attention_partial.h"
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/ring_attention.h"
 #include "impls/machinery/ring_estimate.h"
@@ -46,10 +47,15 @@ class Ring final : public dist::DistStrategy {
   bool sequence_parallel() const override { return true; }
   bool splits_heads() const override { return false; }
   int64_t unpadded_multiple(int64_t ranks) const override { return 2 * ranks; }
-  std::optional<std::string> estimate_gap(const std::string& device) const override {
-    if (device != "cuda") return std::nullopt;
-    return "ring on CUDA is not estimated yet: the terms of its block pairs there (flash in bfloat16, the "
-           "math form in float32) are not written (valid: --device cpu)";
+  // On CUDA the pairs the estimate knows are flash's (ring_estimate.h); the math form's (float32, or a head
+  // flash does not take) are not written.
+  std::optional<std::string> estimate_gap(const std::string& device, at::ScalarType dtype,
+                                          const ModelConfig& model) const override {
+    if (device != "cuda" ||
+        partial_kernel_for(torch::Device(torch::kCUDA), dtype, model.head_dim) == PartialKernel::cuda_flash)
+      return std::nullopt;
+    return "ring on CUDA is estimated with flash's block pairs only (bfloat16, a head flash takes): its math "
+           "form's pairs are not written (valid: --dtype bfloat16, or --device cpu)";
   }
   // One rank's phases (ring_estimate.h).
   std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning&) const override {

@@ -92,10 +92,11 @@ class Strategy {
   // Its estimate, next to the code it describes (harness/estimate/estimate.h asks for it; a strategy that
   // returns false from estimated() is refused by `bpbench estimate` by name):
   virtual bool estimated() const { return false; }
-  // Why its estimate does not hold on `device` ("cpu", "cuda") though estimated() is true; nullopt where it
-  // does. `bpbench estimate` refuses such a request with the reason, and leaves the strategy out of its
-  // default list.
-  virtual std::optional<std::string> estimate_gap(const std::string& /*device*/) const {
+  // Why its estimate does not hold for `model` in `dtype` on `device` ("cpu", "cuda") though estimated() is
+  // true; nullopt where it does. `bpbench estimate` refuses such a request with the reason, and leaves the
+  // strategy out of its default list.
+  virtual std::optional<std::string> estimate_gap(const std::string& /*device*/, at::ScalarType /*dtype*/,
+                                                  const ModelConfig& /*model*/) const {
     return std::nullopt;
   }
   // Data parallel over a process group (impls/machinery/dist_common.h): its phases count the gradient buckets

@@ -228,7 +228,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       const auto strategy = make_strategy(name);
       if ((!in.offload || strategy->uses_offload()) &&
           !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})) &&
-          !strategy->estimate_gap(in.device))
+          !strategy->estimate_gap(in.device, in.dtype, in.config))
         r.impls.push_back(name);
     }
   } else {

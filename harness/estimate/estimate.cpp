@@ -173,7 +173,7 @@ void check_estimate_input(const EstimateInput& in) {
         "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
         in.impl));
   estimated_objective(in.objective);
-  if (const auto gap = make_strategy(in.impl)->estimate_gap(in.device))
+  if (const auto gap = make_strategy(in.impl)->estimate_gap(in.device, in.dtype, in.config))
     throw std::invalid_argument("estimate: " + *gap);
   if (in.offload && !make_strategy(in.impl)->uses_offload()) {
     std::vector<std::string> offloading;  // of those the estimate knows, at this many ranks

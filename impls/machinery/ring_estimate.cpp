@@ -45,7 +45,7 @@ void add_ring_forward(PhaseBuilder& p, const MemoryTerms& R, const RingTensors& 
   p.add("output and logsumexp being merged into: N*2b*(Aq*s + Hq*f)", t.q + t.lse);
   p.add("the K/V pair travelling: 2 x N*2b*Akv*s", t.pair);
   const int64_t exchange = t.pair;
-  const int64_t kernel = t.half_q + t.half_lse + R.attn_forward_scratch(b, b);
+  const int64_t kernel = R.attn_forward(b, b);  // CPU: output, logsumexp, scratch; flash: output, logsumexp
   const int64_t upcast = R.up ? R.N * b * R.Aq * R.f : 0;  // next's output in f beside the sum
   const int64_t merge = t.half_q + t.half_lse + R.N * b * R.Aq * R.f + upcast + 2 * t.half_lse;
   if (exchange >= std::max(kernel, merge))
@@ -126,11 +126,26 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
     p.add("the K/V pair travelling: 2 x N*2b*Akv*s", t.pair);
     p.add("its dK/dV accumulator: 2 x N*2b*Akv*acc", 2 * n * R.Akv * R.acc());
     const int64_t exchange = 2 * n * R.Akv * R.acc();
-    const int64_t kernel = R.attn_backward(b);
-    if (exchange >= kernel)
-      p.add("the accumulator received (send_recv): 2 x N*2b*Akv*acc", exchange);
-    else
-      p.add("one b x b pair's backward: N*b*(2*Aq + 2*Akv)*s + the kernel's scratch", kernel);
+    if (!R.cuda()) {
+      const int64_t kernel = R.attn_backward(b);
+      if (exchange >= kernel)
+        p.add("the accumulator received (send_recv): 2 x N*2b*Akv*acc", exchange);
+      else
+        p.add("one b x b pair's backward: N*b*(2*Aq + 2*Akv)*s + the kernel's scratch", kernel);
+    } else {
+      // Flash's backward (attention_backward.cu, flash_api.cpp's mha_bwd): contiguous copies of the block's
+      // dO and output (both strided views here), dQ, dK, dV, and its float32 dq accumulator, softmax_d and,
+      // with GQA, dK/dV expanded to Hq heads. From PyTorch 2.11's source, not measured on a GPU.
+      const int64_t kernel = R.N * b * (3 * R.Aq + 2 * R.Akv) * R.s + R.flash_dq_accum(b) +
+                             R.flash_softmax_d(b) + R.flash_expanded(b);
+      if (exchange >= kernel)
+        p.add("the accumulator received (send_recv): 2 x N*2b*Akv*acc", exchange);
+      else
+        p.add(
+            "one b x b pair's flash backward: N*b*(3*Aq + 2*Akv)*s (dO and output copied, dQ, dK, dV) + "
+            "dq accumulator, softmax_d, GQA expansion",
+            kernel);
+    }
     out.push_back(p.done());
   }
   return data_parallel_phases(R, std::move(out), FirstInput::kept);

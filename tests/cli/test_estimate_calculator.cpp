@@ -384,6 +384,19 @@ TEST(EstimateCalculator, RanksEstimateOneRankOfTheDataParallelStrategies) {
   EXPECT_NE(one_line_error({"--model", "small-gemma3", "--seq-len", "2k", "--ranks", "2"})
                 .find("sliding-window layers is not estimated"),
             std::string::npos);
+  // The ring on CUDA: flash's block pairs (bfloat16) are estimated; float32's math-form pairs are refused in
+  // one line, and left out of the default list.
+  const json flash = estimate_doc({"--model", "llama3.1-8b", "--seq-len", "64k", "--ranks", "8", "--device",
+                                   "cuda", "--dtype", "bfloat16", "--impl", "ring"});
+  ASSERT_EQ(flash["estimates"].size(), 1u);
+  EXPECT_GT(flash["estimates"][0]["memory"]["peak_bytes"].get<int64_t>(), 0);
+  EXPECT_NE(one_line_error({"--model", "llama3.1-8b", "--seq-len", "64k", "--ranks", "8", "--device", "cuda",
+                            "--dtype", "float32", "--impl", "ring"})
+                .find("ring on CUDA is estimated with flash's block pairs only"),
+            std::string::npos);
+  for (const auto& e : estimate_doc({"--model", "llama3.1-8b", "--seq-len", "64k", "--ranks", "8", "--device",
+                                     "cuda", "--dtype", "float32"})["estimates"])
+    EXPECT_NE(e["impl"], "ring");
 }
 
 TEST(EstimateCalculator, JsonMatchesItsSchemaAndTheText) {
