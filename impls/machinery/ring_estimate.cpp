@@ -88,8 +88,8 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
   for (auto& phase : checkpoint_phases(R, Partitioning{R.T, R.T}, /*chunked_head=*/false))
     if (phase.name.rfind("head", 0) == 0) out.push_back(phase);
   // The top layer again with grad: its graph on the rows (as ulysses' without the exchanges: q, k, v are
-  // what the ring saves), then the MLP's backward or the ring's.
-  // The attention output of the rows, o_proj's input, is alive until o_proj's backward: in the MLP's.
+  // what the ring saves), then the MLP's backward or the ring's. The attention output of the rows, o_proj's
+  // input, is alive until o_proj's backward, after the MLP's and before the ring's.
   auto layer_graph = [&](PhaseBuilder& p, bool with_mlp) {
     add_checkpoints(p, R, inputs, top + 1);
     p.add("the attention half below q, k, v: N*2b*(attn_row - Aq*s + kv_row - 2*Akv*s - output_norm)",
@@ -126,26 +126,21 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
     p.add("the K/V pair travelling: 2 x N*2b*Akv*s", t.pair);
     p.add("its dK/dV accumulator: 2 x N*2b*Akv*acc", 2 * n * R.Akv * R.acc());
     const int64_t exchange = 2 * n * R.Akv * R.acc();
-    if (!R.cuda()) {
-      const int64_t kernel = R.attn_backward(b);
-      if (exchange >= kernel)
-        p.add("the accumulator received (send_recv): 2 x N*2b*Akv*acc", exchange);
-      else
-        p.add("one b x b pair's backward: N*b*(2*Aq + 2*Akv)*s + the kernel's scratch", kernel);
-    } else {
-      // Flash's backward (attention_backward.cu, flash_api.cpp's mha_bwd): contiguous copies of the block's
-      // dO and output (both strided views here), dQ, dK, dV, and its float32 dq accumulator, softmax_d and,
-      // with GQA, dK/dV expanded to Hq heads. From PyTorch 2.11's source, not measured on a GPU.
-      const int64_t kernel = R.N * b * (3 * R.Aq + 2 * R.Akv) * R.s + R.flash_dq_accum(b) +
-                             R.flash_softmax_d(b) + R.flash_expanded(b);
-      if (exchange >= kernel)
-        p.add("the accumulator received (send_recv): 2 x N*2b*Akv*acc", exchange);
-      else
-        p.add(
-            "one b x b pair's flash backward: N*b*(3*Aq + 2*Akv)*s (dO and output copied, dQ, dK, dV) + "
-            "dq accumulator, softmax_d, GQA expansion",
-            kernel);
-    }
+    // Flash's backward (attention_backward.cu, flash_api.cpp's mha_bwd), from PyTorch 2.11's source, not
+    // measured on a GPU: contiguous copies of the block's dO and output (both strided views here), dQ, dK,
+    // dV, and its float32 dq accumulator, softmax_d and, with GQA, dK/dV expanded to Hq heads.
+    const int64_t kernel = R.cuda() ? R.N * b * (3 * R.Aq + 2 * R.Akv) * R.s + R.flash_dq_accum(b) +
+                                          R.flash_softmax_d(b) + R.flash_expanded(b)
+                                    : R.attn_backward(b);
+    if (exchange >= kernel)
+      p.add("the accumulator received (send_recv): 2 x N*2b*Akv*acc", exchange);
+    else if (R.cuda())
+      p.add(
+          "one b x b pair's flash backward: N*b*(3*Aq + 2*Akv)*s (dO and output copied, dQ, dK, dV) + dq "
+          "accumulator, softmax_d, GQA expansion",
+          kernel);
+    else
+      p.add("one b x b pair's backward: N*b*(2*Aq + 2*Akv)*s + the kernel's scratch", kernel);
     out.push_back(p.done());
   }
   return data_parallel_phases(R, std::move(out), FirstInput::kept);
