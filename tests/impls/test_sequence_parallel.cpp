@@ -214,26 +214,29 @@ TEST(SequenceParallelRefusal, TheLoadBalancingLossNeedsTDivisibleByTheRanks) {
 }
 
 // Two "nodes" of two ranks with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// GROUP_RANK, MASTER_ADDR, MASTER_PORT): the rendezvous spans both, and the step is the same.
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT): the rendezvous spans both, and the step is the same. Ulysses'
+// all-to-alls and the ring's neighbour exchanges (ranks 1 and 3 send across the "nodes") alike.
 TEST(SequenceParallelLaunch, TwoNodesOfTwoRanksWithTorchrunsVariables) {
-  TempDir tmp;
-  const json job = {{"impl", "streambp-ulysses"},
-                    {"objective", "sft"},
-                    {"dtype", "float64"},
-                    {"nodes", 2},
-                    {"out", tmp.dir().string()}};
-  const LaunchResult run = launch_ranks(job, 4);
-  ASSERT_EQ(run.exit_code, 0) << run.error << "\n" << rank_errors(tmp.dir(), 4);
-  for (int r = 0; r < 4; ++r) {
-    const json rr = json::parse(file_text(tmp.dir() / fmt::format("rank{}.json", r)));
-    EXPECT_EQ(rr.at("local_rank"), r % 2) << "rank " << r;
-    EXPECT_EQ(rr.at("node"), r / 2) << "rank " << r;
+  for (const char* impl : {"streambp-ulysses", "ring"}) {
+    TempDir tmp;
+    const json job = {{"impl", impl},
+                      {"objective", "sft"},
+                      {"dtype", "float64"},
+                      {"nodes", 2},
+                      {"out", tmp.dir().string()}};
+    const LaunchResult run = launch_ranks(job, 4);
+    ASSERT_EQ(run.exit_code, 0) << impl << ": " << run.error << "\n" << rank_errors(tmp.dir(), 4);
+    for (int r = 0; r < 4; ++r) {
+      const json rr = json::parse(file_text(tmp.dir() / fmt::format("rank{}.json", r)));
+      EXPECT_EQ(rr.at("local_rank"), r % 2) << impl << " rank " << r;
+      EXPECT_EQ(rr.at("node"), r / 2) << impl << " rank " << r;
+    }
+    Model model = dist_job_model(job);
+    const Batch global = dist_job_global_batch(job, model, 4);
+    const StepResult ref = run_step("plain", model, global, *make_objective("sft"), {kDistT, kDistT});
+    const StepResult got = rank0_step(tmp.dir());
+    expect_same_gradients(ref, got, kTol, fmt::format("{} on 2 nodes x 2 ranks", impl));
   }
-  Model model = dist_job_model(job);
-  const Batch global = dist_job_global_batch(job, model, 4);
-  const StepResult ref = run_step("plain", model, global, *make_objective("sft"), {kDistT, kDistT});
-  const StepResult got = rank0_step(tmp.dir());
-  expect_same_gradients(ref, got, kTol, "2 nodes x 2 ranks");
 }
 
 // A rank that dies in its LM head (after the forward's all-to-alls): the others fail on their own within the
