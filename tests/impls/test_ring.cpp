@@ -43,6 +43,11 @@ std::string label(const RingCase& c) {
                      c.aux > 0 ? "_aux" : "");
 }
 
+// GoogleTest prints a failing case's parameter by its label, not as bytes.
+void PrintTo(const RingCase& c, std::ostream* os) {
+  *os << label(c);
+}
+
 json ring_job(const RingCase& c) {
   return {{"impl", "ring"},       {"objective", c.objective}, {"model", c.model},
           {"dtype", "float64"},   {"kv_heads", c.kv_heads},   {"lora_rank", c.lora_rank},
