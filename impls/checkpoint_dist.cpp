@@ -10,7 +10,7 @@
 //
 // Gradient collectives per step: L + 2 reduce_scatters. naive_comm changes nothing here: a checkpointed layer
 // backpropagates in one piece (D = 1).
-#include <fmt/format.h>
+#include <utility>
 
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/layerwise.h"
@@ -60,21 +60,8 @@ class CheckpointDist final : public dist::DistStrategy {
     step.reduce_and_close(step.head());
     xs.pop_back();
 
-    for (int64_t i = m.config.layers - 1; i >= 0; --i) {
-      PhaseScope phase(fmt::format("layer {} backward", i));
-      step.gather_layer(i);
-      step.open(step.layer(i));
-      {
-        MemoryScope scope(Category::activations);
-        auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
-        xs[i] = torch::Tensor();
-        m.layer(i, x_in).backward(dy);
-        dy = x_in.grad();  // (N, T, d)
-      }
-      step.reduce_and_close(step.layer(i));
-      step.release_layer(i);
-    }
-
+    dy = step.layers_backward(xs, std::move(dy),
+                              [&](int64_t i, const torch::Tensor& x) { return m.layer(i, x); });
     step.embedding_backward(dy);
     return step.finish(loss);
   }

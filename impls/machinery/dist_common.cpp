@@ -462,6 +462,26 @@ std::vector<torch::Tensor> DistStep::checkpointed_forward(int64_t rows) {
   return xs;
 }
 
+torch::Tensor DistStep::layers_backward(std::vector<torch::Tensor>& xs, torch::Tensor dy,
+                                        const Layer& layer) {
+  const Model& m = in_.model;
+  for (int64_t i = m.config.layers - 1; i >= 0; --i) {
+    PhaseScope phase(fmt::format("layer {} backward", i));
+    gather_layer(i);
+    open(this->layer(i));
+    {
+      MemoryScope scope(Category::activations);
+      auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
+      xs[i] = torch::Tensor();
+      layer(i, x_in).backward(dy);
+      dy = x_in.grad();  // (N, rows, d)
+    }
+    reduce_and_close(this->layer(i));
+    release_layer(i);
+  }
+  return dy;
+}
+
 void DistStep::embedding_backward(const torch::Tensor& dx) {
   open(embedding());
   bpbench::embedding_backward(in_.model, batch_.input_ids, dx);

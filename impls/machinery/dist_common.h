@@ -21,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -161,6 +162,13 @@ class DistStep {
   // checkpointed_forward (layerwise.h; attention in query chunks of `rows`), gathering each layer's
   // parameters around its forward under shard_params: L + 1 tensors (N, T, d).
   std::vector<torch::Tensor> checkpointed_forward(int64_t rows);
+
+  // Layers L-1..0 again from their inputs xs[i] (N, rows, d), each released as it is used, with grad: the
+  // layer's backward from dy, its group opened before and reduce-scattered after (and, under shard_params,
+  // gathered around it). xs holds x_0..x_{L-1}; dy is taken, not shared (a caller's handle on it would keep
+  // the head's gradient alive through every layer). Returns dL/dx_0.
+  using Layer = std::function<torch::Tensor(int64_t i, const torch::Tensor& x)>;
+  torch::Tensor layers_backward(std::vector<torch::Tensor>& xs, torch::Tensor dy, const Layer& layer);
 
   // The embedding's backward with dL/dx_0 (N, T, d) (layerwise.h), its gradient reduced once and closed.
   void embedding_backward(const torch::Tensor& dx);

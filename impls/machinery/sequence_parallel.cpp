@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <stdexcept>
+#include <utility>
 
 #include "profiles/memory.h"
 
@@ -301,22 +302,7 @@ torch::Tensor checkpointed_rows_step(DistStep& step, const StepInputs& in, const
   step.reduce_and_close(step.head());
   xs.pop_back();
 
-  for (int64_t i = m.config.layers - 1; i >= 0; --i) {
-    PhaseScope phase(fmt::format("layer {} backward", i));
-    step.gather_layer(i);
-    step.open(step.layer(i));
-    {
-      MemoryScope scope(Category::activations);
-      auto x_in = xs[i].detach().requires_grad_(m.input_gradient_needed(i));
-      xs[i] = torch::Tensor();
-      layer(i, x_in).backward(dy);
-      dy = x_in.grad();  // (N, rows, d)
-    }
-    step.reduce_and_close(step.layer(i));
-    step.release_layer(i);
-  }
-
-  step.embedding_backward(dy);
+  step.embedding_backward(step.layers_backward(xs, std::move(dy), layer));
   return step.finish(loss);
 }
 

@@ -34,7 +34,6 @@
 
 #include <torch/torch.h>
 
-#include <functional>
 #include <optional>
 #include <string>
 
@@ -97,7 +96,7 @@ HeadShards heads_to_rows(const HeadShards& grads, const SequenceLayout& layout, 
 torch::Tensor all_sequence_sums(const torch::Tensor& rank_sums, Communicator& comm);
 
 // Layer i on the rank's rows, differentiable: sequence_parallel_layer (ulysses), ring_layer (ring).
-using RowsLayer = std::function<torch::Tensor(int64_t i, const torch::Tensor& x)>;
+using RowsLayer = DistStep::Layer;
 // The layerwise-checkpointed step of a rank's rows, whatever carries its attention across ranks: the no-grad
 // forward keeping every layer's input x_i (N, rows, d); the head on the rank's rows with full logits (DPO:
 // the sequence sums all-reduced first), reduce-scattered; then each layer again from x_i with grad and its
