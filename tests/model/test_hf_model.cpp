@@ -29,18 +29,6 @@ void write_json(const std::string& path, const json& j) {
   ASSERT_TRUE(out.good()) << path;
 }
 
-NamedTensors tensors_of(const Model& m) {
-  NamedTensors out;
-  for (const auto& p : m.named_parameters()) out.emplace_back(p.name, p.tensor);
-  return out;
-}
-
-void write_model_dir(const std::string& dir, const json& config, const NamedTensors& tensors,
-                     int64_t shards) {
-  write_json((fs::path(dir) / "config.json").string(), config);
-  save_safetensors_dir(dir, tensors, shards);
-}
-
 // Every parameter of `got` has the name, dtype and value of `want`'s (converted to `got`'s dtype).
 void expect_same_weights(const Model& want, const Model& got) {
   const auto w = want.named_parameters(), g = got.named_parameters();
@@ -58,7 +46,7 @@ TEST(HfModel, LoadsShardedQwen3Exactly) {
   TempDir tmp;
   Model preset = tiny_model({2, false}, torch::kFloat);
   const std::string dir = tmp.sub("tiny-qwen3");
-  write_model_dir(dir, hf_config(preset.config, "Qwen3ForCausalLM"), tensors_of(preset), 3);
+  write_hf_model_dir(dir, hf_config(preset.config, "Qwen3ForCausalLM"), named_tensors_of(preset), 3);
   ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
 
   EXPECT_TRUE(is_hf_model_dir(dir));
@@ -93,7 +81,7 @@ TEST(HfModel, ConvertsOnLoad) {
   TempDir tmp;
   Model preset = tiny_model({2, false}, torch::kFloat);
   const std::string dir = tmp.sub("f32");
-  write_model_dir(dir, hf_config(preset.config, "Qwen3ForCausalLM"), tensors_of(preset), 1);
+  write_hf_model_dir(dir, hf_config(preset.config, "Qwen3ForCausalLM"), named_tensors_of(preset), 1);
   Model as_double = load_hf_model(dir, torch::TensorOptions().dtype(torch::kDouble));
   EXPECT_EQ(as_double.dtype(), torch::kDouble);
   expect_same_weights(preset, as_double);
@@ -101,7 +89,7 @@ TEST(HfModel, ConvertsOnLoad) {
   // A bf16 checkpoint loaded as float32 holds exactly the bf16 values.
   Model bf16 = preset.converted(torch::TensorOptions().dtype(torch::kBFloat16));
   const std::string dir16 = tmp.sub("bf16");
-  write_model_dir(dir16, hf_config(preset.config, "Qwen3ForCausalLM"), tensors_of(bf16), 2);
+  write_hf_model_dir(dir16, hf_config(preset.config, "Qwen3ForCausalLM"), named_tensors_of(bf16), 2);
   Model from_bf16 = load_hf_model(dir16, torch::TensorOptions().dtype(torch::kFloat));
   EXPECT_EQ(from_bf16.dtype(), torch::kFloat);
   expect_same_weights(bf16, from_bf16);
@@ -111,7 +99,7 @@ TEST(HfModel, Qwen2HasAttentionBias) {
   TempDir tmp;
   Model preset = tiny_model({2, false, /*attention_bias=*/true, /*qk_norm=*/false}, torch::kFloat);
   const std::string dir = tmp.sub("tiny-qwen2");
-  write_model_dir(dir, hf_config(preset.config, "Qwen2ForCausalLM"), tensors_of(preset), 2);
+  write_hf_model_dir(dir, hf_config(preset.config, "Qwen2ForCausalLM"), named_tensors_of(preset), 2);
   Model loaded = load_hf_model(dir, torch::TensorOptions().dtype(torch::kFloat));
   EXPECT_TRUE(loaded.config.attention_bias);
   EXPECT_FALSE(loaded.config.qk_norm);
@@ -132,7 +120,7 @@ TEST(HfModel, LlamaHasNoQkNormAndConfigDefaults) {
     config.erase(key);
   config["attention_bias"] = false;
   const std::string dir = tmp.sub("tiny-llama");
-  write_model_dir(dir, config, tensors_of(preset), 1);
+  write_hf_model_dir(dir, config, named_tensors_of(preset), 1);
 
   ModelConfig c = read_hf_config(dir + "/");  // a trailing slash must not empty the name
   EXPECT_EQ(c.name, "tiny-llama");
@@ -157,19 +145,19 @@ TEST(HfModel, RopeThetaFromEitherConfigForm) {
   v5.erase("rope_theta");
   v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
   const std::string dir5 = tmp.sub("v5");
-  write_model_dir(dir5, v5, tensors_of(preset), 1);
+  write_hf_model_dir(dir5, v5, named_tensors_of(preset), 1);
   EXPECT_EQ(read_hf_config(dir5).rope.theta, 1e6);
 
   json both = v5;
   both["rope_theta"] = 1e6;  // both forms, agreeing
   const std::string dir_both = tmp.sub("both");
-  write_model_dir(dir_both, both, tensors_of(preset), 1);
+  write_hf_model_dir(dir_both, both, named_tensors_of(preset), 1);
   EXPECT_EQ(read_hf_config(dir_both).rope.theta, 1e6);
 
   json v4 = hf_config(preset.config, "Qwen3ForCausalLM");
   v4["rope_theta"] = 5e5;
   const std::string dir4 = tmp.sub("v4");
-  write_model_dir(dir4, v4, tensors_of(preset), 1);
+  write_hf_model_dir(dir4, v4, named_tensors_of(preset), 1);
   EXPECT_EQ(read_hf_config(dir4).rope.theta, 5e5);
 }
 
@@ -298,10 +286,10 @@ TEST(HfModel, MixtureOfExpertsConfigRules) {
 TEST(HfModel, TiedCheckpointMayCarryLmHead) {
   TempDir tmp;
   Model preset = tiny_model({2, /*tied=*/true}, torch::kFloat);
-  NamedTensors tensors = tensors_of(preset);
+  NamedTensors tensors = named_tensors_of(preset);
   tensors.emplace_back("lm_head.weight", preset.embed_weight.detach().clone());
   const std::string dir = tmp.sub("tied");
-  write_model_dir(dir, hf_config(preset.config, "Qwen3ForCausalLM"), tensors, 2);
+  write_hf_model_dir(dir, hf_config(preset.config, "Qwen3ForCausalLM"), tensors, 2);
   Model loaded = load_hf_model(dir, torch::TensorOptions().dtype(torch::kFloat));
   EXPECT_TRUE(loaded.config.tie_embeddings);
   EXPECT_TRUE(loaded.lm_head_weight.is_same(loaded.embed_weight));
@@ -310,7 +298,7 @@ TEST(HfModel, TiedCheckpointMayCarryLmHead) {
   // ...but only when it has the embedding's shape.
   tensors.back().second = torch::zeros({preset.config.vocab, preset.config.hidden + 1});
   const std::string bad = tmp.sub("tied-bad");
-  write_model_dir(bad, hf_config(preset.config, "Qwen3ForCausalLM"), tensors, 1);
+  write_hf_model_dir(bad, hf_config(preset.config, "Qwen3ForCausalLM"), tensors, 1);
   auto msg = error_of([&] { load_hf_model(bad, torch::kFloat); });
   EXPECT_THAT(msg, HasSubstr("'lm_head.weight'"));
   EXPECT_THAT(msg, HasSubstr("expected [97, 24]"));
@@ -336,12 +324,12 @@ class HfModelErrors : public ::testing::Test {
   // error.
   template <class EditTensors, class EditConfig>
   std::string load_error(EditTensors edit_tensors, EditConfig edit_config) {
-    NamedTensors tensors = tensors_of(preset_);
+    NamedTensors tensors = named_tensors_of(preset_);
     edit_tensors(tensors);
     json config = hf_config(preset_.config, "Qwen3ForCausalLM");
     edit_config(config);
     const std::string dir = tmp_.sub(fmt::format("case{}", ++cases_));
-    write_model_dir(dir, config, tensors, 2);
+    write_hf_model_dir(dir, config, tensors, 2);
     auto msg = error_of([&] { load_hf_model(dir, torch::TensorOptions().dtype(torch::kFloat)); });
     EXPECT_THAT(msg, HasSubstr(dir));
     return msg;
@@ -418,9 +406,9 @@ TEST_F(HfModelErrors, WeightDtype) {
 }
 
 TEST_F(HfModelErrors, BrokenShard) {
-  NamedTensors tensors = tensors_of(preset_);
+  NamedTensors tensors = named_tensors_of(preset_);
   const std::string dir = tmp_.sub("broken");
-  write_model_dir(dir, hf_config(preset_.config, "Qwen3ForCausalLM"), tensors, 2);
+  write_hf_model_dir(dir, hf_config(preset_.config, "Qwen3ForCausalLM"), tensors, 2);
   const std::string shard = dir + "/model-00002-of-00002.safetensors";
   fs::resize_file(shard, fs::file_size(shard) - 5);
   auto msg = error_of([&] { load_hf_model(dir, torch::kFloat); });
@@ -430,7 +418,7 @@ TEST_F(HfModelErrors, BrokenShard) {
 
 TEST_F(HfModelErrors, MissingFiles) {
   const std::string no_config = tmp_.sub("no-config");
-  save_safetensors_dir(no_config, tensors_of(preset_), 1);
+  save_safetensors_dir(no_config, named_tensors_of(preset_), 1);
   auto msg = error_of([&] { load_hf_model(no_config, torch::kFloat); });
   EXPECT_THAT(msg, HasSubstr("config.json"));
   EXPECT_THAT(msg, HasSubstr(no_config));

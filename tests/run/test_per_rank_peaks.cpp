@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -15,7 +14,6 @@
 #include "harness/estimate/estimate_flops.h"
 #include "harness/estimate/estimate_inverse.h"
 #include "harness/model/hf_model.h"
-#include "harness/model/safetensors.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
 #include "tests/support/test_support.h"
@@ -114,12 +112,9 @@ ModelConfig reshaped_small_text(const std::string& name, int64_t heads, int64_t 
 
 std::string PerRankPeaks::model_dir(const ModelConfig& c) {
   const fs::path dir = dir_ / c.name;
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << hf_config_json(c).dump(2);
-  const Model m = Model::random(c, torch::TensorOptions().dtype(torch::kFloat), 3);
-  NamedTensors tensors;
-  for (const auto& p : m.named_parameters()) tensors.emplace_back(p.name, p.tensor);
-  save_safetensors_dir(dir.string(), tensors);
+  testing::write_hf_model_dir(
+      dir, hf_config_json(c),
+      testing::named_tensors_of(Model::random(c, torch::TensorOptions().dtype(torch::kFloat), 3)));
   written_[dir.string()] = c;
   return dir.string();
 }

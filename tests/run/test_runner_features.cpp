@@ -16,7 +16,6 @@
 
 #include "harness/estimate/estimate_flops.h"
 #include "harness/estimate/estimate_inverse.h"
-#include "harness/model/safetensors.h"
 #include "harness/objectives/batch.h"
 #include "harness/objectives/data_file.h"
 #include "harness/run/runner.h"
@@ -326,11 +325,8 @@ TEST_F(RunnerFeatures, HuggingFaceDirectoryGivesThePresetsLoss) {
   // loss and gradients as the preset.
   const Model preset = load_model("tiny", torch::TensorOptions().dtype(torch::kFloat), 0);
   const fs::path model_dir = dir_ / "tiny-qwen3";
-  fs::create_directories(model_dir);
-  std::ofstream(model_dir / "config.json") << testing::hf_config(preset.config, "Qwen3ForCausalLM").dump();
-  NamedTensors tensors;
-  for (const auto& p : preset.named_parameters()) tensors.emplace_back(p.name, p.tensor);
-  save_safetensors_dir(model_dir.string(), tensors, 2);
+  testing::write_hf_model_dir(model_dir, testing::hf_config(preset.config, "Qwen3ForCausalLM"),
+                              testing::named_tensors_of(preset), 2);
 
   const json grid = {{"impl", "streambp"}, {"seq_len", 37}, {"partition", 16}, {"logits_partition", 8}};
   json with_dir = {{"threads", 1}, {"grid", grid}, {"measure", {{"time", false}}}};

@@ -23,6 +23,7 @@
 
 #include "harness/model/model.h"
 #include "harness/model/model_config.h"
+#include "harness/model/safetensors.h"
 #include "harness/objectives/objective.h"
 #include "impls/machinery/offload.h"
 #include "impls/strategy.h"
@@ -141,6 +142,25 @@ inline nlohmann::json hf_config(const ModelConfig& c, const std::string& archite
           {"tie_word_embeddings", c.tie_embeddings},
           {"torch_dtype", "float32"},
           {"rope_scaling", rope_scaling(c.rope)}};
+}
+
+// A model's parameters by name, as a checkpoint holds them.
+inline NamedTensors named_tensors_of(const Model& m) {
+  NamedTensors out;
+  for (const auto& p : m.named_parameters()) out.emplace_back(p.name, p.tensor);
+  return out;
+}
+
+// A Hugging Face model directory: `config` as its config.json, `tensors` in `shards` safetensors files
+// (model.safetensors, or shards and their index), as the loader and a scenario's model axis read it.
+inline void write_hf_model_dir(const std::filesystem::path& dir, const nlohmann::json& config,
+                               const NamedTensors& tensors, int64_t shards = 1) {
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir / "config.json");
+  out << config.dump(2);
+  ASSERT_TRUE(out.good()) << dir;
+  out.close();
+  save_safetensors_dir(dir.string(), tensors, shards);
 }
 
 // tests/fixtures/results_small.json: a results file with every feature the report and compare read.
