@@ -57,9 +57,8 @@ std::string section_distributed(const Analysis& a) {
   if (rows.empty()) return "";
   return "\n## Distributed cells, per rank\n\nPeak live bytes of each rank, the hardware FLOPs its step "
          "counted (and how far from the ranks' mean: the balance of the work), its BP time, the seconds of "
-         "it "
-         "spent in collectives (Gloo: host wall time; NCCL: device time) and its collectives in the measured "
-         "step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
+         "it spent in collectives (Gloo: host wall time; NCCL: device time) and its collectives in the "
+         "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
          "the embedding; sequence parallelism (ulysses, streambp-ulysses) exchanges rows and heads by "
          "all-to-all, six per layer; the ring (ring) passes K/V to its neighbour by send_recv, 4P - 3 per "
          "layer.\n\n" +
