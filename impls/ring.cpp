@@ -16,24 +16,18 @@
 // Collectives per step: L (4P - 3) send_recvs, L + 2 reduce_scatters, 2 all_reduces (normalisers, loss),
 // DPO one more (the sequence sums). No head count constrains P. Not yet: sliding-window layers (refused),
 // shard_params (refused).
-#include <fmt/format.h>
-
-#include "harness/model/attention_partial.h"
-#include "impls/machinery/dist_common.h"
 #include "impls/machinery/ring_attention.h"
 #include "impls/machinery/ring_estimate.h"
+#include "impls/machinery/ring_strategy.h"
 #include "impls/machinery/sequence_parallel.h"
 
 namespace bpbench {
 namespace {
 
-using dist::DistStep;
-using dist::ZigzagLayout;
-
-class Ring final : public dist::DistStrategy {
+class Ring final : public dist::RingStrategy {
  public:
   explicit Ring(const dist::DistOptions& options)
-      : DistStrategy("ring",
+      : RingStrategy("ring",
                      "ring context parallelism: K/V passed round the ranks on a zigzag layout, layerwise "
                      "checkpointing, full-logits head",
                      options) {}
@@ -43,49 +37,16 @@ class Ring final : public dist::DistStrategy {
     f.ring_attention = true;
     return f;
   }
-  bool data_parallel() const override { return false; }
-  bool sequence_parallel() const override { return true; }
-  bool splits_heads() const override { return false; }
-  int64_t unpadded_multiple(int64_t ranks) const override { return 2 * ranks; }
-  // On CUDA the pairs the estimate knows are flash's (ring_estimate.h); the math form's (float32, or a head
-  // flash does not take) are not written.
-  std::optional<std::string> estimate_gap(const std::string& device, at::ScalarType dtype,
-                                          const ModelConfig& model) const override {
-    if (device != "cuda" ||
-        partial_kernel_for(torch::Device(torch::kCUDA), dtype, model.head_dim) == PartialKernel::cuda_flash)
-      return std::nullopt;
-    return "ring on CUDA is estimated with flash's block pairs only (bfloat16, a head flash takes): its math "
-           "form's pairs are not written (valid: --dtype bfloat16, or --device cpu)";
-  }
   // One rank's phases (ring_estimate.h).
   std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning&) const override {
     return ring_phases(D);
   }
-  Batch local_slice(const Batch& global, int rank, int world) const override {
-    return dist::zigzag_batch(global, rank, world);
-  }
-  std::optional<std::string> unsupported(const CellTraits& traits) const override {
-    if (traits.model)
-      for (int64_t i = 0; i < traits.model->layers; ++i)
-        if (traits.model->window_of(i) > 0)
-          return fmt::format(
-              "ring: {}'s sliding-window layers are not implemented on the ring yet (valid: models "
-              "whose every layer attends causally to all keys)",
-              traits.model->name);
-    if (options_.shard_params) return "ring: shard_params is not implemented on the ring yet";
-    return DistStrategy::unsupported(traits);
-  }
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
-    DistStep step(*this, in);  // global normalisers: one all_reduce
-    auto& comm = step.comm();
-    const ZigzagLayout layout =
-        dist::zigzag_layout(step.batch().whole_seq_len, comm.world_size(), comm.rank());
-    if (step.batch().seq_len() != layout.rows())
-      throw std::logic_error(fmt::format("ring: rank {} holds {} rows, its layout {}", comm.rank(),
-                                         step.batch().seq_len(), layout.rows()));
+    dist::DistStep step(*this, in);  // global normalisers: one all_reduce
+    const dist::ZigzagLayout layout = layout_of(step);
     return dist::checkpointed_rows_step(step, in, [&](int64_t i, const torch::Tensor& x) {
-      return dist::ring_layer(in.model, i, x, layout, comm);
+      return dist::ring_layer(in.model, i, x, layout, step.comm());
     });
   }
 };

@@ -49,7 +49,8 @@ struct CellTraits {
 // every strategy runs one forward with grad of the layers and the head and its backward; these say what it
 // adds.
 struct FlopSchedule {
-  bool attention_by_partition = false;  // attention with grad in calls of `partition` queries (else all T)
+  bool attention_by_partition = false;  // attention with grad in calls of `partition` queries (else all T);
+                                        // the ring's: its pairs in tiles of `partition` rows (else whole)
   bool recomputes_layers = false;  // every layer once more without grad (its checkpointed forward), in the
                                    // same query blocks as its attention with grad
   bool recomputes_head = false;    // the head once more without grad, for every objective (MsT's loss sums)

@@ -119,8 +119,10 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   // block's window start under a sliding window (ModelConfig::first_visible_key); the ring's, one tally of
   // the rank's pairs.
   auto attention_calls = [&](int64_t i, int64_t block, bool with_grad) {
-    if (schedule.ring_attention)
-      return tally(dist::ring_attention_pairs(ring, device, in.dtype, c.head_dim), with_grad);
+    if (schedule.ring_attention)  // streambp-ring: the pairs in tiles of `partition` (block: the partition)
+      return tally(dist::ring_attention_pairs(ring, device, in.dtype, c.head_dim,
+                                              schedule.attention_by_partition ? block : 0),
+                   with_grad);
     const int64_t window = c.window_of(i);
     const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, window);
     for (int64_t s = 0; s < T; s += block) {

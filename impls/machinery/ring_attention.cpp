@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <stdexcept>
 
 #include "harness/model/attention_kernels.h"
@@ -60,6 +59,22 @@ void for_each_pair(const ZigzagLayout& layout, int64_t src, Pair&& pair) {
     }
 }
 
+// The tiles of one pair of blocks (b rows of queries, b of keys): pieces of at most `tile` queries by `tile`
+// keys, or the whole pair (tile 0). A causal pair's tiles are causal on its diagonal (square: both sides cut
+// alike), see every key below it, and are none above it. The pieces' backward with the merged output and
+// logsumexp adds up to the pair's: each piece's dQ is its keys' term, its dK, dV its queries'.
+template <class Tile>
+void for_each_tile(int64_t b, int64_t tile, KeyBlockMask mask, Tile&& body) {
+  const int64_t t = tile > 0 ? std::min(tile, b) : b;
+  for (int64_t qs = 0; qs < b; qs += t)
+    for (int64_t ks = 0; ks < b; ks += t) {
+      if (mask == KeyBlockMask::causal && ks > qs) break;
+      const bool diagonal = mask == KeyBlockMask::causal && ks == qs;
+      body(qs, std::min(t, b - qs), ks, std::min(t, b - ks),
+           diagonal ? KeyBlockMask::causal : KeyBlockMask::all);
+    }
+}
+
 int64_t next_rank(const ZigzagLayout& l) {
   return (l.rank + 1) % l.ranks;
 }
@@ -77,32 +92,37 @@ torch::Tensor pass_on(const torch::Tensor& t, const ZigzagLayout& l, Communicato
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, ZigzagLayout layout, Communicator* comm,
-                               std::string what) {
+                               std::string what, int64_t tile) {
     PhaseScope phase("ring attention");  // the timeline's view of the ring within a layer
     const int64_t b = layout.block;
-    // The output and logsumexp of the rank's rows, each query block's merged into in place pair by pair.
+    // The output and logsumexp of the rank's rows, each query tile's merged into in place piece by piece.
     auto out = torch::empty_like(q);  // (N, Hq, 2b, hd)
     auto lse = torch::empty(q.sizes().slice(0, 3), q.options().dtype(compute_dtype(q.scalar_type())));
-    std::array<bool, 2> filled{false, false};
+    std::vector<bool> filled(2 * b, false);   // by the query tile's first row
     torch::Tensor kv = torch::stack({k, v});  // (2, N, Hkv, 2b, hd): the pair that travels
     for (int64_t s = 0; s < layout.ranks; ++s) {
       if (s > 0) kv = pass_on(kv, layout, *comm, what + " K/V");
       const int64_t src = (layout.rank - s + layout.ranks) % layout.ranks;
-      for_each_pair(layout, src, [&](int64_t i, int64_t j, KeyBlockMask mask) {
-        const PartialAttention pair = partial_attention(q.narrow(2, i * b, b), kv[0].narrow(2, j * b, b),
-                                                        kv[1].narrow(2, j * b, b), scale, mask);
-        const PartialAttention merged{out.narrow(2, i * b, b), lse.narrow(2, i * b, b)};
-        if (filled[i]) {
-          merge_partial(merged, pair);
-        } else {
-          merged.out.copy_(pair.out);
-          merged.lse.copy_(pair.lse);
-          filled[i] = true;
-        }
+      for_each_pair(layout, src, [&](int64_t i, int64_t j, KeyBlockMask pair_mask) {
+        for_each_tile(
+            b, tile, pair_mask, [&](int64_t qs, int64_t nq, int64_t ks, int64_t nk, KeyBlockMask mask) {
+              const int64_t row = i * b + qs, key = j * b + ks;
+              const PartialAttention piece = partial_attention(q.narrow(2, row, nq), kv[0].narrow(2, key, nk),
+                                                               kv[1].narrow(2, key, nk), scale, mask);
+              const PartialAttention merged{out.narrow(2, row, nq), lse.narrow(2, row, nq)};
+              if (filled[row]) {
+                merge_partial(merged, piece);
+              } else {
+                merged.out.copy_(piece.out);
+                merged.lse.copy_(piece.lse);
+                filled[row] = true;
+              }
+            });
       });
     }
     kv.reset();
     ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["tile"] = tile;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["seq_len"] = layout.seq_len;
     ctx->saved_data["ranks"] = layout.ranks;
@@ -122,7 +142,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
                       ctx->saved_data["rank"].toInt());
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
     const std::string what = ctx->saved_data["what"].toStringRef();
-    const int64_t b = layout.block;
+    const int64_t b = layout.block, tile = ctx->saved_data["tile"].toInt();
     const auto grad_out = grads[0].contiguous();
     // dQ and the travelling dK/dV in the accumulation dtype (float32 for bfloat16), rounded once at the end.
     const auto acc = compute_dtype(q.scalar_type());
@@ -135,19 +155,24 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         dkv = pass_on(dkv, layout, *comm, what + " dK/dV");
       }
       const int64_t src = (layout.rank - s + layout.ranks) % layout.ranks;
-      for_each_pair(layout, src, [&](int64_t i, int64_t j, KeyBlockMask mask) {
-        auto [dq_pair, dk_pair, dv_pair] = partial_attention_backward(
-            grad_out.narrow(2, i * b, b), q.narrow(2, i * b, b), kv[0].narrow(2, j * b, b),
-            kv[1].narrow(2, j * b, b), out.narrow(2, i * b, b), lse.narrow(2, i * b, b), scale, mask);
-        dq.narrow(2, i * b, b).add_(dq_pair);
-        dkv[0].narrow(2, j * b, b).add_(dk_pair);
-        dkv[1].narrow(2, j * b, b).add_(dv_pair);
+      for_each_pair(layout, src, [&](int64_t i, int64_t j, KeyBlockMask pair_mask) {
+        for_each_tile(
+            b, tile, pair_mask, [&](int64_t qs, int64_t nq, int64_t ks, int64_t nk, KeyBlockMask mask) {
+              const int64_t row = i * b + qs, key = j * b + ks;
+              auto [dq_piece, dk_piece, dv_piece] = partial_attention_backward(
+                  grad_out.narrow(2, row, nq), q.narrow(2, row, nq), kv[0].narrow(2, key, nk),
+                  kv[1].narrow(2, key, nk), out.narrow(2, row, nq), lse.narrow(2, row, nq), scale, mask);
+              dq.narrow(2, row, nq).add_(dq_piece);
+              dkv[0].narrow(2, key, nk).add_(dk_piece);
+              dkv[1].narrow(2, key, nk).add_(dv_piece);
+            });
       });
     }
     kv.reset();
     // The accumulator held now is rank r+1's pair, every rank's share in it: one hop home.
     if (layout.ranks > 1) dkv = pass_on(dkv, layout, *comm, what + " dK/dV (home)");
-    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), {}, {}, {}, {}};
+    return {
+        dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), {}, {}, {}, {}, {}};
   }
 };
 
@@ -155,7 +180,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const ZigzagLayout& layout, Communicator& comm,
-                             const std::string& what) {
+                             const std::string& what, int64_t tile) {
   TORCH_CHECK(
       q.dim() == 4 && q.size(2) == layout.rows() && k.size(2) == layout.rows() && v.size(2) == layout.rows(),
       "ring attention: q, k, v need the rank's ", layout.rows(), " rows, got ", q.sizes(), ", ", k.sizes(),
@@ -163,22 +188,30 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   TORCH_CHECK(comm.world_size() == layout.ranks && comm.rank() == layout.rank,
               "ring attention: a layout of rank ", layout.rank, " of ", layout.ranks, " on rank ",
               comm.rank(), " of ", comm.world_size());
-  auto out = RingAttention::apply(q, k, v, scale, layout, &comm, what);
+  auto out = RingAttention::apply(q, k, v, scale, layout, &comm, what, tile);
   // The FLOP counter's seam (flop_count.h), once for the rank's pairs: the counts are linear in the pairs,
   // so one call with their sums tallies what the pairs ran.
-  const AttentionPairs pairs = ring_attention_pairs(layout, q.device(), q.scalar_type(), q.size(3));
+  const AttentionPairs pairs = ring_attention_pairs(layout, q.device(), q.scalar_type(), q.size(3), tile);
   count_attention(q.size(0), q.size(1), q.size(3), pairs, out);
   return out;
 }
 
 AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device,
-                                    at::ScalarType dtype, int64_t head_dim) {
+                                    at::ScalarType dtype, int64_t head_dim, int64_t tile) {
   const int64_t b = layout.block, whole = (2 * layout.ranks - 1) * b * b;
   const PartialKernel kernel = partial_kernel_for(device, dtype, head_dim);
   const AttentionKernel as = kernel == PartialKernel::cpu_fused    ? AttentionKernel::cpu_fused
                              : kernel == PartialKernel::cuda_flash ? AttentionKernel::flash
                                                                    : AttentionKernel::math;
-  const AttentionPairs diagonal = attention_pairs(as, b, b, 0);
+  AttentionPairs diagonal;  // one causal b x b pair, as its tiles run it
+  for_each_tile(
+      b, tile, KeyBlockMask::causal, [&](int64_t, int64_t nq, int64_t, int64_t nk, KeyBlockMask mask) {
+        const AttentionPairs piece = mask == KeyBlockMask::causal ? attention_pairs(as, nq, nk, 0)
+                                                                  : AttentionPairs{nq * nk, nq * nk, nq * nk};
+        diagonal.visible += piece.visible;
+        diagonal.executed += piece.executed;
+        diagonal.all += piece.all;
+      });
   AttentionPairs pairs;
   pairs.visible = 2 * diagonal.visible + whole;
   pairs.executed = 2 * diagonal.executed + whole;
@@ -224,6 +257,46 @@ torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, cons
     o = heads.transpose(1, 2).reshape({N, layout.rows(), -1});
   }
   return m.mlp_block(i, m.attention_output(i, x, o));
+}
+
+RowsQkv ring_qkv_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
+                           int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const auto& c = m.config;
+  const int64_t N = x.size(0), R = layout.rows();
+  RowsQkv out{torch::empty({N, c.heads, R, c.head_dim}, x.options()),
+              torch::empty({N, c.kv_heads, R, c.head_dim}, x.options()),
+              torch::empty({N, c.kv_heads, R, c.head_dim}, x.options())};
+  for_block_chunks(layout, rows, [&](int64_t s, int64_t n, int64_t position) {
+    const auto h = m.attn_norm(i, x.narrow(1, s, n));
+    out.q.narrow(2, s, n).copy_(m.project_q(i, h, position, layout.seq_len));
+    const KV kv = m.project_kv(i, h, position, layout.seq_len);
+    out.k.narrow(2, s, n).copy_(kv.k);
+    out.v.narrow(2, s, n).copy_(kv.v);
+  });
+  return out;
+}
+
+torch::Tensor output_rows(const torch::Tensor& heads, int64_t s, int64_t n) {
+  return heads.narrow(2, s, n).transpose(1, 2).reshape({heads.size(0), n, -1});
+}
+
+torch::Tensor ring_layer_in_chunks(const Model& m, int64_t i, const torch::Tensor& x,
+                                   const ZigzagLayout& layout, Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor heads;  // (N, Hq, 2b, hd)
+  {
+    RowsQkv qkv = ring_qkv_in_chunks(m, i, x, layout, rows);
+    heads = ring_attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(), layout, comm,
+                           fmt::format("layer {} attention", i), rows);
+  }
+  auto y = torch::empty_like(x);
+  for (int64_t s = 0; s < layout.rows(); s += rows) {
+    const int64_t n = std::min(rows, layout.rows() - s);
+    y.narrow(1, s, n).copy_(
+        m.mlp_block(i, m.attention_output(i, x.narrow(1, s, n), output_rows(heads, s, n))));
+  }
+  return y;
 }
 
 }  // namespace bpbench::dist

@@ -21,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <string>
 
 #include "harness/model/flop_count.h"
@@ -52,17 +53,20 @@ torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout
 // Causal attention of the rank's queries over the whole sequence's keys, round the ring: q (N, Hq, 2b, hd),
 // k and v (N, Hkv, 2b, hd), the rank's rows in zigzag order -> (N, Hq, 2b, hd). Differentiable in q, k and v;
 // its forward and backward exchange K/V (and dK/dV) with the ring neighbours on `comm`, counted as send_recv
-// calls named after `what`. Every rank of `comm` calls it with the same shapes.
+// calls named after `what`. Every rank of `comm` calls it with the same shapes. Each pair of blocks runs
+// whole (tile 0: ring), or in tiles of at most `tile` queries by `tile` keys (streambp-ring: a kernel's
+// buffers then grow with the tile, not with b).
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const ZigzagLayout& layout, Communicator& comm,
-                             const std::string& what);
+                             const std::string& what, int64_t tile = 0);
 
 // The (query, key) pairs per (sequence, query head) of one rank's ring attention, as it counts them
-// (flop_count.h): its two diagonal blocks (causal, executed as the pair's kernel runs one: the fused
-// kernels skip the masked half, the math form does not) and the 2P - 1 key blocks before its query blocks
-// (all keys), b x b each. Every kernel scores a pair again in its backward.
+// (flop_count.h): its two diagonal blocks (causal, executed as the pair's kernel runs one, or its `tile`
+// tiles: the fused kernels skip the masked half of a causal call, the math form does not) and the 2P - 1
+// key blocks before its query blocks (all keys), b x b each. Every kernel scores a pair again in its
+// backward.
 AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device,
-                                    at::ScalarType dtype, int64_t head_dim);
+                                    at::ScalarType dtype, int64_t head_dim, int64_t tile = 0);
 
 // Rank `rank`'s zigzag rows of `global` (whole sequences of T tokens), as shard_batch slices them for
 // Ulysses: each per-position tensor's two blocks (past T: token 0, ignored targets, zero log-probs), the
@@ -74,5 +78,31 @@ Batch zigzag_batch(const Batch& global, int64_t rank, int64_t ranks);
 // block's own positions), o_proj and MLP on the rows, attention round the ring (named "layer i attention").
 torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
                          Communicator& comm);
+
+// StreamBP's pieces on the ring (streambp_ring.cpp): the rank's 2b rows in chunks of at most `rows`, none
+// across the boundary of its two blocks (a chunk's positions are one range): body(s, n, position) for the
+// chunk of rows [s, s + n), at sequence positions [position, position + n).
+template <class Body>
+void for_block_chunks(const ZigzagLayout& layout, int64_t rows, Body&& body) {
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t off = 0; off < layout.block; off += rows)
+      body(i * layout.block + off, std::min(rows, layout.block - off), layout.first_position(i) + off);
+}
+
+// q (N, Hq, 2b, hd), k and v (N, Hkv, 2b, hd) of the rank's rows x (N, 2b, d) as values, made `rows` rows at
+// a time (for_block_chunks) into buffers.
+struct RowsQkv {
+  torch::Tensor q, k, v;
+};
+RowsQkv ring_qkv_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
+                           int64_t rows);
+
+// Layer i as values, `rows` rows at a time wherever a piece has rows: q, k and v in chunks, the attention
+// round the ring, o_proj, the residual and the MLP in chunks into (N, 2b, d).
+torch::Tensor ring_layer_in_chunks(const Model& m, int64_t i, const torch::Tensor& x,
+                                   const ZigzagLayout& layout, Communicator& comm, int64_t rows);
+
+// The rows [s, s + n) of the ring's attention output (N, Hq, 2b, hd) as o_proj takes them: (N, n, Hq hd).
+torch::Tensor output_rows(const torch::Tensor& heads, int64_t s, int64_t n);
 
 }  // namespace bpbench::dist

@@ -15,5 +15,7 @@ namespace bpbench {
 // D: the whole step's terms (D.T = T, D.ranks = P).
 MemoryTerms ring_rows(const MemoryTerms& D);
 std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D);
+// streambp-ring's (streambp_ring.cpp): StreamBP's chunks of `partition` rows on the rank's 2b rows.
+std::vector<PhaseEstimate> streambp_ring_phases(const MemoryTerms& D, const Partitioning& partition);
 
 }  // namespace bpbench

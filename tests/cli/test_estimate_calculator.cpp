@@ -356,21 +356,22 @@ TEST(EstimateCalculator, GpusReserveAndTheTableOfAll) {
 TEST(EstimateCalculator, RanksEstimateOneRankOfTheDataParallelStrategies) {
   const json two = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--threads", "1"});
   const json four = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "4", "--threads", "1"});
-  ASSERT_EQ(two["estimates"].size(), 5u);
+  ASSERT_EQ(two["estimates"].size(), 6u);
   EXPECT_EQ(two["setting"]["ranks"], 2);
   const std::vector<std::string> impls = {"streambp-dist", "checkpoint-dist", "ulysses", "streambp-ulysses",
-                                          "ring"};
+                                          "ring",          "streambp-ring"};
   for (size_t k = 0; k < impls.size(); ++k) {
     EXPECT_EQ(two["estimates"][k]["impl"], impls[k]);
     EXPECT_LT(four["estimates"][k]["memory"]["grads_bytes"], two["estimates"][k]["memory"]["grads_bytes"]);
   }
   for (size_t k = 2; k < impls.size(); ++k)  // the rank's rows: T / R of them
     EXPECT_LT(four["estimates"][k]["memory"]["peak_bytes"], two["estimates"][k]["memory"]["peak_bytes"]);
-  // 3 ranks cannot split small's 4 query heads: by default the data-parallel ones and the ring, which splits
-  // no heads; Ulysses asked for, one line.
+  // 3 ranks cannot split small's 4 query heads: by default the data-parallel ones and the two rings, which
+  // split no heads; Ulysses asked for, one line.
   const json three = estimate_doc({"--model", "small", "--seq-len", "2k", "--ranks", "3", "--threads", "1"});
-  ASSERT_EQ(three["estimates"].size(), 3u);
+  ASSERT_EQ(three["estimates"].size(), 4u);
   EXPECT_EQ(three["estimates"][2]["impl"], "ring");
+  EXPECT_EQ(three["estimates"][3]["impl"], "streambp-ring");
   EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "3", "--impl", "ulysses"})
                 .find("3 ranks cannot split 4 query heads and 2 K/V heads"),
             std::string::npos);
@@ -394,9 +395,15 @@ TEST(EstimateCalculator, RanksEstimateOneRankOfTheDataParallelStrategies) {
                             "--dtype", "float32", "--impl", "ring"})
                 .find("ring on CUDA is estimated with flash's block pairs only"),
             std::string::npos);
+  EXPECT_NE(one_line_error({"--model", "llama3.1-8b", "--seq-len", "64k", "--ranks", "8", "--device", "cuda",
+                            "--dtype", "float32", "--impl", "streambp-ring"})
+                .find("streambp-ring on CUDA is estimated with flash's block pairs only"),
+            std::string::npos);
   for (const auto& e : estimate_doc({"--model", "llama3.1-8b", "--seq-len", "64k", "--ranks", "8", "--device",
-                                     "cuda", "--dtype", "float32"})["estimates"])
+                                     "cuda", "--dtype", "float32"})["estimates"]) {
     EXPECT_NE(e["impl"], "ring");
+    EXPECT_NE(e["impl"], "streambp-ring");
+  }
 }
 
 TEST(EstimateCalculator, JsonMatchesItsSchemaAndTheText) {

@@ -27,8 +27,9 @@ TEST(Offload, NamesParseAndUnknownOnesAreRefused) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "unknown offload 'activations' (valid: none, checkpoints)");
   }
-  EXPECT_EQ(offloading_strategy_names(), (std::vector<std::string>{"checkpoint", "checkpoint-chunked-head",
-                                                                   "mst", "streambp", "streambp-ulysses"}));
+  EXPECT_EQ(offloading_strategy_names(),
+            (std::vector<std::string>{"checkpoint", "checkpoint-chunked-head", "mst", "streambp",
+                                      "streambp-ulysses", "streambp-ring"}));
 }
 
 // Three "layer inputs" of 3 x 5 x 7 float32 (420 bytes each) through each store, twice (two steps).

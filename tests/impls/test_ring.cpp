@@ -1,11 +1,13 @@
-// test_ring.cpp: the ring strategy (impls/ring.cpp) on 2, 3 and 4 Gloo ranks, each a process
-// (tests/support/dist_ranks.h), against single-process plain BP on the same whole sequences, float64.
+// test_ring.cpp: the ring strategies (impls/ring.cpp, impls/streambp_ring.cpp) on 2, 3 and 4 Gloo ranks, each
+// a process (tests/support/dist_ranks.h), against single-process plain BP on the same whole sequences,
+// float64.
 //
-//   RingExactness   every parameter's gathered gradient and the loss equal plain BP's to 1e-10: SFT, DPO,
-//                   GRPO on 2, 3 (which Ulysses cannot split tiny's 4 heads over) and 4 ranks; T = 13, padded
-//                   on every P (to 16, 18, 16), and T = 12 and 16, multiples of 2P; LoRA, tied embeddings,
-//                   one K/V head, mixture-of-experts layers and their load-balancing loss. Collectives of the
-//                   step, exactly: L (4P - 3) send_recvs, no all_to_all, L + 2 reduce_scatters (LoRA: L), 2
+//   RingExactness   every parameter's gathered gradient and the loss equal plain BP's to 1e-10, for ring and
+//                   streambp-ring (chunks of 2 rows: several in each block): SFT, DPO, GRPO on 2, 3 (which
+//                   Ulysses cannot split tiny's 4 heads over) and 4 ranks; T = 13, padded on every P (to 16,
+//                   18, 16), and T = 12 and 16, multiples of 2P; LoRA, tied embeddings, one K/V head,
+//                   mixture-of-experts layers and their load-balancing loss. Collectives of the step,
+//                   exactly: L (4P - 3) send_recvs, no all_to_all, L + 2 reduce_scatters (LoRA: L), 2
 //                   all_reduces (DPO: 3; the load-balancing loss: one more).
 //   RingRefusal     sliding-window models and shard_params are skipped cells with the reason.
 #include <fmt/format.h>
@@ -28,6 +30,7 @@ using nlohmann::json;
 constexpr double kTol = 1e-10;
 
 struct RingCase {
+  std::string impl;
   std::string objective;
   int world;
   std::string model = "tiny";
@@ -37,10 +40,10 @@ struct RingCase {
 };
 
 std::string label(const RingCase& c) {
-  return fmt::format("{}_w{}{}{}{}{}{}{}", c.objective, c.world, c.model == "tiny" ? "" : "_moe",
-                     c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "", c.lora_rank ? "_lora" : "",
-                     c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "", c.tied ? "_tied" : "",
-                     c.aux > 0 ? "_aux" : "");
+  return fmt::format("{}{}_w{}{}{}{}{}{}{}", c.impl == "ring" ? "" : "streambp_", c.objective, c.world,
+                     c.model == "tiny" ? "" : "_moe", c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "",
+                     c.lora_rank ? "_lora" : "", c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "",
+                     c.tied ? "_tied" : "", c.aux > 0 ? "_aux" : "");
 }
 
 // GoogleTest prints a failing case's parameter by its label, not as bytes.
@@ -49,38 +52,48 @@ void PrintTo(const RingCase& c, std::ostream* os) {
 }
 
 json ring_job(const RingCase& c) {
-  return {{"impl", "ring"},       {"objective", c.objective}, {"model", c.model},
-          {"dtype", "float64"},   {"kv_heads", c.kv_heads},   {"lora_rank", c.lora_rank},
-          {"seq_len", c.seq_len}, {"tied", c.tied},           {"router_aux_loss_coef", c.aux},
-          {"warmup", 0}};
+  // streambp-ring in chunks of 2 rows: several chunks in every block (b = 3 or 4).
+  return {{"impl", c.impl},
+          {"objective", c.objective},
+          {"model", c.model},
+          {"dtype", "float64"},
+          {"kv_heads", c.kv_heads},
+          {"lora_rank", c.lora_rank},
+          {"seq_len", c.seq_len},
+          {"tied", c.tied},
+          {"router_aux_loss_coef", c.aux},
+          {"warmup", 0},
+          {"partition", 2}};
 }
 
 std::vector<RingCase> ring_cases() {
   std::vector<RingCase> cases;
-  for (int world : {2, 3, 4})
-    for (const std::string objective : {"sft", "dpo", "grpo"}) cases.push_back({objective, world});
-  for (const auto& [world, T] : std::vector<std::pair<int, int64_t>>{{2, 12}, {3, 12}, {4, 16}}) {
-    RingCase even{"sft", world};
-    even.seq_len = T;  // a multiple of 2P: no padding row
-    cases.push_back(even);
+  for (const std::string impl : {"ring", "streambp-ring"}) {
+    for (int world : {2, 3, 4})
+      for (const std::string objective : {"sft", "dpo", "grpo"}) cases.push_back({impl, objective, world});
+    for (const auto& [world, T] : std::vector<std::pair<int, int64_t>>{{2, 12}, {3, 12}, {4, 16}}) {
+      RingCase even{impl, "sft", world};
+      even.seq_len = T;  // a multiple of 2P: no padding row
+      cases.push_back(even);
+    }
+    RingCase lora{impl, "sft", 3};
+    lora.lora_rank = 3;
+    cases.push_back(lora);
+    RingCase lora_dpo{impl, "dpo", 2};
+    lora_dpo.lora_rank = 3;
+    cases.push_back(lora_dpo);
+    RingCase tied{impl, "sft", 2};
+    tied.tied = true;
+    cases.push_back(tied);
+    RingCase gqa{impl, "grpo", 3};
+    gqa.kv_heads = 1;
+    cases.push_back(gqa);
+    cases.push_back(RingCase{impl, "sft", 3, "tiny-moe"});
+    RingCase aux{impl, "grpo", 3, "tiny-moe"};
+    aux.seq_len = 12;
+    aux.aux = 0.5;
+    cases.push_back(aux);
   }
-  RingCase lora{"sft", 3};
-  lora.lora_rank = 3;
-  cases.push_back(lora);
-  RingCase lora_dpo{"dpo", 2};
-  lora_dpo.lora_rank = 3;
-  cases.push_back(lora_dpo);
-  RingCase tied{"sft", 2};
-  tied.tied = true;
-  cases.push_back(tied);
-  RingCase gqa{"grpo", 3};
-  gqa.kv_heads = 1;
-  cases.push_back(gqa);
-  cases.push_back(RingCase{"sft", 3, "tiny-moe"});
-  RingCase aux{"grpo", 3, "tiny-moe"};
-  aux.seq_len = 12;
-  aux.aux = 0.5;
-  cases.push_back(aux);
   return cases;
 }
 
@@ -111,19 +124,22 @@ INSTANTIATE_TEST_SUITE_P(Gloo, RingExactness, ::testing::ValuesIn(ring_cases()),
 
 TEST(RingRefusal, SlidingWindowsAndShardParamsAreSkippedWithTheReason) {
   const ModelConfig gemma = find_model_preset("tiny-gemma3");
-  const auto ring = make_strategy("ring");
-  const auto why = ring->unsupported(CellTraits{"sft", 2, &gemma});
-  ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("ring: tiny-gemma3's sliding-window layers are not implemented"), std::string::npos)
-      << *why;
   const ModelConfig tiny = find_model_preset("tiny");  // 4 query heads: 3 ranks cannot split them by heads
-  EXPECT_FALSE(ring->unsupported(CellTraits{"sft", 3, &tiny}).has_value());
-  dist::DistOptions sharded;
-  sharded.shard_params = true;
-  const auto sharded_ring = make_distributed_strategy("ring", sharded);
-  const auto why_sharded = sharded_ring->unsupported(CellTraits{"sft", 2, &tiny});
-  ASSERT_TRUE(why_sharded.has_value());
-  EXPECT_NE(why_sharded->find("shard_params"), std::string::npos) << *why_sharded;
+  for (const std::string impl : {"ring", "streambp-ring"}) {
+    const auto ring = make_strategy(impl);
+    const auto why = ring->unsupported(CellTraits{"sft", 2, &gemma});
+    ASSERT_TRUE(why.has_value()) << impl;
+    EXPECT_NE(why->find(impl + ": tiny-gemma3's sliding-window layers are not implemented"),
+              std::string::npos)
+        << *why;
+    EXPECT_FALSE(ring->unsupported(CellTraits{"sft", 3, &tiny}).has_value()) << impl;
+    dist::DistOptions sharded;
+    sharded.shard_params = true;
+    const auto sharded_ring = make_distributed_strategy(impl, sharded);
+    const auto why_sharded = sharded_ring->unsupported(CellTraits{"sft", 2, &tiny});
+    ASSERT_TRUE(why_sharded.has_value()) << impl;
+    EXPECT_NE(why_sharded->find(impl + ": shard_params"), std::string::npos) << *why_sharded;
+  }
 }
 
 TEST(RingLayout, ZigzagBatchHoldsBlocksRAnd2PMinus1MinusR) {

@@ -198,32 +198,39 @@ TEST_F(PerRankPeaks, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
 
 // Ring context parallelism: every rank's peak and base within 2% of the estimate per rank (ring_estimate.h),
 // on 2, 3 and 4 ranks, T padded (not a multiple of 2P) and not; the rank's counted FLOPs equal the
-// estimate's. Each peak phase of the estimate is some case's: the embedding's backward, the head, the ring's
-// attention backward (a b x b pair's kernel beside the travelling K/V pair and its dK/dV accumulator), the
-// layer MLP's backward.
+// estimate's. Each peak phase of the estimate is some case's: for ring the embedding's backward, the head,
+// the ring's attention backward (a b x b pair's kernel beside the travelling K/V pair and its dK/dV
+// accumulator), the layer MLP's backward; for streambp-ring the embedding's backward, a head chunk, the
+// ring's attention backward and the MLP chunks.
 TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
   const std::string attention_dir = model_dir(reshaped_small_text("attention-heavy", 6, 48, 96));
   const std::string mlp_dir = model_dir(reshaped_small_text("mlp-heavy", 4, 32, 1024));
   struct Case {
-    std::string model;
+    std::string impl, model;
     int64_t seq_len, ranks;
     std::string peak_phase;  // the estimate's, a prefix of its name
   };
-  for (const Case& k : {Case{"small", 128, 2, "embedding backward"}, Case{"small-text", 2559, 4, "head"},
-                        Case{attention_dir, 1200, 2, "layer attention backward"},
-                        Case{attention_dir, 1199, 3, "layer attention backward"},
-                        Case{attention_dir, 1199, 4, "layer attention backward"},
-                        Case{mlp_dir, 1200, 2, "layer mlp backward"}}) {
+  for (const Case& k :
+       {Case{"ring", "small", 128, 2, "embedding backward"}, Case{"ring", "small-text", 2559, 4, "head"},
+        Case{"ring", attention_dir, 1200, 2, "layer attention backward"},
+        Case{"ring", attention_dir, 1199, 3, "layer attention backward"},
+        Case{"ring", attention_dir, 1199, 4, "layer attention backward"},
+        Case{"ring", mlp_dir, 1200, 2, "layer mlp backward"},
+        Case{"streambp-ring", "small", 128, 2, "embedding backward"},
+        Case{"streambp-ring", "small-text", 2559, 4, "head chunk"},
+        Case{"streambp-ring", attention_dir, 1200, 2, "layer ring attention backward"},
+        Case{"streambp-ring", attention_dir, 1199, 4, "layer ring attention backward"},
+        Case{"streambp-ring", mlp_dir, 1200, 2, "layer mlp chunks"}}) {
     const ModelConfig config = config_of(k.model);
-    const json results = run(per_rank_scenario(k.model.c_str(), json{"ring"}, k.seq_len, k.ranks),
-                             fmt::format("ring-{}-{}-{}", config.name, k.seq_len, k.ranks));
+    const json results = run(per_rank_scenario(k.model.c_str(), json{k.impl}, k.seq_len, k.ranks),
+                             fmt::format("{}-{}-{}-{}", k.impl, config.name, k.seq_len, k.ranks));
     ASSERT_EQ(results["cells"].size(), 1u);
     const json& c = results["cells"][0];
     ASSERT_EQ(c["status"], "ok") << c["reason"];
     const auto e = estimate_cell(Cell::from_axes(c["axes"]), 1, "cpu", std::nullopt, k.ranks);
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(c["memory"]["estimate_bytes"].get<int64_t>(), e->peak_bytes);
-    EXPECT_EQ(e->dominant_phase.rfind(k.peak_phase, 0), 0u) << e->dominant_phase;
+    EXPECT_EQ(e->dominant_phase.rfind(k.peak_phase, 0), 0u) << k.impl << ": " << e->dominant_phase;
     expect_flops_of_one_rank(c, config, k.seq_len, k.ranks);
     expect_every_rank_near(c, *e, config.name.c_str(), k.seq_len, k.ranks);
   }

@@ -1,0 +1,193 @@
+// streambp_ring.cpp: StreamBP inside each rank of ring context parallelism: the zigzag layout and the
+// attention round the ring of ring.cpp (impls/machinery/ring_attention.h), and on each rank the backward
+// streamed as StreamBP's: the MLP, the head and the loss in chunks of rows, the q, k, v projections in
+// chunks, the attention's graph nothing but the ring's own saved q, k, v, output and logsumexp. Layer
+// checkpoints may be offloaded. Gradient buckets: dist_common.h.
+//
+// Rank r holds blocks r and 2P-1-r of every sequence (b = ceil(T / 2P) rows each, x: (N, 2b, d); c =
+// partition rows, never across the two blocks for q, k, v; c_l = logits_partition rows):
+//
+//   forward (no grad): x_{i+1} = layer_i(x_i) as a. and b. below, then o_proj and the MLP in chunks of c
+//                      rows; keep x_1..x_{L-1}
+//                      (x_0 = embed(ids) made again for layer 0, layerwise.h: FirstInputRecomputed)
+//   head: in chunks of c_l rows (layerwise.h: streamed_head_backward), dx into x_L's rows; DPO: S
+//         all-reduced first; reduce_scatter(head)
+//   layer i = L-1..0, with dY (N, 2b, d):
+//     a. q, k, v of the rows, values, made c rows at a time        (N, Hq, 2b, hd), (N, Hkv, 2b, hd)
+//        (RoPE at each chunk's own positions); leaves that take a gradient
+//     b. O = attention round the ring (P - 1 send_recvs), with grad: its node saves q, k, v, O and the
+//        logsumexp, nothing else                                   O (N, Hq, 2b, hd)
+//     c. per chunk of c rows: x1 = x + o_proj(O rows), y = x1 + mlp(x1), backward with dY: the MLP's and
+//        o_proj's weights accumulate; dO rows into dO (N, Hq, 2b, hd), dx rows (residual paths) into dY's
+//     d. the ring's backward with dO (P - 1 K/V and P dK/dV send_recvs): dQ, dK, dV of the rows
+//     e. per chunk of c rows: the q, k, v path again with its graph, backward with dq, dk, dv: the input
+//        norm's and projections' weights accumulate, dx rows add into dY's rows, now dL/dx_i
+//     reduce_scatter(layer i)
+//   embedding backward; reduce_scatter(embedding)
+//
+// Never on a rank: a tensor of T rows, nor one of the rank's 2b rows of I or V. The price against ring:
+// the q, k, v projections run three times (the forward, a., e.), once more than layerwise checkpointing
+// (flop_schedule below). Collectives per step: L (4P - 3) send_recvs, as ring's; L + 2 reduce_scatters, 2
+// all_reduces, DPO one more (the sequence sums).
+#include <fmt/format.h>
+
+#include "impls/machinery/layerwise.h"
+#include "impls/machinery/ring_attention.h"
+#include "impls/machinery/ring_estimate.h"
+#include "impls/machinery/ring_strategy.h"
+#include "impls/machinery/sequence_parallel.h"
+#include "profiles/memory.h"
+
+namespace bpbench {
+namespace {
+
+using dist::Communicator;
+using dist::DistStep;
+using dist::ZigzagLayout;
+using profiles::Category;
+using profiles::MemoryScope;
+using profiles::PhaseScope;
+
+// a.-e. above for layer i. x_in (N, 2b, d) is the layer's input (a leaf requiring grad unless nothing below
+// trains), dy (N, 2b, d) the gradient of its output; returns dx in dy's buffer (undefined without x_in's
+// grad).
+torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_in, torch::Tensor dy,
+                             const ZigzagLayout& layout, Communicator& comm, int64_t rows) {
+  const bool wants_dx = x_in.requires_grad();
+  const int64_t R = layout.rows(), T = layout.seq_len;
+  dist::RowsQkv qkv;  // a.
+  {
+    PhaseScope phase("q, k, v values");
+    MemoryScope scope(Category::kv);
+    qkv = dist::ring_qkv_in_chunks(m, i, x_in.detach(), layout, rows);
+    qkv.q.requires_grad_(true);
+    qkv.k.requires_grad_(true);
+    qkv.v.requires_grad_(true);
+  }
+  torch::Tensor out;  // b. (N, Hq, 2b, hd)
+  {
+    MemoryScope scope(Category::kv);
+    out = dist::ring_attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(), layout, comm,
+                               fmt::format("layer {} attention", i), rows);
+  }
+  auto d_out = torch::empty_like(out);  // (N, Hq, 2b, hd)
+  {                                     // c.
+    PhaseScope phase("mlp chunks");
+    MemoryScope scope(Category::activations);
+    for (int64_t s = 0; s < R; s += rows) {
+      const int64_t c = std::min(rows, R - s);
+      auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
+      auto o = dist::output_rows(out.detach(), s, c).requires_grad_(true);   // (N, c, Hq hd)
+      m.mlp_block(i, m.attention_output(i, x_rows, o)).backward(dy.narrow(1, s, c));
+      d_out.narrow(2, s, c).copy_(o.grad().view({o.size(0), c, out.size(1), -1}).transpose(1, 2));
+      if (wants_dx) dy.narrow(1, s, c).copy_(x_rows.grad());
+    }
+  }
+  {  // d.: the ring's backward ("ring attention backward"), into q, k and v's grads
+    MemoryScope scope(Category::kv);
+    torch::autograd::backward({out}, {d_out});
+  }
+  out = torch::Tensor();
+  d_out = torch::Tensor();
+  const auto dq = qkv.q.grad(), dk = qkv.k.grad(), dv = qkv.v.grad();  // (N, Hq or Hkv, 2b, hd)
+  qkv = dist::RowsQkv{};
+  {  // e.
+    PhaseScope phase("q, k, v chunks");
+    MemoryScope scope(Category::kv);
+    dist::for_block_chunks(layout, rows, [&](int64_t s, int64_t c, int64_t position) {
+      auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);
+      auto h = m.attn_norm(i, x_rows);
+      const KV kv = m.project_kv(i, h, position, T);
+      torch::autograd::backward({m.project_q(i, h, position, T), kv.k, kv.v},
+                                {dq.narrow(2, s, c), dk.narrow(2, s, c), dv.narrow(2, s, c)});
+      if (wants_dx) dy.narrow(1, s, c).add_(x_rows.grad());
+    });
+  }
+  return wants_dx ? dy : torch::Tensor();
+}
+
+class StreamBPRing final : public dist::RingStrategy {
+ public:
+  explicit StreamBPRing(const dist::DistOptions& options)
+      : RingStrategy(
+            "streambp-ring",
+            "StreamBP inside ring context parallelism: K/V passed round the ranks on a zigzag layout, "
+            "MLP, head and projections streamed in `partition` / `logits_partition` rows",
+            options) {}
+  // Besides the model's work: the no-grad forward, and a.'s q, k, v once more.
+  FlopSchedule flop_schedule() const override {
+    FlopSchedule f;
+    f.attention_by_partition = true;  // the ring's pairs in tiles of `partition`
+    f.recomputes_layers = true;
+    f.streams_head = true;
+    f.recomputes_kv = true;
+    f.recomputes_q = true;
+    f.ring_attention = true;
+    return f;
+  }
+  // One rank's phases (ring_estimate.h).
+  std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
+                                           const Partitioning& partition) const override {
+    return streambp_ring_phases(D, partition);
+  }
+  bool uses_partition() const override { return true; }
+  bool uses_logits_partition() const override { return true; }
+  bool uses_offload() const override { return !options_.shard_params; }
+  bool keeps_first_input() const override { return false; }
+
+  torch::Tensor forward_backward(const StepInputs& in) const override {
+    DistStep step(*this, in);  // global normalisers: one all_reduce
+    const Model& m = in.model;
+    auto& comm = step.comm();
+    const ZigzagLayout layout = layout_of(step);
+    const auto& ids = step.batch().input_ids;  // (N, 2b)
+    const int64_t rows = in.partition.rows;
+
+    std::unique_ptr<CheckpointStore> owned;
+    FirstInputRecomputed store(checkpoint_store(in, owned), m, ids);  // x_1..x_{L-1} kept
+    torch::Tensor x;
+    {
+      PhaseScope phase("forward");
+      MemoryScope scope(Category::checkpoints);
+      torch::NoGradGuard no_grad;
+      x = first_layer_input(m, ids);
+      for (int64_t i = 0; i < m.config.layers; ++i) {
+        step.gather_layer(i);
+        torch::Tensor next = dist::ring_layer_in_chunks(m, i, x, layout, comm, rows);
+        step.release_layer(i);
+        store.put(i, std::move(x));
+        x = std::move(next);
+      }
+    }
+
+    torch::Tensor sums;  // DPO: S of the whole sequences before f'(S)
+    if (!in.objective.outer_is_linear())
+      sums = dist::all_sequence_sums(
+          streamed_sequence_sums(m, x, step.batch(), in.objective, in.partition.logits_rows), comm);
+    step.open_head();
+    auto head = streamed_head_backward(m, x, step.batch(), in.objective, in.partition.logits_rows, sums,
+                                       HeadDx::into_x);  // x_L becomes dL/dx_L
+    x = torch::Tensor();
+    step.reduce_and_close(step.head());
+
+    auto dx = layers_backward(m, store, std::move(head.dx),
+                              [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
+                                step.gather_layer(i);
+                                step.open(step.layer(i));
+                                dy = layer_backward(m, i, x_in, std::move(dy), layout, comm, rows);
+                                step.reduce_and_close(step.layer(i));
+                                step.release_layer(i);
+                                return dy;
+                              });
+    step.embedding_backward(dx);
+    return step.finish(head.loss);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<dist::DistStrategy> make_streambp_ring(const dist::DistOptions& options) {
+  return std::make_unique<StreamBPRing>(options);
+}
+
+}  // namespace bpbench
