@@ -14,8 +14,8 @@
 //   embedding backward; reduce_scatter(embedding)
 //
 // Collectives per step: L (4P - 3) send_recvs, L + 2 reduce_scatters, 2 all_reduces (normalisers, loss),
-// DPO one more (the sequence sums). No head count constrains P. Not yet: sliding-window layers (refused),
-// shard_params (refused).
+// DPO one more (the sequence sums). No head count constrains P. Sliding-window layers skip the pieces
+// outside every window, and the sends no rank needs (ring_attention.h). Not yet: shard_params (refused).
 #include "impls/machinery/ring_attention.h"
 #include "impls/machinery/ring_estimate.h"
 #include "impls/machinery/ring_strategy.h"

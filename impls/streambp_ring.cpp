@@ -68,7 +68,7 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
   {
     MemoryScope scope(Category::kv);
     out = dist::ring_attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(), layout, comm,
-                               fmt::format("layer {} attention", i), rows);
+                               fmt::format("layer {} attention", i), rows, m.config.window_of(i));
   }
   auto d_out = torch::empty_like(out);  // (N, Hq, 2b, hd)
   {                                     // c.

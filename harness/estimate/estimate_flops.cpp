@@ -121,7 +121,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   auto attention_calls = [&](int64_t i, int64_t block, bool with_grad) {
     if (schedule.ring_attention)  // streambp-ring: the pairs in tiles of `partition` (block: the partition)
       return tally(dist::ring_attention_pairs(ring, device, in.dtype, c.head_dim,
-                                              schedule.attention_by_partition ? block : 0),
+                                              schedule.attention_by_partition ? block : 0, c.window_of(i)),
                    with_grad);
     const int64_t window = c.window_of(i);
     const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, window);

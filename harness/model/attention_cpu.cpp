@@ -138,18 +138,6 @@ void for_each_window_block(int64_t c, int64_t e, int64_t window, BlockFn block) 
   }
 }
 
-// The additive mask of one banded block: row r sits at key position p = pos0 + r, key j at key0 + j;
-// visible: p - window < key <= p (0), hidden: -inf.
-torch::Tensor window_mask(int64_t pos0, int64_t rows, int64_t key0, int64_t keys, int64_t window,
-                          torch::ScalarType dtype) {
-  auto options = torch::TensorOptions().dtype(torch::kLong);
-  auto pos = torch::arange(pos0, pos0 + rows, options).unsqueeze(1);  // (rows, 1)
-  auto key = torch::arange(key0, key0 + keys, options).unsqueeze(0);  // (1, keys)
-  auto visible = (key <= pos).logical_and(key > pos - window);
-  return torch::zeros({rows, keys}, torch::TensorOptions().dtype(dtype))
-      .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
-}
-
 // One autograd node for all blocks: each block's output and logsumexp are written into one output and one
 // logsumexp, which is all the backward keeps besides q, K and V (the masks are rebuilt there). Per-block
 // nodes would each keep their mask and output, and the concatenation a second copy of the output.
@@ -163,7 +151,7 @@ class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
     auto out = torch::empty({n, c, hq, hd}, q.options()).transpose(1, 2);
     torch::Tensor lse;  // (N, Hq, c), in the kernel's accumulation dtype
     for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
-      auto mask = window_mask(e - c + row0, rows, key0, keys, window, mask_dtype(q));
+      auto mask = window_mask(e - c + row0, rows, key0, keys, window, window_mask_dtype(q));
       auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(
           q.narrow(2, row0, rows), k.narrow(2, key0, keys), v.narrow(2, key0, keys), 0.0,
           /*is_causal=*/false, mask, scale);
@@ -187,7 +175,7 @@ class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
     auto dq = torch::empty_like(q);
     auto dk = torch::zeros_like(k), dv = torch::zeros_like(v);
     for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
-      auto mask = window_mask(e - c + row0, rows, key0, keys, window, mask_dtype(q));
+      auto mask = window_mask(e - c + row0, rows, key0, keys, window, window_mask_dtype(q));
       auto [dq_block, dk_block, dv_block] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
           grad_out.narrow(2, row0, rows), q.narrow(2, row0, rows), k.narrow(2, key0, keys),
           v.narrow(2, key0, keys), out.narrow(2, row0, rows), lse.narrow(2, row0, rows), 0.0,
@@ -198,14 +186,23 @@ class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
     });
     return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
   }
-
- private:
-  static torch::ScalarType mask_dtype(const torch::Tensor& q) {
-    return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-  }
 };
 
 }  // namespace
+
+torch::Tensor window_mask(int64_t pos0, int64_t rows, int64_t key0, int64_t keys, int64_t window,
+                          torch::ScalarType dtype) {
+  auto options = torch::TensorOptions().dtype(torch::kLong);
+  auto pos = torch::arange(pos0, pos0 + rows, options).unsqueeze(1);  // (rows, 1)
+  auto key = torch::arange(key0, key0 + keys, options).unsqueeze(0);  // (1, keys)
+  auto visible = (key <= pos).logical_and(key > pos - window);
+  return torch::zeros({rows, keys}, torch::TensorOptions().dtype(dtype))
+      .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+torch::ScalarType window_mask_dtype(const torch::Tensor& q) {
+  return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
 
 int64_t cpu_window_executed_pairs(int64_t c, int64_t e, int64_t window) {
   int64_t pairs = 0;

@@ -93,5 +93,11 @@ int64_t executed_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t win
 AttentionPairs attention_pairs(AttentionKernel kernel, int64_t c, int64_t e, int64_t window);
 // attention_cpu.cpp: the CPU kernel's banded blocks under a window, as the kernel runs them.
 int64_t cpu_window_executed_pairs(int64_t c, int64_t e, int64_t window);
+// The CPU kernel's additive mask for a sliding window over one block of queries and keys: row r sits at
+// position pos0 + r, key j at key0 + j; visible (0) where pos - window < key <= pos, else -inf. In
+// window_mask_dtype(q): the kernel takes float masks for float and bfloat16 queries, double for double.
+torch::Tensor window_mask(int64_t pos0, int64_t rows, int64_t key0, int64_t keys, int64_t window,
+                          torch::ScalarType dtype);
+torch::ScalarType window_mask_dtype(const torch::Tensor& q);
 
 }  // namespace bpbench

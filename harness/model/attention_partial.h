@@ -23,6 +23,13 @@ enum class KeyBlockMask {
   causal,  // c = e, the same positions: query row i sees keys 0..i
 };
 
+// A sliding window over one pair (Gemma 3's local layers on the ring): query row i, at position query0 + i,
+// sees key j, at key0 + j, where query0 + i - window < key0 + j <= query0 + i. The caller passes only rows
+// that see at least one of the pair's keys (a fully hidden row has no softmax to merge).
+struct KeyBand {
+  int64_t query0 = 0, key0 = 0, window = 0;
+};
+
 enum class PartialKernel {
   cpu_fused,   // PyTorch's fused CPU kernel (the CPU's)
   cuda_flash,  // FlashAttention-2 through ATen (CUDA, where attention_kernel_for picks flash)
@@ -42,6 +49,12 @@ PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& 
 PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    double scale, KeyBlockMask mask, PartialKernel kernel);
 
+// The same under a window's band: the CPU kernel with the band as an additive mask (every score computed);
+// every other device the math form, the band masked (flash's own window is aligned to the pair's corner, not
+// to positions; not wired).
+PartialAttention partial_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   double scale, const KeyBand& band);
+
 // `acc` becomes, in place, the attention over its keys and `next`'s: lse = log(e^lse_a + e^lse_n), out
 // weighted by e^(lse_a - lse) and e^(lse_n - lse) in lse's dtype, rounded to out's once. acc's tensors may be
 // views of the caller's buffers (the ring writes each query block's rows of one (N, Hq, 2b, hd) output);
@@ -59,5 +72,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backwa
     const torch::Tensor& grad_out, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, double scale, KeyBlockMask mask,
     PartialKernel kernel);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> partial_attention_backward(
+    const torch::Tensor& grad_out, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, double scale, const KeyBand& band);
 
 }  // namespace bpbench

@@ -55,18 +55,22 @@ torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout
 // its forward and backward exchange K/V (and dK/dV) with the ring neighbours on `comm`, counted as send_recv
 // calls named after `what`. Every rank of `comm` calls it with the same shapes. Each pair of blocks runs
 // whole (tile 0: ring), or in tiles of at most `tile` queries by `tile` keys (streambp-ring: a kernel's
-// buffers then grow with the tile, not with b).
+// buffers then grow with the tile, not with b). Under a sliding `window` (> 0: a query sees its last
+// `window` keys) the pieces outside every window are not run, and where some step's pair is needed by no
+// rank the pairs go straight to the ranks that need them instead of round the ring (each needed step s: one
+// send_recv forward, two backward, against P - 1 and 2P - 1 round the ring): no send that cannot matter.
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const ZigzagLayout& layout, Communicator& comm,
-                             const std::string& what, int64_t tile = 0);
+                             const std::string& what, int64_t tile = 0, int64_t window = 0);
 
 // The (query, key) pairs per (sequence, query head) of one rank's ring attention, as it counts them
 // (flop_count.h): its two diagonal blocks (causal, executed as the pair's kernel runs one, or its `tile`
 // tiles: the fused kernels skip the masked half of a causal call, the math form does not) and the 2P - 1
-// key blocks before its query blocks (all keys), b x b each. Every kernel scores a pair again in its
-// backward.
+// key blocks before its query blocks (all keys), b x b each; under a window only the pieces it runs, a
+// banded piece executed whole (its mask skips nothing). Every kernel scores a pair again in its backward.
 AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device,
-                                    at::ScalarType dtype, int64_t head_dim, int64_t tile = 0);
+                                    at::ScalarType dtype, int64_t head_dim, int64_t tile = 0,
+                                    int64_t window = 0);
 
 // Rank `rank`'s zigzag rows of `global` (whole sequences of T tokens), as shard_batch slices them for
 // Ulysses: each per-position tensor's two blocks (past T: token 0, ignored targets, zero log-probs), the

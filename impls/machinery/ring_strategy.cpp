@@ -25,13 +25,6 @@ Batch RingStrategy::local_slice(const Batch& global, int rank, int world) const 
 }
 
 std::optional<std::string> RingStrategy::unsupported(const CellTraits& traits) const {
-  if (traits.model)
-    for (int64_t i = 0; i < traits.model->layers; ++i)
-      if (traits.model->window_of(i) > 0)
-        return fmt::format(
-            "{}: {}'s sliding-window layers are not implemented on the ring yet (valid: models whose every "
-            "layer attends causally to all keys)",
-            name(), traits.model->name);
   if (options_.shard_params)
     return fmt::format("{}: shard_params is not implemented on the ring yet", name());
   return DistStrategy::unsupported(traits);

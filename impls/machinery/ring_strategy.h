@@ -22,7 +22,7 @@ class RingStrategy : public DistStrategy {
   std::optional<std::string> estimate_gap(const std::string& device, at::ScalarType dtype,
                                           const ModelConfig& model) const override;
   Batch local_slice(const Batch& global, int rank, int world) const override;
-  // Sliding-window layers and shard_params, as skipped cells with the reason; else DistStrategy's.
+  // shard_params, as a skipped cell with the reason; else DistStrategy's.
   std::optional<std::string> unsupported(const CellTraits& traits) const override;
 
  protected:

@@ -9,7 +9,9 @@
 //                     T a multiple of 2P and T padded (padding over more than one block included), Hkv 1 and
 //                     2; the padded rows' gradients exactly zero; exactly 3P - 2 send_recv calls of one K/V
 //                     pair's bytes each (forward P - 1, backward P - 1 K/V and P dK/dV); the FLOP counter's
-//                     tally of the rank's pairs.
+//                     tally of the rank's pairs. The same in tiles (streambp-ring's) and under sliding
+//                     windows against windowed attention, where a window short of a block leaves a step
+//                     unsent (T = 40 on 4 ranks: 6 calls).
 //   SendRecv          the ring shift on 2 and 3 ranks: what arrives is the left neighbour's, counted once.
 //   RingFailure       a rank that dies before its first exchange: the others fail within the timeout, one
 //                     line naming the rank, send_recv and its peers.
@@ -51,12 +53,13 @@ Inputs inputs(int64_t T, int64_t kv_heads, int64_t seed) {
           torch::randn({kN, kv_heads, T, kHeadDim}, o), torch::randn({kN, kHeads, T, kHeadDim}, o)};
 }
 
-// Whole-sequence causal attention's output and gradients: the reference.
-std::vector<torch::Tensor> reference(const Inputs& in) {
+// Whole-sequence causal attention's output and gradients (under a sliding window, if any): the reference.
+std::vector<torch::Tensor> reference(const Inputs& in, int64_t window = 0) {
   auto q = in.q.clone().requires_grad_(), k = in.k.clone().requires_grad_(),
        v = in.v.clone().requires_grad_();
   // (N, T, Hq hd) as the model's layers take it, back to (N, Hq, T, hd).
-  auto out = causal_attention(q, k, v).view({in.q.size(0), in.q.size(2), in.q.size(1), -1}).transpose(1, 2);
+  auto out =
+      causal_attention(q, k, v, window).view({in.q.size(0), in.q.size(2), in.q.size(1), -1}).transpose(1, 2);
   out.backward(in.grad_out);
   return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
@@ -143,7 +146,7 @@ void ring_piece(const json& job, dist::Communicator& comm, const fs::path& out) 
   {
     FlopCounter counter;
     o = dist::ring_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)), layout, comm,
-                             "attention");
+                             "attention", job.value("tile", 0), job.value("window", 0));
     o.backward(rows(in.grad_out));  // a padded row's gradient is zero, as an ignored target makes it
     flops = counter.counts();
   }
@@ -161,20 +164,33 @@ const bool ring_piece_registered = register_rank_piece("ring_attention", &ring_p
 struct RingCase {
   int world;
   int64_t seq_len, kv_heads;
+  int64_t tile = 0, window = 0;  // pairs in tiles of `tile` (0: whole); a sliding window (0: none)
+  int64_t calls = 0;             // send_recvs of the forward and backward (0: round the ring, 3P - 2)
 };
 
 std::string label(const RingCase& c) {
-  return fmt::format("P{}_T{}_kv{}", c.world, c.seq_len, c.kv_heads);
+  return fmt::format("P{}_T{}_kv{}{}{}", c.world, c.seq_len, c.kv_heads,
+                     c.tile ? fmt::format("_tile{}", c.tile) : "",
+                     c.window ? fmt::format("_w{}", c.window) : "");
+}
+
+// GoogleTest prints a failing case's parameter by its label, not as bytes.
+void PrintTo(const RingCase& c, std::ostream* os) {
+  *os << label(c);
 }
 
 json ring_job(const RingCase& c) {
-  return {
-      {"piece", "ring_attention"}, {"seq_len", c.seq_len}, {"kv_heads", c.kv_heads}, {"seed", 11 + c.world}};
+  return {{"piece", "ring_attention"}, {"seq_len", c.seq_len}, {"kv_heads", c.kv_heads},
+          {"seed", 11 + c.world},      {"tile", c.tile},       {"window", c.window}};
 }
 
 std::vector<RingCase> ring_cases() {
-  // T a multiple of 2P, and not: T = 11 on 4 ranks pads 5 rows, more than a block of 2.
-  return {{2, 8, 2}, {2, 7, 1}, {3, 12, 1}, {3, 13, 2}, {4, 16, 1}, {4, 11, 2}};
+  // T a multiple of 2P, and not: T = 11 on 4 ranks pads 5 rows, more than a block of 2. Tiles of 2 rows
+  // (streambp-ring's), sliding windows (Gemma 3's local layers) with and without tiles: at T = 40 on 4 ranks
+  // (b = 5) a window of 5 needs steps 1 and 3 only, each sent straight (1 forward, 2 backward): 6 calls.
+  return {{2, 8, 2},        {2, 7, 1},           {3, 12, 1},          {3, 13, 2},
+          {4, 16, 1},       {4, 11, 2},          {2, 13, 2, 2},       {3, 13, 1, 2, 5},
+          {2, 13, 2, 0, 3}, {4, 40, 2, 0, 5, 6}, {4, 40, 1, 2, 5, 6}, {4, 11, 2, 3, 4}};
 }
 
 class RingAttention : public ::testing::TestWithParam<RingCase> {};
@@ -191,7 +207,7 @@ TEST_P(RingAttention, EveryRankMatchesWholeSequenceAttention) {
   ASSERT_TRUE(launch.ran(name, c.world));
   const json job = ring_job(c);
   const Inputs in = inputs(c.seq_len, c.kv_heads, job["seed"]);
-  const auto want = reference(in);
+  const auto want = reference(in, c.window);
   for (int r = 0; r < c.world; ++r) {
     SCOPED_TRACE(fmt::format("rank {} of {}", r, c.world));
     std::vector<torch::Tensor> got;
@@ -215,12 +231,15 @@ TEST_P(RingAttention, EveryRankMatchesWholeSequenceAttention) {
     }
     const json comm = json::parse(file_text(launch.dir_of(name) / fmt::format("rank{}.json", r)))["comm"];
     const int64_t pair_bytes = 2 * kN * c.kv_heads * layout.rows() * kHeadDim * 8;
-    EXPECT_EQ(comm["send_recv"]["calls"], 3 * c.world - 2);
-    EXPECT_EQ(comm["send_recv"]["bytes"], (3 * c.world - 2) * pair_bytes);
-    EXPECT_EQ(comm["send_recv"]["wire_bytes"], (3 * c.world - 2) * pair_bytes);
+    const int64_t calls = c.calls > 0 ? c.calls : 3 * c.world - 2;
+    EXPECT_EQ(comm["send_recv"]["calls"], calls);
+    EXPECT_EQ(comm["send_recv"]["bytes"], calls * pair_bytes);
+    EXPECT_EQ(comm["send_recv"]["wire_bytes"], calls * pair_bytes);
     EXPECT_EQ(comm["all_to_all"]["calls"], 0);
+    if (c.window > 0) continue;  // the band's pairs: counted by ring_attention_pairs, as the pieces run
     // FLOPs (flop_count.h): per (sequence, head) two causal b x b pairs and 2P - 1 whole ones, whatever the
-    // rank; the CPU's fused kernel skips the masked half and computes Q K^T again in its backward.
+    // rank and the tiles; the CPU's fused kernel skips the masked half and computes Q K^T again in its
+    // backward.
     const json flops = json::parse(file_text(launch.dir_of(name) / fmt::format("rank{}.json", r)))["flops"];
     const int64_t b = layout.block, per_pair = kN * kHeads * kHeadDim;
     const int64_t visible = 2 * (b * b - b * (b - 1) / 2) + (2 * c.world - 1) * b * b;
