@@ -35,7 +35,6 @@
 #include <fmt/format.h>
 
 #include "impls/machinery/dist_common.h"
-#include "impls/machinery/layerwise.h"
 #include "impls/machinery/sequence_parallel.h"
 #include "impls/machinery/sequence_parallel_estimate.h"
 #include "profiles/memory.h"
@@ -174,47 +173,13 @@ class StreamBPUlysses final : public dist::DistStrategy {
     const Model& m = in.model;
     auto& comm = step.comm();
     const SequenceLayout layout = dist::layout_of(m.config, step.batch(), comm);
-    const auto& ids = step.batch().input_ids;  // (N, Ts)
     const int64_t rows = in.partition.rows;
-
-    std::unique_ptr<CheckpointStore> owned;
-    FirstInputRecomputed store(checkpoint_store(in, owned), m, ids);  // x_1..x_{L-1} kept
-    torch::Tensor x;
-    {
-      PhaseScope phase("forward");
-      MemoryScope scope(Category::checkpoints);
-      torch::NoGradGuard no_grad;
-      x = first_layer_input(m, ids);
-      for (int64_t i = 0; i < m.config.layers; ++i) {
-        step.gather_layer(i);
-        torch::Tensor next = dist::layer_in_chunks(m, i, x, layout, comm, rows);
-        step.release_layer(i);
-        store.put(i, std::move(x));
-        x = std::move(next);
-      }
-    }
-
-    torch::Tensor sums;  // DPO: S of the whole sequences before f'(S)
-    if (!in.objective.outer_is_linear())
-      sums = dist::all_sequence_sums(
-          streamed_sequence_sums(m, x, step.batch(), in.objective, in.partition.logits_rows), comm);
-    step.open_head();
-    auto head = streamed_head_backward(m, x, step.batch(), in.objective, in.partition.logits_rows, sums,
-                                       HeadDx::into_x);  // x_L becomes dL/dx_L
-    x = torch::Tensor();
-    step.reduce_and_close(step.head());
-
-    auto dx = layers_backward(m, store, std::move(head.dx),
-                              [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
-                                step.gather_layer(i);
-                                step.open(step.layer(i));
-                                dy = layer_backward(m, i, x_in, std::move(dy), layout, comm, rows);
-                                step.reduce_and_close(step.layer(i));
-                                step.release_layer(i);
-                                return dy;
-                              });
-    step.embedding_backward(dx);
-    return step.finish(head.loss);
+    return dist::streamed_rows_step(
+        step, in,
+        [&](int64_t i, const torch::Tensor& x) { return dist::layer_in_chunks(m, i, x, layout, comm, rows); },
+        [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
+          return layer_backward(m, i, x_in, std::move(dy), layout, comm, rows);
+        });
   }
 };
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "impls/machinery/layerwise.h"
 #include "profiles/memory.h"
 
 namespace bpbench::dist {
@@ -304,6 +305,50 @@ torch::Tensor checkpointed_rows_step(DistStep& step, const StepInputs& in, const
 
   step.embedding_backward(step.layers_backward(xs, std::move(dy), layer));
   return step.finish(loss);
+}
+
+torch::Tensor streamed_rows_step(DistStep& step, const StepInputs& in, const RowsLayer& forward_layer,
+                                 const RowsLayerBackward& layer_backward) {
+  const Model& m = in.model;
+  const auto& ids = step.batch().input_ids;  // (N, rows)
+  std::unique_ptr<CheckpointStore> owned;
+  FirstInputRecomputed store(checkpoint_store(in, owned), m, ids);  // x_1..x_{L-1} kept
+  torch::Tensor x;
+  {
+    PhaseScope phase("forward");
+    MemoryScope scope(Category::checkpoints);
+    torch::NoGradGuard no_grad;
+    x = first_layer_input(m, ids);
+    for (int64_t i = 0; i < m.config.layers; ++i) {
+      step.gather_layer(i);
+      torch::Tensor next = forward_layer(i, x);
+      step.release_layer(i);
+      store.put(i, std::move(x));
+      x = std::move(next);
+    }
+  }
+
+  torch::Tensor sums;  // DPO: S of the whole sequences before f'(S)
+  if (!in.objective.outer_is_linear())
+    sums = all_sequence_sums(
+        streamed_sequence_sums(m, x, step.batch(), in.objective, in.partition.logits_rows), step.comm());
+  step.open_head();
+  auto head = streamed_head_backward(m, x, step.batch(), in.objective, in.partition.logits_rows, sums,
+                                     HeadDx::into_x);  // x_L becomes dL/dx_L
+  x = torch::Tensor();
+  step.reduce_and_close(step.head());
+
+  auto dx = layers_backward(m, store, std::move(head.dx),
+                            [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
+                              step.gather_layer(i);
+                              step.open(step.layer(i));
+                              dy = layer_backward(i, x_in, std::move(dy));
+                              step.reduce_and_close(step.layer(i));
+                              step.release_layer(i);
+                              return dy;
+                            });
+  step.embedding_backward(dx);
+  return step.finish(head.loss);
 }
 
 }  // namespace bpbench::dist

@@ -34,6 +34,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -102,6 +103,14 @@ using RowsLayer = DistStep::Layer;
 // the sequence sums all-reduced first), reduce-scattered; then each layer again from x_i with grad and its
 // backward, reduce-scattered; the embedding's backward. Returns step.finish(loss).
 torch::Tensor checkpointed_rows_step(DistStep& step, const StepInputs& in, const RowsLayer& layer);
+// The StreamBP step of a rank's rows (streambp-ulysses, streambp-ring): the no-grad forward, each layer by
+// `forward_layer` (its values in chunks), keeping x_1..x_{L-1} in the step's checkpoint store (x_0 made again
+// from the ids, layerwise.h: FirstInputRecomputed); the head streamed in logits_partition rows (DPO: the
+// sequence sums all-reduced first), reduce-scattered; each layer's backward by `layer_backward` (x_i, dY) ->
+// dL/dx_i, between the gather and the reduce-scatter of its parameters; the embedding's backward.
+using RowsLayerBackward = std::function<torch::Tensor(int64_t, const torch::Tensor&, torch::Tensor)>;
+torch::Tensor streamed_rows_step(DistStep& step, const StepInputs& in, const RowsLayer& forward_layer,
+                                 const RowsLayerBackward& layer_backward);
 
 // The attention output o (N, T', Hq' hd) of the rank's heads -> (N, Ts, Hq hd) on its rows: one all-to-all.
 torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& layout, Communicator& comm,
