@@ -201,7 +201,8 @@ TEST_F(PerRankPeaks, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
 // estimate's. Each peak phase of the estimate is some case's: for ring the embedding's backward, the head,
 // the ring's attention backward (a b x b pair's kernel beside the travelling K/V pair and its dK/dV
 // accumulator), the layer MLP's backward; for streambp-ring the embedding's backward, a head chunk, the
-// ring's attention backward and the MLP chunks.
+// ring's attention backward and the MLP chunks, and with its checkpoints offloaded (host bytes equal) and in
+// bfloat16 (its float32 dQ and dK/dV accumulators; FLOPs are counted in float32 only).
 TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
   const std::string attention_dir = model_dir(reshaped_small_text("attention-heavy", 6, 48, 96));
   const std::string mlp_dir = model_dir(reshaped_small_text("mlp-heavy", 4, 32, 1024));
@@ -209,6 +210,8 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
     std::string impl, model;
     int64_t seq_len, ranks;
     std::string peak_phase;  // the estimate's, a prefix of its name
+    const char* offload = "none";
+    const char* dtype = "float32";
   };
   for (const Case& k :
        {Case{"ring", "small", 128, 2, "embedding backward"}, Case{"ring", "small-text", 2559, 4, "head"},
@@ -220,10 +223,14 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
         Case{"streambp-ring", "small-text", 2559, 4, "head chunk"},
         Case{"streambp-ring", attention_dir, 1200, 2, "layer ring attention backward"},
         Case{"streambp-ring", attention_dir, 1199, 4, "layer ring attention backward"},
-        Case{"streambp-ring", mlp_dir, 1200, 2, "layer mlp chunks"}}) {
+        Case{"streambp-ring", mlp_dir, 1200, 2, "layer mlp chunks"},
+        Case{"streambp-ring", "small-text", 1024, 2, "layer mlp chunks", "checkpoints"},
+        Case{"streambp-ring", attention_dir, 1200, 2, "layer ring attention backward", "none", "bfloat16"}}) {
     const ModelConfig config = config_of(k.model);
-    const json results = run(per_rank_scenario(k.model.c_str(), json{k.impl}, k.seq_len, k.ranks),
-                             fmt::format("{}-{}-{}-{}", k.impl, config.name, k.seq_len, k.ranks));
+    json scenario = per_rank_scenario(k.model.c_str(), json{k.impl}, k.seq_len, k.ranks, k.offload);
+    scenario["grid"]["dtype"] = k.dtype;
+    const json results = run(scenario, fmt::format("{}-{}-{}-{}-{}-{}", k.impl, config.name, k.seq_len,
+                                                   k.ranks, k.offload, k.dtype));
     ASSERT_EQ(results["cells"].size(), 1u);
     const json& c = results["cells"][0];
     ASSERT_EQ(c["status"], "ok") << c["reason"];
@@ -231,7 +238,10 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(c["memory"]["estimate_bytes"].get<int64_t>(), e->peak_bytes);
     EXPECT_EQ(e->dominant_phase.rfind(k.peak_phase, 0), 0u) << k.impl << ": " << e->dominant_phase;
-    expect_flops_of_one_rank(c, config, k.seq_len, k.ranks);
+    if (std::string(k.offload) == "checkpoints") {
+      EXPECT_EQ(c["memory"]["host_peak_bytes"].get<int64_t>(), e->host_bytes);
+    }
+    if (std::string(k.dtype) == "float32") expect_flops_of_one_rank(c, config, k.seq_len, k.ranks);
     expect_every_rank_near(c, *e, config.name.c_str(), k.seq_len, k.ranks);
   }
 }
