@@ -190,12 +190,14 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const Schedule schedule = schedule_of(layout, window);
     torch::Tensor kv = torch::stack({k, v});  // (2, N, Hkv, 2b, hd): the pair that travels
     run_pieces(kv, layout.rank);
+    torch::Tensor own = schedule.hops ? torch::Tensor() : kv;  // straight to each needed step's rank
     for (const int64_t s : schedule.steps) {
       kv = schedule.hops ? exchange(kv, layout, 1, *comm, what + " K/V")
-                         : exchange(torch::stack({k, v}), layout, s, *comm, what + " K/V");
+                         : exchange(own, layout, s, *comm, what + " K/V");
       run_pieces(kv, rank_at(layout, -s));
     }
     kv.reset();
+    own.reset();
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["tile"] = tile;
     ctx->saved_data["window"] = window;
