@@ -1,6 +1,7 @@
 // comm.cpp: c10d process group creation (TCPStore/FileStore rendezvous; Gloo, or NCCL in a CUDA build) and
 // the counted, bounded, loudly failing collectives of the Communicator (see comm.h for the conventions). The
-// counters, the configuration from the environment and the process-wide group: comm_setup.cpp.
+// counters, the configuration from the environment and the process-wide group: comm_setup.cpp; the device
+// timing of NCCL collectives: comm_spans.h.
 //
 // The engines are c10d::Backend objects (ProcessGroupGloo, ProcessGroupNCCL). On Gloo a reduce_scatter runs
 // as an in-place all_reduce of the full buffer followed by copying out the local shard: Gloo's own
@@ -16,12 +17,16 @@
 #endif
 #include "impls/machinery/comm.h"
 #include "impls/machinery/comm_messages.h"
+#include "impls/machinery/comm_spans.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 
@@ -32,9 +37,7 @@
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL
 #endif
-#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -65,49 +68,12 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-// ---- device seconds of NCCL collectives (comm.h): two timing events on the current stream around each
-// ------- Only NCCL collectives are timed this way, and NCCL exists only in a CUDA build: the CPU-only
-// build's versions are never reached (create() refuses nccl there).
-#ifdef BPBENCH_WITH_CUDA
-struct SpanEvents {
-  c10::cuda::CUDAEvent start{cudaEventDefault}, end{cudaEventDefault};  // timing enabled
-};
-void record_start(SpanEvents& e, const torch::Device& device) {
-  e.start.record(c10::cuda::getCurrentCUDAStream(device.index()));
-}
-void record_end(SpanEvents& e, const torch::Device& device) {
-  e.end.record(c10::cuda::getCurrentCUDAStream(device.index()));
-}
-bool span_done(const SpanEvents& e) {
-  return e.end.query();
-}
-double span_seconds(const SpanEvents& e) {
-  return static_cast<double>(e.start.elapsed_time(e.end)) / 1000.0;
-}
-int visible_gpus() {
-  return static_cast<int>(c10::cuda::device_count());
-}
-#else
-struct SpanEvents {};
-void record_start(SpanEvents&, const torch::Device&) {}
-void record_end(SpanEvents&, const torch::Device&) {}
-bool span_done(const SpanEvents&) {
-  return true;
-}
-double span_seconds(const SpanEvents&) {
-  return 0.0;
-}
-int visible_gpus() {
-  return 0;
-}
-#endif
-
 // A queued NCCL collective whose device seconds are not read yet.
 struct PendingSpan {
   Collective kind = Collective::barrier;
   std::string what;
   int64_t bytes = 0;
-  std::unique_ptr<SpanEvents> events;
+  SpanEventsPtr events;
 };
 
 }  // namespace
@@ -121,11 +87,38 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;  // declared before pg: destroyed after it
   c10::intrusive_ptr<Engine> pg;
   CommStats stats;
-  std::optional<PendingSpan> pending;              // nccl: the collective in flight, seconds not yet read
-  std::vector<std::unique_ptr<SpanEvents>> spare;  // events of settled collectives, recorded again later
+  std::optional<PendingSpan> pending;  // nccl: the collective in flight, seconds not yet read
+  std::vector<SpanEventsPtr> spare;    // events of settled collectives, recorded again later
+
+  std::string group;  // a subgroup's name (Communicator::subgroup); empty for the whole group
 
   std::string who() const {
-    return fmt::format("rank {} of {} ({})", config.rank, config.world_size, backend);
+    return group.empty() ? fmt::format("rank {} of {} ({})", config.rank, config.world_size, backend)
+                         : fmt::format("rank {} of {} in subgroup '{}' ({})", config.rank, config.world_size,
+                                       group, backend);
+  }
+
+  // The group's engine on its store: Gloo (on the loopback device where the rendezvous is local, else
+  // GLOO_SOCKET_IFNAME's or the default), or NCCL on the rank's GPU (one per local rank, checked by
+  // create()), whose own watchdog enforces the timeout on the device side. Every rank of the group calls it.
+  void make_engine() {
+    if (backend == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create(config.timeout);
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (is_loopback(config.master_addr))
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, config.rank, config.world_size, opts);
+    } else {
+#ifdef BPBENCH_WITH_CUDA
+      c10::cuda::set_device(device.index());
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = config.timeout;
+      pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, config.rank, config.world_size, opts);
+#endif
+    }
   }
 
   std::string failure(Collective kind, const std::string& what, int64_t bytes, double after,
@@ -135,7 +128,9 @@ struct Communicator::Impl {
   }
 
   // Device-timed (comm.h): NCCL's collectives, but not its barrier, a host rendezvous.
-  bool device_timed(Collective kind) const { return backend == "nccl" && kind != Collective::barrier; }
+  bool device_timed(Collective kind) const {
+    return backend == "nccl" && kind != Collective::barrier;
+  }
 
   // Runs one collective: counts it, bounds it, turns any failure into one CommError line.
   template <class Body>
@@ -143,7 +138,7 @@ struct Communicator::Impl {
     const bool on_device = device_timed(kind);
     if (on_device) settle_pending();  // one collective in flight: the previous one has run
     const auto t0 = Clock::now();
-    std::unique_ptr<SpanEvents> span;
+    SpanEventsPtr span;
     try {
       if (on_device) {
         span = take_events();
@@ -171,8 +166,8 @@ struct Communicator::Impl {
       work->wait(config.timeout);
   }
 
-  std::unique_ptr<SpanEvents> take_events() {
-    if (spare.empty()) return std::make_unique<SpanEvents>();
+  SpanEventsPtr take_events() {
+    if (spare.empty()) return make_span_events();
     auto e = std::move(spare.back());
     spare.pop_back();
     return e;
@@ -214,20 +209,6 @@ struct Communicator::Impl {
     return static_cast<double>(config.world_size - 1) / config.world_size;
   }
 };
-
-void check_nccl_gpu(const std::string& who, int local_rank, int visible_gpus) {
-  if (visible_gpus == 0)
-    throw CommError(
-        fmt::format("{}: LOCAL_RANK {} needs a GPU, but 0 CUDA devices are visible (NCCL runs "
-                    "on GPUs only; use gloo)",
-                    who, local_rank));
-  if (local_rank < 0 || local_rank >= visible_gpus)
-    throw CommError(fmt::format(
-        "{}: LOCAL_RANK {} needs GPU {} of its own, but only {} CUDA device{} visible: NCCL cannot run two "
-        "ranks on one GPU; start at most {} rank{} per machine, or use gloo",
-        who, local_rank, local_rank, visible_gpus, visible_gpus == 1 ? " is" : "s are", visible_gpus,
-        visible_gpus == 1 ? "" : "s"));
-}
 
 std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
   if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size)
@@ -271,26 +252,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
     }
     impl->store->setTimeout(config.timeout);
 
-    if (impl->backend == "gloo") {
-      auto opts = c10d::ProcessGroupGloo::Options::create(config.timeout);
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      else if (is_loopback(config.master_addr))
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      else
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      impl->pg =
-          c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, config.rank, config.world_size, opts);
-    } else {
-#ifdef BPBENCH_WITH_CUDA
-      // One GPU per local rank (checked above); NCCL's own watchdog enforces the timeout on the device side.
-      c10::cuda::set_device(impl->device.index());
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = config.timeout;
-      impl->pg =
-          c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, config.rank, config.world_size, opts);
-#endif
-    }
+    impl->make_engine();
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
@@ -301,6 +263,38 @@ std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
                     "{}; every one of the {} ranks must start and reach the same MASTER_ADDR:MASTER_PORT",
                     config.rank, config.world_size, impl->backend, where, seconds_since(t0),
                     config.timeout.count() / 1000.0, msg, config.world_size));
+  }
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& members,
+                                                     const std::string& name) {
+  const auto me = std::find(members.begin(), members.end(), rank());
+  std::vector<int> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  if (me == members.end() || !distinct || sorted.front() < 0 || sorted.back() >= world_size())
+    throw CommError(
+        fmt::format("{}: subgroup '{}' of ranks [{}] is not a list of distinct ranks of 0..{} "
+                    "that holds this one",
+                    impl_->who(), name, fmt::join(members, ", "), world_size() - 1));
+  auto impl = std::make_unique<Impl>();
+  impl->config = impl_->config;
+  impl->config.rank = static_cast<int>(me - members.begin());
+  impl->config.world_size = static_cast<int>(members.size());
+  impl->backend = impl_->backend;
+  impl->device = impl_->device;
+  impl->group = name;
+  // Disjoint groups of one name (each Ulysses group of a mesh) rendezvous apart: the members are in the key.
+  impl->store = c10::make_intrusive<c10d::PrefixStore>(
+      fmt::format("subgroup/{}/{}", name, fmt::join(members, ",")), impl_->store);
+  const auto t0 = Clock::now();
+  try {
+    impl->make_engine();
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("{}: joining subgroup '{}' of ranks [{}] failed after {:.1f} s: {}",
+                                impl_->who(), name, fmt::join(members, ", "), seconds_since(t0),
+                                error_text(e)));
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }

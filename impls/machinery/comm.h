@@ -53,6 +53,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace bpbench::dist {
 
@@ -162,6 +163,13 @@ class Communicator {
   // ranks.
   torch::Tensor send_recv(const torch::Tensor& send, int to, int from, const std::string& what);
   void barrier(const std::string& what);
+  // A communicator over some of this group's ranks: `members`, distinct ranks of this group with this rank
+  // among them, every member passing the same list and `name` (and only members calling), joined through this
+  // group's store under that name and the list (disjoint groups may share a name). Its rank is this rank's
+  // index in `members`, its collectives are counted in its own stats(), and its errors name the subgroup. The
+  // 2-D mesh's Ulysses and ring groups. A list without this rank, with a rank twice or out of range:
+  // CommError in one line.
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members, const std::string& name);
   // Ends the process group (NCCL: its communicators and watchdog) now; nothing may be called after it. The
   // destructor does not: a rank calls this before it returns (shutdown_owned_communicator).
   void shutdown();

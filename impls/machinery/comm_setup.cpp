@@ -111,6 +111,20 @@ nlohmann::json CommStats::to_json() const {
 
 // ---- configuration ----------------------------------------------------------------------------------------
 
+void check_nccl_gpu(const std::string& who, int local_rank, int visible_gpus) {
+  if (visible_gpus == 0)
+    throw CommError(
+        fmt::format("{}: LOCAL_RANK {} needs a GPU, but 0 CUDA devices are visible (NCCL runs "
+                    "on GPUs only; use gloo)",
+                    who, local_rank));
+  if (local_rank < 0 || local_rank >= visible_gpus)
+    throw CommError(fmt::format(
+        "{}: LOCAL_RANK {} needs GPU {} of its own, but only {} CUDA device{} visible: NCCL cannot run two "
+        "ranks on one GPU; start at most {} rank{} per machine, or use gloo",
+        who, local_rank, local_rank, visible_gpus, visible_gpus == 1 ? " is" : "s are", visible_gpus,
+        visible_gpus == 1 ? "" : "s"));
+}
+
 std::chrono::milliseconds default_timeout() {
   const char* v = std::getenv("BPBENCH_DIST_TIMEOUT_S");
   if (!v || !*v) return std::chrono::milliseconds(60000);

@@ -13,6 +13,9 @@
 //                     windows against windowed attention, where a window short of a block leaves a step
 //                     unsent (T = 40 on 4 ranks: 6 calls).
 //   SendRecv          the ring shift on 2 and 3 ranks: what arrives is the left neighbour's, counted once.
+//   Subgroups         4 ranks in two ways of pairs (the 2-D mesh's groups): each subgroup's all_reduce,
+//                     all_to_all and send_recv among its own ranks, counted in its own stats; a member list
+//                     without this rank refused in one line.
 //   RingFailure       a rank that dies before its first exchange: the others fail within the timeout, one
 //                     line naming the rank, send_recv and its peers.
 // A mutation that sends dK/dV home to the wrong owner ((r + 2) mod P) fails RingAttention on 3 and 4 ranks
@@ -265,6 +268,69 @@ void shift_piece(const json&, dist::Communicator& comm, const fs::path& out) {
                                                    {"comm", comm.stats().since(before).to_json()}});
 }
 const bool shift_piece_registered = register_rank_piece("shift", &shift_piece);
+
+// Subgroups of 4 ranks, the 2-D mesh's: "pairs" {0, 1}, {2, 3} and "cross" {0, 2}, {1, 3}.
+void subgroups_piece(const json&, dist::Communicator& comm, const fs::path& out) {
+  const int r = comm.rank();
+  const auto before = comm.stats();
+  auto pairs = comm.subgroup({r / 2 * 2, r / 2 * 2 + 1}, "pairs");
+  auto cross = comm.subgroup({r % 2, r % 2 + 2}, "cross");
+  auto sum = torch::full({1}, static_cast<double>(r + 1), torch::kDouble);
+  pairs->all_reduce(sum, dist::ReduceOp::sum, "sum");
+  // Block j of the input goes to the subgroup's rank j: 10 r + j; what comes back from j is its block for me.
+  auto blocks = torch::tensor({10.0 * r, 10.0 * r + 1}, torch::kDouble).view({2, 1});
+  auto swapped = cross->all_to_all(blocks, "blocks");
+  const int other = 1 - cross->rank();
+  auto got = cross->send_recv(torch::full({3}, static_cast<double>(r), torch::kDouble), other, other, "swap");
+  std::string refusal;
+  try {
+    comm.subgroup({(r + 1) % 4}, "without me");
+  } catch (const dist::CommError& e) {
+    refusal = e.what();
+  }
+  write_json(out / fmt::format("rank{}.json", r),
+             {{"pairs_rank", pairs->rank()},
+              {"cross_rank", cross->rank()},
+              {"sum", sum.item<double>()},
+              {"swapped", {swapped[0].item<double>(), swapped[1].item<double>()}},
+              {"received", got.mean().item<double>()},
+              {"refusal", refusal},
+              {"pairs_comm", pairs->stats().to_json()},
+              {"cross_comm", cross->stats().to_json()},
+              {"comm", comm.stats().since(before).to_json()}});
+}
+const bool subgroups_piece_registered = register_rank_piece("subgroups", &subgroups_piece);
+
+TEST(Subgroups, EachRunsItsOwnCollectivesCountedApart) {
+  TempDir tmp;
+  const LaunchResult run = launch_ranks({{"piece", "subgroups"}, {"out", tmp.dir().string()}}, 4);
+  ASSERT_EQ(run.exit_code, 0) << run.error << rank_errors(tmp.dir(), 4);
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    const json got = json::parse(file_text(tmp.dir() / fmt::format("rank{}.json", r)));
+    const int pair_first = r / 2 * 2, partner = (r + 2) % 4;  // the pairs' first rank, the cross partner
+    EXPECT_EQ(got["pairs_rank"], r % 2);
+    EXPECT_EQ(got["cross_rank"], r / 2);
+    EXPECT_EQ(got["sum"], (pair_first + 1) + (pair_first + 2));
+    // From cross-rank j: its block number my cross rank, 10 j' + mine, j' its global rank.
+    const int me = r / 2, first = r % 2, second = r % 2 + 2;
+    EXPECT_EQ(got["swapped"][0], 10.0 * first + me);
+    EXPECT_EQ(got["swapped"][1], 10.0 * second + me);
+    EXPECT_EQ(got["received"], partner);
+    EXPECT_NE(got["refusal"].get<std::string>().find(fmt::format(
+                  "rank {} of 4 (gloo): subgroup 'without me' of ranks [{}] is not a list of distinct "
+                  "ranks of 0..3 that holds this one",
+                  r, (r + 1) % 4)),
+              std::string::npos)
+        << got["refusal"];
+    EXPECT_EQ(got["pairs_comm"]["all_reduce"]["calls"], 1);
+    EXPECT_EQ(got["cross_comm"]["all_to_all"]["calls"], 1);
+    EXPECT_EQ(got["cross_comm"]["send_recv"]["calls"], 1);
+    EXPECT_EQ(got["cross_comm"]["send_recv"]["bytes"], 3 * 8);
+    EXPECT_EQ(got["comm"]["all_reduce"]["calls"], 0);  // the group's own counts: none of the subgroups'
+    EXPECT_EQ(got["comm"]["all_to_all"]["calls"], 0);
+  }
+}
 
 TEST(SendRecv, TheRingShiftDeliversTheLeftNeighboursTensorCountedOnce) {
   for (int world : {2, 3}) {
