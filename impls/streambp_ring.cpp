@@ -15,8 +15,8 @@
 //   layer i = L-1..0, with dY (N, 2b, d):
 //     a. q, k, v of the rows, values, made c rows at a time        (N, Hq, 2b, hd), (N, Hkv, 2b, hd)
 //        (RoPE at each chunk's own positions); leaves that take a gradient
-//     b. O = attention round the ring (P - 1 send_recvs), with grad: its node saves q, k, v, O and the
-//        logsumexp, nothing else                                   O (N, Hq, 2b, hd)
+//     b. O = attention round the ring (P - 1 send_recvs), with grad, each b x b pair of blocks in c x c
+//        tiles: its node saves q, k, v, O and the logsumexp, nothing else      O (N, Hq, 2b, hd)
 //     c. per chunk of c rows: x1 = x + o_proj(O rows), y = x1 + mlp(x1), backward with dY: the MLP's and
 //        o_proj's weights accumulate; dO rows into dO (N, Hq, 2b, hd), dx rows (residual paths) into dY's
 //     d. the ring's backward with dO (P - 1 K/V and P dK/dV send_recvs): dQ, dK, dV of the rows
@@ -27,8 +27,9 @@
 //
 // Never on a rank: a tensor of T rows, nor one of the rank's 2b rows of I or V. The price against ring:
 // the q, k, v projections run three times (the forward, a., e.), once more than layerwise checkpointing
-// (flop_schedule below). Collectives per step: L (4P - 3) send_recvs, as ring's; L + 2 reduce_scatters, 2
-// all_reduces, DPO one more (the sequence sums).
+// (flop_schedule below). Collectives per step: L (4P - 3) send_recvs, as ring's (fewer on sliding-window
+// layers that need only some steps: ring_attention.h); L + 2 reduce_scatters, 2 all_reduces, DPO one more
+// (the sequence sums).
 #include <fmt/format.h>
 
 #include "impls/machinery/ring_attention.h"
