@@ -13,6 +13,8 @@
 //                     windows against windowed attention, where a window short of a block leaves a step
 //                     unsent (T = 40 on 4 ranks: 6 calls).
 //   SendRecv          the ring shift on 2 and 3 ranks: what arrives is the left neighbour's, counted once.
+//   MeshAttention     the 2-D mesh's attention (mesh_attention.h) on 4 ranks, 2 x 2, 4 x 1 and 1 x 4, against
+//                     whole-sequence attention (windowed too), each subgroup's exchanges counted.
 //   Subgroups         4 ranks in two ways of pairs (the 2-D mesh's groups): each subgroup's all_reduce,
 //                     all_to_all and send_recv among its own ranks, counted in its own stats; a member list
 //                     without this rank refused in one line.
@@ -33,6 +35,7 @@
 #include "harness/model/attention_partial.h"
 #include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
+#include "impls/machinery/mesh_attention.h"
 #include "impls/machinery/ring_attention.h"
 #include "tests/support/dist_ranks.h"
 #include "tests/support/test_support.h"
@@ -262,6 +265,100 @@ TEST_P(RingAttention, EveryRankMatchesWholeSequenceAttention) {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, RingAttention, ::testing::ValuesIn(ring_cases()),
                          [](const auto& info) { return label(info.param); });
+
+// ---- on a 2-D mesh: Ulysses inside groups of U, the ring across groups of R
+// ---------------------------------
+
+// The ranks' piece: the same inputs on every rank, its mesh rows through mesh_attention on its two subgroups
+// and back; its output and gradients (mesh.pt) and each subgroup's exchanges (rank<r>.json).
+void mesh_piece(const json& job, dist::Communicator& comm, const fs::path& out) {
+  const int64_t T = job.at("seq_len"), rank = comm.rank();
+  const Inputs in = inputs(T, job.at("kv_heads"), job.at("seed"));
+  const auto layout = dist::mesh_layout(T, job.at("ulysses"), job.at("ring"), rank);
+  auto ulysses = comm.subgroup(layout.ulysses_members(), "ulysses");
+  auto ring = comm.subgroup(layout.ring_members(), "ring");
+  auto rows = [&](const torch::Tensor& t) {  // (N, H, T, hd) -> (N, H, 2b/U, hd), padded rows zero
+    return dist::mesh_rows(t.transpose(1, 2), layout, 0.0).transpose(1, 2).contiguous();
+  };
+  auto q = rows(in.q).requires_grad_(), k = rows(in.k).requires_grad_(), v = rows(in.v).requires_grad_();
+  auto o = dist::mesh_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)), layout, *ulysses,
+                                *ring, "attention", 0, job.value("window", 0));
+  o.backward(rows(in.grad_out));
+  torch::save(std::vector<torch::Tensor>{o.detach(), q.grad(), k.grad(), v.grad()},
+              (out / fmt::format("mesh{}.pt", rank)).string());
+  write_json(out / fmt::format("rank{}.json", rank),
+             {{"ulysses", ulysses->stats().to_json()}, {"ring", ring->stats().to_json()}});
+}
+const bool mesh_piece_registered = register_rank_piece("mesh_attention", &mesh_piece);
+
+struct MeshCase {
+  int64_t ulysses, ring, seq_len, kv_heads, window = 0;
+};
+
+std::string mesh_label(const MeshCase& c) {
+  return fmt::format("U{}_R{}_T{}_kv{}{}", c.ulysses, c.ring, c.seq_len, c.kv_heads,
+                     c.window ? fmt::format("_w{}", c.window) : "");
+}
+
+// GoogleTest prints a failing case's parameter by its label, not as bytes.
+void PrintTo(const MeshCase& c, std::ostream* os) {
+  *os << mesh_label(c);
+}
+
+class MeshAttention : public ::testing::TestWithParam<MeshCase> {};
+
+// On 4 Gloo ranks: 2 x 2 (T a multiple of 2RU, padded, one K/V head repeated to the Ulysses group, a sliding
+// window), and the mesh's two ends, Ulysses alone (4 x 1) and the ring alone (1 x 4). Every rank's output
+// and dQ, dK, dV rows equal whole-sequence causal attention's within 1e-12 relative, padded rows' gradients
+// exactly zero; each Ulysses group runs 4 all-to-alls (q, k, v and the output, forward and backward), each
+// ring group the ring's 3R - 2 send_recvs (none on one position).
+TEST_P(MeshAttention, EveryRankMatchesWholeSequenceAttention) {
+  const MeshCase& c = GetParam();
+  TempDir tmp;
+  const json job = {{"piece", "mesh_attention"}, {"seq_len", c.seq_len},
+                    {"kv_heads", c.kv_heads},    {"seed", 5},
+                    {"ulysses", c.ulysses},      {"ring", c.ring},
+                    {"window", c.window},        {"out", tmp.dir().string()}};
+  const int world = static_cast<int>(c.ulysses * c.ring);
+  const LaunchResult run = launch_ranks(job, world);
+  ASSERT_EQ(run.exit_code, 0) << run.error << rank_errors(tmp.dir(), world);
+  const auto want = reference(inputs(c.seq_len, c.kv_heads, 5), c.window);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE(fmt::format("rank {} of {}", r, world));
+    std::vector<torch::Tensor> got;
+    torch::load(got, (tmp.dir() / fmt::format("mesh{}.pt", r)).string());
+    ASSERT_EQ(got.size(), 4u);
+    const auto layout = dist::mesh_layout(c.seq_len, c.ulysses, c.ring, r);
+    const int64_t n = layout.block / layout.ulysses;
+    for (int64_t i = 0; i < 2; ++i) {
+      const int64_t start = layout.first_position(i), real = std::clamp<int64_t>(c.seq_len - start, 0, n);
+      for (size_t t = 0; t < 4; ++t) {
+        const auto mine = got[t].narrow(2, i * n, n);
+        if (real > 0) {
+          EXPECT_LT(relative(mine.narrow(2, 0, real), want[t].narrow(2, start, real)), 1e-12)
+              << "tensor " << t << " (out, dq, dk, dv), rows from " << start;
+        }
+        if (t > 0 && real < n) {
+          EXPECT_EQ(mine.narrow(2, real, n - real).abs().max().item<double>(), 0.0)
+              << "padded rows, tensor " << t;
+        }
+      }
+    }
+    const json comm = json::parse(file_text(tmp.dir() / fmt::format("rank{}.json", r)));
+    EXPECT_EQ(comm["ulysses"]["all_to_all"]["calls"], 4);
+    EXPECT_EQ(comm["ulysses"]["send_recv"]["calls"], 0);
+    EXPECT_EQ(comm["ring"]["all_to_all"]["calls"], 0);
+    if (c.window == 0) {
+      EXPECT_EQ(comm["ring"]["send_recv"]["calls"], c.ring > 1 ? 3 * c.ring - 2 : 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, MeshAttention,
+                         ::testing::Values(MeshCase{2, 2, 16, 2}, MeshCase{2, 2, 13, 1},
+                                           MeshCase{2, 2, 29, 2, 5}, MeshCase{4, 1, 13, 2},
+                                           MeshCase{1, 4, 13, 2}),
+                         [](const auto& info) { return mesh_label(info.param); });
 
 // ---- the exchange itself, and a rank that dies ------------------------------------------------------------
 
