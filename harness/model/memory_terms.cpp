@@ -130,6 +130,12 @@ void keep_larger(PhaseEstimate& best, PhaseEstimate candidate) {
   if (candidate.bytes > best.bytes) best = std::move(candidate);
 }
 
+void add_highest(PhaseBuilder& into, std::vector<PhaseEstimate> moments) {
+  PhaseEstimate high = std::move(moments.at(0));
+  for (size_t k = 1; k < moments.size(); ++k) keep_larger(high, std::move(moments[k]));
+  for (auto& term : high.terms) into.add(term.name, term.bytes);
+}
+
 // "K path saved + K + V" of a whole-layer graph (kv_row_graph), named for what the efficient kernel saves.
 const char* kv_graph_name(const MemoryTerms& D) {
   return D.efficient && D.gqa() ? "K path saved + K, V repeated to Hq heads (saved by the efficient kernel)"

@@ -414,6 +414,9 @@ std::vector<std::pair<int64_t, int64_t>> critical_chunks(int64_t T, int64_t c);
 
 // The larger of two estimates of one phase (the same phase at another layer or chunk).
 void keep_larger(PhaseEstimate& best, PhaseEstimate candidate);
+// The terms of the highest of `moments` (moments of one phase that never coexist: a layer's q, k, v being
+// made, its attention, its MLP), the first of equals, added to `into`.
+void add_highest(PhaseBuilder& into, std::vector<PhaseEstimate> moments);
 
 // ---- the LM head ----
 // The head backward's high point over `rows` = N*R rows (R named `R` in the terms): the softmax's three

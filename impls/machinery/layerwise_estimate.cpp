@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace bpbench {
 
@@ -196,6 +197,13 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
     phases.push_back(p.done());
   }
   return phases;
+}
+
+PhaseEstimate rows_head_chunk(const MemoryTerms& R, const Partitioning& partition) {
+  const Partitioning rows{std::min(partition.rows, R.T), std::min(partition.logits_rows, R.T)};
+  for (auto& phase : streambp_phases(R, rows, FirstInput::recomputed))
+    if (phase.name == "head chunk") return phase;
+  throw std::logic_error("rows_head_chunk: streambp_phases has no head chunk");
 }
 
 }  // namespace bpbench

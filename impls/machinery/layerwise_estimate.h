@@ -51,6 +51,11 @@ std::vector<PhaseEstimate> checkpoint_phases(const MemoryTerms& D, const Partiti
                                              bool chunked_head);
 std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partitioning& partition,
                                            FirstInput first);
+
+// streambp's "head chunk" phase on a rank's rows view R (R.T: the rank's rows; x_0 made again), its chunks of
+// logits_rows clamped to those rows: the whole sequence's clamp to T would count, at R.T < c_l < T, rows the
+// rank never has (small, T = 256 on 4 ranks, c_l = 128: 5.6 MB too many). The sequence-parallel strategies'.
+PhaseEstimate rows_head_chunk(const MemoryTerms& R, const Partitioning& partition);
 // What StreamBP runs again (streambp.cpp), the same for one process and one rank: attention by partition,
 // the layers without grad, the head in chunks, each layer's K and V values.
 FlopSchedule streambp_flop_schedule();

@@ -36,15 +36,7 @@ std::vector<int> MeshLayout::ring_members() const {
 }
 
 torch::Tensor mesh_rows(const torch::Tensor& whole, const MeshLayout& layout, double pad) {
-  auto sizes = whole.sizes().vec();
-  const int64_t T = sizes.at(1), n = layout.block / layout.ulysses;
-  sizes[1] = layout.rows();
-  auto out = torch::full(sizes, pad, whole.options());
-  for (int64_t i = 0; i < 2; ++i) {
-    const int64_t start = layout.first_position(i), real = std::clamp<int64_t>(T - start, 0, n);
-    if (real > 0) out.narrow(1, i * n, real).copy_(whole.narrow(1, start, real));
-  }
-  return out;
+  return two_ranges_rows(whole, layout.first_position(0), layout.first_position(1), layout.rows() / 2, pad);
 }
 
 namespace {
@@ -74,11 +66,8 @@ torch::Tensor mesh_attention(const torch::Tensor& q, const torch::Tensor& k, con
                   ring.world_size() == layout.ring && ring.rank() == layout.ring_position(),
               "mesh attention: groups of ", ulysses.world_size(), " and ", ring.world_size(), " ranks for a ",
               U, " x ", layout.ring, " mesh");
-  SequenceLayout exchange;  // what exchange_qkv reads of it: the K/V copies sent where Hkv < U
-  exchange.ranks = U;
-  exchange.rank = layout.ulysses_index();
-  exchange.kv_repeat = kv_copies(Hkv, U);
-  const HeadShards heads = exchange_qkv(q, k, v, exchange, ulysses, what + " q, k, v");  // (N, H/U, 2b, hd)
+  const HeadShards heads =
+      exchange_qkv(q, k, v, kv_copies(Hkv, U), ulysses, what + " q, k, v");  // (N, H/U, 2b, hd)
   auto out =
       ring_attention(reorder(heads.q, layout, true), reorder(heads.k, layout, true),
                      reorder(heads.v, layout, true), scale, layout.ring_layout(), ring, what, tile, window);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "harness/model/attention_kernels.h"
@@ -36,16 +37,21 @@ ZigzagLayout zigzag_layout(int64_t seq_len, int64_t ranks, int64_t rank) {
   return l;
 }
 
-torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout, double pad) {
+torch::Tensor two_ranges_rows(const torch::Tensor& whole, int64_t first, int64_t second, int64_t rows,
+                              double pad) {
   auto sizes = whole.sizes().vec();
-  const int64_t T = sizes.at(1), b = layout.block;
-  sizes[1] = layout.rows();
+  const int64_t T = sizes.at(1);
+  sizes[1] = 2 * rows;
   auto out = torch::full(sizes, pad, whole.options());
-  for (int64_t i = 0; i < 2; ++i) {
-    const int64_t start = layout.first_position(i), real = std::clamp<int64_t>(T - start, 0, b);
-    if (real > 0) out.narrow(1, i * b, real).copy_(whole.narrow(1, start, real));
+  for (const auto& [at, start] : {std::pair<int64_t, int64_t>{0, first}, {rows, second}}) {
+    const int64_t real = std::clamp<int64_t>(T - start, 0, rows);
+    if (real > 0) out.narrow(1, at, real).copy_(whole.narrow(1, start, real));
   }
   return out;
+}
+
+torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout, double pad) {
+  return two_ranges_rows(whole, layout.first_position(0), layout.first_position(1), layout.block, pad);
 }
 
 namespace {
@@ -139,16 +145,13 @@ torch::Tensor exchange(const torch::Tensor& t, const ZigzagLayout& l, int64_t of
 
 // How the K/V pairs reach the ranks: round the ring, one hop a step, when every step is needed; else (a
 // window) each needed step's pair straight from its owner, rank r - s, and its dK/dV straight back.
+// The forward finds the steps; its backward reuses them (saved with the node).
 struct Schedule {
   std::vector<int64_t> steps;  // the needed steps, ascending
   bool hops = true;
+  Schedule(std::vector<int64_t> needed, const ZigzagLayout& layout)
+      : steps(std::move(needed)), hops(static_cast<int64_t>(steps.size()) == layout.ranks - 1) {}
 };
-Schedule schedule_of(const ZigzagLayout& layout, int64_t window) {
-  Schedule s;
-  s.steps = needed_steps(layout, window);
-  s.hops = static_cast<int64_t>(s.steps.size()) == layout.ranks - 1;
-  return s;
-}
 
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -187,7 +190,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         std::fill(first, last, 1);
       });
     };
-    const Schedule schedule = schedule_of(layout, window);
+    const Schedule schedule(needed_steps(layout, window), layout);
     torch::Tensor kv = torch::stack({k, v});  // (2, N, Hkv, 2b, hd): the pair that travels
     run_pieces(kv, layout.rank);
     torch::Tensor own = schedule.hops ? torch::Tensor() : kv;  // straight to each needed step's rank
@@ -201,6 +204,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["tile"] = tile;
     ctx->saved_data["window"] = window;
+    ctx->saved_data["steps"] = schedule.steps;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["seq_len"] = layout.seq_len;
     ctx->saved_data["ranks"] = layout.ranks;
@@ -241,7 +245,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         dkv[1].narrow(2, p.key, p.keys).add_(dv_piece);
       });
     };
-    const Schedule schedule = schedule_of(layout, window);
+    const Schedule schedule(ctx->saved_data["steps"].toIntVector(), layout);
     torch::Tensor kv = torch::stack({k, v});
     auto dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));  // the accumulator of the pair held
     run_pieces(kv, dkv, layout.rank);

@@ -49,6 +49,10 @@ ZigzagLayout zigzag_layout(int64_t seq_len, int64_t ranks, int64_t rank);
 // past T filled with `pad`; and the inverse on whole sequences: every rank's rows back in position order,
 // (N, T', ...) from the P ranks' (N, 2b, ...) parts in rank order (tests and the gathered reference).
 torch::Tensor zigzag_rows(const torch::Tensor& whole, const ZigzagLayout& layout, double pad);
+// The same for any two ranges of `rows` positions each, from `first` and `second` (the 2-D mesh's U-th of
+// each block: mesh_attention.h).
+torch::Tensor two_ranges_rows(const torch::Tensor& whole, int64_t first, int64_t second, int64_t rows,
+                              double pad);
 
 // Causal attention of the rank's queries over the whole sequence's keys, round the ring: q (N, Hq, 2b, hd),
 // k and v (N, Hkv, 2b, hd), the rank's rows in zigzag order -> (N, Hq, 2b, hd). Differentiable in q, k and v;

@@ -110,10 +110,7 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
     m.add("attention output of the rows: N*2b*Aq*s", t.q);
     m.add("o_proj output, x1, its norm, and the MLP's temporaries: N*2b*2*d*s + mlp_forward(N*2b)",
           n * 2 * R.d * R.s + R.mlp_forward(n));
-    PhaseEstimate high = a.done();
-    keep_larger(high, r.done());
-    keep_larger(high, m.done());
-    for (auto& term : high.terms) f.add(term.name, term.bytes);
+    add_highest(f, {a.done(), r.done(), m.done()});
     out.push_back(f.done());
   }
   // The head over the rank's rows whole (full logits): checkpoint's, on the rows view.
@@ -187,16 +184,10 @@ std::vector<PhaseEstimate> streambp_ring_phases(const MemoryTerms& D, const Part
         "2*d)*s "
         "+ mlp_forward(N*c)",
         R.N * c * (R.Aq + 2 * R.d) * R.s + R.mlp_forward(R.N * c));
-    PhaseEstimate high = a.done();
-    keep_larger(high, r.done());
-    keep_larger(high, m.done());
-    for (auto& term : high.terms) f.add(term.name, term.bytes);
+    add_highest(f, {a.done(), r.done(), m.done()});
     out.push_back(f.done());
   }
-  // The head in chunks of c_l of the rank's rows: streambp's, on the rows view (c_l clamped to the rows).
-  const Partitioning rank_partition{c, std::min(partition.logits_rows, R.T)};
-  for (auto& phase : streambp_phases(R, rank_partition, FirstInput::recomputed))
-    if (phase.name == "head chunk") out.push_back(phase);
+  out.push_back(rows_head_chunk(R, partition));  // the head in chunks of c_l of the rank's rows
 
   // Layer backward at the top layer: the inputs below and its own, dY (its rows becoming dx's).
   auto layer_base = [&](PhaseBuilder& p) {

@@ -173,9 +173,9 @@ torch::Tensor heads_to_seq(const torch::Tensor& y, Communicator& comm, const std
 }
 
 HeadShards exchange_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const SequenceLayout& layout, Communicator& comm, const std::string& what) {
+                        int64_t kv_repeat, Communicator& comm, const std::string& what) {
   auto repeated = [&](const torch::Tensor& t) {  // (N, Hkv, Ts, hd) -> (N, Hk', Ts, hd)
-    return layout.kv_repeat > 1 ? t.repeat_interleave(layout.kv_repeat, 1) : t;
+    return kv_repeat > 1 ? t.repeat_interleave(kv_repeat, 1) : t;
   };
   const std::vector<torch::Tensor> xs{q, repeated(k), repeated(v)};
   auto heads = SeqToHeads::apply(at::TensorList(xs), &comm, what);
@@ -215,7 +215,7 @@ torch::Tensor sequence_parallel_layer(const Model& m, int64_t i, const torch::Te
     auto h = m.attn_norm(i, x);                                      // (N, Ts, d)
     auto q = m.project_q(i, h, layout.first_row(), layout.seq_len);  // (N, Hq, Ts, hd)
     KV kv = m.project_kv(i, h, layout.first_row(), layout.seq_len);  // (N, Hkv, Ts, hd)
-    heads = exchange_qkv(q, kv.k, kv.v, layout, comm, fmt::format("layer {} q, k, v", i));
+    heads = exchange_qkv(q, kv.k, kv.v, layout.kv_repeat, comm, fmt::format("layer {} q, k, v", i));
   }
   auto o = m.attention_heads(i, heads.q, KV{heads.k, heads.v});  // (N, T', Hq' hd)
   heads = HeadShards{};
@@ -239,7 +239,7 @@ HeadShards qkv_to_heads(const Model& m, int64_t i, const torch::Tensor& x, const
     k.narrow(2, s, n).copy_(kv.k);
     v.narrow(2, s, n).copy_(kv.v);
   }
-  return exchange_qkv(q, k, v, layout, comm, fmt::format("layer {} q, k, v", i));
+  return exchange_qkv(q, k, v, layout.kv_repeat, comm, fmt::format("layer {} q, k, v", i));
 }
 
 torch::Tensor attention_rows(const Model& m, int64_t i, const HeadShards& heads, const SequenceLayout& layout,

@@ -82,12 +82,13 @@ torch::Tensor seq_to_heads(const torch::Tensor& x, Communicator& comm, const std
 torch::Tensor heads_to_seq(const torch::Tensor& y, Communicator& comm, const std::string& what);
 
 // q (N, Hq, Ts, hd), k, v (N, Hkv, Ts, hd) of the rank's rows -> its heads over every row: q (N, Hq', T',
-// hd), k, v (N, Hk'/P, T', hd); one all-to-all (K/V repeated to Hk' heads first where Hkv < P).
+// hd), k, v (N, Hk'/P, T', hd); one all-to-all (each K/V head sent `kv_repeat` times, kv_copies(Hkv, P), so
+// that Hk' = Hkv kv_repeat splits over the P ranks).
 struct HeadShards {
   torch::Tensor q, k, v;
 };
 HeadShards exchange_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const SequenceLayout& layout, Communicator& comm, const std::string& what);
+                        int64_t kv_repeat, Communicator& comm, const std::string& what);
 // exchange_qkv's way back for gradients, one all-to-all: dQ (N, Hq', T', hd), dK, dV (N, Hk'/P, T', hd) of
 // the rank's heads -> dq (N, Hq, Ts, hd), dk, dv (N, Hkv, Ts, hd) of its rows, repeated K/V copies summed.
 HeadShards heads_to_rows(const HeadShards& grads, const SequenceLayout& layout, Communicator& comm,

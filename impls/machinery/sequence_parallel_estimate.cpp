@@ -80,18 +80,10 @@ std::vector<PhaseEstimate> streambp_ulysses_phases(const MemoryTerms& D, const P
     m.add("the layer's output being built: N*Ts*d*s", v.x());
     m.add("one chunk's o_proj output, x1, its norm, and its MLP's temporaries: N*c*2*d*s + mlp_forward(N*c)",
           R.N * c * 2 * R.d * R.s + R.mlp_forward(R.N * c));
-    PhaseEstimate high = a.done();
-    keep_larger(high, b.done());
-    keep_larger(high, m.done());
-    for (auto& t : high.terms) f.add(t.name, t.bytes);
+    add_highest(f, {a.done(), b.done(), m.done()});
     out.push_back(f.done());
   }
-  // The head in chunks of c_l of the rank's rows: streambp's, on the rows view. A chunk holds at most the
-  // rank's Ts rows: the estimate clamps c_l to T, and at Ts < c_l < T that counted rows the rank never has
-  // (small, T = 256 on 4 ranks, c_l = 128: 5.6 MB too many).
-  const Partitioning rank_partition{c, std::min(partition.logits_rows, R.T)};
-  for (auto& phase : streambp_phases(R, rank_partition, FirstInput::recomputed))
-    if (phase.name == "head chunk") out.push_back(phase);
+  out.push_back(rows_head_chunk(R, partition));  // the head in chunks of c_l of the rank's rows
 
   // Layer backward at the top layer: the inputs below and its own, dY (its rows becoming dx's).
   auto layer_base = [&](PhaseBuilder& p) {
@@ -191,10 +183,7 @@ std::vector<PhaseEstimate> ulysses_phases(const MemoryTerms& D) {
     m.add("attention output of the rows: N*Ts*Aq*s", v.q());
     m.add("o_proj output, x1, its norm, and the MLP's temporaries: N*Ts*2*d*s + mlp_forward(N*Ts)",
           n * 2 * R.d * R.s + R.mlp_forward(n));
-    PhaseEstimate high = a.done();
-    keep_larger(high, b.done());
-    keep_larger(high, m.done());
-    for (auto& t : high.terms) f.add(t.name, t.bytes);
+    add_highest(f, {a.done(), b.done(), m.done()});
     out.push_back(f.done());
   }
   // The head over the rank's rows whole (full logits): checkpoint's, on the rows view.
