@@ -16,7 +16,6 @@
 // Collectives per step: L (4P - 3) send_recvs, L + 2 reduce_scatters, 2 all_reduces (normalisers, loss),
 // DPO one more (the sequence sums). No head count constrains P. Sliding-window layers skip the pieces
 // outside every window, and the sends no rank needs (ring_attention.h). Not yet: shard_params (refused).
-#include "impls/machinery/ring_attention.h"
 #include "impls/machinery/ring_estimate.h"
 #include "impls/machinery/ring_strategy.h"
 #include "impls/machinery/sequence_parallel.h"
@@ -44,10 +43,9 @@ class Ring final : public dist::RingStrategy {
 
   torch::Tensor forward_backward(const StepInputs& in) const override {
     dist::DistStep step(*this, in);  // global normalisers: one all_reduce
-    const dist::ZigzagLayout layout = layout_of(step);
-    return dist::checkpointed_rows_step(step, in, [&](int64_t i, const torch::Tensor& x) {
-      return dist::ring_layer(in.model, i, x, layout, step.comm());
-    });
+    const dist::RingPlace place = place_of(step);
+    return dist::checkpointed_rows_step(
+        step, in, [&](int64_t i, const torch::Tensor& x) { return dist::ring_layer(in.model, i, x, place); });
   }
 };
 

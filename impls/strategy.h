@@ -107,6 +107,9 @@ class Strategy {
   // sequences and takes its slice of their rows (the runner gives it the whole batch, or dist::local_batch's
   // slice).
   virtual bool sequence_parallel() const { return false; }
+  // Whether it takes a cell's ulysses_degree (the ring strategies' 2-D mesh, impls/machinery/ring_layer.h);
+  // the others refuse a degree above 1 as a skipped cell.
+  virtual bool runs_on_mesh() const { return false; }
   // The phases one step goes through, in the order it runs them, each with the tensors alive at its high
   // point above base (memory_terms.h's terms for `D`; `partition` rows per chunk, clamped to 1..T).
   virtual std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning& partition) const;

@@ -32,7 +32,6 @@
 // (the sequence sums).
 #include <fmt/format.h>
 
-#include "impls/machinery/ring_attention.h"
 #include "impls/machinery/ring_estimate.h"
 #include "impls/machinery/ring_strategy.h"
 #include "impls/machinery/sequence_parallel.h"
@@ -41,9 +40,8 @@
 namespace bpbench {
 namespace {
 
-using dist::Communicator;
 using dist::DistStep;
-using dist::ZigzagLayout;
+using dist::RingPlace;
 using profiles::Category;
 using profiles::MemoryScope;
 using profiles::PhaseScope;
@@ -52,14 +50,14 @@ using profiles::PhaseScope;
 // trains), dy (N, 2b, d) the gradient of its output; returns dx in dy's buffer (undefined without x_in's
 // grad).
 torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_in, torch::Tensor dy,
-                             const ZigzagLayout& layout, Communicator& comm, int64_t rows) {
+                             const RingPlace& place, int64_t rows) {
   const bool wants_dx = x_in.requires_grad();
-  const int64_t R = layout.rows(), T = layout.seq_len;
+  const int64_t R = place.rows(), T = place.seq_len();
   dist::RowsQkv qkv;  // a.
   {
     PhaseScope phase("q, k, v values");
     MemoryScope scope(Category::kv);
-    qkv = dist::ring_qkv_in_chunks(m, i, x_in.detach(), layout, rows);
+    qkv = dist::ring_qkv_in_chunks(m, i, x_in.detach(), place, rows);
     qkv.q.requires_grad_(true);
     qkv.k.requires_grad_(true);
     qkv.v.requires_grad_(true);
@@ -67,8 +65,8 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
   torch::Tensor out;  // b. (N, Hq, 2b, hd)
   {
     MemoryScope scope(Category::kv);
-    out = dist::ring_attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(), layout, comm,
-                               fmt::format("layer {} attention", i), rows, m.config.window_of(i));
+    out = place.attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(),
+                          fmt::format("layer {} attention", i), rows, m.config.window_of(i));
   }
   auto d_out = torch::empty_like(out);  // (N, Hq, 2b, hd)
   {                                     // c.
@@ -94,7 +92,7 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
   {  // e.
     PhaseScope phase("q, k, v chunks");
     MemoryScope scope(Category::kv);
-    dist::for_block_chunks(layout, rows, [&](int64_t s, int64_t c, int64_t position) {
+    dist::for_block_chunks(place, rows, [&](int64_t s, int64_t c, int64_t position) {
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);
       auto h = m.attn_norm(i, x_rows);
       const KV kv = m.project_kv(i, h, position, T);
@@ -138,16 +136,13 @@ class StreamBPRing final : public dist::RingStrategy {
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
     const Model& m = in.model;
-    auto& comm = step.comm();
-    const ZigzagLayout layout = layout_of(step);
+    const RingPlace place = place_of(step);
     const int64_t rows = in.partition.rows;
     return dist::streamed_rows_step(
         step, in,
-        [&](int64_t i, const torch::Tensor& x) {
-          return dist::ring_layer_in_chunks(m, i, x, layout, comm, rows);
-        },
+        [&](int64_t i, const torch::Tensor& x) { return dist::ring_layer_in_chunks(m, i, x, place, rows); },
         [&](int64_t i, const torch::Tensor& x_in, torch::Tensor dy) {
-          return layer_backward(m, i, x_in, std::move(dy), layout, comm, rows);
+          return layer_backward(m, i, x_in, std::move(dy), place, rows);
         });
   }
 };

@@ -117,10 +117,17 @@ inline bool is_offloaded(const CellView& c) {
   return !o.empty() && o != "none";
 }
 inline constexpr const char* kOffloadTag = " +offload";
+// The ring strategies' 2-D mesh (the "ulysses_degree" axis): " U=2" for Ulysses over pairs inside the ring,
+// nothing for the plain ring (1).
+inline std::string mesh_tag(const CellView& c) {
+  const std::string u = c.axis("ulysses_degree");
+  return u.empty() || u == "1" ? "" : " U=" + u;
+}
 
 // A strategy label: the impl, plus "ps=N" / "lps=N" where the same impl appears with several partition sizes
 // in the same slot (e.g. the same seq_len column) of one table, so that a partition sweep gets one row per
-// size; and " +offload" for a cell with offloaded checkpoints, beside the same impl without.
+// size; " U=N" for a ring strategy on a 2-D mesh (mesh_tag); and " +offload" for a cell with offloaded
+// checkpoints, beside the same impl without.
 class ImplLabeler {
  public:
   template <class SlotFn>
@@ -142,6 +149,7 @@ class ImplLabeler {
       s += fmt::format(" ps={}", *c.partition);
     if (split_lps_.count(c.axis("impl")) && c.uses_logits_partition && c.logits_partition)
       s += fmt::format(" lps={}", *c.logits_partition);
+    s += mesh_tag(c);
     if (is_offloaded(c)) s += kOffloadTag;
     return s;
   }
@@ -192,8 +200,8 @@ struct Analysis {
     auto it = impl_rank.find(impl);
     return it == impl_rank.end() ? impl_rank.size() : it->second;
   }
-  // Sorts row labels "impl[ ps=N][ lps=N][ +offload]" by the impl's first appearance, then by the partition
-  // numbers.
+  // Sorts row labels "impl[ ps=N][ lps=N][ U=N][ +offload]" by the impl's first appearance, then by the
+  // mesh and the partition numbers.
   void sort_labels(std::vector<std::string>& labels) const {
     auto key = [&](const std::string& l) {
       const std::string impl = l.substr(0, l.find(' '));
@@ -201,8 +209,8 @@ struct Analysis {
         auto p = l.find(tag);
         return p == std::string::npos ? -1 : std::atoll(l.c_str() + p + tag.size());
       };
-      return std::make_tuple(rank(impl), impl, l.find(kOffloadTag) != std::string::npos, num_after(" ps="),
-                             num_after(" lps="));
+      return std::make_tuple(rank(impl), impl, num_after(" U="), l.find(kOffloadTag) != std::string::npos,
+                             num_after(" ps="), num_after(" lps="));
     };
     std::stable_sort(labels.begin(), labels.end(),
                      [&](const auto& a, const auto& b) { return key(a) < key(b); });

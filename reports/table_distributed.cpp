@@ -43,7 +43,8 @@ std::string section_distributed(const Analysis& a) {
       const auto peak = integer(r, "peak_bytes");
       const auto t = number(r, "time_median_s");
       rows.push_back(
-          {fmt::format("#{} {} T={}", c.index, text(c.axes, "impl"), integer(c.axes, "seq_len").value_or(0)),
+          {fmt::format("#{} {}{} T={}", c.index, text(c.axes, "impl"), mesh_tag(c),
+                       integer(c.axes, "seq_len").value_or(0)),
            std::to_string(integer(r, "rank").value_or(0)), text(r, "status"),
            peak ? format_bytes(*peak) : std::string(kDash),
            flops && flops_mean > 0 ? fmt::format("{:.3g} ({:+.1f}%)", static_cast<double>(*flops),
@@ -60,8 +61,11 @@ std::string section_distributed(const Analysis& a) {
          "it spent in collectives (Gloo: host wall time; NCCL: device time) and its collectives in the "
          "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
          "the embedding; sequence parallelism (ulysses, streambp-ulysses) exchanges rows and heads by "
-         "all-to-all, six per layer; the ring (ring) passes K/V to its neighbour by send_recv, 4P - 3 per "
-         "layer.\n\n" +
+         "all-to-all, six per layer; the ring (ring, streambp-ring) passes K/V to its neighbour by "
+         "send_recv, "
+         "4P - 3 per layer; on the 2-D mesh (U=N: Ulysses over N ranks inside rings of P / N) both, 4 P / N "
+         "- "
+         "3 send_recvs and six all-to-alls per layer.\n\n" +
          md_table({"cell", "rank", "status", "peak", "hardware FLOPs", "BP time (s)", "comm (s)",
                    "reduce_scatter", "all_gather", "all_reduce", "all_to_all", "send_recv"},
                   rows, 3);

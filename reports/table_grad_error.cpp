@@ -33,8 +33,8 @@ std::string section_grad_error(const Analysis& a) {
       "Er_rel = mean |g_ref - g| / |g_ref + 1e-10|. Row \"loss\": |loss - loss_ref| and its ratio to "
       "|loss_ref|.\n",
       reference.empty() ? "float64" : reference);
-  const auto keys =
-      a.heading_keys({"impl", "dtype", "partition", "logits_partition", "offload"}, {"seq_len"}, &with);
+  const auto keys = a.heading_keys(
+      {"impl", "dtype", "partition", "logits_partition", "offload", "ulysses_degree"}, {"seq_len"}, &with);
   std::vector<std::string> notes;
   for (const auto& [id, cells] :
        group_by(with, [&](const CellView& c) { return axes_label(c.axes, keys); })) {

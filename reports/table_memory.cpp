@@ -26,8 +26,8 @@ std::string section_peak(const Analysis& a, bool plot_drawn) {
     s += "\"+offload\" rows kept their layer checkpoints in host memory: their peak is the device's, and "
          "\"host\" "
          "is what the checkpoints took in host memory.\n";
-  const auto keys =
-      a.heading_keys({"impl", "seq_len", "partition", "logits_partition", "offload"}, {}, &grid);
+  const auto keys = a.heading_keys(
+      {"impl", "seq_len", "partition", "logits_partition", "offload", "ulysses_degree"}, {}, &grid);
   for (const auto& [id, cells] :
        group_by(grid, [&](const CellView& c) { return axes_label(c.axes, keys); })) {
     s += fmt::format("\n### Peak memory: {}\n\n", heading(*cells.front(), keys));

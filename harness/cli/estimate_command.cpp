@@ -40,6 +40,8 @@ model and lengths:
                           checkpoint-dist (data parallel, ZeRO-2 gradient buckets and shards; --batch is
                           per rank, as in a scenario) or of ulysses and streambp-ulysses (the sequence split
                           over the ranks: --seq-len is the whole sequence, --batch shared by the ranks)
+  --ulysses-degree U      ring and streambp-ring on the 2-D mesh (a cell's ulysses_degree): Ulysses over
+                          groups of U ranks inside rings of R / U (default 1: the ring over every rank)
 
 the longest length within a memory budget:
   --budget BYTES          the device's allocated bytes allowed: 80GB (x1e9), 74.5GiB (x2^30), or bytes

@@ -103,7 +103,8 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
           "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
-          "--device, --train, --ranks, --budget, --gpu, --reserve, --host-budget, --granularity, --upper, "
+          "--device, --train, --ranks, --ulysses-degree, --budget, --gpu, --reserve, --host-budget, "
+          "--granularity, --upper, "
           "--plot, "
           "each with a value; --verbose, --json)",
           a));
@@ -130,6 +131,8 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       in.threads = integer(a, v);
     else if (a == "--ranks")
       in.ranks = integer(a, v);
+    else if (a == "--ulysses-degree")
+      in.ulysses_degree = integer(a, v);
     else if (a == "--offload")
       in.offload = parse_offload(v) == Offload::checkpoints;
     else if (a == "--device") {
@@ -226,7 +229,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
     // estimate that holds on the device).
     for (const auto& name : in.ranks > 1 ? estimated_data_parallel_impls() : estimated_impls()) {
       const auto strategy = make_strategy(name);
-      if ((!in.offload || strategy->uses_offload()) &&
+      if ((!in.offload || strategy->uses_offload()) && (in.ulysses_degree == 1 || strategy->runs_on_mesh()) &&
           !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})) &&
           !strategy->estimate_gap(in.device, in.dtype, in.config))
         r.impls.push_back(name);

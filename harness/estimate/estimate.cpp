@@ -172,6 +172,19 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument(fmt::format(
         "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
         in.impl));
+  if (in.ulysses_degree != 1) {
+    if (!make_strategy(in.impl)->runs_on_mesh())
+      throw std::invalid_argument(
+          fmt::format("estimate: --ulysses-degree {} is the ring strategies' 2-D mesh (valid with it: ring, "
+                      "streambp-ring)",
+                      in.ulysses_degree));
+    if (in.ulysses_degree < 1 || in.ranks % in.ulysses_degree != 0)
+      throw std::invalid_argument(fmt::format("estimate: --ulysses-degree {} does not divide --ranks {}",
+                                              in.ulysses_degree, in.ranks));
+    throw std::invalid_argument(fmt::format(
+        "estimate: {} on the 2-D mesh (ulysses_degree {}) is not estimated yet (valid: ulysses_degree 1)",
+        in.impl, in.ulysses_degree));
+  }
   estimated_objective(in.objective);
   if (const auto gap = make_strategy(in.impl)->estimate_gap(in.device, in.dtype, in.config))
     throw std::invalid_argument("estimate: " + *gap);

@@ -59,6 +59,9 @@ struct EstimateInput {
   // Processes of a data-parallel strategy (streambp-dist, checkpoint-dist; >= 2, and 1 for every other):
   // the estimate is one rank's, `sequences` its rows.
   int64_t ranks = 1;
+  // The ring strategies' 2-D mesh (impls/machinery/ring_layer.h): Ulysses over groups of this many of the
+  // ranks inside rings of ranks / ulysses_degree; 1 for every other strategy.
+  int64_t ulysses_degree = 1;
 };
 
 struct MemoryEstimate {

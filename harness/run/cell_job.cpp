@@ -63,6 +63,9 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
   if (!is_distributed(strategy) && job.settings.world_size > 1)
     return fmt::format("runs in one process; world_size {} is for the distributed strategies ({})",
                        job.settings.world_size, fmt::join(distributed_strategy_names(), ", "));
+  if (!is_distributed(strategy) && job.cell.ulysses_degree > 1)
+    return fmt::format("runs in one process; ulysses_degree {} is the ring strategies' 2-D mesh",
+                       job.cell.ulysses_degree);
   return std::nullopt;
 }
 }  // namespace
@@ -86,8 +89,16 @@ CellResult result_for(const CellJob& job, std::string status) {
   return r;
 }
 
+std::unique_ptr<Strategy> strategy_of(const Cell& cell) {
+  auto strategy = make_strategy(cell.impl);
+  if (cell.ulysses_degree == 1 || !is_distributed(*strategy)) return strategy;
+  dist::DistOptions options = dist::default_dist_options();
+  options.ulysses_degree = cell.ulysses_degree;
+  return make_distributed_strategy(cell.impl, options);
+}
+
 std::unique_ptr<Strategy> strategy_for(const CellJob& job, CellResult& r) {
-  auto strategy = make_strategy(job.cell.impl);
+  auto strategy = strategy_of(job.cell);
   r.uses_partition = strategy->uses_partition();
   r.uses_logits_partition = strategy->uses_logits_partition();
   r.world_size = is_distributed(*strategy) ? job.settings.world_size : 1;
@@ -146,6 +157,7 @@ std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads, cons
     in.device = device;  // cuda: the CUDA attention kernels' terms (float64 there: no estimate)
     in.train = train;
     in.ranks = ranks;
+    in.ulysses_degree = c.ulysses_degree;
     return estimate_peak(in);
   } catch (const std::exception&) {  // a model that cannot be read, or a kernel the estimate does not model
     return std::nullopt;

@@ -25,6 +25,8 @@ std::vector<std::string> distributed_strategy_names();
 bool killed_by_sigkill(const CellResult& r);
 // A result for `job` before anything ran: its cell, threads and RoPE, status `status`.
 CellResult result_for(const CellJob& job, std::string status = "ok");
+// The cell's strategy: the registry's, a distributed one with the cell's ulysses_degree in its options.
+std::unique_ptr<Strategy> strategy_of(const Cell& cell);
 // The strategy of `job`, with what the result records about it (partition use, ranks). Null when the cell
 // is not run: `r` then says "skipped" and why.
 std::unique_ptr<Strategy> strategy_for(const CellJob& job, CellResult& r);

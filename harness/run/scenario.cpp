@@ -346,6 +346,17 @@ Scenario parse_scenario(const json& j) {
                                     fmt::join(readers, ", "), v.get<std::string>()),
                         fmt::format("objective {} with data, or no data key", fmt::join(readers, " or ")));
   }
+  for (const auto& a : s.grid)  // the mesh's groups are world_size / ulysses_degree ring groups of U ranks
+    if (a.key == "ulysses_degree")
+      for (const auto& v : a.values)
+        if (s.settings.world_size % v.get<int64_t>() != 0) {
+          std::vector<int64_t> divisors;
+          for (int64_t u = 1; u <= s.settings.world_size; ++u)
+            if (s.settings.world_size % u == 0) divisors.push_back(u);
+          input_error(fmt::format("grid.ulysses_degree: {} does not divide world_size {}", v.get<int64_t>(),
+                                  s.settings.world_size),
+                      fmt::format("divisors of world_size: {}", fmt::join(divisors, ", ")));
+        }
   if (const auto& train = s.settings.measure.train) {
     std::vector<std::string> trainers;  // every single-process strategy
     for (const auto& name : strategy_names())

@@ -83,6 +83,9 @@ struct Cell {
   int64_t partition = 0, logits_partition = 0;
   std::string offload =
       "none";  // "none" | "checkpoints": layer checkpoints in host memory (impls/machinery/offload.h)
+  // The ring strategies' 2-D mesh: Ulysses over groups of this many ranks inside ring groups of world_size /
+  // ulysses_degree (impls/machinery/ring_layer.h); 1: the ring over every rank. Other strategies: 1.
+  int64_t ulysses_degree = 1;
   int64_t lora_rank = 0;  // 0: full fine-tuning
   double lora_alpha = 64;
   int64_t group = 8;        // GRPO completions per prompt

@@ -148,6 +148,9 @@ const std::vector<AxisDef>& axis_table() {
     AxisDef offload{"offload", &Cell::offload, false, "none", [] { return offload_names(); }};
     offload.absent_in_old_results = true;
     add(offload);
+    AxisDef ulysses_degree{"ulysses_degree", &Cell::ulysses_degree, false, 1, {}, 1};
+    ulysses_degree.absent_in_old_results = true;
+    add(ulysses_degree);
     add({"lora_rank", &Cell::lora_rank, false, 0, {}, 0});
     add({"lora_alpha", &Cell::lora_alpha, false, 64.0, {}, 0, true});
     add({"group", &Cell::group, false, 8, {}, 1});

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <optional>
 
 #include <thread>
@@ -89,6 +90,9 @@ struct Communicator::Impl {
   CommStats stats;
   std::optional<PendingSpan> pending;  // nccl: the collective in flight, seconds not yet read
   std::vector<SpanEventsPtr> spare;    // events of settled collectives, recorded again later
+  // Subgroups made from this group (Communicator::subgroup), by their store prefix; destroyed before the
+  // store they share.
+  std::map<std::string, std::unique_ptr<Communicator>> subgroups;
 
   std::string group;  // a subgroup's name (Communicator::subgroup); empty for the whole group
 
@@ -267,8 +271,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
-std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& members,
-                                                     const std::string& name) {
+Communicator& Communicator::subgroup(const std::vector<int>& members, const std::string& name) {
   const auto me = std::find(members.begin(), members.end(), rank());
   std::vector<int> sorted = members;
   std::sort(sorted.begin(), sorted.end());
@@ -278,6 +281,9 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& mem
         fmt::format("{}: subgroup '{}' of ranks [{}] is not a list of distinct ranks of 0..{} "
                     "that holds this one",
                     impl_->who(), name, fmt::join(members, ", "), world_size() - 1));
+  // Disjoint groups of one name (each Ulysses group of a mesh) rendezvous apart: the members are in the key.
+  const std::string prefix = fmt::format("subgroup/{}/{}", name, fmt::join(members, ","));
+  if (auto it = impl_->subgroups.find(prefix); it != impl_->subgroups.end()) return *it->second;
   auto impl = std::make_unique<Impl>();
   impl->config = impl_->config;
   impl->config.rank = static_cast<int>(me - members.begin());
@@ -285,9 +291,7 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& mem
   impl->backend = impl_->backend;
   impl->device = impl_->device;
   impl->group = name;
-  // Disjoint groups of one name (each Ulysses group of a mesh) rendezvous apart: the members are in the key.
-  impl->store = c10::make_intrusive<c10d::PrefixStore>(
-      fmt::format("subgroup/{}/{}", name, fmt::join(members, ",")), impl_->store);
+  impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
   const auto t0 = Clock::now();
   try {
     impl->make_engine();
@@ -296,13 +300,16 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& mem
                                 impl_->who(), name, fmt::join(members, ", "), seconds_since(t0),
                                 error_text(e)));
   }
-  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+  auto& group = impl_->subgroups[prefix];
+  group.reset(new Communicator(std::move(impl)));
+  return *group;
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
 void Communicator::shutdown() {
+  for (auto& [prefix, group] : impl_->subgroups) group->shutdown();
   if (!impl_->pg) return;
   try {
     impl_->settle_pending();
@@ -333,14 +340,21 @@ torch::Device Communicator::device() const {
 const CommStats& Communicator::stats() const {
   return impl_->stats;
 }
+CommStats Communicator::stats_with_subgroups() const {
+  CommStats all = impl_->stats;
+  for (const auto& [prefix, group] : impl_->subgroups) all += group->stats_with_subgroups();
+  return all;
+}
 void Communicator::settle() {
   impl_->settle_pending();
+  for (auto& [prefix, group] : impl_->subgroups) group->settle();
 }
 void Communicator::reset_stats() {
   Impl& s = *impl_;
   if (s.pending) s.spare.push_back(std::move(s.pending->events));
   s.pending.reset();
   s.stats = CommStats{};
+  for (auto& [prefix, group] : s.subgroups) group->reset_stats();
 }
 
 torch::Tensor Communicator::reduce_scatter(torch::Tensor input, ReduceOp op, const std::string& what) {

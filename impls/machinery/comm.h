@@ -91,6 +91,7 @@ struct CommStats {
   int64_t total_calls() const;
   int64_t total_bytes() const;
   CommStats since(const CommStats& before) const;  // this minus `before` (physical names kept)
+  CommStats& operator+=(const CommStats& other);   // both ranks' (or groups') counts together
   nlohmann::json to_json() const;                  // {"reduce_scatter": {"calls":..,"bytes":..,...}, ...}
 };
 
@@ -167,21 +168,26 @@ class Communicator {
   // among them, every member passing the same list and `name` (and only members calling), joined through this
   // group's store under that name and the list (disjoint groups may share a name). Its rank is this rank's
   // index in `members`, its collectives are counted in its own stats(), and its errors name the subgroup. The
-  // 2-D mesh's Ulysses and ring groups. A list without this rank, with a rank twice or out of range:
-  // CommError in one line.
-  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members, const std::string& name);
+  // 2-D mesh's Ulysses and ring groups. Owned by this communicator: a later call with the same name and list
+  // returns the same subgroup (a store's keys are joined once; every step of a run shares the groups). A list
+  // without this rank, with a rank twice or out of range: CommError in one line.
+  Communicator& subgroup(const std::vector<int>& members, const std::string& name);
   // Ends the process group (NCCL: its communicators and watchdog) now; nothing may be called after it. The
   // destructor does not: a rank calls this before it returns (shutdown_owned_communicator).
   void shutdown();
 
-  // Counts of every collective so far; seconds of every collective but the last one queued on nccl, whose
-  // seconds settle() adds.
+  // Counts of every collective so far on this group; seconds of every collective but the last one queued on
+  // nccl, whose seconds settle() adds.
   const CommStats& stats() const;
+  // What this rank did on this group and on every subgroup made from it (a step's traffic, whatever group
+  // carried it).
+  CommStats stats_with_subgroups() const;
   // nccl: waits (host, bounded by the timeout) until the last collective queued has run on the GPU, and adds
-  // its device seconds to stats(). Call it when a step is over, never inside one: the wait drains the GPU.
-  // Throws CommError naming a collective that has not finished within the timeout. gloo: nothing to do.
+  // its device seconds to stats(); the subgroups' too. Call it when a step is over, never inside one: the
+  // wait drains the GPU. Throws CommError naming a collective that has not finished within the timeout.
+  // gloo: nothing to do.
   void settle();
-  void reset_stats();  // zeroes stats() and forgets collectives not yet settled
+  void reset_stats();  // zeroes stats() (the subgroups' too) and forgets collectives not yet settled
 
  private:
   struct Impl;

@@ -94,6 +94,21 @@ CommStats CommStats::since(const CommStats& before) const {
   return d;
 }
 
+CommStats& CommStats::operator+=(const CommStats& other) {
+  for (int k = 0; k < kCollectiveCount; ++k) {
+    auto& a = by_kind[k];
+    const auto& b = other.by_kind[k];
+    a.calls += b.calls;
+    a.bytes += b.bytes;
+    a.wire_bytes += b.wire_bytes;
+    if (a.physical.empty()) a.physical = b.physical;
+    a.physical_calls += b.physical_calls;
+    a.physical_bytes += b.physical_bytes;
+    a.seconds += b.seconds;
+  }
+  return *this;
+}
+
 nlohmann::json CommStats::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   for (int k = 0; k < kCollectiveCount; ++k) {

@@ -53,7 +53,8 @@ DistOptions DistOptions::from_env() {
 }
 
 std::string DistOptions::label() const {
-  return std::string("zero2") + (shard_params ? "+shard_params" : "") + (naive_comm ? "+naive_comm" : "");
+  return std::string("zero2") + (shard_params ? "+shard_params" : "") + (naive_comm ? "+naive_comm" : "") +
+         (ulysses_degree > 1 ? fmt::format("+ulysses_degree={}", ulysses_degree) : "");
 }
 
 void set_default_dist_options(const DistOptions& options) {
@@ -169,6 +170,11 @@ std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t multiple)
 }
 
 std::optional<std::string> DistStrategy::unsupported(const CellTraits& traits) const {
+  if (options_.ulysses_degree > 1 && !runs_on_mesh())
+    return fmt::format(
+        "{}: ulysses_degree {} is the 2-D mesh of the ring strategies (ring, streambp-ring); {} runs with "
+        "ulysses_degree 1",
+        name(), options_.ulysses_degree, name());
   if (splits_heads() && traits.model && traits.world_size > 1)
     if (auto why = sequence_parallel_refusal(*traits.model, traits.world_size)) return why;
   if (sequence_parallel() && traits.router_balance && traits.world_size > 1 && traits.seq_len > 0 &&
@@ -238,7 +244,7 @@ DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strateg
   const Model& m = in.model;
   comm_ = &communicator_or_init_from_env(m.device().is_cuda() ? "cuda" : "cpu");
   comm_->settle();  // a collective queued before the step (nccl) is not this step's
-  comm_before_ = comm_->stats();
+  comm_before_ = comm_->stats_with_subgroups();  // the 2-D mesh's groups carry some of a step
   const int R = comm_->world_size();
   auto& st = *strategy_.state_;
   st.shards.clear();  // a step's shards replace the previous step's
@@ -504,7 +510,7 @@ torch::Tensor DistStep::finish(const torch::Tensor& local_loss) {
     comm_->all_reduce(loss, loss_op_, "loss");  // SFT: shares add up; others: mean of equal-sized means
   }
   comm_->settle();  // nccl: the device seconds of the step's last collective (comm.h)
-  st.last_comm = comm_->stats().since(comm_before_);
+  st.last_comm = comm_->stats_with_subgroups().since(comm_before_);
   st.comm = comm_;
   return loss.reshape({}).to(local_loss.scalar_type());
 }

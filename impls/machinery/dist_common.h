@@ -39,10 +39,13 @@ std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t multiple)
 struct DistOptions {
   bool shard_params = false;  // ZeRO-3-style: a layer's parameters live as shards, gathered around each use
   bool naive_comm = false;    // streambp-dist: reduce a layer after every chunk (D times the calls)
+  // The ring strategies' 2-D mesh (mesh_attention.h): Ulysses over groups of U ranks inside ring groups of
+  // world_size / U; 1: the ring over every rank. A cell's grid axis ulysses_degree.
+  int64_t ulysses_degree = 1;
 
   // BPBENCH_DIST_SHARD_PARAMS, BPBENCH_DIST_NAIVE_COMM: "1" / "true" to switch on.
   static DistOptions from_env();
-  std::string label() const;  // "zero2", "zero2+naive_comm", "zero2+shard_params", ...
+  std::string label() const;  // "zero2", "zero2+naive_comm", "zero2+shard_params", "zero2+ulysses_degree=2"
 };
 
 // The options the registry's factories (`streambp-dist`, `checkpoint-dist`) use: set here, else from the env.

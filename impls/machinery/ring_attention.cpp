@@ -349,84 +349,25 @@ AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Dev
   return pairs;
 }
 
-Batch zigzag_batch(const Batch& global, int64_t rank, int64_t ranks) {
-  const int64_t T = global.whole_seq_len > 0 ? global.whole_seq_len : global.seq_len();
-  const ZigzagLayout layout = zigzag_layout(T, ranks, rank);
-  auto rows = [&](const torch::Tensor& t, double pad) {
-    return t.defined() ? zigzag_rows(t, layout, pad) : torch::Tensor();
+Batch two_ranges_batch(const Batch& global, int64_t first, int64_t second, int64_t rows) {
+  auto rows_of = [&](const torch::Tensor& t, double pad) {
+    return t.defined() ? two_ranges_rows(t, first, second, rows, pad) : torch::Tensor();
   };
   Batch b = global;
-  b.input_ids = rows(global.input_ids, 0);
-  b.targets = rows(global.targets, static_cast<double>(kIgnoreIndex));
-  b.ref_logps = rows(global.ref_logps, 0);
-  b.old_logps = rows(global.old_logps, 0);
+  b.input_ids = rows_of(global.input_ids, 0);
+  b.targets = rows_of(global.targets, static_cast<double>(kIgnoreIndex));
+  b.ref_logps = rows_of(global.ref_logps, 0);
+  b.old_logps = rows_of(global.old_logps, 0);
   b.loss_tokens = b.targets.ne(kIgnoreIndex).sum().item<int64_t>();
   b.first_position = 0;
-  b.whole_seq_len = T;
+  b.whole_seq_len = global.whole_seq_len > 0 ? global.whole_seq_len : global.seq_len();
   return b;
 }
 
-torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
-                         Communicator& comm) {  // whole pairs
-  const int64_t b = layout.block, N = x.size(0);
-  torch::Tensor o;  // (N, 2b, Hq hd)
-  {
-    // q (N, Hq, 2b, hd), k and v (N, Hkv, 2b, hd): each block at its own positions.
-    const std::vector<Model::PositionBlock> blocks{{b, layout.first_position(0)},
-                                                   {b, layout.first_position(1)}};
-    torch::Tensor q;
-    KV kv;
-    {
-      const auto h = m.attn_norm(i, x);  // released before the attention (its graph keeps what it needs)
-      q = m.project_q(i, h, blocks, layout.seq_len);
-      kv = m.project_kv(i, h, blocks, layout.seq_len);
-    }
-    auto heads =
-        ring_attention(q, kv.k, kv.v, m.config.attention_scale(), layout, comm,
-                       fmt::format("layer {} attention", i), 0, m.config.window_of(i));  // (N, Hq, 2b, hd)
-    o = heads.transpose(1, 2).reshape({N, layout.rows(), -1});
-  }
-  return m.mlp_block(i, m.attention_output(i, x, o));
-}
-
-RowsQkv ring_qkv_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
-                           int64_t rows) {
-  torch::NoGradGuard no_grad;
-  const auto& c = m.config;
-  const int64_t N = x.size(0), R = layout.rows();
-  RowsQkv out{torch::empty({N, c.heads, R, c.head_dim}, x.options()),
-              torch::empty({N, c.kv_heads, R, c.head_dim}, x.options()),
-              torch::empty({N, c.kv_heads, R, c.head_dim}, x.options())};
-  for_block_chunks(layout, rows, [&](int64_t s, int64_t n, int64_t position) {
-    const auto h = m.attn_norm(i, x.narrow(1, s, n));
-    out.q.narrow(2, s, n).copy_(m.project_q(i, h, position, layout.seq_len));
-    const KV kv = m.project_kv(i, h, position, layout.seq_len);
-    out.k.narrow(2, s, n).copy_(kv.k);
-    out.v.narrow(2, s, n).copy_(kv.v);
-  });
-  return out;
-}
-
-torch::Tensor output_rows(const torch::Tensor& heads, int64_t s, int64_t n) {
-  return heads.narrow(2, s, n).transpose(1, 2).reshape({heads.size(0), n, -1});
-}
-
-torch::Tensor ring_layer_in_chunks(const Model& m, int64_t i, const torch::Tensor& x,
-                                   const ZigzagLayout& layout, Communicator& comm, int64_t rows) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor heads;  // (N, Hq, 2b, hd)
-  {
-    RowsQkv qkv = ring_qkv_in_chunks(m, i, x, layout, rows);
-    heads = ring_attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(), layout, comm,
-                           fmt::format("layer {} attention", i), rows, m.config.window_of(i));
-  }
-  auto y = torch::empty_like(x);
-  for (int64_t s = 0; s < layout.rows(); s += rows) {
-    const int64_t n = std::min(rows, layout.rows() - s);
-    y.narrow(1, s, n).copy_(
-        m.mlp_block(i, m.attention_output(i, x.narrow(1, s, n), output_rows(heads, s, n))));
-  }
-  return y;
+Batch zigzag_batch(const Batch& global, int64_t rank, int64_t ranks) {
+  const int64_t T = global.whole_seq_len > 0 ? global.whole_seq_len : global.seq_len();
+  const ZigzagLayout layout = zigzag_layout(T, ranks, rank);
+  return two_ranges_batch(global, layout.first_position(0), layout.first_position(1), layout.block);
 }
 
 }  // namespace bpbench::dist

@@ -81,36 +81,7 @@ AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Dev
 // per-sequence tensors whole, loss_tokens its own rows' targets, whole_seq_len T. first_position stays 0: the
 // rows are not one range (the layout says where each block starts).
 Batch zigzag_batch(const Batch& global, int64_t rank, int64_t ranks);
-
-// Layer i of `m` on the rank's zigzag rows x (N, 2b, d) -> (N, 2b, d): norms, projections (RoPE at each
-// block's own positions), o_proj and MLP on the rows, attention round the ring (named "layer i attention").
-torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
-                         Communicator& comm);
-
-// StreamBP's pieces on the ring (streambp_ring.cpp): the rank's 2b rows in chunks of at most `rows`, none
-// across the boundary of its two blocks (a chunk's positions are one range): body(s, n, position) for the
-// chunk of rows [s, s + n), at sequence positions [position, position + n).
-template <class Body>
-void for_block_chunks(const ZigzagLayout& layout, int64_t rows, Body&& body) {
-  for (int64_t i = 0; i < 2; ++i)
-    for (int64_t off = 0; off < layout.block; off += rows)
-      body(i * layout.block + off, std::min(rows, layout.block - off), layout.first_position(i) + off);
-}
-
-// q (N, Hq, 2b, hd), k and v (N, Hkv, 2b, hd) of the rank's rows x (N, 2b, d) as values, made `rows` rows at
-// a time (for_block_chunks) into buffers.
-struct RowsQkv {
-  torch::Tensor q, k, v;
-};
-RowsQkv ring_qkv_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const ZigzagLayout& layout,
-                           int64_t rows);
-
-// Layer i as values, `rows` rows at a time wherever a piece has rows: q, k and v in chunks, the attention
-// round the ring, o_proj, the residual and the MLP in chunks into (N, 2b, d).
-torch::Tensor ring_layer_in_chunks(const Model& m, int64_t i, const torch::Tensor& x,
-                                   const ZigzagLayout& layout, Communicator& comm, int64_t rows);
-
-// The rows [s, s + n) of the ring's attention output (N, Hq, 2b, hd) as o_proj takes them: (N, n, Hq hd).
-torch::Tensor output_rows(const torch::Tensor& heads, int64_t s, int64_t n);
+// The same for any two ranges of `rows` positions each (two_ranges_rows; the 2-D mesh's: ring_layer.h).
+Batch two_ranges_batch(const Batch& global, int64_t first, int64_t second, int64_t rows);
 
 }  // namespace bpbench::dist

@@ -11,7 +11,11 @@
 //                   step, exactly: L (4P - 3) send_recvs (a windowed layer that skips steps: 4 a needed
 //                   step), no all_to_all, L + 2 reduce_scatters (LoRA: L), 2 all_reduces (DPO: 3; the
 //                   load-balancing loss: one more).
-//   RingRefusal     shard_params is a skipped cell with the reason; windowed models run.
+//                   The 2-D mesh on 4 ranks as 2 x 2 (ulysses_degree 2): the same, with 6 all_to_alls a
+//                   layer.
+//   RingRefusal     shard_params, a ulysses_degree that does not divide the ranks or split the heads, and a
+//                   ulysses_degree above 1 for a strategy off the ring: skipped cells with the reason;
+//                   windowed models run.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -43,10 +47,12 @@ struct RingCase {
   // them (then each goes straight to its ranks: 4 send_recvs a step and layer, against 4P - 3 round the
   // ring).
   int64_t window_steps = 0;
+  int64_t ulysses = 1;  // the 2-D mesh: Ulysses over groups of U ranks inside ring groups of world / U
 };
 
 std::string label(const RingCase& c) {
-  return fmt::format("{}{}_w{}{}{}{}{}{}{}", c.impl == "ring" ? "" : "streambp_", c.objective, c.world,
+  return fmt::format("{}{}_w{}{}{}{}{}{}{}{}", c.impl == "ring" ? "" : "streambp_", c.objective, c.world,
+                     c.ulysses > 1 ? fmt::format("_U{}", c.ulysses) : "",
                      c.model == "tiny"       ? ""
                      : c.model == "tiny-moe" ? "_moe"
                                              : "_gemma3",
@@ -62,17 +68,10 @@ void PrintTo(const RingCase& c, std::ostream* os) {
 
 json ring_job(const RingCase& c) {
   // streambp-ring in chunks of 2 rows: several chunks in every block (b = 3 or 4).
-  return {{"impl", c.impl},
-          {"objective", c.objective},
-          {"model", c.model},
-          {"dtype", "float64"},
-          {"kv_heads", c.kv_heads},
-          {"lora_rank", c.lora_rank},
-          {"seq_len", c.seq_len},
-          {"tied", c.tied},
-          {"router_aux_loss_coef", c.aux},
-          {"warmup", 0},
-          {"partition", 2}};
+  return {{"impl", c.impl},       {"objective", c.objective}, {"model", c.model},
+          {"dtype", "float64"},   {"kv_heads", c.kv_heads},   {"lora_rank", c.lora_rank},
+          {"seq_len", c.seq_len}, {"tied", c.tied},           {"router_aux_loss_coef", c.aux},
+          {"warmup", 0},          {"partition", 2},           {"ulysses_degree", c.ulysses}};
 }
 
 std::vector<RingCase> ring_cases() {
@@ -116,6 +115,28 @@ std::vector<RingCase> ring_cases() {
     direct_lora.window_steps = 2;
     direct_lora.lora_rank = 3;
     cases.push_back(direct_lora);
+    // The 2-D mesh on 4 ranks, 2 x 2: T = 13 padded to 16 (b = 4, each rank 2 rows of each block), T = 16
+    // unpadded, and the objectives, LoRA, tied embeddings, one K/V head (repeated to the Ulysses pair), MoE
+    // and windows.
+    auto mesh = [&](RingCase c) {
+      c.ulysses = 2;
+      cases.push_back(c);
+    };
+    for (const std::string objective : {"sft", "dpo", "grpo"}) mesh({impl, objective, 4});
+    RingCase mesh_even{impl, "sft", 4};
+    mesh_even.seq_len = 16;
+    mesh(mesh_even);
+    RingCase mesh_lora{impl, "dpo", 4};
+    mesh_lora.lora_rank = 3;
+    mesh(mesh_lora);
+    RingCase mesh_tied{impl, "sft", 4};
+    mesh_tied.tied = true;
+    mesh(mesh_tied);
+    RingCase mesh_gqa{impl, "grpo", 4};
+    mesh_gqa.kv_heads = 1;
+    mesh(mesh_gqa);
+    mesh(RingCase{impl, "sft", 4, "tiny-moe"});
+    mesh(RingCase{impl, "sft", 4, "tiny-gemma3"});
   }
   return cases;
 }
@@ -133,13 +154,14 @@ TEST_P(RingExactness, GatheredGradientsEqualPlainOnTheWholeSequences) {
   const fs::path dir = launch.dir_of(name);
   const Model model = expect_plain_on_whole_sequences(ring_job(c), dir, c.world, kTol, label(c));
   const json r0 = json::parse(file_text(dir / "rank0.json"));
-  const int64_t L = model.config.layers, P = c.world;
-  const json& comm = r0.at("comm");
+  const int64_t L = model.config.layers, R = c.world / c.ulysses;  // R: ranks round a ring
+  const json& comm = r0.at("comm");                                // the step's, its mesh subgroups' included
   int64_t exchanges = 0;  // per layer: two forwards (the checkpointed one and with grad) and a backward
   for (int64_t i = 0; i < L; ++i)
-    exchanges += model.config.window_of(i) > 0 && c.window_steps > 0 ? 4 * c.window_steps : 4 * P - 3;
+    exchanges += model.config.window_of(i) > 0 && c.window_steps > 0 ? 4 * c.window_steps : 4 * R - 3;
   EXPECT_EQ(comm["send_recv"]["calls"], exchanges) << comm.dump();
-  EXPECT_EQ(comm["all_to_all"]["calls"], 0) << comm.dump();
+  // The mesh: into and out of each of the layer's three attention calls (two forward, one backward).
+  EXPECT_EQ(comm["all_to_all"]["calls"], c.ulysses > 1 ? 6 * L : 0) << comm.dump();
   EXPECT_EQ(comm["reduce_scatter"]["calls"], model.has_lora() ? L : L + 2) << comm.dump();
   EXPECT_EQ(comm["all_reduce"]["calls"], 2 + (c.objective == "dpo" ? 1 : 0) + (c.aux > 0 ? 1 : 0))
       << comm.dump();
@@ -161,7 +183,30 @@ TEST(RingRefusal, ShardParamsIsSkippedWithTheReason) {
     const auto why_sharded = sharded_ring->unsupported(CellTraits{"sft", 2, &tiny});
     ASSERT_TRUE(why_sharded.has_value()) << impl;
     EXPECT_NE(why_sharded->find(impl + ": shard_params"), std::string::npos) << *why_sharded;
+    // The mesh: U must divide the ranks and split the heads (tiny: 4 query heads, 2 K/V heads).
+    auto meshed = [&](int64_t U) {
+      dist::DistOptions options;
+      options.ulysses_degree = U;
+      return make_distributed_strategy(impl, options);
+    };
+    EXPECT_FALSE(meshed(2)->unsupported(CellTraits{"sft", 4, &tiny}).has_value()) << impl;
+    EXPECT_FALSE(meshed(4)->unsupported(CellTraits{"sft", 4, &tiny}).has_value()) << impl;
+    EXPECT_EQ(meshed(2)->unsupported(CellTraits{"sft", 3, &tiny}).value_or(""),
+              impl + ": ulysses_degree 2 does not divide world_size 3 (valid for tiny: 1)");
+    EXPECT_EQ(meshed(3)->unsupported(CellTraits{"sft", 6, &tiny}).value_or(""),
+              impl +
+                  ": ulysses_degree 3 cannot split tiny's attention by heads (4 query heads, 2 K/V heads: U "
+                  "must divide the query heads, and divide the K/V heads or be a multiple of them; valid on "
+                  "6 ranks: 1, 2)");
   }
+  dist::DistOptions options;
+  options.ulysses_degree = 2;
+  const auto why =
+      make_distributed_strategy("streambp-ulysses", options)->unsupported(CellTraits{"sft", 4, &tiny});
+  EXPECT_EQ(
+      why.value_or(""),
+      "streambp-ulysses: ulysses_degree 2 is the 2-D mesh of the ring strategies (ring, streambp-ring); "
+      "streambp-ulysses runs with ulysses_degree 1");
 }
 
 TEST(RingLayout, ZigzagBatchHoldsBlocksRAnd2PMinus1MinusR) {

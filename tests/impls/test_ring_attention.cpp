@@ -275,19 +275,19 @@ void mesh_piece(const json& job, dist::Communicator& comm, const fs::path& out) 
   const int64_t T = job.at("seq_len"), rank = comm.rank();
   const Inputs in = inputs(T, job.at("kv_heads"), job.at("seed"));
   const auto layout = dist::mesh_layout(T, job.at("ulysses"), job.at("ring"), rank);
-  auto ulysses = comm.subgroup(layout.ulysses_members(), "ulysses");
-  auto ring = comm.subgroup(layout.ring_members(), "ring");
+  auto& ulysses = comm.subgroup(layout.ulysses_members(), "ulysses");
+  auto& ring = comm.subgroup(layout.ring_members(), "ring");
   auto rows = [&](const torch::Tensor& t) {  // (N, H, T, hd) -> (N, H, 2b/U, hd), padded rows zero
     return dist::mesh_rows(t.transpose(1, 2), layout, 0.0).transpose(1, 2).contiguous();
   };
   auto q = rows(in.q).requires_grad_(), k = rows(in.k).requires_grad_(), v = rows(in.v).requires_grad_();
-  auto o = dist::mesh_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)), layout, *ulysses,
-                                *ring, "attention", 0, job.value("window", 0));
+  auto o = dist::mesh_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)), layout, ulysses,
+                                ring, "attention", 0, job.value("window", 0));
   o.backward(rows(in.grad_out));
   torch::save(std::vector<torch::Tensor>{o.detach(), q.grad(), k.grad(), v.grad()},
               (out / fmt::format("mesh{}.pt", rank)).string());
   write_json(out / fmt::format("rank{}.json", rank),
-             {{"ulysses", ulysses->stats().to_json()}, {"ring", ring->stats().to_json()}});
+             {{"ulysses", ulysses.stats().to_json()}, {"ring", ring.stats().to_json()}});
 }
 const bool mesh_piece_registered = register_rank_piece("mesh_attention", &mesh_piece);
 
@@ -377,15 +377,17 @@ const bool shift_piece_registered = register_rank_piece("shift", &shift_piece);
 void subgroups_piece(const json&, dist::Communicator& comm, const fs::path& out) {
   const int r = comm.rank();
   const auto before = comm.stats();
-  auto pairs = comm.subgroup({r / 2 * 2, r / 2 * 2 + 1}, "pairs");
-  auto cross = comm.subgroup({r % 2, r % 2 + 2}, "cross");
+  auto& pairs = comm.subgroup({r / 2 * 2, r / 2 * 2 + 1}, "pairs");
+  auto& cross = comm.subgroup({r % 2, r % 2 + 2}, "cross");
   auto sum = torch::full({1}, static_cast<double>(r + 1), torch::kDouble);
-  pairs->all_reduce(sum, dist::ReduceOp::sum, "sum");
+  pairs.all_reduce(sum, dist::ReduceOp::sum, "sum");
   // Block j of the input goes to the subgroup's rank j: 10 r + j; what comes back from j is its block for me.
   auto blocks = torch::tensor({10.0 * r, 10.0 * r + 1}, torch::kDouble).view({2, 1});
-  auto swapped = cross->all_to_all(blocks, "blocks");
-  const int other = 1 - cross->rank();
-  auto got = cross->send_recv(torch::full({3}, static_cast<double>(r), torch::kDouble), other, other, "swap");
+  auto swapped = cross.all_to_all(blocks, "blocks");
+  const int other = 1 - cross.rank();
+  auto got = cross.send_recv(torch::full({3}, static_cast<double>(r), torch::kDouble), other, other, "swap");
+  // Asked for again (the next step of a run): the same group, no second rendezvous on its store keys.
+  const bool same = &comm.subgroup({r / 2 * 2, r / 2 * 2 + 1}, "pairs") == &pairs;
   std::string refusal;
   try {
     comm.subgroup({(r + 1) % 4}, "without me");
@@ -393,14 +395,16 @@ void subgroups_piece(const json&, dist::Communicator& comm, const fs::path& out)
     refusal = e.what();
   }
   write_json(out / fmt::format("rank{}.json", r),
-             {{"pairs_rank", pairs->rank()},
-              {"cross_rank", cross->rank()},
+             {{"pairs_rank", pairs.rank()},
+              {"cross_rank", cross.rank()},
               {"sum", sum.item<double>()},
               {"swapped", {swapped[0].item<double>(), swapped[1].item<double>()}},
               {"received", got.mean().item<double>()},
               {"refusal", refusal},
-              {"pairs_comm", pairs->stats().to_json()},
-              {"cross_comm", cross->stats().to_json()},
+              {"same", same},
+              {"with_subgroups", comm.stats_with_subgroups().since(before).to_json()},
+              {"pairs_comm", pairs.stats().to_json()},
+              {"cross_comm", cross.stats().to_json()},
               {"comm", comm.stats().since(before).to_json()}});
 }
 const bool subgroups_piece_registered = register_rank_piece("subgroups", &subgroups_piece);
@@ -433,6 +437,11 @@ TEST(Subgroups, EachRunsItsOwnCollectivesCountedApart) {
     EXPECT_EQ(got["cross_comm"]["send_recv"]["bytes"], 3 * 8);
     EXPECT_EQ(got["comm"]["all_reduce"]["calls"], 0);  // the group's own counts: none of the subgroups'
     EXPECT_EQ(got["comm"]["all_to_all"]["calls"], 0);
+    EXPECT_TRUE(got["same"].get<bool>());
+    // The rank's traffic, whatever group carried it: the subgroups' counts summed into the group's.
+    EXPECT_EQ(got["with_subgroups"]["all_reduce"]["calls"], 1);
+    EXPECT_EQ(got["with_subgroups"]["all_to_all"]["calls"], 1);
+    EXPECT_EQ(got["with_subgroups"]["send_recv"]["bytes"], 3 * 8);
   }
 }
 

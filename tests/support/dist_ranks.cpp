@@ -59,6 +59,7 @@ std::unique_ptr<Strategy> dist_job_strategy(const json& job) {
   dist::DistOptions options;
   options.shard_params = job.value("shard_params", false);
   options.naive_comm = job.value("naive_comm", false);
+  options.ulysses_degree = job.value("ulysses_degree", int64_t{1});
   const std::string impl = job.at("impl");
   auto strategy = make_strategy(impl);
   if (dynamic_cast<const dist::DistStrategy*>(strategy.get()))
