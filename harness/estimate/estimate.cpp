@@ -181,9 +181,6 @@ void check_estimate_input(const EstimateInput& in) {
     if (in.ulysses_degree < 1 || in.ranks % in.ulysses_degree != 0)
       throw std::invalid_argument(fmt::format("estimate: --ulysses-degree {} does not divide --ranks {}",
                                               in.ulysses_degree, in.ranks));
-    throw std::invalid_argument(fmt::format(
-        "estimate: {} on the 2-D mesh (ulysses_degree {}) is not estimated yet (valid: ulysses_degree 1)",
-        in.impl, in.ulysses_degree));
   }
   estimated_objective(in.objective);
   if (const auto gap = make_strategy(in.impl)->estimate_gap(in.device, in.dtype, in.config))
@@ -294,6 +291,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     }
   // Data parallel: the trainable elements of each gradient group (impls/machinery/dist_common.h).
   D.ranks = in.ranks;
+  D.ulysses = in.ulysses_degree;
   D.tied = c.tie_embeddings;
   if (D.full) {
     D.embedding_group = c.vocab * c.hidden;
@@ -314,8 +312,12 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   // input_ids and targets (N, T) int64; DPO: reference sums (N) float64; GRPO: reference and old log-probs
   // (N, T), advantages and token weights (N), float64.
   const auto strategy = make_strategy(in.impl);
-  // A sequence-parallel rank holds its slice of the rows (sequence_parallel.h: shard_batch).
-  const int64_t batch_rows = strategy->sequence_parallel() ? (D.T + D.ranks - 1) / D.ranks : D.T;
+  // A sequence-parallel rank holds its slice of the rows (sequence_parallel.h: shard_batch; the ring
+  // strategies' two blocks of ceil(T / 2P) rows, ring_attention.h, or on the 2-D mesh a U-th of two blocks
+  // of U times that: the same).
+  const int64_t batch_rows = !strategy->sequence_parallel() ? D.T
+                             : strategy->runs_on_mesh()     ? 2 * ((D.T + 2 * D.ranks - 1) / (2 * D.ranks))
+                                                            : (D.T + D.ranks - 1) / D.ranks;
   e.batch = 2 * D.N * batch_rows * 8 + estimated_objective(in.objective)->extra_batch_bytes(D.N, batch_rows);
   e.base = e.params + e.grads + e.batch;
 

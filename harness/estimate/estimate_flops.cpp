@@ -89,15 +89,17 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   const FlopSchedule schedule = strategy->flop_schedule();
   // A sequence-parallel rank (impls/machinery/sequence_parallel.h) runs the projections, MLP and head on its
   // Ts rows and the attention of its Hq / P heads over the padded T' = P Ts rows: one rank's FLOPs. On the
-  // ring its rows are 2b = 2 ceil(T / 2P), with every head (ring_attention.h).
-  const int64_t P = strategy->sequence_parallel() ? in.ranks : 1;
+  // ring its rows are 2h = 2 ceil(T / 2P), with every head (ring_attention.h); on the 2-D mesh the same
+  // rows, and the ring over P / U ranks of blocks of b = U h rows with Hq / U heads (ring_layer.h).
+  const int64_t P = strategy->sequence_parallel() ? in.ranks : 1, U = in.ulysses_degree;
   const int64_t N = in.sequences, L = c.layers, r = in.lora_rank;
-  const dist::ZigzagLayout ring = dist::zigzag_layout(in.seq_len, P, 0);
-  const int64_t Ts = schedule.ring_attention ? ring.rows() : (in.seq_len + P - 1) / P;
+  const int64_t half = (in.seq_len + 2 * P - 1) / (2 * P);
+  const dist::ZigzagLayout ring = dist::zigzag_layout(2 * P * half, P / U, 0);  // its blocks: U h rows
+  const int64_t Ts = schedule.ring_attention ? 2 * half : (in.seq_len + P - 1) / P;
   const int64_t T = P * Ts;  // the attention's length
   const bool full = r == 0;
   const int64_t rows = N * Ts;
-  const int64_t per_pair = N * (schedule.ring_attention ? c.heads : c.heads / P) * c.head_dim;
+  const int64_t per_pair = N * (schedule.ring_attention ? c.heads / U : c.heads / P) * c.head_dim;
   const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
   FlopCounts f;
 

@@ -139,6 +139,9 @@ struct MemoryTerms {
   // then the rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding
   // (with tied embeddings the LM head's too), one layer, the head (final norm and an untied LM head).
   int64_t ranks = 1;
+  // The ring strategies' 2-D mesh (impls/machinery/mesh_attention.h): Ulysses over this many of the ranks
+  // inside rings of ranks / ulysses; 1 for every other strategy.
+  int64_t ulysses = 1;
   int64_t embedding_group = 0, layer_group = 0, head_group = 0;
   bool tied = false;
   // A group's gradient bucket (flat, padded to a multiple of ranks, model dtype) and one rank's shard of it.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "impls/machinery/sequence_parallel.h"
 
@@ -66,12 +67,19 @@ torch::Tensor mesh_attention(const torch::Tensor& q, const torch::Tensor& k, con
                   ring.world_size() == layout.ring && ring.rank() == layout.ring_position(),
               "mesh attention: groups of ", ulysses.world_size(), " and ", ring.world_size(), " ranks for a ",
               U, " x ", layout.ring, " mesh");
-  const HeadShards heads =
-      exchange_qkv(q, k, v, kv_copies(Hkv, U), ulysses, what + " q, k, v");  // (N, H/U, 2b, hd)
-  auto out =
-      ring_attention(reorder(heads.q, layout, true), reorder(heads.k, layout, true),
-                     reorder(heads.v, layout, true), scale, layout.ring_layout(), ring, what, tile, window);
-  return heads_to_seq(reorder(out, layout, false), ulysses, what + " output");  // (N, Hq, 2b/U, hd)
+  // The ring position's 2b rows of the rank's heads, in the ring's order; each exchanged tensor released as
+  // its reordered copy is made (the exchange's results are copies already: nothing else holds them).
+  torch::Tensor ring_q, ring_k, ring_v;  // (N, Hq/U or Hk'/U, 2b, hd)
+  {
+    HeadShards heads = exchange_qkv(q, k, v, kv_copies(Hkv, U), ulysses, what + " q, k, v");
+    ring_q = reorder(std::exchange(heads.q, torch::Tensor()), layout, true);
+    ring_k = reorder(std::exchange(heads.k, torch::Tensor()), layout, true);
+    ring_v = reorder(std::exchange(heads.v, torch::Tensor()), layout, true);
+  }
+  auto out = ring_attention(ring_q, ring_k, ring_v, scale, layout.ring_layout(), ring, what, tile, window);
+  ring_q = ring_k = ring_v = torch::Tensor();  // with grad the ring's node keeps them
+  const auto rows_order = reorder(std::exchange(out, torch::Tensor()), layout, false);
+  return heads_to_seq(rows_order, ulysses, what + " output");  // (N, Hq, 2b/U, hd)
 }
 
 }  // namespace bpbench::dist

@@ -81,8 +81,10 @@ void expect_every_rank_near(const json& cell, const MemoryEstimate& e, const cha
 }
 
 // One rank's FLOPs as counted in its step (the cell's record, rank 0's) equal the estimate's per rank.
-void expect_flops_of_one_rank(const json& cell, const ModelConfig& config, int64_t seq_len, int64_t ranks) {
+void expect_flops_of_one_rank(const json& cell, const ModelConfig& config, int64_t seq_len, int64_t ranks,
+                              int64_t ulysses_degree = 1) {
   EstimateInput in;
+  in.ulysses_degree = ulysses_degree;
   in.config = config;
   in.impl = cell["axes"]["impl"].get<std::string>();
   in.seq_len = seq_len;
@@ -202,7 +204,9 @@ TEST_F(PerRankPeaks, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
 // the ring's attention backward (a b x b pair's kernel beside the travelling K/V pair and its dK/dV
 // accumulator), the layer MLP's backward; for streambp-ring the embedding's backward, a head chunk, the
 // ring's attention backward and the MLP chunks, and with its checkpoints offloaded (host bytes equal) and in
-// bfloat16 (its float32 dQ and dK/dV accumulators; FLOPs are counted in float32 only).
+// bfloat16 (its float32 dQ and dK/dV accumulators; FLOPs are counted in float32 only). On the 2-D mesh (2 x
+// 2: Ulysses' exchanges around a ring of 2) ring's head and attention backward, streambp-ring's ring
+// attention backward and MLP chunks.
 TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
   const std::string attention_dir = model_dir(reshaped_small_text("attention-heavy", 6, 48, 96));
   const std::string mlp_dir = model_dir(reshaped_small_text("mlp-heavy", 4, 32, 1024));
@@ -212,6 +216,7 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
     std::string peak_phase;  // the estimate's, a prefix of its name
     const char* offload = "none";
     const char* dtype = "float32";
+    int64_t ulysses_degree = 1;  // 2: the 2-D mesh, 2 x 2 on 4 ranks
   };
   for (const Case& k :
        {Case{"ring", "small", 128, 2, "embedding backward"}, Case{"ring", "small-text", 2559, 4, "head"},
@@ -225,12 +230,17 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
         Case{"streambp-ring", attention_dir, 1199, 4, "layer ring attention backward"},
         Case{"streambp-ring", mlp_dir, 1200, 2, "layer mlp chunks"},
         Case{"streambp-ring", "small-text", 1024, 2, "layer mlp chunks", "checkpoints"},
-        Case{"streambp-ring", attention_dir, 1200, 2, "layer ring attention backward", "none", "bfloat16"}}) {
+        Case{"streambp-ring", attention_dir, 1200, 2, "layer ring attention backward", "none", "bfloat16"},
+        Case{"ring", "small-text", 2559, 4, "head", "none", "float32", 2},
+        Case{"ring", attention_dir, 1200, 4, "layer attention backward", "none", "float32", 2},
+        Case{"streambp-ring", attention_dir, 1200, 4, "layer ring attention backward", "none", "float32", 2},
+        Case{"streambp-ring", mlp_dir, 1200, 4, "layer mlp chunks", "none", "float32", 2}}) {
     const ModelConfig config = config_of(k.model);
     json scenario = per_rank_scenario(k.model.c_str(), json{k.impl}, k.seq_len, k.ranks, k.offload);
     scenario["grid"]["dtype"] = k.dtype;
-    const json results = run(scenario, fmt::format("{}-{}-{}-{}-{}-{}", k.impl, config.name, k.seq_len,
-                                                   k.ranks, k.offload, k.dtype));
+    scenario["grid"]["ulysses_degree"] = k.ulysses_degree;
+    const json results = run(scenario, fmt::format("{}-{}-{}-{}-{}-{}-U{}", k.impl, config.name, k.seq_len,
+                                                   k.ranks, k.offload, k.dtype, k.ulysses_degree));
     ASSERT_EQ(results["cells"].size(), 1u);
     const json& c = results["cells"][0];
     ASSERT_EQ(c["status"], "ok") << c["reason"];
@@ -241,7 +251,8 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
     if (std::string(k.offload) == "checkpoints") {
       EXPECT_EQ(c["memory"]["host_peak_bytes"].get<int64_t>(), e->host_bytes);
     }
-    if (std::string(k.dtype) == "float32") expect_flops_of_one_rank(c, config, k.seq_len, k.ranks);
+    if (std::string(k.dtype) == "float32")
+      expect_flops_of_one_rank(c, config, k.seq_len, k.ranks, k.ulysses_degree);
     expect_every_rank_near(c, *e, config.name.c_str(), k.seq_len, k.ranks);
   }
 }
