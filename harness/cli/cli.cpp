@@ -105,8 +105,8 @@ Scenario file (see scenarios/quickstart.json):
                          "clip_grad_norm": 0, "eval_every": 0, "eval_batches": 1, "precision": "model"|"mixed"}}}
 grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
   model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
-  impl, partition [seq_len], logits_partition [seq_len], offload [none], lora_rank [0], lora_alpha [64],
-  group [8], prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
+  impl, partition [seq_len], logits_partition [seq_len], offload [none], ulysses_degree [1], lora_rank [0],
+  lora_alpha [64], group [8], prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
 offload: "checkpoints" keeps the layer checkpoints of
   @OFFLOADING@ in host memory (pinned, copied on a side stream and prefetched a layer ahead on a GPU; the same code with
   synchronous copies on the CPU); results add memory.host_peak_bytes beside the device's peak_bytes.
@@ -115,6 +115,8 @@ data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len 
 world_size: ranks, started as local processes, for
   @DISTRIBUTED@;
   other impls are skipped.
+ulysses_degree: ring and streambp-ring on a 2-D mesh: Ulysses over groups of U ranks inside rings of
+  world_size / U (U divides world_size and splits the model's heads; 1: the ring over every rank).
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
   llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
 timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).

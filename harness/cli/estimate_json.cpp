@@ -37,6 +37,7 @@ json setting_json(const EstimateRequest& r) {
           {"lora_rank", in.lora_rank},
           {"threads", in.threads},
           {"ranks", in.ranks},
+          {"ulysses_degree", in.ulysses_degree},
           {"device", in.device},
           {"offload", in.offload ? "checkpoints" : "none"},
           {"train", in.train ? json(in.train->mixed ? "mixed" : "model") : json(nullptr)}};

@@ -25,6 +25,9 @@ std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
     s += fmt::format(
         ", one rank of {} (ZeRO-2; data parallel: N per rank; sequence parallel: N shared, T split)",
         in.ranks);
+  if (in.ulysses_degree > 1)
+    s += fmt::format(", a {} x {} mesh (Ulysses over {} ranks inside rings of {})", in.ulysses_degree,
+                     in.ranks / in.ulysses_degree, in.ulysses_degree, in.ranks / in.ulysses_degree);
   if (in.offload) s += ", checkpoints offloaded";
   if (in.train) s += fmt::format(", training run (AdamW, precision {})", in.train->mixed ? "mixed" : "model");
   if (in.device == "cuda")

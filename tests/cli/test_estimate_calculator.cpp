@@ -382,6 +382,22 @@ TEST(EstimateCalculator, RanksEstimateOneRankOfTheDataParallelStrategies) {
   EXPECT_NE(
       one_line_error({"--model", "small", "--seq-len", "2k", "--impl", "streambp-dist"}).find("--ranks"),
       std::string::npos);
+  // The 2-D mesh: the rings by default, a strategy off the ring or a degree not dividing the ranks refused.
+  const json mesh = estimate_doc(
+      {"--model", "small", "--seq-len", "2k", "--ranks", "4", "--ulysses-degree", "2", "--threads", "1"});
+  ASSERT_EQ(mesh["estimates"].size(), 2u);
+  EXPECT_EQ(mesh["estimates"][0]["impl"], "ring");
+  EXPECT_EQ(mesh["setting"]["ulysses_degree"], 2);
+  EXPECT_EQ(schema_violation(estimate_schema(), mesh), std::nullopt);
+  EXPECT_NE(
+      one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "4", "--ulysses-degree", "2",
+                      "--impl", "streambp-ulysses"})
+          .find("--ulysses-degree 2 is the ring strategies' 2-D mesh (valid with it: ring, streambp-ring)"),
+      std::string::npos);
+  EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "6", "--ulysses-degree", "4",
+                            "--impl", "ring"})
+                .find("--ulysses-degree 4 does not divide --ranks 6"),
+            std::string::npos);
   EXPECT_NE(one_line_error({"--model", "small-gemma3", "--seq-len", "2k", "--ranks", "2"})
                 .find("sliding-window layers is not estimated"),
             std::string::npos);

@@ -89,7 +89,7 @@ TEST(Scenario, ExpansionIsTheCartesianProductInKeyTableOrder) {
   for (const auto& c : cells) distinct.insert(key(c));
   EXPECT_EQ(distinct.size(), cells.size());
   EXPECT_EQ(grid_keys().front(), "model");
-  EXPECT_EQ(grid_keys().size(), 16u);  // offload is the 16th
+  EXPECT_EQ(grid_keys().size(), 17u);  // offload the 16th, ulysses_degree the 17th
 }
 
 TEST(Scenario, DefaultsFillEveryKey) {
@@ -125,6 +125,7 @@ TEST(Scenario, DefaultsFillEveryKey) {
     EXPECT_DOUBLE_EQ(c.beta, 0.1);
     EXPECT_DOUBLE_EQ(c.epsilon, 0.2);
     EXPECT_EQ(c.offload, "none");
+    EXPECT_EQ(c.ulysses_degree, 1);
   }
   EXPECT_EQ(cells[0].partition, 40);
   EXPECT_EQ(cells[1].partition, 64);
@@ -137,7 +138,8 @@ TEST(Scenario, EveryKeyIsAccepted) {
     // comments are allowed in scenario files
     "grid": {"model": "tiny", "impl": "mst", "objective": "grpo", "seq_len": 1e2, "batch": 2, "dtype": "bfloat16",
              "partition": 1000, "logits_partition": [1, null], "lora_rank": 4, "lora_alpha": 8, "group": 3,
-             "prompt_len": 10, "padding": true, "beta": 0, "epsilon": 0.1, "offload": "checkpoints"},
+             "prompt_len": 10, "padding": true, "beta": 0, "epsilon": 0.1, "offload": "checkpoints",
+             "ulysses_degree": 1},
     "measure": {"memory": false, "budget_bytes": 12345, "time": false, "grad_error": false, "timeline": true}})");
   EXPECT_EQ(s.name, "all");
   EXPECT_EQ(s.settings.seed, 5u);
@@ -248,14 +250,22 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
   expect_input_error(scenario_text("", R"("rope": {"rope_type": "yarn", "factr": 4}, )"),
                      {"rope.factr is not a field of rope_type 'yarn'", "rope_parameters"});
   expect_input_error(scenario_text("", R"("rope": "yarn", )"), {"rope must be an object", "rope_type"});
+  // The 2-D mesh's Ulysses groups split the ranks: U divides world_size.
+  expect_input_error(
+      scenario_text(R"("ulysses_degree": [2, 3])", R"("world_size": 4, )"),
+      {"grid.ulysses_degree: 3 does not divide world_size 4", "divisors of world_size: 1, 2, 4"});
+  expect_input_error(scenario_text(R"("ulysses_degree": 0)"), {"grid.ulysses_degree", ">= 1"});
 }
 
-// Results written before the offload axis existed still read, as offload "none"; other keys stay required.
+// Results written before the offload and ulysses_degree axes existed still read, as offload "none" and
+// ulysses_degree 1; other keys stay required.
 TEST(Scenario, AxesFromOlderResultsWithoutOffload) {
   nlohmann::json axes =
       parse(R"({"grid": {"model": "tiny", "impl": "streambp", "seq_len": 40}})").expand()[0].axes();
   axes.erase("offload");
+  axes.erase("ulysses_degree");
   EXPECT_EQ(Cell::from_axes(axes).offload, "none");
+  EXPECT_EQ(Cell::from_axes(axes).ulysses_degree, 1);
   axes.erase("lora_rank");
   try {
     Cell::from_axes(axes);
