@@ -32,6 +32,8 @@
 // (the sequence sums).
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "impls/machinery/ring_estimate.h"
 #include "impls/machinery/ring_strategy.h"
 #include "impls/machinery/sequence_parallel.h"
@@ -46,49 +48,78 @@ using profiles::Category;
 using profiles::MemoryScope;
 using profiles::PhaseScope;
 
-// a.-e. above for layer i. x_in (N, 2b, d) is the layer's input (a leaf requiring grad unless nothing below
-// trains), dy (N, 2b, d) the gradient of its output; returns dx in dy's buffer (undefined without x_in's
-// grad).
+// The ring's passes of a layer: on the plain ring one K/V head at a time (with its Hq / Hkv query heads), so
+// that what a pass adds (the travelling pair, the dK/dV accumulator and its received copy, dQ in the
+// accumulation dtype) is a head's, not the rank's; on the mesh every head in one pass (its Ulysses exchange
+// splits the heads already).
+int64_t ring_passes(const ModelConfig& c, const RingPlace& place) {
+  return place.layout().ulysses == 1 ? c.kv_heads : 1;
+}
+
+// a.-e. above for layer i, the ring's attention (b. and d.) in `ring_passes` head groups g, each its own
+// tensors: q_g (N, Hq/G, 2h, hd), k_g and v_g (N, Hkv/G, 2h, hd), O_g and dO_g (N, Hq/G, 2h, hd). x_in
+// (N, 2h, d) is the layer's input (a leaf requiring grad unless nothing below trains), dy (N, 2h, d) the
+// gradient of its output; returns dx in dy's buffer (undefined without x_in's grad).
 torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_in, torch::Tensor dy,
                              const RingPlace& place, int64_t rows) {
   const bool wants_dx = x_in.requires_grad();
-  const int64_t R = place.rows(), T = place.seq_len();
-  dist::RowsQkv qkv;  // a.
+  const int64_t R = place.rows(), T = place.seq_len(), G = ring_passes(m.config, place);
+  const int64_t N = x_in.size(0), Hq = m.config.heads, hq = Hq / G, hd = m.config.head_dim;
+  std::vector<dist::RowsQkv> qkv;  // a.
   {
     PhaseScope phase("q, k, v values");
     MemoryScope scope(Category::kv);
-    qkv = dist::ring_qkv_in_chunks(m, i, x_in.detach(), place, rows);
-    qkv.q.requires_grad_(true);
-    qkv.k.requires_grad_(true);
-    qkv.v.requires_grad_(true);
+    qkv = dist::ring_qkv_groups_in_chunks(m, i, x_in.detach(), place, rows, G);
+    for (auto& group : qkv) {
+      group.q.requires_grad_(true);
+      group.k.requires_grad_(true);
+      group.v.requires_grad_(true);
+    }
   }
-  torch::Tensor out;  // b. (N, Hq, 2b, hd)
+  std::vector<torch::Tensor> out(G), d_out(G);  // b. O_g (N, Hq/G, 2h, hd)
   {
     MemoryScope scope(Category::kv);
-    out = place.attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(),
-                          fmt::format("layer {} attention", i), rows, m.config.window_of(i));
+    for (int64_t g = 0; g < G; ++g)
+      out[g] = place.attention(qkv[g].q, qkv[g].k, qkv[g].v, m.config.attention_scale(),
+                               fmt::format("layer {} attention", i), rows, m.config.window_of(i));
   }
-  auto d_out = torch::empty_like(out);  // (N, Hq, 2b, hd)
-  {                                     // c.
+  {  // c.
     PhaseScope phase("mlp chunks");
     MemoryScope scope(Category::activations);
+    for (int64_t g = 0; g < G; ++g) d_out[g] = torch::empty_like(out[g]);
     for (int64_t s = 0; s < R; s += rows) {
       const int64_t c = std::min(rows, R - s);
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
-      auto o = dist::output_rows(out.detach(), s, c).requires_grad_(true);   // (N, c, Hq hd)
+      auto o = torch::empty({N, c, Hq * hd}, x_in.options());                // the rows' O, heads in order
+      for (int64_t g = 0; g < G; ++g)
+        o.view({N, c, Hq, hd}).narrow(2, g * hq, hq).copy_(out[g].detach().narrow(2, s, c).transpose(1, 2));
+      o.requires_grad_(true);
       m.mlp_block(i, m.attention_output(i, x_rows, o)).backward(dy.narrow(1, s, c));
-      d_out.narrow(2, s, c).copy_(o.grad().view({o.size(0), c, out.size(1), -1}).transpose(1, 2));
+      const auto d_o = o.grad().view({N, c, Hq, hd});
+      for (int64_t g = 0; g < G; ++g)
+        d_out[g].narrow(2, s, c).copy_(d_o.narrow(2, g * hq, hq).transpose(1, 2));
       if (wants_dx) dy.narrow(1, s, c).copy_(x_rows.grad());
     }
   }
-  {  // d.: the ring's backward ("ring attention backward"), into q, k and v's grads
+  // d.: the ring's backward ("ring attention backward") pass by pass, each releasing its group's q, k, v,
+  // output and dO as its gradients arrive.
+  std::vector<torch::Tensor> dq(G), dk(G), dv(G);  // (N, Hq/G or Hkv/G, 2h, hd)
+  for (int64_t g = 0; g < G; ++g) {
     MemoryScope scope(Category::kv);
-    torch::autograd::backward({out}, {d_out});
+    torch::autograd::backward({out[g]}, {d_out[g]});
+    out[g] = d_out[g] = torch::Tensor();
+    dq[g] = qkv[g].q.grad();
+    dk[g] = qkv[g].k.grad();
+    dv[g] = qkv[g].v.grad();
+    qkv[g] = dist::RowsQkv{};
   }
-  out = torch::Tensor();
-  d_out = torch::Tensor();
-  const auto dq = qkv.q.grad(), dk = qkv.k.grad(), dv = qkv.v.grad();  // (N, Hq or Hkv, 2b, hd)
-  qkv = dist::RowsQkv{};
+  // Rows [s, s + c) of the groups' gradients, heads in order: a view with one group, else a copy.
+  auto rows_of = [&](const std::vector<torch::Tensor>& grads, int64_t s, int64_t c) {
+    if (G == 1) return grads[0].narrow(2, s, c);
+    std::vector<torch::Tensor> parts;
+    for (const auto& grad : grads) parts.push_back(grad.narrow(2, s, c));
+    return torch::cat(parts, 1);
+  };
   {  // e.
     PhaseScope phase("q, k, v chunks");
     MemoryScope scope(Category::kv);
@@ -97,7 +128,7 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
       auto h = m.attn_norm(i, x_rows);
       const KV kv = m.project_kv(i, h, position, T);
       torch::autograd::backward({m.project_q(i, h, position, T), kv.k, kv.v},
-                                {dq.narrow(2, s, c), dk.narrow(2, s, c), dv.narrow(2, s, c)});
+                                {rows_of(dq, s, c), rows_of(dk, s, c), rows_of(dv, s, c)});
       if (wants_dx) dy.narrow(1, s, c).add_(x_rows.grad());
     });
   }

@@ -54,6 +54,17 @@ struct RingTensors {
         lse(v.rows.N * v.rows.T * v.rows.Hq * v.rows.f) {}
 };
 
+// One pass of streambp-ring's ring (streambp_ring.cpp: ring_passes): G passes split the ring's heads, so
+// that its pair, accumulators and kernels are a pass's; the rows' view is unchanged.
+MeshViews pass_views(const MeshViews& v, int64_t passes) {
+  MeshViews p = v;
+  p.ring.Hq /= passes;
+  p.ring.Hkv /= passes;
+  p.ring.Aq /= passes;
+  p.ring.Akv /= passes;
+  return p;
+}
+
 // The forward round the ring (RingAttention::forward) beside q, k, v: the output and logsumexp being merged
 // into, the travelling pair, and at its high point either an exchange (the pair received beside the one
 // sent) or one piece of n queries by n keys (a b x b pair whole, n = b, or a tile of it): its partial output
@@ -229,6 +240,11 @@ std::vector<PhaseEstimate> streambp_ring_phases(const MemoryTerms& D, const Part
   const MeshViews v = mesh_views(D);
   const MemoryTerms& R = v.rows;
   const RingTensors t(v);
+  // The layer's ring with grad and its backward in passes of one K/V head on the plain ring (vp, tp: a
+  // pass's ring terms; the rows' stay whole).
+  const int64_t passes = v.ulysses == 1 ? D.Hkv : 1;
+  const MeshViews vp = pass_views(v, passes);
+  const RingTensors tp(vp);
   const int64_t h = R.T / 2, c = std::min(partition.rows, R.T), c_qkv = std::min(c, h);
   const int64_t tile = std::min(c, v.ring.T / 2);  // the ring's pieces: c x c tiles of its b x b pairs
   const int64_t top = D.L - 1;
@@ -293,7 +309,7 @@ std::vector<PhaseEstimate> streambp_ring_phases(const MemoryTerms& D, const Part
   {
     PhaseBuilder p("layer ring attention");
     layer_base(p);
-    add_ring_forward(p, v, t, tile);
+    add_ring_forward(p, vp, tp, tile);  // the last pass: the others' outputs done beside its own
     PhaseEstimate high = p.done();
     if (v.ulysses > 1) {  // the exchanges around it, with grad: the ring's node keeps Q, K, V, output, lse
       PhaseBuilder in("layer ring attention");
@@ -330,7 +346,7 @@ std::vector<PhaseEstimate> streambp_ring_phases(const MemoryTerms& D, const Part
     add_ring_saved(p);
     p.add("dO of the rows: N*2h*Aq*s", t.q);
     if (v.ulysses > 1) p.add("dO, exchanged and reordered: N*2b*Aq'*s", t.q);
-    add_ring_backward(p, v, t, tile);
+    add_ring_backward(p, vp, tp, tile);  // the first pass: every pass's saved tensors still alive
     PhaseEstimate high = p.done();
     if (v.ulysses > 1) {
       PhaseBuilder d_out("layer ring attention backward");
@@ -356,6 +372,9 @@ std::vector<PhaseEstimate> streambp_ring_phases(const MemoryTerms& D, const Part
           R.N * c_qkv * (R.attn_row() + R.kv_row()));
     p.add("q and k rope tables, the chunk's rows", 2 * R.rope(c_qkv));
     p.add("its backward: N*c*(2*Aq + 2*Akv + d)*s", R.N * c_qkv * (2 * R.Aq + 2 * R.Akv + R.d) * R.s);
+    if (passes > 1)
+      p.add("the chunk's dq, dk, dv gathered from the passes: N*c*(Aq + 2*Akv)*s",
+            R.N * c_qkv * (R.Aq + 2 * R.Akv) * R.s);
     out.push_back(p.done());
   }
   return data_parallel_phases(R, std::move(out), FirstInput::recomputed);

@@ -62,22 +62,36 @@ torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, cons
   return m.mlp_block(i, m.attention_output(i, x, o));
 }
 
-RowsQkv ring_qkv_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const RingPlace& place,
-                           int64_t rows) {
+std::vector<RowsQkv> ring_qkv_groups_in_chunks(const Model& m, int64_t i, const torch::Tensor& x,
+                                               const RingPlace& place, int64_t rows, int64_t groups) {
   torch::NoGradGuard no_grad;
   const auto& c = m.config;
-  const int64_t N = x.size(0), R = place.rows();
-  RowsQkv out{torch::empty({N, c.heads, R, c.head_dim}, x.options()),
-              torch::empty({N, c.kv_heads, R, c.head_dim}, x.options()),
-              torch::empty({N, c.kv_heads, R, c.head_dim}, x.options())};
+  TORCH_CHECK(groups >= 1 && c.kv_heads % groups == 0, "ring_qkv_groups_in_chunks: ", groups, " groups of ",
+              c.kv_heads, " K/V heads");
+  const int64_t N = x.size(0), R = place.rows(), hq = c.heads / groups, hk = c.kv_heads / groups;
+  std::vector<RowsQkv> out;
+  for (int64_t g = 0; g < groups; ++g)
+    out.push_back({torch::empty({N, hq, R, c.head_dim}, x.options()),
+                   torch::empty({N, hk, R, c.head_dim}, x.options()),
+                   torch::empty({N, hk, R, c.head_dim}, x.options())});
   for_block_chunks(place, rows, [&](int64_t s, int64_t n, int64_t position) {
     const auto h = m.attn_norm(i, x.narrow(1, s, n));
-    out.q.narrow(2, s, n).copy_(m.project_q(i, h, position, place.seq_len()));
+    {
+      const auto q = m.project_q(i, h, position, place.seq_len());  // (N, Hq, n, hd), released before k, v
+      for (int64_t g = 0; g < groups; ++g) out[g].q.narrow(2, s, n).copy_(q.narrow(1, g * hq, hq));
+    }
     const KV kv = m.project_kv(i, h, position, place.seq_len());
-    out.k.narrow(2, s, n).copy_(kv.k);
-    out.v.narrow(2, s, n).copy_(kv.v);
+    for (int64_t g = 0; g < groups; ++g) {
+      out[g].k.narrow(2, s, n).copy_(kv.k.narrow(1, g * hk, hk));
+      out[g].v.narrow(2, s, n).copy_(kv.v.narrow(1, g * hk, hk));
+    }
   });
   return out;
+}
+
+RowsQkv ring_qkv_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const RingPlace& place,
+                           int64_t rows) {
+  return ring_qkv_groups_in_chunks(m, i, x, place, rows, 1).front();
 }
 
 torch::Tensor output_rows(const torch::Tensor& heads, int64_t s, int64_t n) {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "harness/model/model.h"
 #include "harness/objectives/batch.h"
@@ -72,6 +73,10 @@ struct RowsQkv {
 };
 RowsQkv ring_qkv_in_chunks(const Model& m, int64_t i, const torch::Tensor& x, const RingPlace& place,
                            int64_t rows);
+// The same in `groups` tensors each, group g holding K/V heads [g Hkv/G, (g+1) Hkv/G) and the query heads
+// that read them (G divides Hkv): (N, Hq/G, 2h, hd), (N, Hkv/G, 2h, hd).
+std::vector<RowsQkv> ring_qkv_groups_in_chunks(const Model& m, int64_t i, const torch::Tensor& x,
+                                               const RingPlace& place, int64_t rows, int64_t groups);
 
 // Layer i as values, `rows` rows at a time wherever a piece has rows: q, k and v in chunks, the attention
 // across ranks (its pairs in tiles of `rows`), o_proj, the residual and the MLP in chunks into (N, 2h, d).

@@ -227,7 +227,9 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
         Case{"streambp-ring", "small", 128, 2, "embedding backward"},
         Case{"streambp-ring", "small-text", 2559, 4, "head chunk"},
         Case{"streambp-ring", attention_dir, 1200, 2, "layer ring attention backward"},
-        Case{"streambp-ring", attention_dir, 1199, 4, "layer ring attention backward"},
+        // The ring in passes of one K/V head leaves the q, k, v chunks as this shape's peak, which the
+        // estimate reads 1.5% under where Aq > d (docs/estimate.md, "Known gaps").
+        Case{"streambp-ring", attention_dir, 1199, 4, "layer q, k, v chunks"},
         Case{"streambp-ring", mlp_dir, 1200, 2, "layer mlp chunks"},
         Case{"streambp-ring", "small-text", 1024, 2, "layer mlp chunks", "checkpoints"},
         Case{"streambp-ring", attention_dir, 1200, 2, "layer ring attention backward", "none", "bfloat16"},
