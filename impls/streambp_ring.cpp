@@ -1,35 +1,41 @@
 // streambp_ring.cpp: StreamBP inside each rank of ring context parallelism: the zigzag layout and the
-// attention round the ring of ring.cpp (impls/machinery/ring_attention.h), and on each rank the backward
-// streamed as StreamBP's: the MLP, the head and the loss in chunks of rows, the q, k, v projections in
-// chunks, the attention's graph nothing but the ring's own saved q, k, v, output and logsumexp. Layer
-// checkpoints may be offloaded. Gradient buckets: dist_common.h.
+// attention round the ring of ring.cpp (impls/machinery/ring_attention.h; on the 2-D mesh ring_layer.h's),
+// and on each rank the backward streamed as StreamBP's: the MLP, the head and the loss in chunks of rows, the
+// q, k, v projections in chunks, the attention's graph nothing but the ring's own saved q, k, v, output and
+// logsumexp, and the ring itself in passes of one K/V head. Layer checkpoints may be offloaded. Gradient
+// buckets: dist_common.h.
 //
 // Rank r holds blocks r and 2P-1-r of every sequence (b = ceil(T / 2P) rows each, x: (N, 2b, d); c =
-// partition rows, never across the two blocks for q, k, v; c_l = logits_partition rows):
+// partition rows, never across the two blocks for q, k, v; c_l = logits_partition rows; G = Hkv passes on
+// the plain ring, 1 on the mesh, whose Ulysses exchange splits the heads already):
 //
-//   forward (no grad): x_{i+1} = layer_i(x_i) as a. and b. below, then o_proj and the MLP in chunks of c
-//                      rows; keep x_1..x_{L-1}
+//   forward (no grad): x_{i+1} = layer_i(x_i) as a. and b. below (b. in one pass), then o_proj and the MLP in
+//                      chunks of c rows; keep x_1..x_{L-1}
 //                      (x_0 = embed(ids) made again for layer 0, layerwise.h: FirstInputRecomputed)
 //   head: in chunks of c_l rows (layerwise.h: streamed_head_backward), dx into x_L's rows; DPO: S
 //         all-reduced first; reduce_scatter(head)
 //   layer i = L-1..0, with dY (N, 2b, d):
-//     a. q, k, v of the rows, values, made c rows at a time        (N, Hq, 2b, hd), (N, Hkv, 2b, hd)
-//        (RoPE at each chunk's own positions); leaves that take a gradient
-//     b. O = attention round the ring (P - 1 send_recvs), with grad, each b x b pair of blocks in c x c
-//        tiles: its node saves q, k, v, O and the logsumexp, nothing else      O (N, Hq, 2b, hd)
+//     a. q, k, v of the rows, values, made c rows at a time, one tensor a pass g:
+//        (N, Hq/G, 2b, hd), (N, Hkv/G, 2b, hd) (RoPE at each chunk's own positions); leaves that take a
+//        gradient
+//     b. per pass: O_g = attention round the ring (P - 1 send_recvs), with grad, each b x b pair of blocks in
+//        c x c tiles: its node saves q_g, k_g, v_g, O_g and the logsumexp, nothing else
 //     c. per chunk of c rows: x1 = x + o_proj(O rows), y = x1 + mlp(x1), backward with dY: the MLP's and
-//        o_proj's weights accumulate; dO rows into dO (N, Hq, 2b, hd), dx rows (residual paths) into dY's
-//     d. the ring's backward with dO (P - 1 K/V and P dK/dV send_recvs): dQ, dK, dV of the rows
-//     e. per chunk of c rows: the q, k, v path again with its graph, backward with dq, dk, dv: the input
-//        norm's and projections' weights accumulate, dx rows add into dY's rows, now dL/dx_i
+//        o_proj's weights accumulate; dO rows into each pass's dO_g, dx rows (residual paths) into dY's
+//     d. per pass: the ring's backward with dO_g (P - 1 K/V and P dK/dV send_recvs): dQ, dK, dV of its
+//        heads, its q, k, v, O and dO released; what the ring holds beyond them (the travelling pair, its
+//        dK/dV accumulator and the copy being received, dQ in the accumulation dtype) is one pass's
+//     e. per chunk of c rows: the q, k, v path again with its graph, backward with dq, dk, dv (the passes'
+//        rows gathered): the input norm's and projections' weights accumulate, dx rows add into dY's rows,
+//        now dL/dx_i
 //     reduce_scatter(layer i)
 //   embedding backward; reduce_scatter(embedding)
 //
 // Never on a rank: a tensor of T rows, nor one of the rank's 2b rows of I or V. The price against ring:
 // the q, k, v projections run three times (the forward, a., e.), once more than layerwise checkpointing
-// (flop_schedule below). Collectives per step: L (4P - 3) send_recvs, as ring's (fewer on sliding-window
-// layers that need only some steps: ring_attention.h); L + 2 reduce_scatters, 2 all_reduces, DPO one more
-// (the sequence sums).
+// (flop_schedule below), and G times the ring's calls in b. and d. for the same bytes. Collectives per step:
+// L (P - 1 + G (3P - 2)) send_recvs (fewer on sliding-window layers that need only some steps:
+// ring_attention.h); L + 2 reduce_scatters, 2 all_reduces, DPO one more (the sequence sums).
 #include <fmt/format.h>
 
 #include <vector>

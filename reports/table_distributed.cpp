@@ -61,11 +61,10 @@ std::string section_distributed(const Analysis& a) {
          "it spent in collectives (Gloo: host wall time; NCCL: device time) and its collectives in the "
          "measured step (calls / logical bytes). ZeRO-2 reduce-scatters each layer once, plus the head and "
          "the embedding; sequence parallelism (ulysses, streambp-ulysses) exchanges rows and heads by "
-         "all-to-all, six per layer; the ring (ring, streambp-ring) passes K/V to its neighbour by "
-         "send_recv, "
-         "4P - 3 per layer; on the 2-D mesh (U=N: Ulysses over N ranks inside rings of P / N) both, 4 P / N "
-         "- "
-         "3 send_recvs and six all-to-alls per layer.\n\n" +
+         "all-to-all, six per layer; the ring passes K/V to its neighbour by send_recv, 4P - 3 per layer "
+         "(ring) or P - 1 + Hkv (3P - 2) (streambp-ring, its ring a K/V head at a time); on the 2-D mesh "
+         "(U=N: Ulysses over N ranks inside rings of R = P / N) both, 4R - 3 send_recvs and six all-to-alls "
+         "per layer.\n\n" +
          md_table({"cell", "rank", "status", "peak", "hardware FLOPs", "BP time (s)", "comm (s)",
                    "reduce_scatter", "all_gather", "all_reduce", "all_to_all", "send_recv"},
                   rows, 3);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "impls/machinery/layerwise_estimate.h"
 #include "impls/machinery/sequence_parallel.h"
@@ -138,6 +139,21 @@ void add_mesh_exchange_out(PhaseBuilder& p, const RingTensors& t) {
   p.add("the ring's output reordered, the all-to-all's send and receive buffers: 3 x N*2h*Aq*s", 3 * t.q);
 }
 
+// The no-grad forward's moments at the top layer: q, k, v being made, the ring, the MLP, and on the mesh
+// its two exchanges.
+std::vector<PhaseEstimate> forward_moments(const MeshViews& v, const RingTensors& t, PhaseEstimate qkv,
+                                           PhaseEstimate ring, PhaseEstimate mlp) {
+  std::vector<PhaseEstimate> moments{std::move(qkv), std::move(ring), std::move(mlp)};
+  if (v.ulysses > 1) {
+    PhaseBuilder in("exchange in"), back("exchange out");
+    add_mesh_exchange_in(in, v, t);
+    add_mesh_exchange_out(back, t);
+    moments.push_back(in.done());
+    moments.push_back(back.done());
+  }
+  return moments;
+}
+
 }  // namespace
 
 std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
@@ -161,15 +177,7 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
     m.add("attention output of the rows: N*2h*Aq*s", t.q);
     m.add("o_proj output, x1, its norm, and the MLP's temporaries: N*2h*2*d*s + mlp_forward(N*2h)",
           n * 2 * R.d * R.s + R.mlp_forward(n));
-    std::vector<PhaseEstimate> moments{a.done(), r.done(), m.done()};
-    if (v.ulysses > 1) {
-      PhaseBuilder in("exchange in"), back("exchange out");
-      add_mesh_exchange_in(in, v, t);
-      add_mesh_exchange_out(back, t);
-      moments.push_back(in.done());
-      moments.push_back(back.done());
-    }
-    add_highest(f, std::move(moments));
+    add_highest(f, forward_moments(v, t, a.done(), r.done(), m.done()));
     out.push_back(f.done());
   }
   // The head over the rank's rows whole (full logits): checkpoint's, on the rows view.
@@ -274,15 +282,7 @@ std::vector<PhaseEstimate> streambp_ring_phases(const MemoryTerms& D, const Part
         "2*d)*s "
         "+ mlp_forward(N*c)",
         R.N * c * (R.Aq + 2 * R.d) * R.s + R.mlp_forward(R.N * c));
-    std::vector<PhaseEstimate> moments{a.done(), r.done(), m.done()};
-    if (v.ulysses > 1) {
-      PhaseBuilder in("exchange in"), back("exchange out");
-      add_mesh_exchange_in(in, v, t);
-      add_mesh_exchange_out(back, t);
-      moments.push_back(in.done());
-      moments.push_back(back.done());
-    }
-    add_highest(f, std::move(moments));
+    add_highest(f, forward_moments(v, t, a.done(), r.done(), m.done()));
     out.push_back(f.done());
   }
   out.push_back(rows_head_chunk(R, partition));  // the head in chunks of c_l of the rank's rows

@@ -26,7 +26,7 @@ torch::Tensor RingPlace::attention(const torch::Tensor& q, const torch::Tensor& 
                                    double scale, const std::string& what, int64_t tile,
                                    int64_t window) const {
   if (!ulysses_) {
-    // The mesh's ring layout with U = 1 is the zigzag layout of the padded length: the same blocks.
+    // U = 1: round every rank on the zigzag layout of the real T (the mesh's blocks, b = ceil(T / 2P)).
     return ring_attention(q, k, v, scale, zigzag_layout(layout_.seq_len, layout_.ring, layout_.rank), *world_,
                           what, tile, window);
   }
