@@ -16,6 +16,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "profiles/host_memory.h"
 #include "profiles/nvtx.h"
@@ -72,6 +73,7 @@ struct State {
   std::atomic<bool> timeline_active{false};
   std::mutex tl_mu;
   TimelineBuilder timeline;
+  std::vector<AllocationEvent> events;  // the timeline's allocations and frees, uncoalesced (recorder.h)
 
   CategoryBytes load_categories() const {
     CategoryBytes out{};
@@ -132,11 +134,14 @@ struct State {
   // The counters' state as a timeline point (timeline_builder.h has the coalescing rule).
   void append_point_locked() { timeline.add(load_categories()); }
 
-  void on_free(int64_t bytes, Category c) {
+  void on_free(void* ptr, int64_t bytes, Category c) {
     if (timeline_active.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lk(tl_mu);
       unreserve(bytes, c);
-      if (timeline_active.load(std::memory_order_relaxed)) append_point_locked();
+      if (timeline_active.load(std::memory_order_relaxed)) {
+        append_point_locked();
+        events.push_back({timeline.now_ms(), reinterpret_cast<uintptr_t>(ptr), bytes, false, c});
+      }
       return;
     }
     unreserve(bytes, c);
@@ -191,7 +196,7 @@ void delete_tracked(void* ptr) {
     return;
   }
   // Decrement after the memory is really gone so live bytes never under-report.
-  state().on_free(bytes, c);
+  state().on_free(ptr, bytes, c);
 }
 
 class TrackingAllocator final : public c10::Allocator {
@@ -222,7 +227,11 @@ class TrackingAllocator final : public c10::Allocator {
       throw;
     }
     s.commit(now_live);
-    if (lk.owns_lock() && s.timeline_active.load(std::memory_order_relaxed)) s.append_point_locked();
+    if (lk.owns_lock() && s.timeline_active.load(std::memory_order_relaxed)) {
+      s.append_point_locked();
+      if (data != nullptr)
+        s.events.push_back({s.timeline.now_ms(), reinterpret_cast<uintptr_t>(data), bytes, true, c});
+    }
     return c10::DataPtr(data, data, &delete_tracked, device);
   }
 
@@ -313,6 +322,21 @@ std::optional<int64_t> MemoryRecorder::budget() const {
   return b;
 }
 
+namespace {
+// The device's blocks alive now (host bytes left out), by address, as allocations at `t_ms`. The caller holds
+// the timeline lock, which allocate() takes before a shard's: the same order.
+std::vector<AllocationEvent> live_blocks(double t_ms) {
+  std::vector<AllocationEvent> out;
+  for (auto& shard : allocation_table().shards) {
+    std::lock_guard<std::mutex> lk(shard.mu);
+    for (const auto& [ptr, a] : shard.live)
+      if (!a.host) out.push_back({t_ms, reinterpret_cast<uintptr_t>(ptr), a.bytes, true, a.category});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
+  return out;
+}
+}  // namespace
+
 void MemoryRecorder::start_timeline(double min_interval_ms) {
   State& s = state();
   std::lock_guard<std::mutex> lk(s.tl_mu);
@@ -320,6 +344,7 @@ void MemoryRecorder::start_timeline(double min_interval_ms) {
   start_phase_log(origin);
   // A baseline at t=0 so the first event has something to be read against; pinned like a peak point.
   s.timeline.start(min_interval_ms, s.load_categories(), origin);
+  s.events = live_blocks(0.0);
   s.timeline_active.store(true, std::memory_order_release);
 }
 
@@ -330,6 +355,8 @@ Timeline MemoryRecorder::stop_timeline() {
   s.timeline_active.store(false, std::memory_order_release);
   Timeline out = s.timeline.take();
   out.phases = stop_phase_log();
+  out.events = std::exchange(s.events, {});
+  out.live_at_stop = live_blocks(s.timeline.now_ms());
   return out;
 }
 

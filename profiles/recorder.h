@@ -37,10 +37,25 @@ struct PhaseMark {
 // The clock of timelines, phases and device activity.
 using TraceClock = std::chrono::steady_clock;
 
+// One allocation or free the CPU recorder saw while its timeline ran (memory_viz.h writes them as PyTorch's
+// memory snapshot).
+struct AllocationEvent {
+  double t_ms = 0;
+  uint64_t addr = 0;
+  int64_t bytes = 0;
+  bool alloc = true;  // false: a free
+  Category category = Category::other;
+};
+
 struct Timeline {
   std::vector<TimelinePoint> points;
   std::vector<PhaseMark> phases;
   TraceClock::time_point origin{};  // t = 0 of points and phases
+  // The CPU recorder only (empty on CUDA, whose allocator keeps its own history): every block alive at the
+  // start as an allocation at t = 0, then every allocation and free in order, uncoalesced; and the blocks
+  // alive at the stop. Host bytes (host_memory.h) are not the device's and are left out.
+  std::vector<AllocationEvent> events;
+  std::vector<AllocationEvent> live_at_stop;
 };
 
 class Recorder {

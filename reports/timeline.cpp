@@ -141,6 +141,26 @@ json timeline_plot_data(const Analysis& a, const TimelineChoice& t) {
   return d;
 }
 
+namespace {
+// Every cell's memory snapshot (memory.snapshot_file: the CPU recorder's, profiles/memory_viz.h, or CUDA's
+// allocator history), linked, and how to open it in PyTorch's viewer.
+std::string section_snapshots(const Analysis& a) {
+  std::vector<std::string> links;
+  for (const auto& c : a.cells) {
+    const std::string file = text(c.memory, "snapshot_file");
+    if (!file.empty()) links.push_back(fmt::format("[#{}](../{})", c.index, file));
+  }
+  if (links.empty()) return "";
+  return fmt::format(
+      "\nMemory snapshots, one a cell, in PyTorch's memory viewer format: {}. Drop one on "
+      "https://pytorch.org/memory_viz (\"Active Memory Timeline\"; each allocation's stack is the phases "
+      "it was made in), or render it offline: `python -m torch.cuda._memory_viz trace_plot FILE -o "
+      "FILE.html`; `python scripts/memory_viz_check.py RESULTS_DIR --html` renders them all beside "
+      "results.json and checks each trace's peak against the cell's.\n",
+      fmt::join(links, ", "));
+}
+}  // namespace
+
 std::string section_timeline(const Analysis& a, const TimelineChoice& t, bool plot_drawn) {
   std::string s = "\n## Memory timeline (Figures 1 and 8)\n\n";
   if (!t.cell)
@@ -190,7 +210,7 @@ std::string section_timeline(const Analysis& a, const TimelineChoice& t, bool pl
     if (shown < rows.size())
       s += fmt::format("\n({} more top-level phases not listed)\n", rows.size() - shown);
   }
-  return s;
+  return s + section_snapshots(a);
 }
 
 }  // namespace bpbench::report_detail

@@ -16,6 +16,7 @@
 #include "profiles/device_activity.h"
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
+#include "profiles/memory_viz.h"
 
 namespace bpbench {
 
@@ -145,6 +146,12 @@ void write_timeline(const CellJob& job, const profiles::Timeline& timeline, Memo
   write_json_atomically(dir / (name + ".trace.json"), profiles::chrome_trace(timeline, label, device));
   mem.timeline_file = name + ".json";
   mem.trace_file = name + ".trace.json";
+  // The CPU recorder's allocations as PyTorch's memory snapshot (CUDA writes its allocator's own).
+  if (!timeline.events.empty() && mem.snapshot_file.empty()) {
+    const std::string pickle = name + ".memory_viz.pickle";
+    write_file_atomically(dir / pickle, profiles::memory_viz_pickle(timeline));
+    mem.snapshot_file = pickle;
+  }
 }
 
 // Every step starts from fresh gradients, and every rank starts it together (its clock included).

@@ -194,10 +194,13 @@ json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv
 // -------------------------------------------------------------------------------------------
 
 void write_json_atomically(const std::filesystem::path& path, const json& j) {
+  write_file_atomically(path, dump(j, 2) + "\n");
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
   const auto tmp = path.string() + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw std::runtime_error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-  const std::string text = dump(j, 2) + "\n";
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
                   fsync(fileno(f)) == 0;
   const int err = errno;

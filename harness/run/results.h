@@ -46,7 +46,7 @@ struct MemoryResult {
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
   std::optional<int64_t> reserved_peak_bytes;       // CUDA: the caching allocator's reserved peak
   std::optional<int64_t> alloc_retries;  // CUDA: the allocator's num_alloc_retries during the measured step
-  std::string snapshot_file;  // CUDA: memory_viz pickle (with measure.timeline, or of an OOM); relative
+  std::string snapshot_file;  // memory_viz pickle (CPU: memory_viz.h; CUDA: also of an OOM); relative
   // With measure.device_activity: {"kernels", "memcpys", "memsets"} counted into trace_file and the records
   // the trace lacks, {"dropped" (by CUPTI, no buffer space), "incomplete" (no end time)}; or {"error"}.
   nlohmann::json device_activity;
@@ -125,6 +125,8 @@ std::string cpu_description();  // "model name" from /proc/cpuinfo
 // Writes `j` to `path` through a temporary file in the same directory and a rename, so a reader (or a crash)
 // sees either the previous complete file or the new one.
 void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& j);
+// Any bytes the same way (a temporary beside it, synced, renamed over it).
+void write_file_atomically(const std::filesystem::path& path, const std::string& text);
 
 // DIR/results.json, rewritten after every cell (and every max-length probe) so that nothing measured is
 // ever lost. Cells are written in grid order, by their index in the grid.

@@ -394,10 +394,34 @@ TEST_F(MemoryRecorderTest, TimelinePointsAndNestedPhases) {
   EXPECT_GE(tl.phases[3].begin_ms, tl.phases[1].end_ms);
   EXPECT_LE(tl.phases[3].end_ms, tl.phases[0].end_ms);
 
+  // The events (memory_viz.h's input): every block alive at the start as an allocation at t = 0, then the
+  // step's two allocations and two frees, exact and uncoalesced; their running sum is live bytes throughout.
+  int64_t running = 0, before = 0;
+  size_t at_start = 0;
+  for (const auto& e : tl.events) {
+    running += e.alloc ? e.bytes : -e.bytes;
+    if (e.t_ms == 0.0 && e.alloc && at_start == static_cast<size_t>(&e - tl.events.data())) {
+      ++at_start;
+      before += e.bytes;
+    }
+  }
+  EXPECT_EQ(before, live0);
+  ASSERT_EQ(tl.events.size(), at_start + 4);
+  const auto* step = tl.events.data() + at_start;
+  EXPECT_TRUE(step[0].alloc && step[0].bytes == 1000 && step[0].category == Category::activations);
+  EXPECT_TRUE(step[1].alloc && step[1].bytes == 2000);
+  EXPECT_TRUE(!step[2].alloc && step[2].addr == step[0].addr && step[2].bytes == 1000);
+  EXPECT_TRUE(!step[3].alloc && step[3].addr == step[1].addr && step[3].bytes == 2000);
+  EXPECT_EQ(running, live0);
+  int64_t at_stop = 0;
+  for (const auto& b : tl.live_at_stop) at_stop += b.bytes;
+  EXPECT_EQ(at_stop, live0);
+
   // stop_timeline cleared the state: a second stop returns nothing.
   Timeline again = rec().stop_timeline();
   EXPECT_TRUE(again.points.empty());
   EXPECT_TRUE(again.phases.empty());
+  EXPECT_TRUE(again.events.empty());
 }
 
 TEST_F(MemoryRecorderTest, TimelineCoalescingKeepsPeakAndFinalPoint) {

@@ -1,0 +1,102 @@
+"""memory_viz_check.py: a results folder's memory snapshots (memory.snapshot_file:
+DIR/timelines/NAME.memory_viz.pickle, written by CPU cells with measure.timeline) opened with PyTorch's own
+viewer code, torch.cuda._memory_viz, and checked against what bpbench measured.
+
+Usage: python scripts/memory_viz_check.py RESULTS_DIR [--html]
+
+Per cell with a snapshot: the pickle loads; trace_plot and segment_plot render it (with --html written beside
+it as NAME.trace.html and NAME.segments.html: open them in a browser, or drop the pickle on
+https://pytorch.org/memory_viz); the snapshot the HTML carries decodes to the same trace; the peak the trace
+implies (the running sum of "alloc" minus "free_completed") equals the cell's memory.peak_bytes to the byte;
+and every "layer i backward" and "head chunk j" phase of the cell's timeline names some allocation's frames.
+Exit 0 when every check holds, else 1 with one line per failure (2: no snapshot at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import pickle
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+NAMED_PHASES = re.compile(r"^(layer \d+ backward|head chunk \d+)$")
+
+
+def trace_peak(snapshot: dict[str, Any]) -> int:
+    live = peak = 0
+    for entry in snapshot["device_traces"][0]:
+        if entry["action"] == "alloc":
+            live += entry["size"]
+        elif entry["action"] == "free_completed":
+            live -= entry["size"]
+        peak = max(peak, live)
+    return peak
+
+
+def snapshot_in_html(html: str) -> dict[str, Any]:
+    """The snapshot _memory_viz embedded in its page (a JSON list of {"name", "base64"})."""
+    start = html.index('[{"name": "snapshot.pickle"')
+    files, _ = json.JSONDecoder().raw_decode(html[start:])
+    data: dict[str, Any] = pickle.loads(base64.b64decode(files[0]["base64"]))
+    return data
+
+
+def check_cell(results_dir: Path, cell: dict[str, Any], write_html: bool) -> list[str]:
+    memory = cell.get("memory") or {}
+    name = memory["snapshot_file"]
+    path = results_dir / name
+    try:
+        with open(path, "rb") as f:
+            snapshot = pickle.load(f)
+        traces = snapshot["device_traces"][0]
+        snapshot["segments"]
+    except Exception as e:
+        return [f"{name}: does not load as a memory snapshot: {type(e).__name__}: {e}"]
+    from torch.cuda import _memory_viz
+
+    problems = []
+    trace_html = _memory_viz.trace_plot(snapshot)
+    segment_html = _memory_viz.segment_plot(snapshot)
+    if len(snapshot_in_html(trace_html)["device_traces"][0]) != len(traces):
+        problems.append(f"{name}: the trace_plot page carries another trace than the pickle")
+    if write_html:
+        stem = str(path).removesuffix(".memory_viz.pickle")
+        Path(stem + ".trace.html").write_text(trace_html)
+        Path(stem + ".segments.html").write_text(segment_html)
+    peak, measured = trace_peak(snapshot), memory.get("peak_bytes")
+    if peak != measured:
+        problems.append(f"{name}: the trace's peak is {peak} bytes, the cell's peak_bytes {measured}")
+    named = {frame["name"] for entry in traces for frame in entry["frames"]}
+    timeline = json.loads((results_dir / memory["timeline_file"]).read_text())["timeline"]
+    wanted = {p["name"] for p in timeline["phases"] if NAMED_PHASES.match(p["name"])}
+    missing = sorted(wanted - named)
+    if missing:
+        problems.append(f"{name}: no allocation's frames name the phases {', '.join(missing)}")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results_dir", type=Path)
+    parser.add_argument("--html", action="store_true", help="write NAME.trace.html and NAME.segments.html")
+    args = parser.parse_args(argv)
+    cells = json.loads((args.results_dir / "results.json").read_text())["cells"]
+    with_snapshots = [c for c in cells if (c.get("memory") or {}).get("snapshot_file")]
+    if not with_snapshots:
+        print(f"{args.results_dir}: no cell has a memory snapshot (a CPU cell with measure.timeline has one)")
+        return 2
+    problems = [p for c in with_snapshots for p in check_cell(args.results_dir, c, args.html)]
+    for p in problems:
+        print(p)
+    if not problems:
+        print(f"{args.results_dir}: {len(with_snapshots)} snapshots open in torch.cuda._memory_viz, "
+              "each trace's peak equal to its cell's peak_bytes")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
