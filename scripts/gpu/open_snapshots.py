@@ -2,11 +2,12 @@
 
     python3 scripts/gpu/open_snapshots.py RUN_DIR
 
-For each *.pickle (what torch.cuda.memory._snapshot() returns, as bpbench writes it on CUDA): load it, render
-the viewer's trace plot to PICKLE.html beside it (torch.cuda._memory_viz.trace_plot, the page
-pytorch.org/memory_viz shows), and print the allocation events it holds and the peak its trace implies (the
-largest running sum of alloc minus free_completed) beside results.json's peak_bytes of that cell. Exit 1 when
-there is no pickle or one does not load: scripts/gpu/check.sh's snapshot stage.
+For each *.pickle (what torch.cuda.memory._snapshot() returns, as bpbench writes it on CUDA, and on the CPU
+from its tracking allocator: profiles/memory_viz.h): load it, render the viewer's trace plot to PICKLE.html
+beside it (torch.cuda._memory_viz.trace_plot, the page pytorch.org/memory_viz shows), and print the
+allocation events it holds and the peak its trace implies (the largest running sum of alloc minus
+free_completed) beside results.json's peak_bytes of that cell. Exit 1 when there is no pickle or one does not
+load: scripts/gpu/check.sh's snapshot stage.
 """
 import json
 import pickle
@@ -35,7 +36,7 @@ def main():
 
     pickles = sorted(run_dir.rglob("*.pickle"))
     if not pickles:
-        print(f"open_snapshots: no memory_viz pickle under {run_dir} (bpbench writes them on CUDA only, with "
+        print(f"open_snapshots: no memory_viz pickle under {run_dir} (bpbench writes one a cell with "
               "measure.timeline)")
         return 1
     results = run_dir / "results.json"
