@@ -119,7 +119,8 @@ ulysses_degree: ring and streambp-ring on a 2-D mesh: Ulysses over groups of U r
   world_size / U (U divides world_size and splits the model's heads; 1: the ring over every rank).
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
   llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
-timeline: DIR/timelines/cell-NNN.json and .trace.json (Chrome trace: Perfetto, chrome://tracing).
+timeline: DIR/timelines/cell-NNN.json, .trace.json (Chrome trace: Perfetto, chrome://tracing) and
+  .memory_viz.pickle (PyTorch's memory viewer: https://pytorch.org/memory_viz).
 device_activity: CUDA, with timeline: CUPTI's kernels, memcpys and memsets of the traced step in the
   .trace.json, one track per stream (that step runs once more and is left out of the time statistics).
 grad_error: each cell's gradients against plain BP on a float64 copy of its weights, on the cell's device or,
