@@ -61,6 +61,13 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
+std::vector<std::string> mesh_strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : strategy_registry())
+    if (entry()->runs_on_mesh()) names.push_back(entry.name);
+  return names;
+}
+
 std::vector<std::string> offloading_strategy_names() {
   std::vector<std::string> names;
   for (const auto& entry : strategy_registry())

@@ -119,6 +119,7 @@ class Strategy {
 std::unique_ptr<Strategy> make_strategy(const std::string& name);  // throws listing the valid names
 std::vector<std::string> strategy_names();
 std::vector<std::string> offloading_strategy_names();  // those whose uses_offload() is true
+std::vector<std::string> mesh_strategy_names();        // those whose runs_on_mesh() is true
 std::vector<std::string> estimated_strategy_names();   // those whose estimated() is true
 // The strategy every other must match (gradient error's reference, the first column of a training run).
 const std::string& reference_strategy_name();

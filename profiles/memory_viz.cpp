@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace bpbench::profiles {
@@ -49,10 +51,25 @@ class Pickler {
       raw_le(static_cast<uint64_t>(static_cast<uint32_t>(static_cast<int32_t>(v))), 4);
       return;
     }
-    // LONG1: length, then the two's complement bytes, little-endian, as few as keep the sign.
+    long1(static_cast<uint64_t>(v), /*negative=*/v < 0);
+  }
+  void unsigned_integer(uint64_t v) {
+    if (v <= static_cast<uint64_t>(INT64_MAX)) return integer(static_cast<int64_t>(v));
+    long1(v, /*negative=*/false);
+  }
+  void key(std::string_view k) { str(k); }
+  std::string finish() {
+    out_ += '.';  // STOP
+    return std::move(out_);
+  }
+
+ private:
+  // LONG1: a length byte, then the two's complement bytes little-endian, as few as keep the sign (a ninth,
+  // the sign's, above a positive value whose top bit is set).
+  void long1(uint64_t v, bool negative) {
     std::string bytes;
-    auto u = static_cast<uint64_t>(v);
-    for (int i = 0; i < 8; ++i, u >>= 8) bytes += static_cast<char>(u & 0xff);
+    for (int i = 0; i < 8; ++i, v >>= 8) bytes += static_cast<char>(v & 0xff);
+    bytes += static_cast<char>(negative ? 0xff : 0x00);
     while (bytes.size() > 1) {
       const auto last = static_cast<unsigned char>(bytes.back());
       const auto prev = static_cast<unsigned char>(bytes[bytes.size() - 2]);
@@ -65,22 +82,6 @@ class Pickler {
     out_ += static_cast<char>(bytes.size());
     out_ += bytes;
   }
-  void unsigned_integer(uint64_t v) {
-    if (v <= static_cast<uint64_t>(INT64_MAX)) return integer(static_cast<int64_t>(v));
-    std::string bytes;  // 9 bytes: a zero on top keeps it positive
-    for (int i = 0; i < 8; ++i, v >>= 8) bytes += static_cast<char>(v & 0xff);
-    bytes += '\0';
-    out_ += '\x8a';
-    out_ += static_cast<char>(bytes.size());
-    out_ += bytes;
-  }
-  void key(std::string_view k) { str(k); }
-  std::string finish() {
-    out_ += '.';  // STOP
-    return std::move(out_);
-  }
-
- private:
   void raw_le(uint64_t v, int n) {
     for (int i = 0; i < n; ++i, v >>= 8) out_ += static_cast<char>(v & 0xff);
   }
@@ -88,7 +89,17 @@ class Pickler {
   std::unordered_map<std::string, uint32_t> memo_;
 };
 
-// The phases open at each event, innermost first: a sweep over the marks in order of their start.
+// A stack of frames: phase names, innermost first, and the memo key that names the list once written.
+struct Stack {
+  std::vector<std::string> names;
+  std::string key;
+  explicit Stack(std::vector<std::string> n) : names(std::move(n)), key("f") {
+    for (const auto& name : names) key += name + '\n';
+  }
+};
+
+// The phases open at each event, innermost first: a sweep over the marks in order of their start, the stack
+// made again only when a phase opened or closed since the last event.
 class OpenPhases {
  public:
   explicit OpenPhases(const std::vector<PhaseMark>& marks) : marks_(marks) {
@@ -97,33 +108,36 @@ class OpenPhases {
     std::stable_sort(order_.begin(), order_.end(),
                      [&](size_t a, size_t b) { return marks_[a].begin_ms < marks_[b].begin_ms; });
   }
-  // The names open at t (t never decreases between calls), innermost first.
-  std::vector<std::string> at(double t) {
+  // The stack open at t (t never decreases between calls).
+  const Stack& at(double t) {
+    const size_t before = open_.size(), opened = next_;
     while (next_ < order_.size() && marks_[order_[next_]].begin_ms <= t) open_.push_back(order_[next_++]);
     open_.erase(std::remove_if(open_.begin(), open_.end(), [&](size_t i) { return marks_[i].end_ms < t; }),
                 open_.end());
+    if (stack_ && next_ == opened && open_.size() == before) return *stack_;
     std::vector<size_t> sorted = open_;
     std::stable_sort(sorted.begin(), sorted.end(),
                      [&](size_t a, size_t b) { return marks_[a].depth > marks_[b].depth; });
     std::vector<std::string> names;
     for (size_t i : sorted) names.push_back(marks_[i].name);
-    return names;
+    stack_ = std::make_shared<const Stack>(std::move(names));
+    return *stack_;
   }
+  std::shared_ptr<const Stack> current() const { return stack_; }
 
  private:
   const std::vector<PhaseMark>& marks_;
   std::vector<size_t> order_, open_;
   size_t next_ = 0;
+  std::shared_ptr<const Stack> stack_;
 };
 
 // A list of frames, written once per distinct stack and fetched from the memo after (the viewer only reads
 // it).
-void frames(Pickler& p, const std::vector<std::string>& names) {
-  std::string key = "f";
-  for (const auto& n : names) key += n + '\n';
-  if (p.fetch(key)) return;
+void frames(Pickler& p, const Stack& stack) {
+  if (p.fetch(stack.key)) return;
   p.begin_list();
-  for (const auto& name : names) {
+  for (const auto& name : stack.names) {
     p.begin_dict();
     p.key("filename");
     p.str("bpbench");
@@ -134,11 +148,11 @@ void frames(Pickler& p, const std::vector<std::string>& names) {
     p.end_dict();
   }
   p.end_list();
-  p.remember(key);
+  p.remember(stack.key);
 }
 
 void trace_entry(Pickler& p, const char* action, const AllocationEvent& e, int64_t time_us,
-                 const std::vector<std::string>& names) {
+                 const Stack& stack) {
   p.begin_dict();
   p.key("action");
   p.str(action);
@@ -153,7 +167,7 @@ void trace_entry(Pickler& p, const char* action, const AllocationEvent& e, int64
   p.key("category");
   p.str(category_name(e.category));
   p.key("frames");
-  frames(p, names);
+  frames(p, stack);
   p.end_dict();
 }
 
@@ -164,27 +178,28 @@ std::string memory_viz_pickle(const Timeline& timeline) {
   p.begin_dict();
 
   // The trace first, remembering each live block's allocation frames for the segments.
-  std::unordered_map<uint64_t, std::vector<std::string>> alloc_frames;
+  const auto before = std::make_shared<const Stack>(std::vector<std::string>{"alive before the step"});
+  std::unordered_map<uint64_t, std::shared_ptr<const Stack>> alloc_frames;
   p.key("device_traces");
   p.begin_list();
   p.begin_list();
   {
     OpenPhases phases(timeline.phases);
-    const std::vector<std::string> before = {"alive before the step"};
     int64_t last_us = 0;
     for (const AllocationEvent& e : timeline.events) {
       const auto us = std::max(last_us, static_cast<int64_t>(e.t_ms * 1000.0));
       last_us = us;
       const bool preexisting = e.t_ms == 0.0 && e.alloc;
-      const std::vector<std::string> names = preexisting ? before : phases.at(e.t_ms);
+      if (!preexisting) phases.at(e.t_ms);
+      const std::shared_ptr<const Stack> stack = preexisting ? before : phases.current();
       if (e.alloc) {
-        trace_entry(p, "segment_alloc", e, us, names);
-        trace_entry(p, "alloc", e, us, names);
-        alloc_frames[e.addr] = names;
+        trace_entry(p, "segment_alloc", e, us, *stack);
+        trace_entry(p, "alloc", e, us, *stack);
+        alloc_frames[e.addr] = stack;
       } else {
-        trace_entry(p, "free_requested", e, us, names);
-        trace_entry(p, "free_completed", e, us, names);
-        trace_entry(p, "segment_free", e, us, names);
+        trace_entry(p, "free_requested", e, us, *stack);
+        trace_entry(p, "free_completed", e, us, *stack);
+        trace_entry(p, "segment_free", e, us, *stack);
         alloc_frames.erase(e.addr);
       }
     }
@@ -196,8 +211,7 @@ std::string memory_viz_pickle(const Timeline& timeline) {
   p.begin_list();
   for (const AllocationEvent& b : timeline.live_at_stop) {
     const auto found = alloc_frames.find(b.addr);
-    const std::vector<std::string> names =
-        found != alloc_frames.end() ? found->second : std::vector<std::string>{"alive before the step"};
+    const Stack& stack = found != alloc_frames.end() ? *found->second : *before;
     p.begin_dict();
     p.key("device");
     p.integer(0);
@@ -212,7 +226,7 @@ std::string memory_viz_pickle(const Timeline& timeline) {
     p.key("segment_type");
     p.str("large");
     p.key("frames");
-    frames(p, {});
+    frames(p, Stack({}));
     p.key("blocks");
     p.begin_list();
     p.begin_dict();
@@ -225,7 +239,7 @@ std::string memory_viz_pickle(const Timeline& timeline) {
     p.key("state");
     p.str("active_allocated");
     p.key("frames");
-    frames(p, names);
+    frames(p, stack);
     p.end_dict();
     p.end_list();
     p.end_dict();

@@ -18,6 +18,7 @@
 
 #include "harness/model/attention_kernels.h"
 #include "harness/objectives/objective.h"
+#include "impls/machinery/dist_common.h"
 #include "impls/machinery/layerwise_estimate.h"
 #include "impls/strategy.h"
 
@@ -175,9 +176,8 @@ void check_estimate_input(const EstimateInput& in) {
   if (in.ulysses_degree != 1) {
     if (!make_strategy(in.impl)->runs_on_mesh())
       throw std::invalid_argument(
-          fmt::format("estimate: --ulysses-degree {} is the ring strategies' 2-D mesh (valid with it: ring, "
-                      "streambp-ring)",
-                      in.ulysses_degree));
+          fmt::format("estimate: --ulysses-degree {} is the ring strategies' 2-D mesh (valid with it: {})",
+                      in.ulysses_degree, fmt::join(mesh_strategy_names(), ", ")));
     if (in.ulysses_degree < 1 || in.ranks % in.ulysses_degree != 0)
       throw std::invalid_argument(fmt::format("estimate: --ulysses-degree {} does not divide --ranks {}",
                                               in.ulysses_degree, in.ranks));
@@ -312,12 +312,12 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   // input_ids and targets (N, T) int64; DPO: reference sums (N) float64; GRPO: reference and old log-probs
   // (N, T), advantages and token weights (N), float64.
   const auto strategy = make_strategy(in.impl);
-  // A sequence-parallel rank holds its slice of the rows (sequence_parallel.h: shard_batch; the ring
-  // strategies' two blocks of ceil(T / 2P) rows, ring_attention.h, or on the 2-D mesh a U-th of two blocks
-  // of U times that: the same).
-  const int64_t batch_rows = !strategy->sequence_parallel() ? D.T
-                             : strategy->runs_on_mesh()     ? 2 * ((D.T + 2 * D.ranks - 1) / (2 * D.ranks))
-                                                            : (D.T + D.ranks - 1) / D.ranks;
+  // A sequence-parallel rank holds its share of T padded to the strategy's multiple (Ulysses' ceil(T / P)
+  // rows, sequence_parallel.h; the rings' 2 ceil(T / 2P), ring_attention.h, the mesh's the same).
+  const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(strategy.get());
+  const int64_t multiple = dist_strategy ? dist_strategy->unpadded_multiple(D.ranks) : D.ranks;
+  const int64_t batch_rows =
+      strategy->sequence_parallel() ? (D.T + multiple - 1) / multiple * multiple / D.ranks : D.T;
   e.batch = 2 * D.N * batch_rows * 8 + estimated_objective(in.objective)->extra_batch_bytes(D.N, batch_rows);
   e.base = e.params + e.grads + e.batch;
 

@@ -3,6 +3,7 @@
 #include "impls/machinery/dist_common.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <map>
@@ -172,9 +173,8 @@ std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t multiple)
 std::optional<std::string> DistStrategy::unsupported(const CellTraits& traits) const {
   if (options_.ulysses_degree > 1 && !runs_on_mesh())
     return fmt::format(
-        "{}: ulysses_degree {} is the 2-D mesh of the ring strategies (ring, streambp-ring); {} runs with "
-        "ulysses_degree 1",
-        name(), options_.ulysses_degree, name());
+        "{}: ulysses_degree {} is the 2-D mesh of the ring strategies ({}); {} runs with ulysses_degree 1",
+        name(), options_.ulysses_degree, fmt::join(mesh_strategy_names(), ", "), name());
   if (splits_heads() && traits.model && traits.world_size > 1)
     if (auto why = sequence_parallel_refusal(*traits.model, traits.world_size)) return why;
   if (sequence_parallel() && traits.router_balance && traits.world_size > 1 && traits.seq_len > 0 &&

@@ -186,7 +186,8 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
   // The top layer again with grad: its graph on the rows (as ulysses' without the exchanges: q, k, v are
   // what the ring saves), then the MLP's backward or the ring's. The attention output of the rows, o_proj's
   // input, is alive until o_proj's backward, after the MLP's and before the ring's.
-  auto layer_graph = [&](PhaseBuilder& p, bool with_mlp) {
+  // ring_saved false: after the ring's backward, its saved tensors released (the mesh's exchange back).
+  auto layer_graph = [&](PhaseBuilder& p, bool with_mlp, bool ring_saved = true) {
     add_checkpoints(p, R, inputs, top + 1);
     p.add("the attention half below q, k, v: N*2h*(attn_row - Aq*s + kv_row - 2*Akv*s - output_norm)",
           n * (R.attn_row() - R.Aq * R.s + R.kv_row() - 2 * R.Akv * R.s - R.output_norm()));
@@ -196,8 +197,9 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
             n * (R.mlp_row() - R.output_norm()));
     }
     p.add("rope tables of q and k, each block's: 4*2h*hd*s", 2 * R.rope(R.T));
-    p.add("saved by the ring: its q, k, v, output, logsumexp: N*2b*(Aq' + 2*Ak' + attn_out_row')",
-          t.qkv_ring + n * R.attn_out_row());
+    if (ring_saved)
+      p.add("saved by the ring: its q, k, v, output, logsumexp: N*2b*(Aq' + 2*Ak' + attn_out_row')",
+            t.qkv_ring + n * R.attn_out_row());
   };
   {
     PhaseBuilder p("layer mlp backward");
@@ -231,10 +233,7 @@ std::vector<PhaseEstimate> ring_phases(const MemoryTerms& D) {
     d_out.add("dO of the rows, the all-to-all's send and receive buffers: 3 x N*2h*Aq*s", 3 * t.q);
     keep_larger(high, d_out.done());
     PhaseBuilder grads("layer attention backward");
-    add_checkpoints(grads, R, inputs, top + 1);
-    grads.add("the attention half below q, k, v: N*2h*(attn_row - Aq*s + kv_row - 2*Akv*s - output_norm)",
-              n * (R.attn_row() - R.Aq * R.s + R.kv_row() - 2 * R.Akv * R.s - R.output_norm()));
-    grads.add("rope tables of q and k, each block's: 4*2h*hd*s", 2 * R.rope(R.T));
+    layer_graph(grads, false, /*ring_saved=*/false);
     grads.add("dy, the layer output, and the gradient of x1: 3 x N*2h*d*s", 3 * t.x);
     grads.add("dQ, dK, dV of the ring, the all-to-all's send and receive buffers: 3 x N*2b*(Aq' + 2*Ak')*s",
               3 * t.qkv_ring);
