@@ -17,6 +17,7 @@ void BlockLedger::charge(size_t addr, const Block& block) {
     peak_categories_ = categories_;
   }
   if (on_change) on_change(categories_);
+  if (on_charge) on_charge(addr, block.bytes);
 }
 
 void BlockLedger::resolve(int64_t allocated_now, int64_t freed_since) {
@@ -50,6 +51,12 @@ void BlockLedger::on_free(size_t addr, int64_t allocated_now) {
   live_ -= it->second.bytes;
   blocks_.erase(it);
   if (on_change) on_change(categories_);
+}
+
+std::optional<Category> BlockLedger::category_of(size_t addr) const {
+  const auto it = blocks_.find(addr);
+  if (it == blocks_.end()) return std::nullopt;
+  return it->second.category;
 }
 
 void BlockLedger::settle(int64_t allocated_now) {

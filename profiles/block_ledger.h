@@ -39,6 +39,8 @@ class BlockLedger {
   // reading).
   void settle(int64_t allocated_now);
 
+  // The category a settled live block was charged to; nullopt for a block this ledger does not hold.
+  std::optional<Category> category_of(size_t addr) const;
   int64_t live() const { return live_; }
   int64_t peak() const { return peak_; }
   const CategoryBytes& categories() const { return categories_; }
@@ -47,6 +49,8 @@ class BlockLedger {
 
   // Called with the categories after every change of live bytes (the recorder's timeline).
   std::function<void(const CategoryBytes&)> on_change;
+  // Called when a block's size is settled (its allocation charged): the recorder's allocation events.
+  std::function<void(size_t addr, int64_t bytes)> on_charge;
 
   // The size c10 gives a block it splits off for a request: kMinBlockSize (512) granularity.
   static int64_t rounded(int64_t requested);

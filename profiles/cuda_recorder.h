@@ -15,9 +15,13 @@
 //   may fail somewhat below the budget in allocated bytes (the cache's slack counts against it). The
 //   allocator checks it only when it reserves a new segment, which is why the runner empties the cache
 //   before it sets one.
-// - On an allocation failure the allocator's state is written where set_oom_snapshot_path() says (the
-//   memory_viz pickle); release_cached() empties the cache afterwards. The allocation history behind the
-//   pickle's timeline is on from start_timeline() to stop_timeline(), whichever way the step ended.
+// - While a timeline records, the trace hook also keeps every action of the allocator as an event (in block
+//   sizes, settled as the categories' are), the blocks alive at its start, and its segments at the stop:
+//   memory_viz.h writes them as the memory_viz pickle. With record_cpp_stacks, the allocator's history is
+//   on from start_timeline() to stop_timeline(), whichever way the step ended, to record each allocation's
+//   C++ stack (cpp_stacks.h); its own ring of entries is not used.
+// - On an allocation failure the allocator's own state is written where set_oom_snapshot_path() says (a
+//   memory_viz pickle, no trace); release_cached() empties the cache afterwards.
 #pragma once
 
 #include "profiles/recorder.h"

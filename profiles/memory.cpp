@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "profiles/cpp_stacks.h"
 #include "profiles/host_memory.h"
 #include "profiles/nvtx.h"
 #include "profiles/phase_log.h"
@@ -74,6 +75,10 @@ struct State {
   std::mutex tl_mu;
   TimelineBuilder timeline;
   std::vector<AllocationEvent> events;  // the timeline's allocations and frees, uncoalesced (recorder.h)
+  size_t alive_at_start = 0;
+  std::atomic<bool> record_cpp_stacks{false};  // for the timelines started from now
+  std::atomic<bool> timeline_stacks{false};    // this timeline's allocations unwind their stacks
+  CppStacks stacks;
 
   CategoryBytes load_categories() const {
     CategoryBytes out{};
@@ -140,7 +145,8 @@ struct State {
       unreserve(bytes, c);
       if (timeline_active.load(std::memory_order_relaxed)) {
         append_point_locked();
-        events.push_back({timeline.now_ms(), reinterpret_cast<uintptr_t>(ptr), bytes, false, c});
+        events.push_back(
+            {timeline.now_ms(), reinterpret_cast<uintptr_t>(ptr), bytes, AllocatorAction::free_completed, c});
       }
       return;
     }
@@ -209,7 +215,11 @@ class TrackingAllocator final : public c10::Allocator {
     const Category c = g_category.load(std::memory_order_relaxed);
     const auto bytes = static_cast<int64_t>(n);
     std::unique_lock<std::mutex> lk;
-    if (s.timeline_active.load(std::memory_order_acquire)) lk = std::unique_lock<std::mutex>(s.tl_mu);
+    std::shared_ptr<c10::GatheredContext> stack;
+    if (s.timeline_active.load(std::memory_order_acquire)) {
+      if (s.timeline_stacks.load(std::memory_order_relaxed)) stack = CppStacks::gather();  // before the lock
+      lk = std::unique_lock<std::mutex>(s.tl_mu);
+    }
     const int64_t now_live = s.reserve(bytes, c);  // throws OutOfMemoryError on a budget overrun
     void* data = nullptr;
     c10::Device device = c10::Device(c10::DeviceType::CPU);
@@ -230,7 +240,8 @@ class TrackingAllocator final : public c10::Allocator {
     if (lk.owns_lock() && s.timeline_active.load(std::memory_order_relaxed)) {
       s.append_point_locked();
       if (data != nullptr)
-        s.events.push_back({s.timeline.now_ms(), reinterpret_cast<uintptr_t>(data), bytes, true, c});
+        s.events.push_back({s.timeline.now_ms(), reinterpret_cast<uintptr_t>(data), bytes,
+                            AllocatorAction::alloc, c, /*stream=*/0, s.stacks.add(std::move(stack))});
     }
     return c10::DataPtr(data, data, &delete_tracked, device);
   }
@@ -330,7 +341,8 @@ std::vector<AllocationEvent> live_blocks(double t_ms) {
   for (auto& shard : allocation_table().shards) {
     std::lock_guard<std::mutex> lk(shard.mu);
     for (const auto& [ptr, a] : shard.live)
-      if (!a.host) out.push_back({t_ms, reinterpret_cast<uintptr_t>(ptr), a.bytes, true, a.category});
+      if (!a.host)
+        out.push_back({t_ms, reinterpret_cast<uintptr_t>(ptr), a.bytes, AllocatorAction::alloc, a.category});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
   return out;
@@ -345,6 +357,8 @@ void MemoryRecorder::start_timeline(double min_interval_ms) {
   // A baseline at t=0 so the first event has something to be read against; pinned like a peak point.
   s.timeline.start(min_interval_ms, s.load_categories(), origin);
   s.events = live_blocks(0.0);
+  s.alive_at_start = s.events.size();
+  s.timeline_stacks.store(s.record_cpp_stacks.load(std::memory_order_relaxed), std::memory_order_relaxed);
   s.timeline_active.store(true, std::memory_order_release);
 }
 
@@ -356,8 +370,16 @@ Timeline MemoryRecorder::stop_timeline() {
   Timeline out = s.timeline.take();
   out.phases = stop_phase_log();
   out.events = std::exchange(s.events, {});
-  out.live_at_stop = live_blocks(s.timeline.now_ms());
+  out.alive_at_start = s.alive_at_start;
+  out.blocks_are_segments = true;
+  for (const AllocationEvent& b : live_blocks(s.timeline.now_ms()))
+    out.segments_at_stop.push_back({b.addr, b.bytes, /*stream=*/0, /*large=*/true, {{b.bytes, b.bytes}}});
+  out.cpp_stacks = s.stacks.take_symbolised(out.events);
   return out;
+}
+
+void MemoryRecorder::record_cpp_stacks(bool on) {
+  state().record_cpp_stacks.store(on, std::memory_order_relaxed);
 }
 
 bool MemoryRecorder::timeline_active() const {

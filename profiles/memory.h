@@ -50,6 +50,7 @@ class MemoryRecorder final : public Recorder {
   void set_budget(std::optional<int64_t> bytes) override;
   void start_timeline(double min_interval_ms = 0.0) override;
   Timeline stop_timeline() override;
+  void record_cpp_stacks(bool on) override;
 
   CategoryBytes live_by_category() const;
   int64_t allocation_count() const;  // allocations since the last reset_peak()

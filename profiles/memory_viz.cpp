@@ -132,42 +132,134 @@ class OpenPhases {
   std::shared_ptr<const Stack> stack_;
 };
 
-// A list of frames, written once per distinct stack and fetched from the memo after (the viewer only reads
-// it).
-void frames(Pickler& p, const Stack& stack) {
-  if (p.fetch(stack.key)) return;
-  p.begin_list();
-  for (const auto& name : stack.names) {
-    p.begin_dict();
-    p.key("filename");
-    p.str("bpbench");
-    p.key("line");
-    p.integer(0);
-    p.key("name");
-    p.str(name);
-    p.end_dict();
-  }
-  p.end_list();
-  p.remember(stack.key);
-}
+// The frames of one event: its open phases, then the C++ stack recorded with it (if any).
+struct FrameRef {
+  std::shared_ptr<const Stack> phases;
+  int32_t cpp_stack = -1;
+};
 
-void trace_entry(Pickler& p, const char* action, const AllocationEvent& e, int64_t time_us,
-                 const Stack& stack) {
+class FrameWriter {
+ public:
+  FrameWriter(Pickler& p, const std::vector<std::vector<CodeFrame>>& cpp_stacks)
+      : p_(p), cpp_stacks_(cpp_stacks) {}
+
+  // A list of frames, written once per distinct (phases, C++ stack) and fetched from the memo after (the
+  // viewer only reads it); each frame too.
+  void frames(const FrameRef& f) {
+    const std::string key = f.phases->key + '#' + std::to_string(f.cpp_stack);
+    if (p_.fetch(key)) return;
+    p_.begin_list();
+    for (const auto& name : f.phases->names) frame(name, "bpbench", 0);
+    if (f.cpp_stack >= 0)
+      for (const CodeFrame& c : cpp_stacks_.at(static_cast<size_t>(f.cpp_stack)))
+        frame(c.function, c.file, c.line);
+    p_.end_list();
+    p_.remember(key);
+  }
+  void none() { frames({empty_, -1}); }
+
+ private:
+  void frame(const std::string& name, const std::string& file, int64_t line) {
+    const std::string key = "F" + name + '\n' + file + '\n' + std::to_string(line);
+    if (p_.fetch(key)) return;
+    p_.begin_dict();
+    p_.key("filename");
+    p_.str(file);
+    p_.key("line");
+    p_.integer(line);
+    p_.key("name");
+    p_.str(name);
+    p_.end_dict();
+    p_.remember(key);
+  }
+  Pickler& p_;
+  const std::vector<std::vector<CodeFrame>>& cpp_stacks_;
+  const std::shared_ptr<const Stack> empty_ = std::make_shared<const Stack>(std::vector<std::string>{});
+};
+
+void trace_entry(Pickler& p, FrameWriter& frames, AllocatorAction action, const AllocationEvent& e,
+                 int64_t time_us, const FrameRef& f) {
   p.begin_dict();
   p.key("action");
-  p.str(action);
-  p.key("addr");
+  p.str(allocator_action_name(action));
+  p.key(action == AllocatorAction::oom ? "device_free" : "addr");  // an OOM's addr is the free bytes
   p.unsigned_integer(e.addr);
   p.key("size");
   p.integer(e.bytes);
   p.key("stream");
-  p.integer(0);
+  p.unsigned_integer(e.stream);
   p.key("time_us");
   p.integer(time_us);
   p.key("category");
   p.str(category_name(e.category));
   p.key("frames");
-  frames(p, stack);
+  frames.frames(f);
+  p.end_dict();
+}
+
+const char* state_name(SegmentBlock::State s) {
+  switch (s) {
+    case SegmentBlock::State::allocated:
+      return "active_allocated";
+    case SegmentBlock::State::pending_free:
+      return "active_pending_free";
+    case SegmentBlock::State::inactive:
+      return "inactive";
+  }
+  return "inactive";
+}
+
+void segment(Pickler& p, FrameWriter& frames, const MemorySegment& s,
+             const std::unordered_map<uint64_t, FrameRef>& alloc_frames) {
+  int64_t allocated = 0, active = 0, requested = 0;
+  for (const SegmentBlock& b : s.blocks) {
+    if (b.state == SegmentBlock::State::inactive) continue;
+    active += b.bytes;
+    requested += b.requested_bytes;
+    if (b.state == SegmentBlock::State::allocated) allocated += b.bytes;
+  }
+  p.begin_dict();
+  p.key("device");
+  p.integer(0);
+  p.key("address");
+  p.unsigned_integer(s.addr);
+  p.key("total_size");
+  p.integer(s.bytes);
+  p.key("allocated_size");
+  p.integer(allocated);
+  p.key("active_size");
+  p.integer(active);
+  p.key("requested_size");
+  p.integer(requested);
+  p.key("stream");
+  p.unsigned_integer(s.stream);
+  p.key("segment_type");
+  p.str(s.large ? "large" : "small");
+  p.key("frames");
+  frames.none();
+  p.key("blocks");
+  p.begin_list();
+  uint64_t addr = s.addr;
+  for (const SegmentBlock& b : s.blocks) {
+    p.begin_dict();
+    p.key("address");
+    p.unsigned_integer(addr);
+    p.key("size");
+    p.integer(b.bytes);
+    p.key("requested_size");
+    p.integer(b.requested_bytes);
+    p.key("state");
+    p.str(state_name(b.state));
+    p.key("frames");
+    const auto found = alloc_frames.find(addr);
+    if (b.state != SegmentBlock::State::inactive && found != alloc_frames.end())
+      frames.frames(found->second);
+    else
+      frames.none();
+    p.end_dict();
+    addr += static_cast<uint64_t>(b.bytes);
+  }
+  p.end_list();
   p.end_dict();
 }
 
@@ -175,32 +267,41 @@ void trace_entry(Pickler& p, const char* action, const AllocationEvent& e, int64
 
 std::string memory_viz_pickle(const Timeline& timeline) {
   Pickler p;
+  FrameWriter frames(p, timeline.cpp_stacks);
   p.begin_dict();
 
   // The trace first, remembering each live block's allocation frames for the segments.
-  const auto before = std::make_shared<const Stack>(std::vector<std::string>{"alive before the step"});
-  std::unordered_map<uint64_t, std::shared_ptr<const Stack>> alloc_frames;
+  const FrameRef before{std::make_shared<const Stack>(std::vector<std::string>{"alive before the step"}), -1};
+  std::unordered_map<uint64_t, FrameRef> alloc_frames;
   p.key("device_traces");
   p.begin_list();
   p.begin_list();
   {
     OpenPhases phases(timeline.phases);
     int64_t last_us = 0;
-    for (const AllocationEvent& e : timeline.events) {
+    for (size_t i = 0; i < timeline.events.size(); ++i) {
+      const AllocationEvent& e = timeline.events[i];
       const auto us = std::max(last_us, static_cast<int64_t>(e.t_ms * 1000.0));
       last_us = us;
-      const bool preexisting = e.t_ms == 0.0 && e.alloc;
-      if (!preexisting) phases.at(e.t_ms);
-      const std::shared_ptr<const Stack> stack = preexisting ? before : phases.current();
-      if (e.alloc) {
-        trace_entry(p, "segment_alloc", e, us, *stack);
-        trace_entry(p, "alloc", e, us, *stack);
-        alloc_frames[e.addr] = stack;
+      FrameRef f = before;
+      if (i >= timeline.alive_at_start) {
+        phases.at(e.t_ms);
+        f = {phases.current(), e.cpp_stack};
+      }
+      const auto write = [&](AllocatorAction action) { trace_entry(p, frames, action, e, us, f); };
+      if (e.action == AllocatorAction::alloc) alloc_frames[e.addr] = f;
+      if (e.action == AllocatorAction::free_completed) alloc_frames.erase(e.addr);
+      if (!timeline.blocks_are_segments) {
+        write(e.action);
+      } else if (e.action == AllocatorAction::alloc) {  // each CPU block is a segment of its own
+        write(AllocatorAction::segment_alloc);
+        write(AllocatorAction::alloc);
+      } else if (e.action == AllocatorAction::free_completed) {  // and its free completes at once
+        write(AllocatorAction::free_requested);
+        write(AllocatorAction::free_completed);
+        write(AllocatorAction::segment_free);
       } else {
-        trace_entry(p, "free_requested", e, us, *stack);
-        trace_entry(p, "free_completed", e, us, *stack);
-        trace_entry(p, "segment_free", e, us, *stack);
-        alloc_frames.erase(e.addr);
+        write(e.action);
       }
     }
   }
@@ -209,41 +310,7 @@ std::string memory_viz_pickle(const Timeline& timeline) {
 
   p.key("segments");
   p.begin_list();
-  for (const AllocationEvent& b : timeline.live_at_stop) {
-    const auto found = alloc_frames.find(b.addr);
-    const Stack& stack = found != alloc_frames.end() ? *found->second : *before;
-    p.begin_dict();
-    p.key("device");
-    p.integer(0);
-    p.key("address");
-    p.unsigned_integer(b.addr);
-    for (const char* size_key : {"total_size", "allocated_size", "active_size", "requested_size"}) {
-      p.key(size_key);
-      p.integer(b.bytes);
-    }
-    p.key("stream");
-    p.integer(0);
-    p.key("segment_type");
-    p.str("large");
-    p.key("frames");
-    frames(p, Stack({}));
-    p.key("blocks");
-    p.begin_list();
-    p.begin_dict();
-    p.key("address");
-    p.unsigned_integer(b.addr);
-    p.key("size");
-    p.integer(b.bytes);
-    p.key("requested_size");
-    p.integer(b.bytes);
-    p.key("state");
-    p.str("active_allocated");
-    p.key("frames");
-    frames(p, stack);
-    p.end_dict();
-    p.end_list();
-    p.end_dict();
-  }
+  for (const MemorySegment& s : timeline.segments_at_stop) segment(p, frames, s, alloc_frames);
   p.end_list();
   p.end_dict();
   return p.finish();

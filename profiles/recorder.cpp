@@ -13,6 +13,28 @@
 
 namespace bpbench::profiles {
 
+const char* allocator_action_name(AllocatorAction a) {
+  switch (a) {
+    case AllocatorAction::alloc:
+      return "alloc";
+    case AllocatorAction::free_requested:
+      return "free_requested";
+    case AllocatorAction::free_completed:
+      return "free_completed";
+    case AllocatorAction::segment_alloc:
+      return "segment_alloc";
+    case AllocatorAction::segment_free:
+      return "segment_free";
+    case AllocatorAction::segment_map:
+      return "segment_map";
+    case AllocatorAction::segment_unmap:
+      return "segment_unmap";
+    case AllocatorAction::oom:
+      return "oom";
+  }
+  return "alloc";
+}
+
 namespace {
 using Instance = Recorder& (*)();
 Recorder& cpu_tracking_allocator() {

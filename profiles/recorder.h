@@ -37,25 +37,67 @@ struct PhaseMark {
 // The clock of timelines, phases and device activity.
 using TraceClock = std::chrono::steady_clock;
 
-// One allocation or free the CPU recorder saw while its timeline ran (memory_viz.h writes them as PyTorch's
-// memory snapshot).
+// What an allocator did, in the words of PyTorch's memory snapshot ("alloc", "free_requested", ...).
+// oom: the allocator failed to find memory (the event's addr is then the device's free bytes).
+enum class AllocatorAction : uint8_t {
+  alloc,
+  free_requested,
+  free_completed,
+  segment_alloc,
+  segment_free,
+  segment_map,
+  segment_unmap,
+  oom
+};
+const char* allocator_action_name(AllocatorAction a);
+
+// One allocator action a recorder saw while its timeline ran (memory_viz.h writes them as PyTorch's memory
+// snapshot).
 struct AllocationEvent {
   double t_ms = 0;
   uint64_t addr = 0;
   int64_t bytes = 0;
-  bool alloc = true;  // false: a free
-  Category category = Category::other;
+  AllocatorAction action = AllocatorAction::alloc;
+  Category category = Category::other;  // the allocation's, for its free too
+  uint64_t stream = 0;
+  int32_t cpp_stack = -1;  // index into Timeline::cpp_stacks; -1: none recorded
+};
+
+// A block of a segment (consecutive from the segment's address), as the allocator held it at the stop.
+struct SegmentBlock {
+  enum class State : uint8_t { allocated, pending_free, inactive };
+  int64_t bytes = 0, requested_bytes = 0;
+  State state = State::allocated;
+};
+
+struct MemorySegment {
+  uint64_t addr = 0;
+  int64_t bytes = 0;
+  uint64_t stream = 0;
+  bool large = true;
+  std::vector<SegmentBlock> blocks;
+};
+
+// A symbolised C++ frame (where the allocation history records stacks: Recorder::record_cpp_stacks).
+struct CodeFrame {
+  std::string function, file;
+  int64_t line = 0;
 };
 
 struct Timeline {
   std::vector<TimelinePoint> points;
   std::vector<PhaseMark> phases;
   TraceClock::time_point origin{};  // t = 0 of points and phases
-  // The CPU recorder only (empty on CUDA, whose allocator keeps its own history): every block alive at the
-  // start as an allocation at t = 0, then every allocation and free in order, uncoalesced; and the blocks
-  // alive at the stop. Host bytes (host_memory.h) are not the device's and are left out.
+  // The allocator's actions, in order: every block alive at the start as an "alloc" at t = 0, then what
+  // happened, uncoalesced; and its segments at the stop. The CPU allocator caches nothing: it records
+  // "alloc" and "free_completed" only, and each block is its own segment (blocks_are_segments: memory_viz.h
+  // adds the segment actions). CUDA records its caching allocator's every action. Host bytes (host_memory.h)
+  // are not the device's and are left out.
   std::vector<AllocationEvent> events;
-  std::vector<AllocationEvent> live_at_stop;
+  size_t alive_at_start = 0;  // how many of the events are the blocks alive at the start
+  std::vector<MemorySegment> segments_at_stop;
+  bool blocks_are_segments = false;
+  std::vector<std::vector<CodeFrame>> cpp_stacks;  // innermost frame first
 };
 
 class Recorder {
@@ -74,6 +116,9 @@ class Recorder {
   // `min_interval_ms` keep only the last, except that the point at the peak is always kept.
   virtual void start_timeline(double min_interval_ms) = 0;
   virtual Timeline stop_timeline() = 0;
+  // Whether the next timelines' allocations carry their C++ stacks (Timeline::cpp_stacks): each allocation
+  // then unwinds its stack, which slows the step, and stop_timeline() symbolises them.
+  virtual void record_cpp_stacks(bool on) = 0;
 
   // What only a device allocator with a cache has (the CPU recorder: nothing, no-op, false).
   // True where freed blocks stay reserved in a cache: a step that follows release_cached() pays for
@@ -88,13 +133,12 @@ class Recorder {
   // depend on the cells before) and before the measured step (so a budget, which a caching allocator checks
   // only when it reserves a new segment, sees every byte the step needs).
   virtual void release_cached() {}
-  // True where the recorder writes the allocator's state as the pickle that https://pytorch.org/memory_viz
-  // opens: where set_oom_snapshot_path() says when an allocation fails ("": nowhere), and by write_snapshot()
-  // now. While a timeline records, the allocator keeps the history that the pickle's "Active Memory Timeline"
-  // shows; stop_timeline() ends it on every path, so no later cell's pickle holds this one's history.
+  // True where the recorder writes the allocator's own state as the pickle that
+  // https://pytorch.org/memory_viz opens, where set_oom_snapshot_path() says ("": nowhere), when an
+  // allocation fails. (A timeline's pickle, with bpbench's phases, is written from Timeline::events for every
+  // device: memory_viz.h.)
   virtual bool writes_snapshots() const { return false; }
   virtual void set_oom_snapshot_path(const std::string& /*path*/) {}
-  virtual bool write_snapshot(const std::string& /*path*/) { return false; }
 };
 
 // The recorder of a scenario's device ("cpu": the tracking CPU allocator, memory.h; "cuda": c10's CUDA

@@ -142,8 +142,8 @@ json timeline_plot_data(const Analysis& a, const TimelineChoice& t) {
 }
 
 namespace {
-// Every cell's memory snapshot (memory.snapshot_file: the CPU recorder's, profiles/memory_viz.h, or CUDA's
-// allocator history), linked, and how to open it in PyTorch's viewer.
+// Every cell's memory snapshot (memory.snapshot_file: profiles/memory_viz.h, or the CUDA allocator's own of
+// an OOM), linked, and how to open it in PyTorch's viewer.
 std::string section_snapshots(const Analysis& a) {
   std::vector<std::string> links;
   for (const auto& c : a.cells) {

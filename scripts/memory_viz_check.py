@@ -1,6 +1,6 @@
 """memory_viz_check.py: a results folder's memory snapshots (memory.snapshot_file:
-DIR/timelines/NAME.memory_viz.pickle, written by CPU cells with measure.timeline) opened with PyTorch's own
-viewer code, torch.cuda._memory_viz, and checked against what bpbench measured.
+DIR/timelines/NAME.memory_viz.pickle, written by every cell with measure.timeline, CPU or CUDA) opened with
+PyTorch's own viewer code, torch.cuda._memory_viz, and checked against what bpbench measured.
 
 Usage: python scripts/memory_viz_check.py RESULTS_DIR [--html]
 
@@ -8,7 +8,9 @@ Per cell with a snapshot: the pickle loads; trace_plot and segment_plot render i
 it as NAME.trace.html and NAME.segments.html: open them in a browser, or drop the pickle on
 https://pytorch.org/memory_viz); the snapshot the HTML carries decodes to the same trace; the peak the trace
 implies (the running sum of "alloc" minus "free_completed") equals the cell's memory.peak_bytes to the byte;
-and every "layer i backward" and "head chunk j" phase of the cell's timeline names some allocation's frames.
+every "layer i backward" and "head chunk j" phase of the cell's timeline names some allocation's frames;
+and, where the scenario asked for measure.cpp_stacks, every allocation of the step has a C++ stack through
+bpbench's Strategy::step after its phases.
 Exit 0 when every check holds, else 1 with one line per failure (2: no snapshot at all).
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 NAMED_PHASES = re.compile(r"^(layer \d+ backward|head chunk \d+)$")
+ALIVE_BEFORE = {"filename": "bpbench", "line": 0, "name": "alive before the step"}
 
 
 def trace_peak(snapshot: dict[str, Any]) -> int:
@@ -45,7 +48,14 @@ def snapshot_in_html(html: str) -> dict[str, Any]:
     return data
 
 
-def check_cell(results_dir: Path, cell: dict[str, Any], write_html: bool) -> list[str]:
+def missing_stacks(traces: list[dict[str, Any]]) -> int:
+    """The step's allocations whose frames hold no C++ stack through bpbench's Strategy::step."""
+    step = [e for e in traces if e["action"] == "alloc" and e["frames"][:1] != [ALIVE_BEFORE]]
+    code_frames = ([f["name"] for f in e["frames"] if f["filename"] != "bpbench"] for e in step)
+    return sum(not any("bpbench::Strategy::step" in name for name in names) for names in code_frames)
+
+
+def check_cell(results_dir: Path, cell: dict[str, Any], write_html: bool, cpp_stacks: bool) -> list[str]:
     memory = cell.get("memory") or {}
     name = memory["snapshot_file"]
     path = results_dir / name
@@ -76,6 +86,8 @@ def check_cell(results_dir: Path, cell: dict[str, Any], write_html: bool) -> lis
     missing = sorted(wanted - named)
     if missing:
         problems.append(f"{name}: no allocation's frames name the phases {', '.join(missing)}")
+    if cpp_stacks and (count := missing_stacks(traces)):
+        problems.append(f"{name}: {count} of the step's allocations have no C++ stack through Strategy::step")
     return problems
 
 
@@ -84,17 +96,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("results_dir", type=Path)
     parser.add_argument("--html", action="store_true", help="write NAME.trace.html and NAME.segments.html")
     args = parser.parse_args(argv)
-    cells = json.loads((args.results_dir / "results.json").read_text())["cells"]
+    results = json.loads((args.results_dir / "results.json").read_text())
+    cells = results["cells"]
+    cpp_stacks = bool(results["meta"].get("scenario", {}).get("measure", {}).get("cpp_stacks"))
     with_snapshots = [c for c in cells if (c.get("memory") or {}).get("snapshot_file")]
     if not with_snapshots:
-        print(f"{args.results_dir}: no cell has a memory snapshot (a CPU cell with measure.timeline has one)")
+        print(f"{args.results_dir}: no cell has a memory snapshot (a cell with measure.timeline has one)")
         return 2
-    problems = [p for c in with_snapshots for p in check_cell(args.results_dir, c, args.html)]
+    problems = [p for c in with_snapshots for p in check_cell(args.results_dir, c, args.html, cpp_stacks)]
     for p in problems:
         print(p)
     if not problems:
         print(f"{args.results_dir}: {len(with_snapshots)} snapshots open in torch.cuda._memory_viz, "
-              "each trace's peak equal to its cell's peak_bytes")
+              "each trace's peak equal to its cell's peak_bytes"
+              + (", every allocation with its C++ stack" if cpp_stacks else ""))
     return 1 if problems else 0
 
 

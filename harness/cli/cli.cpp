@@ -98,7 +98,7 @@ Scenario file (see scenarios/quickstart.json):
    "grid": {KEY: value or [values], ...},
    "measure": {"memory": true, "budget_bytes": N, "time": {"warmup": 1, "repeat": 3} | false,
                "grad_error": {"reference": "float64", "reference_device": "cell"|"cpu"} | false,
-               "timeline": false, "device_activity": false,
+               "timeline": false, "device_activity": false, "cpp_stacks": false,
                "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N, "host_budget_bytes": N},
                "train": {"steps": N, "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01,
                          "warmup_steps": 0, "schedule": "cosine"|"constant", "min_lr_ratio": 0,
@@ -121,6 +121,8 @@ rope: replaces every model's RoPE (transformers' rope_parameters form; types def
   llama3; rope_theta stays the model's unless given). Each cell records the RoPE it used.
 timeline: DIR/timelines/cell-NNN.json, .trace.json (Chrome trace: Perfetto, chrome://tracing) and
   .memory_viz.pickle (PyTorch's memory viewer: https://pytorch.org/memory_viz).
+cpp_stacks: with timeline, each allocation's C++ stack in the .memory_viz.pickle, after bpbench's phases
+  (every allocation of the traced step unwinds its stack: slower, never timed).
 device_activity: CUDA, with timeline: CUPTI's kernels, memcpys and memsets of the traced step in the
   .trace.json, one track per stream (that step runs once more and is left out of the time statistics).
 grad_error: each cell's gradients against plain BP on a float64 copy of its weights, on the cell's device or,

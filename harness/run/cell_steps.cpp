@@ -36,8 +36,10 @@ std::map<std::string, int64_t> category_map(const profiles::CategoryBytes& bytes
 // Stops a timeline on every exit path, so an OOM inside the step cannot leave one recording.
 class TimelineGuard {
  public:
-  TimelineGuard(profiles::Recorder& recorder, bool on) : recorder_(recorder), on_(on) {
-    if (on_) recorder_.start_timeline(0.0);
+  TimelineGuard(profiles::Recorder& recorder, bool on, bool cpp_stacks) : recorder_(recorder), on_(on) {
+    if (!on_) return;
+    recorder_.record_cpp_stacks(cpp_stacks);
+    recorder_.start_timeline(0.0);
   }
   ~TimelineGuard() {
     if (on_) recorder_.stop_timeline();
@@ -54,9 +56,6 @@ class TimelineGuard {
   bool on_;
 };
 
-// Where the allocator's state goes (CUDA: recorder.writes_snapshots()), DIR/NAME.memory_viz.pickle: written
-// when an allocation fails, and after the step when a timeline was asked for. Unset again when the cell ends,
-// however it ends.
 // The name of this process's timeline files: the job's, and for a rank of a distributed cell (each rank
 // records its own) "-rank<r>" after it, so that the ranks never write one file.
 std::string own_timeline_name(const CellJob& job) {
@@ -65,6 +64,9 @@ std::string own_timeline_name(const CellJob& job) {
   return fmt::format("{}-rank{}", job.timeline_name, rank);
 }
 
+// Where the allocator writes its own state when an allocation fails (CUDA: recorder.writes_snapshots()),
+// DIR/NAME.memory_viz.pickle; a timeline's pickle (write_timeline) replaces it. Unset again when the cell
+// ends, however it ends.
 class SnapshotGuard {
  public:
   SnapshotGuard(profiles::Recorder& recorder, const CellJob& job) : recorder_(recorder) {
@@ -83,9 +85,6 @@ class SnapshotGuard {
   // The step ran out of memory: name the snapshot the allocator's hook wrote, if it did.
   void after_oom(MemoryResult& mem) const {
     if (!path_.empty() && std::filesystem::exists(path_)) mem.snapshot_file = name_;
-  }
-  void write_now(MemoryResult& mem) {
-    if (!path_.empty() && recorder_.write_snapshot(path_)) mem.snapshot_file = name_;
   }
 
  private:
@@ -146,8 +145,9 @@ void write_timeline(const CellJob& job, const profiles::Timeline& timeline, Memo
   write_json_atomically(dir / (name + ".trace.json"), profiles::chrome_trace(timeline, label, device));
   mem.timeline_file = name + ".json";
   mem.trace_file = name + ".trace.json";
-  // The CPU recorder's allocations as PyTorch's memory snapshot (CUDA writes its allocator's own).
-  if (!timeline.events.empty() && mem.snapshot_file.empty()) {
+  // The allocator's events as PyTorch's memory snapshot, with bpbench's phases as frames (memory_viz.h); it
+  // replaces the allocator's own pickle of an OOM (the same file), which has no trace.
+  if (!timeline.events.empty()) {
     const std::string pickle = name + ".memory_viz.pickle";
     write_file_atomically(dir / pickle, profiles::memory_viz_pickle(timeline));
     mem.snapshot_file = pickle;
@@ -255,7 +255,7 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
   if (!flops) counter.emplace();
   MeasuredRegion region(rec, m.budget_bytes, offloads, mem);
   SnapshotGuard snapshot(rec, job);
-  TimelineGuard timeline(rec, m.timeline);
+  TimelineGuard timeline(rec, m.timeline, m.cpp_stacks);
   DeviceActivityGuard device_activity(trace_device);
   const auto write_step_timeline = [&] {
     const profiles::Timeline tl = timeline.stop();
@@ -273,10 +273,7 @@ double memory_step(const CellStep& s, const CellJob& job, profiles::Recorder& re
     throw;
   }
   region.end();
-  if (m.timeline) {
-    snapshot.write_now(mem);  // while the allocator's history is on: stopping the timeline ends it
-    write_step_timeline();
-  }
+  if (m.timeline) write_step_timeline();
   if (counter) flops = counter->counts();
   return loss.item<double>();
 }

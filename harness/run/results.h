@@ -46,7 +46,7 @@ struct MemoryResult {
   std::string timeline_file, trace_file;            // relative to results.json; empty: none recorded
   std::optional<int64_t> reserved_peak_bytes;       // CUDA: the caching allocator's reserved peak
   std::optional<int64_t> alloc_retries;  // CUDA: the allocator's num_alloc_retries during the measured step
-  std::string snapshot_file;  // memory_viz pickle (CPU: memory_viz.h; CUDA: also of an OOM); relative
+  std::string snapshot_file;  // memory_viz pickle (memory_viz.h; CUDA: or the allocator's own of an OOM)
   // With measure.device_activity: {"kernels", "memcpys", "memsets"} counted into trace_file and the records
   // the trace lacks, {"dropped" (by CUPTI, no buffer space), "incomplete" (no end time)}; or {"error"}.
   nlohmann::json device_activity;

@@ -132,6 +132,8 @@ const std::vector<KeyDef>& measure_table() {
       {"timeline", [](MeasureSpec& m, const json& v) { m.timeline = read_bool(v, "measure.timeline"); }},
       {"device_activity",
        [](MeasureSpec& m, const json& v) { m.device_activity = read_bool(v, "measure.device_activity"); }},
+      {"cpp_stacks",
+       [](MeasureSpec& m, const json& v) { m.cpp_stacks = read_bool(v, "measure.cpp_stacks"); }},
       {"max_seq_len", [](MeasureSpec& m, const json& v) { m.max_seq_len = parse_max_seq_len(v); }},
       {"train", [](MeasureSpec& m, const json& v) { m.train = TrainSpec::from_json(v); }},
   };
@@ -254,6 +256,7 @@ json MeasureSpec::to_json() const {
                                                         {"reference_device", grad_error_reference_device}};
   j["timeline"] = timeline;
   j["device_activity"] = device_activity;
+  j["cpp_stacks"] = cpp_stacks;
   if (max_seq_len)
     j["max_seq_len"] = {
         {"budget_bytes", max_seq_len->budget_bytes ? json(*max_seq_len->budget_bytes) : json(nullptr)},
@@ -279,7 +282,7 @@ MeasureSpec MeasureSpec::from_json(const json& j) {
     it->parse(m, item.value());
   }
   if (m.train) {  // one step's measures do not apply to a run of many
-    for (const char* key : {"time", "grad_error", "max_seq_len", "timeline", "device_activity"})
+    for (const char* key : {"time", "grad_error", "max_seq_len", "timeline", "device_activity", "cpp_stacks"})
       if (j.contains(key) && !(j.at(key).is_boolean() && !j.at(key).get<bool>()) && !j.at(key).is_null())
         input_error(fmt::format("measure.{}: not with measure.train (a training run times every step and "
                                 "measures no single-step gradient error, length or timeline)",
@@ -334,6 +337,9 @@ Scenario parse_scenario(const json& j) {
   if (s.settings.measure.device_activity && !(s.settings.measure.timeline && s.settings.device == "cuda"))
     input_error("measure.device_activity: CUPTI traces a CUDA step into its timeline's Chrome trace",
                 "device cuda with measure.timeline true, or device_activity false");
+  if (s.settings.measure.cpp_stacks && !s.settings.measure.timeline)
+    input_error("measure.cpp_stacks: the stacks go into the memory_viz pickle of the timeline's step",
+                "measure.timeline true, or cpp_stacks false");
   if (!s.settings.data_path.empty()) {
     std::vector<std::string> readers;  // the objectives a file of token sequences can feed
     for (const auto& name : objective_names())

@@ -56,6 +56,9 @@ struct MeasureSpec {
   // CUDA, with timeline: CUPTI's kernels, memcpys and memsets of that step in its Chrome trace. That step is
   // then run once more than the timed repeats and left out of the time statistics (CUPTI slows it).
   bool device_activity = false;
+  // With timeline: every allocation of that step carries its C++ stack in the memory_viz pickle (its
+  // frames after bpbench's phases). Unwinding at every allocation slows that step; its time is not reported.
+  bool cpp_stacks = false;
   // A max-sequence-length search instead of fixed lengths: the grid has no seq_len, and each cell finds the
   // largest T (a multiple of granularity, at most upper) whose forward + backward fits budget_bytes.
   struct MaxSeqLen {

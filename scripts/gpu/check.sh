@@ -12,9 +12,10 @@
 #   device_tests  tests/device/, one case at a time, each with its own timeout; results by name
 #   the checks    true numbers, cheapest-first within what matters most (scenarios/gpu_check/):
 #                 qwen3_8b (every strategy at 8k and 32k: peak, reserved, estimate, time, MFU), llama_rows (the
-#                 paper's Llama-3.1-8B rows), snapshot (a memory_viz pickle opened by torch.cuda._memory_viz),
-#                 peers (transformers' checkpointing and the official StreamBP at 8k), streambp_maxlen (a probe
-#                 at the estimate's longest Qwen3-8B length and one a step above)
+#                 paper's Llama-3.1-8B rows), snapshot (a memory_viz pickle opened by torch.cuda._memory_viz,
+#                 its peak and phases checked), peers (transformers' checkpointing and the official StreamBP at
+#                 8k), streambp_maxlen (a probe at the estimate's longest Qwen3-8B length and one a step
+#                 above)
 #   pack          OUT/check.log, OUT/check-pack.tar.gz (every results.json, report, stage log, status.tsv),
 #                 and at most 6 more files of large outputs (OUT/check-large-N.tar.gz), 60 MiB in all
 # A stage that would not fit in the time left (its expected seconds, CHECK_EXPECTED_S) is not started and the

@@ -182,11 +182,12 @@ run_check_scenario() {  # NAME SCENARIO_FILE
 stage_qwen3_8b() { maybe_hang qwen3_8b; run_check_scenario qwen3_8b "$CHECK_SCENARIOS/qwen3_8b.json"; }
 stage_llama_rows() { maybe_hang llama_rows; run_check_scenario llama_rows "$CHECK_SCENARIOS/llama_rows.json"; }
 
-# The snapshot's pickle opened by PyTorch's own viewer code, rendered to HTML beside it.
+# The snapshot's pickle opened by PyTorch's own viewer code and rendered to HTML beside it; its trace's peak
+# against the cell's peak_bytes, its frames against the cell's phases (scripts/memory_viz_check.py).
 stage_snapshot() {
   maybe_hang snapshot
   run_check_scenario snapshot "$CHECK_SCENARIOS/snapshot.json" || return 1
-  "$PYTHON" "$check_root/scripts/gpu/open_snapshots.py" "$CHECK_WORK/runs/snapshot"
+  "$PYTHON" "$check_root/scripts/memory_viz_check.py" "$CHECK_WORK/runs/snapshot" --html
 }
 
 # The peers at one length beside bpbench's cells of qwen3_8b: transformers' checkpointing and the official

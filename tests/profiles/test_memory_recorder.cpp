@@ -396,25 +396,35 @@ TEST_F(MemoryRecorderTest, TimelinePointsAndNestedPhases) {
 
   // The events (memory_viz.h's input): every block alive at the start as an allocation at t = 0, then the
   // step's two allocations and two frees, exact and uncoalesced; their running sum is live bytes throughout.
+  // Each block alive at the stop is a segment of its own, and no stacks were asked for.
+  using profiles::AllocatorAction;
   int64_t running = 0, before = 0;
-  size_t at_start = 0;
-  for (const auto& e : tl.events) {
-    running += e.alloc ? e.bytes : -e.bytes;
-    if (e.t_ms == 0.0 && e.alloc && at_start == static_cast<size_t>(&e - tl.events.data())) {
-      ++at_start;
-      before += e.bytes;
-    }
+  for (const auto& e : tl.events) running += e.action == AllocatorAction::alloc ? e.bytes : -e.bytes;
+  for (size_t i = 0; i < tl.alive_at_start; ++i) {
+    EXPECT_EQ(tl.events[i].t_ms, 0.0);
+    EXPECT_EQ(tl.events[i].action, AllocatorAction::alloc);
+    before += tl.events[i].bytes;
   }
   EXPECT_EQ(before, live0);
-  ASSERT_EQ(tl.events.size(), at_start + 4);
-  const auto* step = tl.events.data() + at_start;
-  EXPECT_TRUE(step[0].alloc && step[0].bytes == 1000 && step[0].category == Category::activations);
-  EXPECT_TRUE(step[1].alloc && step[1].bytes == 2000);
-  EXPECT_TRUE(!step[2].alloc && step[2].addr == step[0].addr && step[2].bytes == 1000);
-  EXPECT_TRUE(!step[3].alloc && step[3].addr == step[1].addr && step[3].bytes == 2000);
+  ASSERT_EQ(tl.events.size(), tl.alive_at_start + 4);
+  const auto* step = tl.events.data() + tl.alive_at_start;
+  EXPECT_TRUE(step[0].action == AllocatorAction::alloc && step[0].bytes == 1000 &&
+              step[0].category == Category::activations);
+  EXPECT_TRUE(step[1].action == AllocatorAction::alloc && step[1].bytes == 2000);
+  EXPECT_TRUE(step[2].action == AllocatorAction::free_completed && step[2].addr == step[0].addr &&
+              step[2].bytes == 1000 && step[2].category == Category::activations);
+  EXPECT_TRUE(step[3].action == AllocatorAction::free_completed && step[3].addr == step[1].addr &&
+              step[3].bytes == 2000);
+  for (const auto& e : tl.events) EXPECT_EQ(e.cpp_stack, -1);
+  EXPECT_TRUE(tl.cpp_stacks.empty());
   EXPECT_EQ(running, live0);
+  EXPECT_TRUE(tl.blocks_are_segments);
   int64_t at_stop = 0;
-  for (const auto& b : tl.live_at_stop) at_stop += b.bytes;
+  for (const auto& s : tl.segments_at_stop) {
+    ASSERT_EQ(s.blocks.size(), 1u);
+    EXPECT_EQ(s.blocks[0].bytes, s.bytes);
+    at_stop += s.bytes;
+  }
   EXPECT_EQ(at_stop, live0);
 
   // stop_timeline cleared the state: a second stop returns nothing.

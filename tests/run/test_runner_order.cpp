@@ -3,10 +3,9 @@
 // only CUDA's caching allocator has (a cache, snapshots). On a GPU the same calls reach c10's allocator:
 // the cache emptied as the cell starts and again before the measured step (so the budget, which a caching
 // allocator checks only when it reserves a segment, sees every byte), peaks reset after that, and the
-// allocation history behind a snapshot ended on every path, an out-of-memory one included.
+// allocation history behind C++ stacks ended on every path, an out-of-memory one included.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -47,16 +46,15 @@ class LoggingRecorder final : public profiles::Recorder {
     log.push_back("stop_timeline");
     return cpu_.stop_timeline();
   }
+  void record_cpp_stacks(bool on) override {
+    log.push_back(on ? "cpp_stacks on" : "cpp_stacks off");
+    cpu_.record_cpp_stacks(on);
+  }
   bool caches_blocks() const override { return true; }
   void release_cached() override { log.push_back("release_cached"); }
   bool writes_snapshots() const override { return true; }
   void set_oom_snapshot_path(const std::string& path) override {
     log.push_back(path.empty() ? "oom_snapshot off" : "oom_snapshot on");
-  }
-  bool write_snapshot(const std::string& path) override {
-    log.push_back("write_snapshot");
-    std::ofstream(path) << "a pickle";
-    return true;
   }
 
  private:
@@ -83,7 +81,7 @@ class RunnerOrder : public ::testing::Test {
   testing::TempDir tmp_;
 };
 
-TEST_F(RunnerOrder, CacheEmptiedAtCellStartAndBeforeTheBudgetPeaksResetAfterHistoryEndsAfterTheSnapshot) {
+TEST_F(RunnerOrder, CacheEmptiedAtCellStartAndBeforeTheBudgetPeaksResetAfterTheTimelineWritesTheSnapshot) {
   MemoryRecorder::instance();
   LoggingRecorder rec;
   profiles::RecorderOverride use(job(0).settings.device, rec);
@@ -94,7 +92,7 @@ TEST_F(RunnerOrder, CacheEmptiedAtCellStartAndBeforeTheBudgetPeaksResetAfterHist
       "release_cached", "reset_peak",  // the cell starts from an empty cache
       // the measured step, after the warm-up:
       "release_cached", "reset_peak", "live_bytes", "set_budget " + std::to_string(budget), "oom_snapshot on",
-      "start_timeline", "write_snapshot", "stop_timeline", "oom_snapshot off", "set_budget none"};
+      "cpp_stacks off", "start_timeline", "stop_timeline", "oom_snapshot off", "set_budget none"};
   EXPECT_EQ(rec.log, expected);
   // The memory step started from an emptied cache: it is not among the timed runs, which are `repeat`.
   ASSERT_TRUE(r.time.has_value());
@@ -114,7 +112,8 @@ TEST_F(RunnerOrder, AnOutOfMemoryStepStillEndsHistoryLiftsTheBudgetAndEmptiesThe
       "release_cached",   "reset_peak",
       "release_cached",   "reset_peak",
       "live_bytes",       "set_budget " + std::to_string(budget),
-      "oom_snapshot on",  "start_timeline",
+      "oom_snapshot on",  "cpp_stacks off",
+      "start_timeline",
       "stop_timeline",  // on the way out of the failed step: no later cell inherits the history
       "oom_snapshot off", "set_budget none",
       "release_cached"};  // the failed step's blocks go back before anything else runs

@@ -179,6 +179,14 @@ TEST(Scenario, DeviceActivityOnACudaTimeline) {
   EXPECT_FALSE(parse(scenario_text("")).settings.measure.device_activity);            // off by default
 }
 
+TEST(Scenario, CppStacksOnATimeline) {
+  const auto s = parse(R"({"grid": {"model": "tiny", "impl": "plain", "seq_len": 32},
+                           "measure": {"timeline": true, "cpp_stacks": true}})");
+  EXPECT_TRUE(s.settings.measure.cpp_stacks);
+  EXPECT_TRUE(MeasureSpec::from_json(s.settings.measure.to_json()).cpp_stacks);  // travels to a child
+  EXPECT_FALSE(parse(scenario_text("")).settings.measure.cpp_stacks);            // off by default
+}
+
 TEST(Scenario, RmsNormKernelChoice) {
   EXPECT_EQ(parse(scenario_text("", R"("rms_norm": "hf", )")).settings.rms_norm, "hf");
   EXPECT_EQ(parse(scenario_text("")).settings.rms_norm, "");  // the device's default
@@ -239,6 +247,11 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
                      {"measure.device_activity", "device cuda with measure.timeline true"});
   expect_input_error(scenario_text("", R"("device": "cuda", "measure": {"device_activity": true}, )"),
                      {"measure.device_activity", "device cuda with measure.timeline true"});
+  // The stacks go into the timeline's memory_viz pickle: without a timeline there is none.
+  expect_input_error(scenario_text("", R"("measure": {"cpp_stacks": true}, )"),
+                     {"measure.cpp_stacks", "measure.timeline true"});
+  expect_input_error(scenario_text("", R"("measure": {"timeline": true, "cpp_stacks": 1}, )"),
+                     {"measure.cpp_stacks", "true, false"});
   expect_input_error(scenario_text("", R"("threads": 0, )"), {"threads", ">= 1"});
   expect_input_error(scenario_text("", R"("measure": {"grad_error": {"reference": "float32"}}, )"),
                      {"float32", "float64"});
