@@ -9,8 +9,8 @@ it as NAME.trace.html and NAME.segments.html: open them in a browser, or drop th
 https://pytorch.org/memory_viz); the snapshot the HTML carries decodes to the same trace; the peak the trace
 implies (the running sum of "alloc" minus "free_completed") equals the cell's memory.peak_bytes to the byte;
 every "layer i backward" and "head chunk j" phase of the cell's timeline names some allocation's frames;
-and, where the scenario asked for measure.cpp_stacks, every allocation of the step has a C++ stack through
-bpbench's Strategy::step after its phases.
+and, where the scenario asked for measure.cpp_stacks, every allocation of the step has a C++ stack after its
+phases, through bpbench's Strategy::step (or, on an intra-op worker thread, from that thread's start).
 Exit 0 when every check holds, else 1 with one line per failure (2: no snapshot at all).
 """
 
@@ -49,10 +49,12 @@ def snapshot_in_html(html: str) -> dict[str, Any]:
 
 
 def missing_stacks(traces: list[dict[str, Any]]) -> int:
-    """The step's allocations whose frames hold no C++ stack through bpbench's Strategy::step."""
+    """The step's allocations whose frames hold no C++ stack through bpbench's Strategy::step, or, made on an
+    intra-op worker thread (OpenMP's scratch buffers), up from that thread's start."""
     step = [e for e in traces if e["action"] == "alloc" and e["frames"][:1] != [ALIVE_BEFORE]]
     code_frames = ([f["name"] for f in e["frames"] if f["filename"] != "bpbench"] for e in step)
-    return sum(not any("bpbench::Strategy::step" in name for name in names) for names in code_frames)
+    return sum(not any("bpbench::Strategy::step" in name or name == "start_thread" for name in names)
+               for names in code_frames)
 
 
 def check_cell(results_dir: Path, cell: dict[str, Any], write_html: bool, cpp_stacks: bool) -> list[str]:
