@@ -220,7 +220,18 @@ class TrackingAllocator final : public c10::Allocator {
       if (s.timeline_stacks.load(std::memory_order_relaxed)) stack = CppStacks::gather();  // before the lock
       lk = std::unique_lock<std::mutex>(s.tl_mu);
     }
-    const int64_t now_live = s.reserve(bytes, c);  // throws OutOfMemoryError on a budget overrun
+    int64_t now_live = 0;
+    try {
+      now_live = s.reserve(bytes, c);  // throws OutOfMemoryError on a budget overrun
+    } catch (const c10::OutOfMemoryError&) {
+      // The timeline's "oom" event, as the CUDA allocator's: what was asked, where, and what the budget had
+      // left.
+      if (lk.owns_lock() && s.timeline_active.load(std::memory_order_relaxed))
+        s.events.push_back({s.timeline.now_ms(),
+                            static_cast<uint64_t>(std::max<int64_t>(0, s.budget.load() - s.live.load())),
+                            bytes, AllocatorAction::oom, c, /*stream=*/0, s.stacks.add(std::move(stack))});
+      throw;
+    }
     void* data = nullptr;
     c10::Device device = c10::Device(c10::DeviceType::CPU);
     try {

@@ -220,6 +220,22 @@ TEST_F(MemoryRecorderTest, PeakByCategoryIsTheBreakdownAtThePeak) {
   EXPECT_EQ(sum(rec().peak_by_category()), rec().peak_bytes());
 }
 
+// In a timeline the overrun is an "oom" event (memory_viz.h), as the CUDA allocator records one: the bytes
+// asked for, and what the budget had left where an address would be.
+TEST_F(MemoryRecorderTest, BudgetOverrunInATimelineIsAnOomEvent) {
+  const int64_t live0 = rec().live_bytes();
+  rec().set_budget(live0 + 1000);
+  rec().start_timeline(0.0);
+  EXPECT_THROW(bytes(4000), c10::OutOfMemoryError);
+  const Timeline tl = rec().stop_timeline();
+  rec().set_budget(std::nullopt);
+  ASSERT_EQ(tl.events.size(), tl.alive_at_start + 1);
+  const auto& oom = tl.events.back();
+  EXPECT_EQ(oom.action, profiles::AllocatorAction::oom);
+  EXPECT_EQ(oom.bytes, 4000);
+  EXPECT_EQ(oom.addr, 1000u);
+}
+
 TEST_F(MemoryRecorderTest, BudgetOverrunThrowsOutOfMemoryAndChangesNothing) {
   rec().reset_peak();
   const int64_t live0 = rec().live_bytes();
