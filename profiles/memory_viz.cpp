@@ -190,8 +190,6 @@ void trace_entry(Pickler& p, FrameWriter& frames, AllocatorAction action, const 
   p.unsigned_integer(e.stream);
   p.key("time_us");
   p.integer(time_us);
-  p.key("category");
-  p.str(category_name(e.category));
   p.key("frames");
   frames.frames(f);
   p.end_dict();
@@ -278,10 +276,10 @@ std::string memory_viz_pickle(const Timeline& timeline) {
   p.begin_list();
   {
     OpenPhases phases(timeline.phases);
-    int64_t last_us = 0;
+    int64_t last_us = timeline.origin_unix_us;
     for (size_t i = 0; i < timeline.events.size(); ++i) {
       const AllocationEvent& e = timeline.events[i];
-      const auto us = std::max(last_us, static_cast<int64_t>(e.t_ms * 1000.0));
+      const auto us = std::max(last_us, timeline.origin_unix_us + static_cast<int64_t>(e.t_ms * 1000.0));
       last_us = us;
       FrameRef f = before;
       if (i >= timeline.alive_at_start) {

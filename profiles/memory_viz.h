@@ -4,11 +4,11 @@
 // CUDA.
 //
 //   {"device_traces": [[...]], "segments": [...]}
-//   device_traces[0]: each event {"action", "addr", "size", "stream", "time_us", "frames", "category"} (an
-//             "oom" has "device_free" for "addr"); the blocks alive at the start come first, allocated at
-//             time 0. CUDA's events are the caching allocator's own actions. On the CPU (blocks_are_segments:
-//             it caches nothing) an allocation is "segment_alloc" then "alloc", a free "free_requested",
-//             "free_completed" then "segment_free".
+//   device_traces[0]: each event {"action", "addr", "size", "stream", "time_us" (Unix microseconds, as
+//             PyTorch's), "frames"} (an "oom" has "device_free" for "addr"); the blocks alive at the start
+//             come first, allocated at the timeline's start. CUDA's events are the caching allocator's own
+//             actions. On the CPU (blocks_are_segments: it caches nothing) an allocation is "segment_alloc"
+//             then "alloc", a free "free_requested", "free_completed" then "segment_free".
 //   segments: the segments when the timeline stopped (CPU: one a live block), {"device": 0, "address",
 //             "total_size", "allocated_size", "active_size", "requested_size", "stream", "segment_type",
 //             "frames": [], "blocks": [{"address", "size", "requested_size", "state", "frames"}]}
@@ -23,6 +23,11 @@
 // viewer's stack of an allocation reads "chunk 3 < layer 5 backward < forward_backward"; then, where the
 // timeline recorded one, the event's C++ stack (cpp_stacks.h), innermost first. A live block's frames are
 // its allocation's.
+//
+// No "category" key, though the viewer can colour by one: pytorch.org/memory_viz's MemoryViz.js (main, read
+// 2026-11-28) throws while loading any trace whose categories do not include "unknown" (annotate_snapshot
+// pushes it onto `snapshot.categores`, a typo), so no view would open. The categories are in the timeline's
+// own files and the report.
 #pragma once
 
 #include <string>

@@ -88,6 +88,7 @@ struct Timeline {
   std::vector<TimelinePoint> points;
   std::vector<PhaseMark> phases;
   TraceClock::time_point origin{};  // t = 0 of points and phases
+  int64_t origin_unix_us = 0;       // that moment on the wall clock (the memory_viz pickle's time_us)
   // The allocator's actions, in order: every block alive at the start as an "alloc" at t = 0, then what
   // happened, uncoalesced; and its segments at the stop. The CPU allocator caches nothing: it records
   // "alloc" and "free_completed" only, and each block is its own segment (blocks_are_segments: memory_viz.h

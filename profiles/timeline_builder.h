@@ -23,6 +23,11 @@ class TimelineBuilder {
   void start(double min_interval_ms, const CategoryBytes& by_category, TraceClock::time_point origin) {
     timeline_ = Timeline{};
     timeline_.origin = origin;
+    // The same moment on the wall clock: the steady clock's distance to `origin` taken off now.
+    const auto unix_now = std::chrono::system_clock::now().time_since_epoch();
+    timeline_.origin_unix_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(unix_now - (TraceClock::now() - origin))
+            .count();
     start_ = origin;
     min_interval_ms_ = min_interval_ms;
     peak_ = 0;

@@ -4,9 +4,12 @@ PyTorch's own viewer code, torch.cuda._memory_viz, and checked against what bpbe
 
 Usage: python scripts/memory_viz_check.py RESULTS_DIR [--html]
 
-Per cell with a snapshot: the pickle loads; trace_plot and segment_plot render it (with --html written beside
-it as NAME.trace.html and NAME.segments.html: open them in a browser, or drop the pickle on
-https://pytorch.org/memory_viz); the snapshot the HTML carries decodes to the same trace; the peak the trace
+Per cell with a snapshot: the pickle loads; trace_plot and segment_plot make its pages (they embed the
+pickle; the page's JavaScript, pytorch.org's MemoryViz.js, draws it in a browser. With --html they are
+written beside it as NAME.trace.html and NAME.segments.html: open them, or drop the pickle on
+https://pytorch.org/memory_viz); the snapshot the HTML carries decodes to the same trace; no trace entry
+carries a "category" unless one is "unknown" (MemoryViz.js then fails to load it: profiles/memory_viz.h);
+the peak the trace
 implies (the running sum of "alloc" minus "free_completed") equals the cell's memory.peak_bytes to the byte;
 every "layer i backward" and "head chunk j" phase of the cell's timeline names some allocation's frames;
 and, where the scenario asked for measure.cpp_stacks, every allocation of the step has a C++ stack after its
@@ -75,6 +78,10 @@ def check_cell(results_dir: Path, cell: dict[str, Any], write_html: bool, cpp_st
     segment_html = _memory_viz.segment_plot(snapshot)
     if len(snapshot_in_html(trace_html)["device_traces"][0]) != len(traces):
         problems.append(f"{name}: the trace_plot page carries another trace than the pickle")
+    categories = {e["category"] for e in traces if "category" in e}
+    if categories and "unknown" not in categories:
+        problems.append(f"{name}: trace entries carry categories without \"unknown\", which "
+                        "pytorch.org/memory_viz fails to load (annotate_snapshot's snapshot.categores)")
     if write_html:
         stem = str(path).removesuffix(".memory_viz.pickle")
         Path(stem + ".trace.html").write_text(trace_html)
