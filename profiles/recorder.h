@@ -58,7 +58,7 @@ struct AllocationEvent {
   uint64_t addr = 0;
   int64_t bytes = 0;
   AllocatorAction action = AllocatorAction::alloc;
-  Category category = Category::other;  // the allocation's, for its free too
+  Category category = Category::other;  // the allocation's, its free's too (not pickled: memory_viz.h)
   uint64_t stream = 0;
   int32_t cpp_stack = -1;  // index into Timeline::cpp_stacks; -1: none recorded
 };
