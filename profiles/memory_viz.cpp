@@ -109,21 +109,20 @@ class OpenPhases {
                      [&](size_t a, size_t b) { return marks_[a].begin_ms < marks_[b].begin_ms; });
   }
   // The stack open at t (t never decreases between calls).
-  const Stack& at(double t) {
+  std::shared_ptr<const Stack> at(double t) {
     const size_t before = open_.size(), opened = next_;
     while (next_ < order_.size() && marks_[order_[next_]].begin_ms <= t) open_.push_back(order_[next_++]);
     open_.erase(std::remove_if(open_.begin(), open_.end(), [&](size_t i) { return marks_[i].end_ms < t; }),
                 open_.end());
-    if (stack_ && next_ == opened && open_.size() == before) return *stack_;
+    if (stack_ && next_ == opened && open_.size() == before) return stack_;
     std::vector<size_t> sorted = open_;
     std::stable_sort(sorted.begin(), sorted.end(),
                      [&](size_t a, size_t b) { return marks_[a].depth > marks_[b].depth; });
     std::vector<std::string> names;
     for (size_t i : sorted) names.push_back(marks_[i].name);
     stack_ = std::make_shared<const Stack>(std::move(names));
-    return *stack_;
+    return stack_;
   }
-  std::shared_ptr<const Stack> current() const { return stack_; }
 
  private:
   const std::vector<PhaseMark>& marks_;
@@ -144,9 +143,14 @@ class FrameWriter {
       : p_(p), cpp_stacks_(cpp_stacks) {}
 
   // A list of frames, written once per distinct (phases, C++ stack) and fetched from the memo after (the
-  // viewer only reads it); each frame too.
+  // viewer only reads it); each frame too. Consecutive entries mostly share their frames: the memo key is
+  // made again only when they change (last_ holds its stack alive, so a pointer names one stack).
   void frames(const FrameRef& f) {
-    const std::string key = f.phases->key + '#' + std::to_string(f.cpp_stack);
+    if (f.phases != last_.phases || f.cpp_stack != last_.cpp_stack) {
+      last_ = f;
+      last_key_ = f.phases->key + '#' + std::to_string(f.cpp_stack);
+    }
+    const std::string& key = last_key_;
     if (p_.fetch(key)) return;
     p_.begin_list();
     for (const auto& name : f.phases->names) frame(name, "bpbench", 0);
@@ -175,6 +179,8 @@ class FrameWriter {
   Pickler& p_;
   const std::vector<std::vector<CodeFrame>>& cpp_stacks_;
   const std::shared_ptr<const Stack> empty_ = std::make_shared<const Stack>(std::vector<std::string>{});
+  FrameRef last_;
+  std::string last_key_;
 };
 
 void trace_entry(Pickler& p, FrameWriter& frames, AllocatorAction action, const AllocationEvent& e,
@@ -281,11 +287,7 @@ std::string memory_viz_pickle(const Timeline& timeline) {
       const AllocationEvent& e = timeline.events[i];
       const auto us = std::max(last_us, timeline.origin_unix_us + static_cast<int64_t>(e.t_ms * 1000.0));
       last_us = us;
-      FrameRef f = before;
-      if (i >= timeline.alive_at_start) {
-        phases.at(e.t_ms);
-        f = {phases.current(), e.cpp_stack};
-      }
+      const FrameRef f = i < timeline.alive_at_start ? before : FrameRef{phases.at(e.t_ms), e.cpp_stack};
       const auto write = [&](AllocatorAction action) { trace_entry(p, frames, action, e, us, f); };
       if (e.action == AllocatorAction::alloc) alloc_frames[e.addr] = f;
       if (e.action == AllocatorAction::free_completed) alloc_frames.erase(e.addr);
