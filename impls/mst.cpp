@@ -133,7 +133,8 @@ std::vector<PhaseEstimate> MiniSequence::memory_phases(const MemoryTerms& D,
     p.add(
         "one mini-sequence's MLP graph (below its output norm) and output: N*c*(mlp_row - output_norm - "
         "kept(d) + d*s)",
-        D.N * c * (D.mlp_row() - D.output_norm() - D.kept(D.d) + D.d * D.s));
+        D.N * c *
+            (D.mlp_row() - D.output_norm() - D.block_input_kept() + D.strided_rows_copy(true) + D.d * D.s));
     p.add(
         mlp_backward_name(
             D, "MLP backward: max(N*c*I*s + d*I*s [+ N*c*d*s: dy rows made contiguous, N > 1], 2 x N*c*I*s)"),

@@ -4,6 +4,8 @@
 // and log-softmax stay alive until backward. The reference every other strategy must match exactly.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "impls/strategy.h"
 #include "profiles/memory.h"
 
@@ -42,18 +44,27 @@ class Plain final : public Strategy {
                                            const Partitioning& partition) const override;
 };
 
+// Of the `below` layers under a phase's layer, those that apply RoPE: exact for the top layer (every other
+// layer is below it); for a lower one (the other attention type's topmost) the NoPE layers are taken to be
+// the highest ones.
+int64_t lower_rope_layers(const MemoryTerms& D, int64_t below) {
+  return std::min(below, D.rope_layers - (D.rope_top ? 1 : 0));
+}
+
 // Its estimate: the whole graph of every layer is alive at the head, and below the layer whose backward runs.
 std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Partitioning&) const {
   const int64_t rows = D.N * D.T;
-  const int64_t layer_graph = rows * D.layer_row() + 2 * D.rope(D.T);
+  // Every layer's graph, each RoPE layer's tables (SmolLM3's NoPE layers keep none).
+  const int64_t all_layers = D.L * rows * D.layer_row() + 2 * D.rope_layers * D.rope_table(D.T);
   // LoRA: the embedding output needs no grad and input_norm is frozen, so layer 0's attn_norm keeps nothing
-  // (its output h is kept by the adapters' A, counted in attn_row).
-  const int64_t frozen_first_norm = D.full ? 0 : rows * (D.kept(D.d) + D.rms(D.d, 1));
+  // (its output h is kept by the adapters' A, counted in attn_row). Without input norms (OLMo) the adapters'
+  // A keep the embedding output itself, counted in block_input_kept.
+  const int64_t frozen_first_norm = D.full || !D.input_norms ? 0 : rows * (D.kept(D.d) + D.rms(D.d, 1));
   std::vector<PhaseEstimate> out;
   {
     PhaseBuilder p("head");
     p.add(fmt::format("autograd graph of {} layers: L*(N*T*layer_row + 4*T*hd*s)", D.L),
-          D.L * layer_graph - frozen_first_norm, true);
+          all_layers - frozen_first_norm, true);
     p.add("final norm input x_L (kept when s == f): N*T*d*s", rows * D.kept(D.d), true);
     add_whole_head(p, D);
     out.push_back(p.done());
@@ -61,7 +72,7 @@ std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Part
   {
     PhaseBuilder p("layer mlp backward");
     p.add("autograd graph of every layer (the top one below its MLP output norm)",
-          D.L * layer_graph - frozen_first_norm - rows * D.output_norm(), true);
+          all_layers - frozen_first_norm - rows * D.output_norm(), true);
     p.add("dy: N*T*d*s", rows * D.d * D.s);
     p.add(mlp_backward_name(D, "MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)"),
           D.mlp_backward(D.T, false));
@@ -71,11 +82,13 @@ std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Part
   for (const auto& layer : D.attention_layers) {
     PhaseBuilder p("layer attention backward");
     p.add(fmt::format("autograd graph of the {} lower layers", layer.index),
-          layer.index * layer_graph - (layer.index > 0 ? frozen_first_norm : 0), true);
+          layer.index * rows * D.layer_row() + 2 * lower_rope_layers(D, layer.index) * D.rope_table(D.T) -
+              (layer.index > 0 ? frozen_first_norm : 0),
+          true);
     p.add(
         "top layer: its input, attention half (below its output norm) and output, K path: N*T*(kept(d) + "
         "attn_row - output_norm + attn_out_row + kv_row)",
-        rows * (D.kept(D.d) + D.attn_row() - D.output_norm() + D.attn_out_row() + D.kv_row_graph()));
+        rows * (D.block_input_kept() + D.attn_row() - D.output_norm() + D.attn_out_row() + D.kv_row_graph()));
     p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
     p.add("top layer rope tables", 2 * D.rope(D.T));
     add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");

@@ -124,8 +124,10 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
     {
       PhaseBuilder p("layer mlp backward");
       layer_base(p, top);
-      p.add("chunk graph below the MLP output norm: N*c*(attn_row + attn_out_row + mlp_row - output_norm)",
-            D.N * r * (D.attn_row() + D.attn_out_row() + D.mlp_row() - D.output_norm()));
+      p.add(
+          "chunk graph below the MLP output norm: N*c*(attn_row + attn_out_row + mlp_row - output_norm)",
+          D.N * r *
+              (D.attn_row() + D.strided_rows_copy(true) + D.attn_out_row() + D.mlp_row() - D.output_norm()));
       p.add("chunk gradient in flight: N*c*d*s", D.N * r * D.d * D.s);
       p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
             D.kv_repeat(MemoryTerms::visible_keys(r, e, top.window)));
@@ -145,7 +147,7 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
       p.add(
           "chunk attention half (below its output norm), output, logsumexp: N*c*(attn_row - output_norm + "
           "attn_out_row)",
-          D.N * r * (D.attn_row() - D.output_norm() + D.attn_out_row()));
+          D.N * r * (D.attn_row() + D.strided_rows_copy(true) - D.output_norm() + D.attn_out_row()));
       p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
       p.add("q rope tables", D.rope(r));
       p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
@@ -160,7 +162,7 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
       layer_base(p, top);
       p.add("chunk dx rows: N*c*d*s", D.N * r * D.d * D.s);
       p.add("K/V path graph, the chunk's rows: N*c*(rms(d) + d*s + kv_row)",
-            D.N * r * (D.rms(D.d, 1) + D.d * D.s + D.kv_row()));
+            D.N * r * (D.input_norm_row() + D.strided_rows_copy(true) + D.kv_row()));
       p.add("k rope tables, the chunk's rows", D.rope(r));
       if (D.acc() != D.s) p.add("dK, dV rows in the model dtype: 2 x N*c*Akv*s", 2 * D.N * r * D.Akv * D.s);
       p.add("its backward: dK, dV through k_norm and RoPE, dh from both projections: N*c*(2*Akv + 2*d)*s",

@@ -174,7 +174,7 @@ bool is_help(const std::string& a) {
 
 void list_models(std::ostream& out) {
   out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE; sliding-window layers; "
-         "experts):\n";
+         "layers without RoPE; experts):\n";
   for (const auto& m : model_presets()) {
     const int64_t n = m.parameter_count();
     std::string sliding;
@@ -183,6 +183,8 @@ void list_models(std::ostream& out) {
           fmt::format("; {} of {} layers slide over {} keys{}", m.sliding_layer_count(), m.layers,
                       m.sliding_window, m.sliding_rope ? ", RoPE " + rope_summary(*m.sliding_rope) : "");
     }
+    if (m.rope_layer_count() < m.layers)
+      sliding += fmt::format("; {} of {} layers without RoPE", m.layers - m.rope_layer_count(), m.layers);
     std::string experts;
     if (m.is_moe()) {
       const int64_t active = m.active_parameter_count();

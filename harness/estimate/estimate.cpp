@@ -280,8 +280,13 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   D.r = in.lora_rank;
   D.full = in.lora_rank == 0;
   D.offload = in.offload;
-  D.gemma_norms = c.unit_offset_norms;
+  D.norms_scaled_before_cast = c.unit_offset_norms || c.norms_scale_before_cast;
   D.sandwich = c.sandwich_norms;
+  D.input_norms = c.block_input_norms;
+  D.qk_rsqrt_q = c.qk_norm_whole ? 1 : c.heads;
+  D.qk_rsqrt_k = c.qk_norm_whole ? 1 : c.kv_heads;
+  D.rope_top = c.has_rope(c.layers - 1);
+  D.rope_layers = c.rope_layer_count();
   // The topmost layer of each attention type: the top layer's, then the other type's topmost if any.
   D.attention_layers.push_back({c.layers - 1, c.window_of(c.layers - 1)});
   for (int64_t i = c.layers - 2; i >= 0; --i)

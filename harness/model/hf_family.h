@@ -35,8 +35,9 @@ void fuse_weight_slots(std::vector<WeightSlot>& slots, const std::string& prefix
                        const std::vector<std::string>& pieces, const std::string& fused);
 
 struct HfFamilyFields {
-  int64_t default_head_dim = 0;  // when config.json has no head_dim; 0: hidden / heads
-  bool default_tied = false;     // transformers' tie_word_embeddings default for the family
+  int64_t default_head_dim = 0;   // when config.json has no head_dim; 0: hidden / heads
+  bool default_tied = false;      // transformers' tie_word_embeddings default for the family
+  double default_rms_eps = 1e-6;  // transformers' rms_norm_eps default for the family (OLMo: 1e-5)
   // Reads what the family adds (its layer types, RoPE, norms and activation) into c, after the shared
   // fields; refuses by name what bpbench does not model.
   void (*read)(const ConfigReader& r, ModelConfig& c) = nullptr;
@@ -63,6 +64,19 @@ struct HfFamilyFields {
 // without the key `absent` (the config class's default; 0: none), as transformers' Mistral and Phi-3 mask it.
 // Refuses "layer_types" (alternating layers belong to other classes).
 void read_window_on_every_layer(const ConfigReader& r, ModelConfig& c, int64_t absent);
+// Alternating sliding and full layers (hf_layer_types.cpp, as Gemma 3 and OLMo 3 state them): "layer_types",
+// one "sliding_attention" or "full_attention" a layer (absent: `absent`, the config class's default), then
+// "sliding_window" (absent: default_window), which must be > 0 where a layer slides.
+void read_sliding_layer_types(const ConfigReader& r, ModelConfig& c, const std::vector<bool>& absent,
+                              int64_t default_window, const char* family);
+// RoPE per layer type into c.rope (full layers) and c.sliding_rope: "rope_parameters" keyed by layer type
+// (default RoPE for a type it leaves out), a legacy "rope_scaling" updating the full layers' entry, and the
+// thetas `full_theta` and `sliding_theta` where an entry states none. Refuses dynamic RoPE (transformers'
+// per-module state) and a "rope_scaling" typed with "type".
+void read_rope_by_layer_type(const ConfigReader& r, ModelConfig& c, double full_theta, double sliding_theta,
+                             int64_t default_max_positions, const char* family);
+// "sliding_window", "layer_types" and "rope_parameters" keyed by layer type, as transformers 5 writes them.
+void write_layer_types_and_rope(const ModelConfig& c, nlohmann::json& j);
 // The fields of a family with Llama's network: "architectures", "model_type", "hidden_act", the RoPE as
 // "rope_parameters", and "sliding_window" (null without one).
 void write_llama_like_fields(const ModelConfig& c, const char* architecture, const char* model_type,

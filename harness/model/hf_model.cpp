@@ -211,7 +211,7 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   // Gemma3TextConfig defaults head_dim to 256, not hidden / heads.
   c.head_dim = r.integer("head_dim", arch.own && arch.own->default_head_dim > 0 ? arch.own->default_head_dim
                                                                                 : c.hidden / c.heads);
-  c.rms_eps = r.number("rms_norm_eps", 1e-6);
+  c.rms_eps = r.number("rms_norm_eps", arch.own ? arch.own->default_rms_eps : 1e-6);
   c.tie_embeddings =
       r.boolean("tie_word_embeddings", /*transformers' default=*/arch.own && arch.own->default_tied);
   c.architecture = arch.name;
@@ -325,18 +325,18 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
   for (int64_t i = 0; i < c.layers; ++i) {
     LayerWeights& w = m.layers[static_cast<size_t>(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
-    slot(p + "input_layernorm.weight", {d}, &w.input_norm);
+    if (c.block_input_norms) slot(p + "input_layernorm.weight", {d}, &w.input_norm);
     linear(p + "self_attn.q_proj", w.q, q_out, d, c.attention_bias);
     linear(p + "self_attn.k_proj", w.k, kv_out, d, c.attention_bias);
     linear(p + "self_attn.v_proj", w.v, kv_out, d, c.attention_bias);
     linear(p + "self_attn.o_proj", w.o, d, q_out, false);
-    if (c.qk_norm) {
-      slot(p + "self_attn.q_norm.weight", {hd}, &w.q_norm);
-      slot(p + "self_attn.k_norm.weight", {hd}, &w.k_norm);
+    if (c.qk_norm) {  // per head, or (OLMo) over the whole projection
+      slot(p + "self_attn.q_norm.weight", {c.qk_norm_whole ? q_out : hd}, &w.q_norm);
+      slot(p + "self_attn.k_norm.weight", {c.qk_norm_whole ? kv_out : hd}, &w.k_norm);
     }
     if (c.sandwich_norms) {  // Gemma 3: a norm before and after each block (Model::named_parameters order)
       slot(p + "post_attention_layernorm.weight", {d}, &w.attn_output_norm);
-      slot(p + "pre_feedforward_layernorm.weight", {d}, &w.mlp_norm);
+      if (c.block_input_norms) slot(p + "pre_feedforward_layernorm.weight", {d}, &w.mlp_norm);
       slot(p + "post_feedforward_layernorm.weight", {d}, &w.mlp_output_norm);
     } else {
       slot(p + "post_attention_layernorm.weight", {d}, &w.mlp_norm);

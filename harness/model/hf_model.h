@@ -1,14 +1,14 @@
 // hf_model.h: load a Hugging Face model directory (config.json + safetensors weights) into a bpbench Model.
 //
-// Supported architectures (the list: hf_families.def): Qwen3ForCausalLM (q/k norm), Qwen2ForCausalLM (bias
-// on q, k, v), LlamaForCausalLM, MistralForCausalLM (a window on every layer: hf_mistral.cpp),
-// Phi3ForCausalLM (fused projections split at load: hf_phi3.cpp) and Gemma3ForCausalLM (gemma3_text:
-// hf_gemma3.cpp); a family's own fields go through hf_family.h. config.json fields read
-// (HF names -> ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers,
-// num_attention_heads, num_key_value_heads (default: heads), head_dim (default: hidden / heads; Gemma 3:
-// 256), rms_norm_eps (default 1e-6, HF's default for all four), tie_word_embeddings (default false; Gemma 3:
-// true), and RoPE in either form, every type transformers defines for these families
-// (harness/model/rope_config.h: rope_parameters, or rope_theta + rope_scaling; max_position_embeddings).
+// Supported architectures: every line of hf_families.def (`bpbench` names them in its "supported:" lists,
+// hf_architecture_names), each family's own fields in its file through hf_family.h (Mistral: hf_mistral.cpp,
+// Phi-3: hf_phi3.cpp, Gemma 3: hf_gemma3.cpp, the mixtures of experts: hf_qwen3_moe.cpp, hf_mixtral.cpp,
+// OLMo 2 and 3: hf_olmo.cpp, SmolLM3: hf_smollm3.cpp). config.json fields every family shares (HF names ->
+// ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads (default: heads), head_dim (default: hidden / heads, or the family's), rms_norm_eps
+// (default 1e-6), tie_word_embeddings (default: the family's), and RoPE in either form, every type
+// transformers defines for these families (harness/model/rope_config.h: rope_parameters, or rope_theta +
+// rope_scaling; max_position_embeddings).
 // Configurations the Model cannot express are refused with the field named rather than loaded wrongly:
 // attention_bias on Qwen3 / Llama (it also biases o_proj), mlp_bias, an activation other than silu, a
 // sliding window on Qwen / Llama (use_sliding_window, layer_types), attention_dropout, an unsupported RoPE
@@ -48,7 +48,7 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
 // `c` as transformers' config.json (transformers 5 form: rope_parameters), so that a peer run in
 // transformers (impls/peers/hf_checkpoint.py) builds the very network bpbench runs. read_hf_config of it
 // gives `c` back (name aside). The architecture is c.architecture where set, else it follows from
-// sandwich_norms (Gemma 3), qk_norm (Qwen3), attention_bias (Qwen2) or none of them (Llama).
+// sandwich_norms with input norms (Gemma 3), qk_norm (Qwen3), attention_bias (Qwen2) or none of them (Llama).
 nlohmann::json hf_config_json(const ModelConfig& c);
 
 // "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, Gemma3ForCausalLM, MistralForCausalLM, ..."

@@ -113,15 +113,21 @@ struct AttentionLayer {
 // The dimensions of one cell and the per-row and per-call terms of the model's operations.
 struct MemoryTerms {
   int64_t N, T, d, I, V, L, Hq, Hkv, hd, Aq, Akv;
-  int64_t s, f;              // element bytes: model dtype, compute dtype
-  int64_t P;                 // CPU threads (the attention kernel's scratch is per thread)
-  bool up;                   // s != f: norms and softmax copy their input to float32
-  bool qk;                   // q/k RMSNorm
-  int64_t r;                 // LoRA rank (0: full fine-tuning)
-  bool full;                 // base weights (norms, LM head, embedding included) are trainable
-  bool offload;              // layer checkpoints in host memory (impls/machinery/offload.h)
-  bool gemma_norms = false;  // Gemma 3's (1 + w) norms: the normalised x is saved in f, not s
-  bool sandwich = false;     // Gemma 3's norms on the attention and MLP outputs
+  int64_t s, f;  // element bytes: model dtype, compute dtype
+  int64_t P;     // CPU threads (the attention kernel's scratch is per thread)
+  bool up;       // s != f: norms and softmax copy their input to float32
+  bool qk;       // q/k RMSNorm
+  int64_t r;     // LoRA rank (0: full fine-tuning)
+  bool full;     // base weights (norms, LM head, embedding included) are trainable
+  bool offload;  // layer checkpoints in host memory (impls/machinery/offload.h)
+  // Norms scaled before their cast (Gemma 3's (1 + w), OLMo's): the normalised x is saved in f, not s.
+  bool norms_scaled_before_cast = false;
+  bool sandwich = false;    // norms on the attention and MLP outputs (Gemma 3, OLMo)
+  bool input_norms = true;  // norms before the attention and the MLP (false: OLMo)
+  // The q and k norms' rsqrt values a row: Hq and Hkv per head, 1 each over the whole projection (OLMo).
+  int64_t qk_rsqrt_q = 0, qk_rsqrt_k = 0;
+  bool rope_top = true;     // the layers the phases estimate (the topmost) apply RoPE (not SmolLM3's NoPE)
+  int64_t rope_layers = 0;  // how many layers apply RoPE (L but for SmolLM3's NoPE layers)
   std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
   // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
   bool flash = false;      // FlashAttention-2: bfloat16
@@ -155,7 +161,7 @@ struct MemoryTerms {
   // rms_norm over `w` (with `heads` rsqrt values per row) keeps, besides its input and output: the normalised
   // x (when the weight is trainable), the float32 copy of x (bfloat16), the rsqrt.
   int64_t rms(int64_t w, int64_t heads) const {
-    return (full ? w * (gemma_norms ? f : s) : 0) + (up ? w * f : 0) + heads * f;
+    return (full ? w * (norms_scaled_before_cast ? f : s) : 0) + (up ? w * f : 0) + heads * f;
   }
   // Gemma 3's norm on a block's output (its input is the o_proj or down projection's output, kept by it).
   int64_t output_norm() const { return sandwich ? kept(d) + rms(d, 1) : 0; }
@@ -165,20 +171,32 @@ struct MemoryTerms {
   int64_t output_norm_backward(int64_t rows) const {
     return sandwich ? N * rows * d * (full ? 4 : 5) * f : 0;
   }
+  // A block's input norm per row: its saved tensors and its output h, which the projections read. Without
+  // input norms (OLMo) the projections read the block's input itself (block_input_kept).
+  int64_t input_norm_row() const { return input_norms ? rms(d, 1) + d * s : 0; }
+  // What keeps a block's input (the layer's input, x1) alive in its graph: its input norm when that keeps it
+  // (kept(d)), or without input norms the projections that read it (d s).
+  int64_t block_input_kept() const { return input_norms ? kept(d) : d * s; }
+  // Without input norms a strided slice of rows (a chunk of N > 1 sequences) is made contiguous once before
+  // the projections read it (Model::attn_norm, mlp_block), and that copy is what they keep.
+  int64_t strided_rows_copy(bool strided) const { return !input_norms && strided && N > 1 ? d * s : 0; }
+  // What a block's projections read in a call over `rows` of the T rows: the input norm's output h (d s a
+  // row), or without input norms the contiguous copy of a strided slice, or the input itself (nothing new).
+  int64_t normed_input(int64_t rows) const { return input_norms ? d * s : strided_rows_copy(rows < T); }
   // Attention half of a layer, per query row: attn_norm (+ its output h), the q path (q_norm), qg. LoRA: x
   // A^T of q, k, v, o.
   int64_t attn_row() const {
-    return rms(d, 1) + d * s + (qk ? kept(Aq) + rms(Aq, Hq) : 0) + Aq * s + 4 * r * s + output_norm();
+    return input_norm_row() + (qk ? kept(Aq) + rms(Aq, qk_rsqrt_q) : 0) + Aq * s + 4 * r * s + output_norm();
   }
   // K/V path, per key row: k_norm's saved tensors, then K (after RoPE) and V.
-  int64_t kv_row() const { return (qk ? kept(Akv) + rms(Akv, Hkv) : 0) + 2 * Akv * s; }
+  int64_t kv_row() const { return (qk ? kept(Akv) + rms(Akv, qk_rsqrt_k) : 0) + 2 * Akv * s; }
   // The same as a layer's graph keeps it. The efficient CUDA kernel saves K and V repeated to Hq heads (a
   // copy when g > 1), and nothing else holds K and V in a whole-layer graph, so they are Aq wide there;
   // everywhere else kv_row().
   int64_t kv_row_graph() const { return efficient && gqa() ? kv_row() + 2 * (Aq - Akv) * s : kv_row(); }
   // MLP half, per row: x1 (as mlp_norm's input), mlp_norm, its output n, gate, silu, up, product; LoRA x
   // A^T.
-  int64_t mlp_row() const { return kept(d) + rms(d, 1) + d * s + mlp_saved_row() + output_norm(); }
+  int64_t mlp_row() const { return block_input_kept() + input_norm_row() + mlp_saved_row() + output_norm(); }
   // What the MLP's own graph keeps per row: gate, silu, up, product (4 I s) and LoRA's x A^T; routed: the
   // router's softmax and top-k, and per routed row (k of them) its expert's graph.
   int64_t mlp_saved_row() const {
@@ -189,12 +207,15 @@ struct MemoryTerms {
   int64_t attn_out_row() const { return Aq * s + Hq * f; }
   // Everything one layer's autograd graph keeps per row: attention, its output, K/V, MLP, and the layer's
   // input (when rms_norm keeps it).
-  int64_t layer_row() const { return attn_row() + attn_out_row() + kv_row_graph() + mlp_row() + kept(d); }
+  int64_t layer_row() const {
+    return attn_row() + attn_out_row() + kv_row_graph() + mlp_row() + block_input_kept();
+  }
   // The final norm's saved tensors and its output h (kept by the LM head only when W_lm is trainable: with
   // LoRA the frozen head saves nothing of its input).
   int64_t final_norm_row() const { return rms(d, 1) + (full ? d * s : 0); }
   // Not scaled by N: the cos and sin tables of RoPE over `rows` positions (float32 computed, cast to s).
-  int64_t rope(int64_t rows) const { return 2 * rows * hd * s; }
+  int64_t rope(int64_t rows) const { return rope_top ? rope_table(rows) : 0; }
+  int64_t rope_table(int64_t rows) const { return 2 * rows * hd * s; }  // a layer's that applies RoPE
   // The fused CPU kernel's blocks and per-thread scratch: see Note [CPU fused attention buffers].
   static int64_t q_block(int64_t rows) {
     return std::min<int64_t>(rows, rows >= 768 ? 256 : rows >= 192 ? 64 : 32);

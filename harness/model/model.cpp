@@ -108,20 +108,20 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
   m.embed_weight = normal_init({config.vocab, d}, opts);
   for (int64_t i = 0; i < config.layers; ++i) {
     LayerWeights w;
-    w.input_norm = identity_norm_init(d, config, opts);
+    if (config.block_input_norms) w.input_norm = identity_norm_init(d, config, opts);
     w.q = make_linear(config.heads * hd, d, config.attention_bias, opts);
     w.k = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
     w.v = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
     w.o = make_linear(d, config.heads * hd, false, opts);
-    if (config.qk_norm) {
-      w.q_norm = identity_norm_init(hd, config, opts);
-      w.k_norm = identity_norm_init(hd, config, opts);
+    if (config.qk_norm) {  // per head, or (OLMo) over the whole projection
+      w.q_norm = identity_norm_init(config.qk_norm_whole ? config.heads * hd : hd, config, opts);
+      w.k_norm = identity_norm_init(config.qk_norm_whole ? config.kv_heads * hd : hd, config, opts);
     }
     if (config.sandwich_norms) {
       w.attn_output_norm = identity_norm_init(d, config, opts);
       w.mlp_output_norm = identity_norm_init(d, config, opts);
     }
-    w.mlp_norm = identity_norm_init(d, config, opts);
+    if (config.block_input_norms) w.mlp_norm = identity_norm_init(d, config, opts);
     if (config.is_moe_layer(i)) {
       w.router = normal_init({config.experts, d}, opts);
       for (int64_t e = 0; e < config.experts; ++e) {
@@ -175,7 +175,8 @@ std::vector<NamedParameter> Model::named_parameters() const {
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& w = layers[i];
     const std::string p = fmt::format("model.layers.{}.", i);
-    out.push_back({p + "input_layernorm.weight", ParamGroup::norms, w.input_norm});
+    if (w.input_norm.defined())
+      out.push_back({p + "input_layernorm.weight", ParamGroup::norms, w.input_norm});
     add_linear(out, p + "self_attn.q_proj", w.q, ParamGroup::attention);
     add_linear(out, p + "self_attn.k_proj", w.k, ParamGroup::attention);
     add_linear(out, p + "self_attn.v_proj", w.v, ParamGroup::attention);
@@ -184,9 +185,10 @@ std::vector<NamedParameter> Model::named_parameters() const {
       out.push_back({p + "self_attn.q_norm.weight", ParamGroup::norms, w.q_norm});
       out.push_back({p + "self_attn.k_norm.weight", ParamGroup::norms, w.k_norm});
     }
-    if (w.attn_output_norm.defined()) {  // Gemma 3's names: a norm before and after each block
+    if (w.attn_output_norm.defined()) {  // Gemma 3's names: a norm before and after each block (OLMo: after)
       out.push_back({p + "post_attention_layernorm.weight", ParamGroup::norms, w.attn_output_norm});
-      out.push_back({p + "pre_feedforward_layernorm.weight", ParamGroup::norms, w.mlp_norm});
+      if (w.mlp_norm.defined())
+        out.push_back({p + "pre_feedforward_layernorm.weight", ParamGroup::norms, w.mlp_norm});
       out.push_back({p + "post_feedforward_layernorm.weight", ParamGroup::norms, w.mlp_output_norm});
     } else {
       out.push_back({p + "post_attention_layernorm.weight", ParamGroup::norms, w.mlp_norm});
@@ -272,12 +274,15 @@ torch::Tensor Model::embed(const torch::Tensor& ids) const {
 }
 
 torch::Tensor Model::norm(const torch::Tensor& x, const torch::Tensor& weight) const {
-  return config.unit_offset_norms ? unit_offset_rms_norm(x, weight, config.rms_eps)
-                                  : rms_norm(x, weight, config.rms_eps, norm_kernel);
+  if (config.unit_offset_norms) return unit_offset_rms_norm(x, weight, config.rms_eps);
+  if (config.norms_scale_before_cast) return rms_norm_scaled_before_cast(x, weight, config.rms_eps);
+  return rms_norm(x, weight, config.rms_eps, norm_kernel);
 }
 
 torch::Tensor Model::attn_norm(int64_t i, const torch::Tensor& x) const {
-  return norm(x, layers[i].input_norm);
+  const auto& weight = layers[i].input_norm;
+  // OLMo: the layer's input itself; a strided chunk of rows made contiguous once, not by each projection.
+  return weight.defined() ? norm(x, weight) : x.contiguous();
 }
 
 namespace {
@@ -298,8 +303,11 @@ KV Model::project_kv(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64
 namespace {
 
 // RoPE on x (N, H, rows, hd) block by block, each at its own positions; one block is RoPE itself (no copy).
+// A layer without RoPE (SmolLM3's) takes x as it is.
 torch::Tensor rope_blocks(const torch::Tensor& x, const std::vector<Model::PositionBlock>& blocks,
-                          int64_t seq_len, const RopeConfig& rope) {
+                          int64_t seq_len, const ModelConfig& config, int64_t layer) {
+  if (!config.has_rope(layer)) return x;
+  const RopeConfig& rope = config.rope_of(layer);
   if (blocks.size() == 1) return apply_rope(x, blocks[0].pos0, seq_len, rope);
   std::vector<torch::Tensor> parts;
   int64_t row = 0;
@@ -316,9 +324,14 @@ torch::Tensor rope_blocks(const torch::Tensor& x, const std::vector<Model::Posit
 KV Model::project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                      int64_t seq_len) const {
   const auto& w = layers[i];
-  auto k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, rows, hd)
-  if (w.k_norm.defined()) k = norm(k, w.k_norm);
-  k = rope_blocks(k, blocks, seq_len, config.rope_of(i));
+  torch::Tensor k;  // (N, Hkv, rows, hd)
+  if (config.qk_norm_whole) {
+    k = split_heads(norm(w.k(h, lora_enabled), w.k_norm), config.kv_heads, config.head_dim);
+  } else {
+    k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);
+    if (w.k_norm.defined()) k = norm(k, w.k_norm);
+  }
+  k = rope_blocks(k, blocks, seq_len, config, i);
   auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, rows, hd)
   return {k, v};
 }
@@ -344,9 +357,14 @@ torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t p
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                                int64_t seq_len) const {
   const auto& w = layers[i];
-  auto q = split_heads(w.q(h, lora_enabled), config.heads, config.head_dim);  // (N, Hq, rows, hd)
-  if (w.q_norm.defined()) q = norm(q, w.q_norm);
-  return rope_blocks(q, blocks, seq_len, config.rope_of(i));
+  torch::Tensor q;  // (N, Hq, rows, hd)
+  if (config.qk_norm_whole) {
+    q = split_heads(norm(w.q(h, lora_enabled), w.q_norm), config.heads, config.head_dim);
+  } else {
+    q = split_heads(w.q(h, lora_enabled), config.heads, config.head_dim);
+    if (w.q_norm.defined()) q = norm(q, w.q_norm);
+  }
+  return rope_blocks(q, blocks, seq_len, config, i);
 }
 
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
@@ -366,7 +384,7 @@ torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, co
 
 torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   const auto& w = layers[i];
-  auto n = norm(x, w.mlp_norm);
+  auto n = w.mlp_norm.defined() ? norm(x, w.mlp_norm) : x.contiguous();  // OLMo: x1 itself, as attn_norm
   if (w.router.defined()) {
     auto y = experts_mlp(i, n);  // (N, rows, d)
     return x + (w.mlp_output_norm.defined() ? norm(y, w.mlp_output_norm) : y);

@@ -1,5 +1,5 @@
-// model.h: a Qwen3 / Qwen2.5 / Llama-family, Gemma 3 or mixture-of-experts (Qwen3-MoE, Mixtral) decoder as
-// named parameters plus small forward pieces.
+// model.h: a Qwen3 / Qwen2.5 / Llama-family, Gemma 3, OLMo 2 and 3, SmolLM3 or mixture-of-experts (Qwen3-MoE,
+// Mixtral) decoder as named parameters plus small forward pieces.
 //
 // Strategies compose these pieces; none re-implements attention or the MLP. One layer, split the way StreamBP
 // needs it (legend in model_config.h):
@@ -15,7 +15,9 @@
 //
 // Gemma 3 norms each block's output again before the residual add (x_rows + attn_output_norm(o_proj(..)),
 // x1 + mlp_output_norm(down(..))), scales its norms by (1 + w), its embeddings by sqrt(d), and its sliding
-// layers see keys from k0 = first_visible_key(i, s) on. layer(i, x) is all of it over every row;
+// layers see keys from k0 = first_visible_key(i, s) on. OLMo 2 and 3 norm only the blocks' outputs (attn_norm
+// and mlp_norm are the identity), and norm q and k over the whole projection before the heads are split;
+// SmolLM3's NoPE layers skip RoPE (ModelConfig::has_rope). layer(i, x) is all of it over every row;
 // head_logits(x) = final_norm then the LM head.
 #pragma once
 
@@ -44,14 +46,15 @@ struct Linear {
 };
 
 struct LayerWeights {
-  torch::Tensor input_norm;      // (d)
-  Linear q, k, v, o;             // (Hq*hd, d), (Hkv*hd, d), (Hkv*hd, d), (d, Hq*hd)
-  torch::Tensor q_norm, k_norm;  // (hd) each, or undefined without qk_norm
+  torch::Tensor input_norm;  // (d), or undefined without block input norms (OLMo)
+  Linear q, k, v, o;         // (Hq*hd, d), (Hkv*hd, d), (Hkv*hd, d), (d, Hq*hd)
+  torch::Tensor q_norm,
+      k_norm;  // (hd) each, (Hq*hd), (Hkv*hd) over the whole projection (OLMo), or undefined
   // Gemma 3's sandwich norms, (d) each, undefined elsewhere: on the attention output (its
   // "post_attention_layernorm") and on the MLP output ("post_feedforward_layernorm").
   torch::Tensor attn_output_norm, mlp_output_norm;
   // (d): the MLP's input norm ("post_attention_layernorm" in Qwen and Llama, "pre_feedforward_layernorm" in
-  // Gemma 3).
+  // Gemma 3); undefined in OLMo, whose "post_attention_layernorm" is attn_output_norm.
   torch::Tensor mlp_norm;
   Linear gate, up, down;  // (I, d), (I, d), (d, I); undefined in a mixture-of-experts layer
   // A mixture-of-experts layer (ModelConfig::is_moe_layer): the router and E experts.

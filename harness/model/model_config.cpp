@@ -104,6 +104,45 @@ ModelConfig llama_like(std::string name, std::string architecture, int64_t vocab
   return c;
 }
 
+// OLMo 2 and 3 (transformers' olmo2, olmo3): norms on the attention and MLP outputs only, q and k normed
+// over the whole projection, every norm scaled before its cast, an untied head, RoPE theta 500k, eps 1e-6.
+// OLMo 3 slides over `window` keys on three layers of four (layer i full iff (i + 1) % 4 == 0, as
+// Olmo3Config's default layer_types), its sliding layers' RoPE plain and its full layers' `full_rope`.
+ModelConfig olmo(std::string name, std::string architecture, int64_t vocab, int64_t d, int64_t inter,
+                 int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_positions,
+                 int64_t window) {
+  ModelConfig c = dims(std::move(name), vocab, d, inter, layers, heads, kv_heads, head_dim);
+  c.architecture = std::move(architecture);
+  c.rope.theta = 500000.0;
+  c.rope.max_positions = max_positions;
+  c.rms_eps = 1e-6;
+  c.qk_norm = true;
+  c.qk_norm_whole = true;
+  c.norms_scale_before_cast = true;
+  c.block_input_norms = false;
+  c.sandwich_norms = true;
+  if (window > 0) {
+    c.sliding_window = window;
+    for (int64_t i = 0; i < layers; ++i) c.sliding_layers.push_back((i + 1) % 4 != 0);
+    c.sliding_rope = c.rope;
+  }
+  return c;
+}
+
+// SmolLM3 (transformers' smollm3): Llama's network with no RoPE on every fourth layer (no_rope_layers'
+// default, layer i without RoPE iff (i + 1) % 4 == 0), a tied head.
+ModelConfig smollm3(std::string name, int64_t vocab, int64_t d, int64_t inter, int64_t layers, int64_t heads,
+                    int64_t kv_heads, double theta, int64_t max_positions) {
+  ModelConfig c = dims(std::move(name), vocab, d, inter, layers, heads, kv_heads, d / heads);
+  c.architecture = "SmolLM3ForCausalLM";
+  c.rope.theta = theta;
+  c.rope.max_positions = max_positions;
+  c.rms_eps = 1e-6;
+  c.tie_embeddings = true;
+  for (int64_t i = 0; i < layers; ++i) c.rope_layers.push_back((i + 1) % 4 != 0);
+  return c;
+}
+
 // Mixture of experts as Qwen3-MoE (q/k norm, norm_topk_prob true in the published models) and Mixtral (every
 // layer sparse, the k weights always renormalised) publish them.
 ModelConfig with_experts(ModelConfig c, std::string architecture, int64_t experts, int64_t k,
@@ -177,6 +216,21 @@ std::vector<ModelConfig> build_presets() {
   ModelConfig small_moe = with_experts(small, "Qwen3MoeForCausalLM", 8, 2, 192);
   small_moe.name = "small-moe";
 
+  // OLMo 3 shaped: both layer types (a window shorter than the test sequences), GQA, the head dims of tiny.
+  ModelConfig tiny_olmo3 = olmo("tiny-olmo3", "Olmo3ForCausalLM", 97, 24, 40, 4, 4, 2, 6, 32768, 5);
+  // SmolLM3 shaped: layers 3 and 7 without RoPE, GQA.
+  ModelConfig tiny_smollm3 = smollm3("tiny-smollm3", 97, 24, 40, 4, 4, 2, 10000.0, 32768);
+  tiny_smollm3.tie_embeddings = false;  // tiny's untied head; the tied one is tested on the oracle's models
+
+  // OLMo 3 7B's full layers: YaRN x8 from 8192 positions, attention factor 1.2079 (config.json's
+  // rope_scaling); its sliding ones keep plain RoPE.
+  ModelConfig olmo3_7b =
+      olmo("olmo-3-7b", "Olmo3ForCausalLM", 100278, 4096, 11008, 32, 32, 32, 128, 65536, 4096);
+  olmo3_7b.rope.type = RopeType::kYarn;
+  olmo3_7b.rope.factor = 8.0;
+  olmo3_7b.rope.original_max_positions = 8192;
+  olmo3_7b.rope.attention_factor = 1.2079441541679836;
+
   return {
       tiny,
       small,
@@ -185,6 +239,8 @@ std::vector<ModelConfig> build_presets() {
       small_gemma,
       tiny_moe,
       small_moe,
+      tiny_olmo3,
+      tiny_smollm3,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -202,6 +258,13 @@ std::vector<ModelConfig> build_presets() {
       llama_like("phi3-mini", "Phi3ForCausalLM", 32064, 3072, 8192, 32, 32, 32, 10000.0, 4096, 2047),
       qwen3_moe("qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 8, 768),
       qwen3_moe("qwen3-235b-a22b", 4096, 12288, 94, 64, 4, 128, 8, 1536),
+      // allenai/OLMo-2-1124-7B's config.json: 100352 tokens, 4096 wide, 11008, 32 layers of 32 heads, 4096
+      // positions. allenai/Olmo-3-1025-7B's: 100278 tokens, the same shape, 65536 positions, window 4096.
+      olmo("olmo-2-7b", "Olmo2ForCausalLM", 100352, 4096, 11008, 32, 32, 32, 128, 4096, 0),
+      olmo3_7b,
+      // HuggingFaceTB/SmolLM3-3B's config.json: 128256 tokens, 2048 wide, 11008, 36 layers of 16 heads (4 K/V
+      // heads), RoPE theta 5M over 65536 positions, no RoPE on every fourth layer, tied.
+      smollm3("smollm3-3b", 128256, 2048, 11008, 36, 16, 4, 5e6, 65536),
       with_experts(llama_like("mixtral-8x7b", "", 32000, 4096, 14336, 32, 32, 8, 1e6, 32768, 0),
                    "MixtralForCausalLM", 8, 2, 14336),
   };
@@ -220,7 +283,10 @@ int64_t count_parameters(const ModelConfig& c, bool active) {
   const int64_t dense_mlp = 3 * c.hidden * c.intermediate;
   const int64_t experts = active ? c.experts_per_token : c.experts;
   const int64_t moe_mlp = c.experts * c.hidden + experts * 3 * c.hidden * c.expert_intermediate;
-  const int64_t norms = (c.sandwich_norms ? 4 : 2) * c.hidden + (c.qk_norm ? 2 * c.head_dim : 0);
+  const int64_t qk_norms = !c.qk_norm        ? 0
+                           : c.qk_norm_whole ? (c.heads + c.kv_heads) * c.head_dim
+                                             : 2 * c.head_dim;
+  const int64_t norms = ((c.block_input_norms ? 2 : 0) + (c.sandwich_norms ? 2 : 0)) * c.hidden + qk_norms;
   const int64_t moe_layers = c.moe_layer_count();
   const int64_t embed = c.vocab * c.hidden;
   return embed + (c.tie_embeddings ? 0 : embed) + c.layers * (q + kv + o + norms) +
@@ -260,6 +326,12 @@ int64_t ModelConfig::sliding_layer_count() const {
   return std::count(sliding_layers.begin(), sliding_layers.end(), true);
 }
 
+int64_t ModelConfig::rope_layer_count() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) n += has_rope(i) ? 1 : 0;
+  return n;
+}
+
 void ModelConfig::validate() const {
   auto require = [&](bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(fmt::format("model '{}': {}", name, what));
@@ -276,6 +348,11 @@ void ModelConfig::validate() const {
   require(!has_sliding_layers() || sliding_window > 0, "sliding layers need a sliding_window > 0");
   require(query_pre_attn_scalar >= 0, "query_pre_attn_scalar must be > 0 (or 0: head_dim)");
   require(!sliding_rope || sliding_rope->theta > 0, "the sliding layers' rope theta must be > 0");
+  require(rope_layers.empty() || static_cast<int64_t>(rope_layers.size()) == layers,
+          "rope_layers must name every layer (or none)");
+  require(block_input_norms || sandwich_norms,
+          "a model without block input norms needs its output norms (sandwich_norms)");
+  require(!qk_norm_whole || qk_norm, "qk_norm_whole needs qk_norm");
   require(
       rope.type != RopeType::kLongrope || (static_cast<int64_t>(rope.short_factor.size()) * 2 == head_dim &&
                                            static_cast<int64_t>(rope.long_factor.size()) * 2 == head_dim),

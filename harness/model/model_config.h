@@ -1,5 +1,5 @@
-// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama / Mistral / Phi-3 or Gemma 3 decoder, and the named
-// presets.
+// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama / Mistral / Phi-3 / Gemma 3 / OLMo 2 and 3 /
+// SmolLM3 decoder, and the named presets.
 //
 // Dimension legend used across bpbench (shape comments everywhere use these names):
 //   N   sequences in a step (SFT: batch B; DPO: 2B, chosen rows then rejected; GRPO: B*G)
@@ -41,7 +41,10 @@ struct ModelConfig {
   RopeConfig rope;           // type, theta and scaling (harness/model/rope_config.h)
   double rms_eps = 1e-6;
   bool tie_embeddings = false;
-  bool qk_norm = false;         // Qwen3: RMSNorm over hd on every q and k head
+  bool qk_norm = false;  // Qwen3: RMSNorm over hd on every q and k head
+  // OLMo 2 and 3: q_norm and k_norm over the whole projection (Hq*hd and Hkv*hd wide, one rsqrt a row),
+  // before the heads are split; qk_norm says whether there are any.
+  bool qk_norm_whole = false;
   bool attention_bias = false;  // Qwen2.5: bias on the q, k, v projections
   // Sliding-window attention: layer i attends over its last `sliding_window` keys (ops.h, causal_attention)
   // where sliding_layers[i] is set (Gemma 3's local layers). Empty: every layer attends over the whole
@@ -53,6 +56,15 @@ struct ModelConfig {
   std::optional<RopeConfig> sliding_rope;
   bool unit_offset_norms = false;  // every RMSNorm scales by (1 + w), w zero-centred, cast once at the end
   bool sandwich_norms = false;     // attention and MLP outputs are normed again before the residual add
+  // OLMo 2 and 3: every RMSNorm scales by w in the compute dtype and casts once at the end (Olmo2RMSNorm), as
+  // Gemma 3's (1 + w) form does; elsewhere the normalised x is cast first, then scaled.
+  bool norms_scale_before_cast = false;
+  // OLMo 2 and 3: no norm before the attention and the MLP (their inputs enter the projections as they are);
+  // with sandwich_norms, only the blocks' outputs are normed.
+  bool block_input_norms = true;
+  // SmolLM3: the layers where rope_layers[i] is false apply no RoPE to q and k (config.json's
+  // "no_rope_layers" 0). Empty: every layer has RoPE.
+  std::vector<bool> rope_layers;
   // Mixture of experts (Qwen3-MoE, Mixtral): in layer i where is_moe_layer(i), the MLP is a router (E, d) and
   // E SwiGLU experts of Ie; each token goes to the k experts of highest softmax probability, weighted by
   // those probabilities (renormalised over the k when norm_topk_prob), with no capacity limit (dropless).
@@ -67,6 +79,11 @@ struct ModelConfig {
   bool scale_embeddings = false;       // embeddings x sqrt(d), the factor first rounded to the model dtype
   double query_pre_attn_scalar = 0.0;  // attention scale query_pre_attn_scalar^-1/2; 0: head_dim^-1/2
 
+  bool has_rope(int64_t layer) const {
+    const auto i = static_cast<size_t>(layer);
+    return i >= rope_layers.size() || rope_layers[i];
+  }
+  int64_t rope_layer_count() const;  // layers that apply RoPE
   const RopeConfig& rope_of(int64_t layer) const {
     return sliding_rope && window_of(layer) > 0 ? *sliding_rope : rope;
   }

@@ -34,11 +34,23 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * normed.to(input_dtype);
 }
 
-torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+namespace {
+// x upcast to compute_dtype, normalised, scaled by w (or 1 + w) in compute_dtype, cast back once.
+torch::Tensor scaled_before_cast(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                                 bool unit_offset) {
   const auto input_dtype = x.scalar_type(), compute = compute_dtype(input_dtype);
   auto xc = x.to(compute);
   auto normed = xc * torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (normed * (1.0 + weight.to(compute))).to(input_dtype);
+  return (normed * (unit_offset ? 1.0 + weight.to(compute) : weight.to(compute))).to(input_dtype);
+}
+}  // namespace
+
+torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  return scaled_before_cast(x, weight, eps, /*unit_offset=*/true);
+}
+
+torch::Tensor rms_norm_scaled_before_cast(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  return scaled_before_cast(x, weight, eps, /*unit_offset=*/false);
 }
 
 }  // namespace bpbench

@@ -32,6 +32,9 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // in compute_dtype, cast back once at the end. The weight is zero-centred; no fused kernel takes this form,
 // so it is always the composite (norm_kernel selects among Qwen and Llama norms only).
 torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// OLMo 2 and 3's RMSNorm (transformers' Olmo2RMSNorm): the same, scaled by w itself. In float64 and float32
+// it is hf's arithmetic; in bfloat16 the scaling runs in float32 before the one rounding.
+torch::Tensor rms_norm_scaled_before_cast(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // Where K's and V's gradients go when the caller accumulates them itself (StreamBP's dK, dV over its
 // chunks): dk and dv, the shape of k and v in any floating dtype, receive them, added, during the backward,

@@ -31,10 +31,13 @@ PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, con
   // A chunk's high point is in its attention (with the kernel's scratch) or in its MLP, whose four (N, c, I)
   // tensors are temporaries of one expression and live together (model.cpp, mlp_block): with whole-sequence
   // chunks (checkpoint, mst) and a large I the MLP is higher.
-  const int64_t attention = D.N * rows * (D.d + D.Aq) * D.s + D.attn_forward(rows, keys, layer.window);
-  const int64_t mlp = D.N * rows * (D.Aq + 2 * D.d) * D.s + D.mlp_forward(D.N * rows);
+  // Without input norms (OLMo) the rows are read as they are (copied when strided) and x1 is the MLP's input.
+  const int64_t normed = D.N * rows * (D.normed_input(rows) + D.Aq * D.s);
+  const int64_t attention = normed + D.attn_forward(rows, keys, layer.window);
+  const int64_t mlp = D.N * rows * (D.Aq + D.d) * D.s + D.N * rows * (D.input_norms ? D.d * D.s : 0) +
+                      D.mlp_forward(D.N * rows);
   if (attention >= mlp) {
-    p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", D.N * rows * (D.d + D.Aq) * D.s);
+    p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", normed);
     if (!D.cuda()) {
       p.add(D.windowed(keys, layer.window)
                 ? "one chunk's attention: output, logsumexp, and one banded block's mask, output, scratch"

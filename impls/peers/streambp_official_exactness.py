@@ -12,9 +12,9 @@ gradient error against plain BP per parameter group (Er_abs, Er_rel, max_abs, re
 carry).
 
 Both sides run transformers 4.51.3 (the official code's) in true float64: transformers' float32 casts are
-lifted by tests/oracle/hf_oracle.py's Float64Casts mode, as the oracle does. Plain BP here is transformers'
-own loss; the C++ test holds it equal to bpbench's float64 plain BP to 1e-10, so the errors below are against
-bpbench's.
+lifted by the oracle's Float64Casts mode (tests/oracle/oracle_common.py), as the oracle does. Plain BP here is
+transformers' own loss; the C++ test holds it equal to bpbench's float64 plain BP to 1e-10, so the errors
+below are against bpbench's.
 
 Cases (the chunk sizes, 7 and 5, divide none of the lengths):
   right_pad     one sequence of 37 tokens, the last 5 padding: the official loss and gradients are (N-1)/N
@@ -45,13 +45,13 @@ from transformers import AutoModelForCausalLM
 
 from . import common
 
-# tests/oracle/hf_oracle.py, the transformers oracle's float64 mode (a file of the tests, not of this
-# package).
-_oracle_path = os.path.join(common.REPO, "tests", "oracle", "hf_oracle.py")
-_spec = importlib.util.spec_from_file_location("hf_oracle", _oracle_path)
+# tests/oracle/oracle_common.py, the transformers oracle's float64 mode and batch (a file of the tests, not of
+# this package; hf_oracle.py itself imports families this transformers lacks).
+_oracle_path = os.path.join(common.REPO, "tests", "oracle", "oracle_common.py")
+_spec = importlib.util.spec_from_file_location("oracle_common", _oracle_path)
 assert _spec is not None and _spec.loader is not None, _oracle_path
-hf_oracle: Any = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hf_oracle)
+oracle_common: Any = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(oracle_common)
 
 # A mode is not active inside an autograd.Function's backward (the mode stack is empty there), and the
 # official code re-runs each layer's forward, chunk by chunk, in CheckpointFunctionForStreamBackward.backward:
@@ -61,7 +61,7 @@ _stream_backward = upstream.stream_model.CheckpointFunctionForStreamBackward.bac
 
 
 def _backward_with_casts_lifted(ctx: Any, *grads: Any) -> Any:
-    with hf_oracle.Float64Casts():
+    with oracle_common.Float64Casts():
         return _stream_backward(ctx, *grads)
 
 
@@ -120,7 +120,7 @@ def run_case(config: Any, state: dict[str, torch.Tensor], batch: tuple[torch.Ten
     ids, mask, labels, _ = batch
     torch.set_default_dtype(torch.float64)
     try:
-        with hf_oracle.Float64Casts():
+        with oracle_common.Float64Casts():
             # RoPE's frequency table is made at construction: build the model under the mode too.
             model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float64,
                                                      attn_implementation="sdpa")
@@ -166,7 +166,7 @@ def main(argv: list[str]) -> int:
     cells: list[dict[str, Any]] = []
     generator = torch.Generator().manual_seed(SEED)
     for case, (lengths, prompt) in CASES.items():
-        batch = hf_oracle.make_batch(config, T, lengths, prompt, generator)
+        batch = oracle_common.make_batch(config, T, lengths, prompt, generator)
         ref_loss, ref_grads, _ = run_case(config, state, batch, official=False)
         loss, grads, seconds = run_case(config, state, batch, official=True)
         ids, _, labels, targets = batch

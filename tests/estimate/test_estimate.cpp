@@ -162,7 +162,7 @@ ModelConfig with_vocab_512(const std::string& preset) {
 // ------------------------------------------------------------
 
 // Every strategy x dtype x objective x LoRA on `config` (N = 2 or 4, three query chunks, six head chunks),
-// each cell within tolerance(dtype, LoRA rank).
+// each cell within tolerance(impl, dtype, LoRA rank).
 template <class Tolerance>
 void check_tiny_grid(const ModelConfig& config, Tolerance tolerance) {
   for (const auto& impl : estimated_impls())
@@ -180,7 +180,7 @@ void check_tiny_grid(const ModelConfig& config, Tolerance tolerance) {
           c.partition = 32;
           c.logits_partition = 16;
           c.lora_rank = rank;
-          check_cell(c, tolerance(dtype, rank));
+          check_cell(c, tolerance(impl, dtype, rank));
         }
 }
 
@@ -193,8 +193,9 @@ TEST(Estimate, MatchesTiny) {
   // 96-token cells the fused CPU kernel's bfloat16 scratch is a few percent of the peak, and how much of it
   // is alive at once follows how many threads the kernel actually got (measured 153732 and above against
   // 156928 estimated for streambp, T=96, B=2, p=32, when another job loaded the cores).
-  check_tiny_grid(find_model_preset("tiny"),
-                  [](torch::ScalarType dtype, int64_t) { return dtype == torch::kBFloat16 ? 0.05 : 0.02; });
+  check_tiny_grid(find_model_preset("tiny"), [](const std::string&, torch::ScalarType dtype, int64_t) {
+    return dtype == torch::kBFloat16 ? 0.05 : 0.02;
+  });
 }
 
 // Where the layer phases (MLP and attention backward) set the peak: `impl` on `config`, two sequences under a
@@ -245,7 +246,28 @@ TEST(Estimate, MatchesSmallMoe) {
 }
 
 TEST(Estimate, MatchesTinyMoe) {
-  check_tiny_grid(find_model_preset("tiny-moe"), [](torch::ScalarType, int64_t) { return 0.05; });
+  check_tiny_grid(find_model_preset("tiny-moe"),
+                  [](const std::string&, torch::ScalarType, int64_t) { return 0.05; });
+}
+
+// OLMo 3: no input norms (the projections keep the block inputs, a strided chunk copied once), q and k normed
+// over the whole projection (one rsqrt a row), norms scaled in f before their cast (the normalised x saved in
+// f), output norms, and sliding layers: every cell within 0.8% (measured 2026-12-02; the largest, streambp
+// with LoRA, +0.74%). SmolLM3: its topmost layer without RoPE (no rope tables there), the lower NoPE layer's
+// none in plain's graph: within 1.1%, but for two gaps of a Llama-shaped layer without q/k norms that `tiny`
+// (with them) does not show: mst with LoRA, 6.7% under in its MLP backward (8.3% of the peak above the base;
+// 5.5% and 6.8% with RoPE on every layer),
+// and checkpoint-chunked-head in bfloat16 with LoRA, 2.1% under (the same with RoPE everywhere)
+// (docs/estimate.md, "Known gaps").
+TEST(Estimate, MatchesTinyOlmo3AndSmolLM3) {
+  ModelConfig olmo3 = find_model_preset("tiny-olmo3");
+  olmo3.sliding_window = 24;  // shorter than the 32-row chunks and the 96-token sequences, as Gemma 3's
+  check_tiny_grid(olmo3, [](const std::string&, torch::ScalarType, int64_t) { return 0.01; });
+  check_tiny_grid(find_model_preset("tiny-smollm3"),
+                  [](const std::string& impl, torch::ScalarType dtype, int64_t rank) {
+                    if (rank > 0 && impl == "mst") return 0.09;
+                    return rank > 0 && dtype == torch::kBFloat16 ? 0.025 : 0.015;
+                  });
 }
 
 // Gemma 3: (1 + w) norms saving their normalised input in f, the norms on each block's output, and sliding
@@ -256,7 +278,7 @@ TEST(Estimate, MatchesTinyMoe) {
 TEST(Estimate, MatchesTinyGemma3) {
   ModelConfig config = find_model_preset("tiny-gemma3");
   config.sliding_window = 24;  // shorter than the 32-row chunks and the 96-token sequences
-  check_tiny_grid(config, [](torch::ScalarType, int64_t) { return 0.02; });
+  check_tiny_grid(config, [](const std::string&, torch::ScalarType, int64_t) { return 0.02; });
 }
 
 // One case per strategy and dtype, so that ctest spreads the grid over the cores. A bfloat16 cell takes 2 to

@@ -51,12 +51,14 @@ struct RingCase {
   int64_t ulysses = 1;  // the 2-D mesh: Ulysses over groups of U ranks inside ring groups of world / U
 };
 
+// "" for tiny, "_moe" for tiny-moe, "_olmo3" for tiny-olmo3: the preset's family in the case's label.
+std::string model_suffix(const std::string& model) {
+  return model == "tiny" ? "" : "_" + model.substr(model.find('-') + 1);
+}
+
 std::string label(const RingCase& c) {
   return fmt::format("{}{}_w{}{}{}{}{}{}{}{}", c.impl == "ring" ? "" : "streambp_", c.objective, c.world,
-                     c.ulysses > 1 ? fmt::format("_U{}", c.ulysses) : "",
-                     c.model == "tiny"       ? ""
-                     : c.model == "tiny-moe" ? "_moe"
-                                             : "_gemma3",
+                     c.ulysses > 1 ? fmt::format("_U{}", c.ulysses) : "", model_suffix(c.model),
                      c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "", c.lora_rank ? "_lora" : "",
                      c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "", c.tied ? "_tied" : "",
                      c.aux > 0 ? "_aux" : "");
@@ -138,6 +140,11 @@ std::vector<RingCase> ring_cases() {
     mesh(mesh_gqa);
     mesh(RingCase{impl, "sft", 4, "tiny-moe"});
     mesh(RingCase{impl, "sft", 4, "tiny-gemma3"});
+    // OLMo 3 (no input norms, q/k normed over all heads before the exchange, sliding layers) and SmolLM3
+    // (NoPE layers).
+    cases.push_back(RingCase{impl, "sft", 2, "tiny-olmo3"});
+    cases.push_back(RingCase{impl, "dpo", 4, "tiny-smollm3"});
+    mesh(RingCase{impl, "grpo", 4, "tiny-olmo3"});
   }
   return cases;
 }

@@ -88,15 +88,16 @@ struct SpCase {
   double aux = 0.0;  // router_aux_loss_coef: the routers' load-balancing loss on where > 0
 };
 
+// "" for tiny, "_moe" for tiny-moe, "_olmo3" for tiny-olmo3: the preset's family in the case's label.
+std::string model_suffix(const std::string& model) {
+  return model == "tiny" ? "" : "_" + model.substr(model.find('-') + 1);
+}
+
 std::string label(const SpCase& c) {
   return fmt::format("{}_{}_w{}{}{}{}{}{}{}{}", c.impl == "ulysses" ? "ulysses" : "streambp", c.objective,
-                     c.world,
-                     c.model == "tiny"       ? ""
-                     : c.model == "tiny-moe" ? "_moe"
-                                             : "_gemma3",
-                     c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "", c.lora_rank ? "_lora" : "",
-                     c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "", c.tied ? "_tied" : "",
-                     c.shard_params ? "_shard" : "", c.aux > 0 ? "_aux" : "");
+                     c.world, model_suffix(c.model), c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "",
+                     c.lora_rank ? "_lora" : "", c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "",
+                     c.tied ? "_tied" : "", c.shard_params ? "_shard" : "", c.aux > 0 ? "_aux" : "");
 }
 std::string case_name(const ::testing::TestParamInfo<SpCase>& info) {
   return label(info.param);
@@ -167,7 +168,9 @@ std::vector<SpCase> exactness_cases() {
     cases.push_back(gemma);
     SpCase gemma_dpo{impl, "dpo", 2, "tiny-gemma3"};
     cases.push_back(gemma_dpo);
-    cases.push_back(SpCase{impl, "sft", 4, "tiny-moe"});  // mixture-of-experts layers on each rank's rows
+    cases.push_back(SpCase{impl, "sft", 4, "tiny-moe"});      // mixture-of-experts layers on each rank's rows
+    cases.push_back(SpCase{impl, "sft", 4, "tiny-olmo3"});    // no input norms, q/k normed over all heads
+    cases.push_back(SpCase{impl, "dpo", 2, "tiny-smollm3"});  // NoPE layers
     SpCase moe_lora{impl, "grpo", 2, "tiny-moe"};
     moe_lora.lora_rank = 3;  // on attention and every expert
     cases.push_back(moe_lora);

@@ -237,6 +237,78 @@ TEST(HfModel, MistralAndPhi3ConfigRules) {
   EXPECT_THAT(refusal(edited), HasSubstr("partial_rotary_factor"));
 }
 
+// OLMo 2 and 3 and SmolLM3 as transformers reads their files: OLMo's norms (no input norms, q/k over the
+// whole projection, scaled before the cast), OLMo 3's layer types and RoPE per type (a legacy rope_theta
+// reaches the full layers only, as transformers 5.17 reads it), SmolLM3's NoPE layers by list or interval and
+// its window on the layer types only with use_sliding_window; each refusal one line naming the field.
+TEST(HfModel, OlmoAndSmolLM3ConfigRules) {
+  ConfigFiles files;
+  auto read = [&](const json& config) { return files.read(config); };
+  auto refusal = [&](const json& config) { return files.refusal(config); };
+  const json olmo2 = hf_config_json(find_model_preset("olmo-2-7b"));
+  ModelConfig c = read(olmo2);
+  EXPECT_EQ(c.architecture, "Olmo2ForCausalLM");
+  EXPECT_TRUE(c.qk_norm && c.qk_norm_whole && c.norms_scale_before_cast && c.sandwich_norms);
+  EXPECT_FALSE(c.block_input_norms);
+  EXPECT_FALSE(c.has_sliding_layers());
+  json edited = olmo2;
+  edited.erase("rms_norm_eps");
+  EXPECT_EQ(read(edited).rms_eps, 1e-5);  // Olmo2Config's default
+  edited = olmo2;
+  edited["attention_bias"] = true;
+  EXPECT_THAT(refusal(edited), HasSubstr("biases o_proj too"));
+  edited = olmo2;
+  edited["layer_types"] = json::array({"sliding_attention"});
+  EXPECT_THAT(refusal(edited), HasSubstr("\"layer_types\" entry \"sliding_attention\" is not supported"));
+
+  const json olmo3 = hf_config_json(find_model_preset("olmo-3-7b"));
+  c = read(olmo3);
+  EXPECT_EQ(c.sliding_layer_count(), 24);
+  EXPECT_EQ(c.window_of(3), 0);
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_EQ(c.sliding_rope->type, RopeType::kDefault);
+  EXPECT_EQ(hf_config_json(c), olmo3);
+  edited = olmo3;
+  for (const char* key : {"layer_types", "rope_parameters"}) edited.erase(key);
+  edited["rope_theta"] = 1e4;
+  c = read(edited);
+  EXPECT_EQ(c.sliding_layer_count(), 24);  // Olmo3Config's default: three sliding layers of four
+  EXPECT_EQ(c.rope.theta, 1e4);
+  EXPECT_EQ(c.sliding_rope->theta, 500000.0);
+  edited = olmo3;
+  edited["layer_types"][0] = "chunked_attention";
+  EXPECT_THAT(refusal(edited),
+              HasSubstr("is not one of OLMo 3's layer types (valid: sliding_attention, full_attention)"));
+  edited = olmo3;
+  edited["rope_parameters"]["full_attention"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_THAT(refusal(edited), HasSubstr("'dynamic' is not supported for OLMo 3"));
+
+  const json smollm3 = hf_config_json(find_model_preset("smollm3-3b"));
+  c = read(smollm3);
+  EXPECT_EQ(c.rope_layer_count(), 27);
+  EXPECT_FALSE(c.has_rope(3));
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(hf_config_json(c), smollm3);
+  edited = smollm3;
+  edited.erase("no_rope_layers");
+  edited["no_rope_layer_interval"] = 3;
+  EXPECT_EQ(read(edited).rope_layer_count(), 24);
+  edited = smollm3;
+  edited["no_rope_layers"][0] = 2;
+  EXPECT_THAT(refusal(edited), HasSubstr("\"no_rope_layers\" entry 2 must be 1 (RoPE) or 0 (none)"));
+  edited = smollm3;
+  edited["no_rope_layers"] = json::array({1, 0});
+  EXPECT_THAT(refusal(edited), HasSubstr("\"no_rope_layers\" must list one 0 or 1 per layer (36)"));
+  edited = smollm3;
+  edited["layer_types"][3] = "sliding_attention";
+  edited["sliding_window"] = 128;
+  EXPECT_FALSE(read(edited).has_sliding_layers());  // use_sliding_window false: no layer slides
+  edited["use_sliding_window"] = true;
+  c = read(edited);
+  EXPECT_EQ(c.sliding_layer_count(), 1);
+  EXPECT_EQ(c.window_of(3), 128);
+}
+
 // Qwen3-MoE and Mixtral as transformers reads their files (num_experts or 5.x's num_local_experts,
 // mlp_only_layers, decoder_sparse_step); what bpbench's experts do not model refused by name, never
 // approximated: the load-balancing loss in the training loss, router noise, shared experts, a router bias,

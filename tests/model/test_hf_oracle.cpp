@@ -1,5 +1,6 @@
 // test_hf_oracle.cpp: Hugging Face transformers as the external oracle. tests/oracle/hf_oracle.py builds tiny
-// random Qwen3, Qwen2, Llama, Gemma 3, Mistral, Phi-3, Qwen3-MoE and Mixtral models in transformers, saves
+// random Qwen3, Qwen2, Llama, Gemma 3, Mistral, Phi-3, Qwen3-MoE, Mixtral, OLMo 2, OLMo 3 and SmolLM3 models
+// in transformers, saves
 // them with save_pretrained, and computes their SFT and DPO losses (and, for the mixtures of experts, SFT
 // with transformers' load-balancing loss added) and every parameter's gradient in true float64. Here each
 // directory goes through bpbench's own HF loader, and every strategy must give transformers' loss and every
@@ -61,6 +62,11 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"qwen3_moe_k2", {"sft", "dpo", "sft_aux"}},
     {"qwen3_moe_k3_dense_layer", {"sft"}},
     {"mixtral", {"sft", "dpo", "sft_aux"}},
+    {"olmo2", {"sft", "dpo"}},
+    {"olmo3_mixed", {"sft", "dpo"}},
+    {"olmo3_hub_4x", {"sft"}},
+    {"smollm3_nope", {"sft", "dpo"}},
+    {"smollm3_window", {"sft"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 
@@ -74,7 +80,10 @@ const PythonOutput& oracle() {
     const std::string python = BPBENCH_PYTHON;
     const bool has_transformers = python_has_transformers();
     return cached_python_output(
-        "hf_oracle", {fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "hf_oracle.py"}, "", "cases.json",
+        "hf_oracle",
+        {fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "hf_oracle.py",
+         fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "oracle_common.py"},
+        "", "cases.json",
         has_transformers
             ? ""
             : fmt::format("{} cannot import transformers (run scripts/setup.sh): oracle not run", python));

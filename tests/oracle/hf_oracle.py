@@ -25,25 +25,14 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from torch.overrides import TorchFunctionMode
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
+                          Olmo3Config, Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 from transformers.utils import logging as hf_logging
 
-
-class Float64Casts(TorchFunctionMode):
-    """Every float32 cast or dtype argument becomes float64, for the code run under it."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.Tensor.float:
-            return args[0].double()
-        swap = lambda a: torch.float64 if a is torch.float32 else a
-        args = tuple(swap(a) for a in args)
-        kwargs = {k: swap(v) for k, v in kwargs.items()}
-        return func(*args, **kwargs)
+from oracle_common import Float64Casts, make_batch
 
 
 # Odd shapes: GQA 1, 2, 3 and 4, tied and untied heads, q/k norm (Qwen3), q/k/v biases (Qwen2) and neither
@@ -71,6 +60,11 @@ class Float64Casts(TorchFunctionMode):
 # Phi-3's longrope: past its original context of 16 (T = 29: the long factors, the attention factor from
 # max_position_embeddings / original) and within one of 32 (T = 23: the short factors, an attention factor
 # given).
+# OLMo 2 and 3: norms on the blocks' outputs only, q and k normed over the whole projection (GQA, so the two
+# widths differ); OLMo 3's sliding and full layers with a RoPE each (the full layers' YaRN), and its legacy form
+# (top-level rope_theta and rope_scaling, no layer_types: three sliding layers of four). SmolLM3: NoPE layers by
+# its default interval (layer 3 of 4) and by an explicit no_rope_layers, tied, and its sliding window on the NoPE
+# layers (use_sliding_window). Their pad_token_id is None, as Phi-3's.
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -111,6 +105,22 @@ def hub_form(rope_theta, rope_scaling, **top):
 
 GEMMA3_ROPE = {"sliding_attention": dict(rope_type="default", rope_theta=2e4),
                "full_attention": dict(rope_type="linear", factor=4.0, rope_theta=5e5)}
+
+
+OLMO3_ROPE = {"sliding_attention": dict(rope_type="default", rope_theta=5e5),
+              "full_attention": dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+                                     rope_theta=1e4)}
+
+
+def olmo3_hub_form(config):
+    """The 4.x form of an OLMo 3 config.json: rope_theta and rope_scaling at the top level (the full layers'),
+    no layer_types. transformers gives the sliding layers 500k whatever rope_theta says (hf_olmo.cpp)."""
+    for key in ("rope_parameters", "layer_types", "dtype", "transformers_version"):
+        config.pop(key, None)
+    config.update(rope_theta=1e4, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                 "original_max_position_embeddings": 16},
+                  torch_dtype="bfloat16", transformers_version="4.57.0")
+    return config
 
 
 def gemma3_hub_form(config):
@@ -213,6 +223,24 @@ CASES = {
         LLAMA_GQA2, intermediate_size=24, num_local_experts=8, num_experts_per_tok=2,
         router_aux_loss_coef=AUX_COEF, rope_parameters=dict(rope_type="default", rope_theta=1e6)), 29, [29, 24],
         SFT_DPO_AUX),
+    "olmo2": Case(Olmo2ForCausalLM, Olmo2Config, dict(
+        QWEN3_GQA3, pad_token_id=None, rope_parameters=dict(rope_type="default", rope_theta=5e5)), 29, [29, 23],
+        SFT_DPO),
+    "olmo3_mixed": Case(Olmo3ForCausalLM, Olmo3Config, dict(
+        LLAMA_GQA2, num_hidden_layers=3, pad_token_id=None, sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_parameters=OLMO3_ROPE,
+        tie_word_embeddings=True), 23, [23, 19], SFT_DPO),
+    "olmo3_hub_4x": Case(Olmo3ForCausalLM, Olmo3Config, dict(
+        QWEN2_GQA2, num_hidden_layers=4, pad_token_id=None, sliding_window=9,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"], rope_parameters=OLMO3_ROPE), 29, [29, 24],
+        SFT, olmo3_hub_form),
+    "smollm3_nope": Case(SmolLM3ForCausalLM, SmolLM3Config, dict(
+        QWEN2_GQA2, num_hidden_layers=4, pad_token_id=None,
+        rope_parameters=dict(rope_type="default", rope_theta=2e6)), 29, [29, 22], SFT_DPO),
+    "smollm3_window": Case(SmolLM3ForCausalLM, SmolLM3Config, dict(
+        LLAMA_GQA2, num_hidden_layers=3, pad_token_id=None, no_rope_layers=[1, 0, 0], use_sliding_window=True,
+        sliding_window=7, tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1e5)),
+        23, [23, 19], SFT),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -294,7 +322,7 @@ def save(case, model, model_dir):
         with open(path, "w") as f:
             json.dump(written, f, indent=2)
     config = case.config_cls.from_pretrained(model_dir, attn_implementation="eager", experts_implementation="eager")
-    if case.model_cls is Gemma3ForCausalLM:
+    if case.model_cls in (Gemma3ForCausalLM, Olmo3ForCausalLM):
         # Per layer type: the file, in either form, must give back the model's own RoPE and layer types.
         assert config.layer_types == model.config.layer_types, (config.layer_types, model.config.layer_types)
         for layer_type, stated in model.config.rope_parameters.items():
@@ -305,24 +333,6 @@ def save(case, model, model_dir):
     stated.setdefault("rope_theta", written.get("rope_theta"))
     assert all(config.rope_parameters.get(k) == v for k, v in stated.items()), (config.rope_parameters, stated)
     return config
-
-
-def make_batch(config, T, lengths, prompt, generator):
-    """Token ids right-padded to `lengths` (pad id 0, as bpbench pads), the attention mask, and the shifted
-    targets (-100: prompt, padding, last position). Rows 2b and 2b+1 share their first `prompt` tokens."""
-    N = len(lengths)
-    ids = torch.randint(1, config.vocab_size, (N, T), generator=generator)
-    if prompt:
-        ids[1::2, :prompt] = ids[0::2, :prompt]
-    mask = torch.zeros(N, T, dtype=torch.long)
-    for n, length in enumerate(lengths):
-        mask[n, :length] = 1
-    ids = ids * mask
-    labels = ids.masked_fill(mask == 0, -100)
-    labels[:, :prompt] = -100
-    targets = torch.full_like(ids, -100)
-    targets[:, :-1] = labels[:, 1:]
-    return ids, mask, labels, targets
 
 
 def sft_loss(model, ids, mask, labels, targets, extras):

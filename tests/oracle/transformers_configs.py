@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """transformers_configs.py: transformers itself on bpbench's config.json files, for the tests that ask it
-(EstimateCalculator.TransformersWrittenConfigsOfEachFamily, HfConfig.TransformersBuildsAGemma3Preset), in one
+(EstimateCalculator.TransformersWrittenConfigsOfEachFamily, HfConfig.TransformersBuildsTheTinyPresetsOfEachLayerKind), in one
 process: transformers' import is most of the cost, so they share it, and the test binary makes the output at
 build time (tests/support/transformers_configs.h).
 

@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "harness/model/hf_model.h"
 #include "harness/run/scenario.h"
@@ -54,19 +55,30 @@ TEST(HfConfig, EveryPresetReadsBackAsItself) {
     EXPECT_EQ(back.sandwich_norms, preset.sandwich_norms);
     EXPECT_EQ(back.activation, preset.activation);
     EXPECT_EQ(back.scale_embeddings, preset.scale_embeddings);
+    EXPECT_EQ(back.qk_norm_whole, preset.qk_norm_whole);
+    EXPECT_EQ(back.norms_scale_before_cast, preset.norms_scale_before_cast);
+    EXPECT_EQ(back.block_input_norms, preset.block_input_norms);
+    for (int64_t i = 0; i < preset.layers; ++i) EXPECT_EQ(back.has_rope(i), preset.has_rope(i)) << i;
   }
 }
 
-// transformers itself takes the config.json of a Gemma 3 preset (its strict config types included) and
-// builds the preset's network: parameter count and layer types as bpbench states them (made at build time
-// with the family configs: tests/support/transformers_configs.h).
-TEST(HfConfig, TransformersBuildsAGemma3Preset) {
+// transformers itself takes the config.json of the tiny presets of the families whose layers differ (its
+// strict config types included) and builds each preset's network: parameter count and layer types as bpbench
+// states them (made at build time with the family configs: tests/support/transformers_configs.h).
+TEST(HfConfig, TransformersBuildsTheTinyPresetsOfEachLayerKind) {
   const PythonOutput& built = transformers_configs();
   require_python_output(built, "transformers' model builder");
-  const ModelConfig preset = find_model_preset("tiny-gemma3");
-  const std::string out = file_text(built.dir / "build" / preset.name / "built.txt");
-  EXPECT_EQ(out, fmt::format("Gemma3ForCausalLM {} sliding_attention,full_attention,sliding_attention\n",
-                             preset.parameter_count()));
+  const std::map<std::string, std::string> expected = {
+      {"tiny-gemma3", "Gemma3ForCausalLM {} sliding_attention,full_attention,sliding_attention\n"},
+      {"tiny-olmo3",
+       "Olmo3ForCausalLM {} sliding_attention,sliding_attention,sliding_attention,full_attention\n"},
+      {"tiny-smollm3",
+       "SmolLM3ForCausalLM {} full_attention,full_attention,full_attention,full_attention\n"}};
+  for (const auto& [name, line] : expected) {
+    const ModelConfig preset = find_model_preset(name);
+    EXPECT_EQ(file_text(built.dir / "build" / preset.name / "built.txt"),
+              fmt::format(fmt::runtime(line), preset.parameter_count()));
+  }
 }
 
 // The same meter: transformers' step under bpbench's tracking allocator against bpbench's own cell, `small`

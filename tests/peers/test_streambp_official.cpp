@@ -37,7 +37,7 @@ const PythonOutput& official_check() {
         "streambp_official",
         {peers / "streambp_official_exactness.py", peers / "streambp_official_upstream.py",
          peers / "common.py", peers / "checkouts.py", peers / "launch.py",
-         src / "tests" / "oracle" / "hf_oracle.py"},
+         src / "tests" / "oracle" / "oracle_common.py"},
         fmt::format("--bpbench '{}'", BPBENCH_BINARY), "results.json",
         fs::exists(installed)
             ? ""

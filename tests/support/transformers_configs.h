@@ -1,7 +1,7 @@
 // transformers_configs.h: transformers itself on bpbench's config.json files, one Python process made at
 // build time for the tests that ask it (tests/oracle/transformers_configs.py): the family configs
 // transformers' own config classes write (EstimateCalculator.TransformersWrittenConfigsOfEachFamily) and the
-// Gemma 3 preset it builds from bpbench's file (HfConfig.TransformersBuildsAGemma3Preset).
+// tiny presets it builds from bpbench's files (HfConfig.TransformersBuildsTheTinyPresetsOfEachLayerKind).
 #pragma once
 
 #include <fmt/format.h>
@@ -28,12 +28,15 @@ inline std::vector<ModelConfig> transformers_written_families() {
   qwen2.attention_bias = true;
   return {find_model_preset("qwen3-8b"),   find_model_preset("llama3.1-8b"),
           find_model_preset("gemma3-1b"),  qwen2,
-          find_model_preset("mistral-7b"), find_model_preset("phi3-mini")};
+          find_model_preset("mistral-7b"), find_model_preset("phi3-mini"),
+          find_model_preset("olmo-2-7b"),  find_model_preset("olmo-3-7b"),
+          find_model_preset("smollm3-3b")};
 }
 
 // The presets transformers builds from bpbench's own config.json.
 inline std::vector<ModelConfig> transformers_built_presets() {
-  return {find_model_preset("tiny-gemma3")};
+  return {find_model_preset("tiny-gemma3"), find_model_preset("tiny-olmo3"),
+          find_model_preset("tiny-smollm3")};
 }
 
 // OUT/write/NAME/config.json and OUT/build/NAME/built.txt ("CLASS PARAMETERS LAYER_TYPES"), as the script's
