@@ -319,19 +319,23 @@ torch::Tensor rope_blocks(const torch::Tensor& x, const std::vector<Model::Posit
   return torch::cat(parts, 2);
 }
 
+// h's projection (N, rows, H*hd) split into H heads (N, H, rows, hd), normed per head (Qwen3), over the whole
+// projection before the split (OLMo), or not at all.
+torch::Tensor normed_heads(const Model& m, const Linear& projection, const torch::Tensor& norm_weight,
+                           int64_t heads, const torch::Tensor& h) {
+  auto y = projection(h, m.lora_enabled);
+  if (m.config.qk_norm_whole) return split_heads(m.norm(y, norm_weight), heads, m.config.head_dim);
+  y = split_heads(y, heads, m.config.head_dim);
+  return norm_weight.defined() ? m.norm(y, norm_weight) : y;
+}
+
 }  // namespace
 
 KV Model::project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                      int64_t seq_len) const {
   const auto& w = layers[i];
-  torch::Tensor k;  // (N, Hkv, rows, hd)
-  if (config.qk_norm_whole) {
-    k = split_heads(norm(w.k(h, lora_enabled), w.k_norm), config.kv_heads, config.head_dim);
-  } else {
-    k = split_heads(w.k(h, lora_enabled), config.kv_heads, config.head_dim);
-    if (w.k_norm.defined()) k = norm(k, w.k_norm);
-  }
-  k = rope_blocks(k, blocks, seq_len, config, i);
+  auto k = normed_heads(*this, w.k, w.k_norm, config.kv_heads, h);  // (N, Hkv, rows, hd)
+  k = rope_blocks(k, blocks, seq_len, config, i);  // the unrotated keys released before v is made
   auto v = split_heads(w.v(h, lora_enabled), config.kv_heads, config.head_dim);  // (N, Hkv, rows, hd)
   return {k, v};
 }
@@ -357,13 +361,7 @@ torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t p
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                                int64_t seq_len) const {
   const auto& w = layers[i];
-  torch::Tensor q;  // (N, Hq, rows, hd)
-  if (config.qk_norm_whole) {
-    q = split_heads(norm(w.q(h, lora_enabled), w.q_norm), config.heads, config.head_dim);
-  } else {
-    q = split_heads(w.q(h, lora_enabled), config.heads, config.head_dim);
-    if (w.q_norm.defined()) q = norm(q, w.q_norm);
-  }
+  const auto q = normed_heads(*this, w.q, w.q_norm, config.heads, h);  // (N, Hq, rows, hd)
   return rope_blocks(q, blocks, seq_len, config, i);
 }
 

@@ -107,7 +107,8 @@ ModelConfig llama_like(std::string name, std::string architecture, int64_t vocab
 // OLMo 2 and 3 (transformers' olmo2, olmo3): norms on the attention and MLP outputs only, q and k normed
 // over the whole projection, every norm scaled before its cast, an untied head, RoPE theta 500k, eps 1e-6.
 // OLMo 3 slides over `window` keys on three layers of four (layer i full iff (i + 1) % 4 == 0, as
-// Olmo3Config's default layer_types), its sliding layers' RoPE plain and its full layers' `full_rope`.
+// Olmo3Config's default layer_types) with the RoPE of `rope` on both layer types, until a preset gives its
+// full layers their own (olmo-3-7b's YaRN).
 ModelConfig olmo(std::string name, std::string architecture, int64_t vocab, int64_t d, int64_t inter,
                  int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_positions,
                  int64_t window) {
@@ -218,7 +219,7 @@ std::vector<ModelConfig> build_presets() {
 
   // OLMo 3 shaped: both layer types (a window shorter than the test sequences), GQA, the head dims of tiny.
   ModelConfig tiny_olmo3 = olmo("tiny-olmo3", "Olmo3ForCausalLM", 97, 24, 40, 4, 4, 2, 6, 32768, 5);
-  // SmolLM3 shaped: layers 3 and 7 without RoPE, GQA.
+  // SmolLM3 shaped: its top layer (3) without RoPE, GQA.
   ModelConfig tiny_smollm3 = smollm3("tiny-smollm3", 97, 24, 40, 4, 4, 2, 10000.0, 32768);
   tiny_smollm3.tie_embeddings = false;  // tiny's untied head; the tied one is tested on the oracle's models
 

@@ -51,14 +51,9 @@ struct RingCase {
   int64_t ulysses = 1;  // the 2-D mesh: Ulysses over groups of U ranks inside ring groups of world / U
 };
 
-// "" for tiny, "_moe" for tiny-moe, "_olmo3" for tiny-olmo3: the preset's family in the case's label.
-std::string model_suffix(const std::string& model) {
-  return model == "tiny" ? "" : "_" + model.substr(model.find('-') + 1);
-}
-
 std::string label(const RingCase& c) {
   return fmt::format("{}{}_w{}{}{}{}{}{}{}{}", c.impl == "ring" ? "" : "streambp_", c.objective, c.world,
-                     c.ulysses > 1 ? fmt::format("_U{}", c.ulysses) : "", model_suffix(c.model),
+                     c.ulysses > 1 ? fmt::format("_U{}", c.ulysses) : "", preset_suffix(c.model),
                      c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "", c.lora_rank ? "_lora" : "",
                      c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "", c.tied ? "_tied" : "",
                      c.aux > 0 ? "_aux" : "");

@@ -88,14 +88,9 @@ struct SpCase {
   double aux = 0.0;  // router_aux_loss_coef: the routers' load-balancing loss on where > 0
 };
 
-// "" for tiny, "_moe" for tiny-moe, "_olmo3" for tiny-olmo3: the preset's family in the case's label.
-std::string model_suffix(const std::string& model) {
-  return model == "tiny" ? "" : "_" + model.substr(model.find('-') + 1);
-}
-
 std::string label(const SpCase& c) {
   return fmt::format("{}_{}_w{}{}{}{}{}{}{}{}", c.impl == "ulysses" ? "ulysses" : "streambp", c.objective,
-                     c.world, model_suffix(c.model), c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "",
+                     c.world, preset_suffix(c.model), c.kv_heads != 2 ? fmt::format("_kv{}", c.kv_heads) : "",
                      c.lora_rank ? "_lora" : "", c.seq_len != kDistT ? fmt::format("_T{}", c.seq_len) : "",
                      c.tied ? "_tied" : "", c.shard_params ? "_shard" : "", c.aux > 0 ? "_aux" : "");
 }
