@@ -161,9 +161,8 @@ ModelConfig with_vocab_512(const std::string& preset) {
 // ---- against the tracking allocator: fast grids
 // ------------------------------------------------------------
 
-// Every strategy x dtype x objective (of `objectives`) x LoRA on `config` (N = 2 or 4, three query chunks, six
-// head chunks),
-// each cell within tolerance(impl, dtype, LoRA rank).
+// Every strategy x dtype x objective (of `objectives`) x LoRA on `config` (N = 2 or 4, three query chunks,
+// six head chunks), each cell within tolerance(impl, dtype, LoRA rank).
 template <class Tolerance>
 void check_tiny_grid(const ModelConfig& config, Tolerance tolerance,
                      const std::vector<std::string>& objectives = {"sft", "dpo", "grpo"}) {
@@ -259,21 +258,20 @@ TEST(Estimate, MatchesTinyMoe) {
 // none in plain's graph: within 1.1%, but for two gaps of a Llama-shaped layer without q/k norms that `tiny`
 // (with them) does not show, measured over the whole grid: mst with LoRA, up to 6.7% under in total and 8.3%
 // of the peak above the base (the attention phase's scratch, which follows the thread count, decides which
-// phase the estimate names), and checkpoint-chunked-head in bfloat16 with LoRA, 2.1% under (DPO), both the same
-// with RoPE on every layer (docs/estimate.md, "Known gaps").
+// phase the estimate names), and checkpoint-chunked-head in bfloat16 with LoRA, 2.1% under (DPO), both the
+// same with RoPE on every layer (docs/estimate.md, "Known gaps").
 TEST(Estimate, MatchesTinyOlmo3AndSmolLM3) {
   ModelConfig olmo3 = find_model_preset("tiny-olmo3");
   olmo3.sliding_window = 24;  // shorter than the 32-row chunks and the 96-token sequences, as Gemma 3's
   check_tiny_grid(olmo3, [](const std::string&, torch::ScalarType, int64_t) { return 0.01; });
   // SmolLM3's NoPE layers change the layer terms only, which no objective touches: SFT alone (a third of the
   // grid's time; the GRPO cells above were measured with the whole grid).
-  check_tiny_grid(
-      find_model_preset("tiny-smollm3"),
-      [](const std::string& impl, torch::ScalarType dtype, int64_t rank) {
-        if (rank > 0 && impl == "mst") return 0.09;
-        return rank > 0 && dtype == torch::kBFloat16 ? 0.025 : 0.015;
-      },
-      {"sft"});
+  check_tiny_grid(find_model_preset("tiny-smollm3"),
+                  [](const std::string& impl, torch::ScalarType dtype, int64_t rank) {
+                    if (rank > 0 && impl == "mst") return 0.09;
+                    return rank > 0 && dtype == torch::kBFloat16 ? 0.025 : 0.015;
+                  },
+                  {"sft"});
 }
 
 // Gemma 3: (1 + w) norms saving their normalised input in f, the norms on each block's output, and sliding
