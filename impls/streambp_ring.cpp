@@ -87,7 +87,8 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
     MemoryScope scope(Category::kv);
     for (int64_t g = 0; g < G; ++g)
       out[g] = place.attention(qkv[g].q, qkv[g].k, qkv[g].v, m.config.attention_scale(),
-                               fmt::format("layer {} attention", i), rows, m.config.window_of(i));
+                               fmt::format("layer {} attention", i), rows, m.config.window_of(i),
+                               m.sink_logits(i, g * hq, hq));
   }
   {  // c.
     PhaseScope phase("mlp chunks");

@@ -174,7 +174,7 @@ bool is_help(const std::string& a) {
 
 void list_models(std::ostream& out) {
   out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE; sliding-window layers; "
-         "layers without RoPE; experts):\n";
+         "layers without RoPE; attention sinks; experts):\n";
   for (const auto& m : model_presets()) {
     const int64_t n = m.parameter_count();
     std::string sliding;
@@ -185,12 +185,14 @@ void list_models(std::ostream& out) {
     }
     if (m.rope_layer_count() < m.layers)
       sliding += fmt::format("; {} of {} layers without RoPE", m.layers - m.rope_layer_count(), m.layers);
+    if (m.attention_sinks) sliding += "; attention sinks";
     std::string experts;
     if (m.is_moe()) {
       const int64_t active = m.active_parameter_count();
-      experts = fmt::format("; {} of {} layers route to {} of {} experts of Ie={} ({:.3f} B active)",
+      experts = fmt::format("; {} of {} layers route to {} of {} experts of Ie={} ({:.3f} B active){}",
                             m.moe_layer_count(), m.layers, m.experts_per_token, m.experts,
-                            m.expert_intermediate, static_cast<double>(active) / 1e9);
+                            m.expert_intermediate, static_cast<double>(active) / 1e9,
+                            m.activation == Activation::clamped_swiglu ? ", clamped SwiGLU" : "");
     }
     out << fmt::format(
         "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} "

@@ -31,7 +31,7 @@ per strategy that fits it. Formulas: docs/estimate.md.
 model and lengths:
   --model M               a preset (bpbench list models), a Hugging Face model directory, or its config.json
                           (Qwen3, Qwen2, Llama, Mistral, Phi-3, Gemma 3 text, Qwen3-MoE, Mixtral, OLMo 2 and 3,
-                          SmolLM3; what bpbench cannot model is refused by name)
+                          SmolLM3, gpt-oss; what bpbench cannot model is refused by name)
   --seq-len T[,T...]      tokens per sequence; a list, with k (x1024) and M (x1048576): 8k,32k,128k
   --impl I[,I...]         @IMPLS@
                           (default: all; with --offload checkpoints: those that keep layer checkpoints);

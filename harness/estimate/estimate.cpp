@@ -233,9 +233,10 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
   // layer may get another one (float32 on CUDA: math).
   const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, in.config.head_dim);
+  const bool sinks = in.config.attention_sinks;
+  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, in.config.head_dim, 0, sinks);
   if (in.config.has_sliding_layers() &&
-      attention_kernel_for(device, in.dtype, in.config.head_dim, in.config.sliding_window) != kernel)
+      attention_kernel_for(device, in.dtype, in.config.head_dim, in.config.sliding_window, sinks) != kernel)
     throw std::invalid_argument(fmt::format(
         "estimate: on cuda, {} sliding-window layers run the math attention kernel (N x Hq x c x e scores; "
         "the memory-efficient kernel's backward drops the window), which the estimate does not model "
@@ -264,6 +265,8 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     D.k = c.experts_per_token;
     D.Ie = c.expert_intermediate;
     D.norm_topk = c.norm_topk_prob;
+    D.topk_then_softmax = c.routing == ModelConfig::Routing::topk_then_softmax;
+    D.clamped_swiglu = c.activation == Activation::clamped_swiglu;
   }
   D.V = c.vocab;
   D.L = c.layers;

@@ -126,7 +126,8 @@ FlopCounts estimate_flops(const EstimateInput& in) {
                                               schedule.attention_by_partition ? block : 0, c.window_of(i)),
                    with_grad);
     const int64_t window = c.window_of(i);
-    const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, window);
+    const AttentionKernel kernel =
+        attention_kernel_for(device, in.dtype, c.head_dim, window, c.attention_sinks);
     for (int64_t s = 0; s < T; s += block) {
       const int64_t q = std::min(block, T - s), e = s + q - c.first_visible_key(i, s);  // keys the call gets
       tally(attention_pairs(kernel, q, e, window), with_grad);

@@ -34,13 +34,13 @@ const char* attention_kernel_name(AttentionKernel kernel) {
 }
 
 AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim,
-                                     int64_t window) {
+                                     int64_t window, bool sinks) {
   if (!device.is_cuda()) return AttentionKernel::cpu_fused;
   // Both CUDA kernels want 8-element aligned head rows; flash takes head sizes up to 256.
   const bool aligned = head_dim % 8 == 0;
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
   if (half && aligned && head_dim <= 256) return AttentionKernel::flash;
-  if ((half || dtype == at::kFloat) && aligned && window <= 0) return AttentionKernel::efficient;
+  if ((half || dtype == at::kFloat) && aligned && window <= 0 && !sinks) return AttentionKernel::efficient;
   return AttentionKernel::math;
 }
 
@@ -68,13 +68,13 @@ AttentionPairs attention_pairs(AttentionKernel kernel, int64_t c, int64_t e, int
 
 torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, double scale, int64_t window,
-                                  const KvGradSink& sink) {
+                                  const torch::Tensor& sink_logits, const KvGradSink& sink) {
   // Leaves that alias k and v: hooks add their gradients into the sink as the kernel's backward makes them;
   // the leaves and their .grad go with the graph once its backward is done.
   auto k_leaf = k.detach().requires_grad_(true), v_leaf = v.detach().requires_grad_(true);
   k_leaf.register_hook([dk = sink.dk](const torch::Tensor& grad) { dk.add_(grad); });
   v_leaf.register_hook([dv = sink.dv](const torch::Tensor& grad) { dv.add_(grad); });
-  return run(q, k_leaf, v_leaf, scale, window);
+  return run(q, k_leaf, v_leaf, scale, window, sink_logits);
 }
 
 void SinkNodeData::save(torch::autograd::AutogradContext* ctx) const {
@@ -120,24 +120,28 @@ torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, c
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window, double scale, const KvGradSink& sink) {
+                               int64_t window, double scale, const KvGradSink& sink,
+                               const torch::Tensor& sink_logits) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2);
   TORCH_CHECK(e >= c, "causal_attention: ", c, " queries need at least as many keys, got ", e);
   TORCH_CHECK(hq % hkv == 0, "causal_attention: ", hq, " query heads are not groups of ", hkv, " kv heads");
   if (scale <= 0.0) scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd, window);
+  const AttentionKernel kernel =
+      attention_kernel_for(q.device(), q.scalar_type(), hd, window, sink_logits.defined());
+  TORCH_CHECK(!sink_logits.defined() || (sink_logits.dim() == 1 && sink_logits.size(0) == hq),
+              "causal_attention: ", hq, " query heads need as many sink logits, got ", sink_logits.sizes());
   TORCH_CHECK(!sink.defined() || (sink.dk.sizes() == k.sizes() && sink.dv.sizes() == v.sizes()),
               "causal_attention: the gradient sink's shapes are not k's and v's");
   torch::Tensor out;  // (N, Hq, c, hd)
   if (!sink.defined())
-    out = entry(kernel).run(q, k, v, scale, window);
+    out = entry(kernel).run(q, k, v, scale, window, sink_logits);
   else if (kernel == AttentionKernel::cpu_fused)
-    out = cpu_fused_attention(q, k, v, scale, window, sink);
+    out = cpu_fused_attention(q, k, v, scale, window, sink_logits, sink);
   else if (kernel == AttentionKernel::flash)
-    out = flash_attention(q, k, v, scale, window, sink);
+    out = flash_attention(q, k, v, scale, window, sink_logits, sink);
   else  // efficient (float32) and math (float64): whole dK, dV, then added
-    out = attention_into_sink(entry(kernel).run, q, k, v, scale, window, sink);
+    out = attention_into_sink(entry(kernel).run, q, k, v, scale, window, sink_logits, sink);
   count_attention(n, hq, hd, attention_pairs(kernel, c, e, window), out);
   return out.transpose(1, 2).reshape({n, c, hq * hd});
 }

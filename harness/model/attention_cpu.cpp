@@ -18,11 +18,17 @@
 // row's position], with an additive float mask of that block's size (0 visible, -inf hidden; every row sees
 // itself). Blocks are disjoint rows: one node (WindowedAttention) writes their outputs into one tensor and,
 // backward, their dQ rows into dQ and sums their dK/dV into dK/dV.
+//
+// Attention sinks (gpt-oss: attention_sinks.h, Note [Attention sinks]) are merged into each node's (o, lse)
+// once its keys are done; the backward calls stay the same, given the merged o and lse, and the node returns
+// the sink logits' gradient beside dQ (and dK, dV). A whole sequence with sinks runs ChunkAttention without
+// a prefix, the kernel's own differentiable call having no place for them.
 #include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "harness/model/attention_kernels.h"
+#include "harness/model/attention_sinks.h"
 #include "harness/model/ops.h"
 
 namespace bpbench {
@@ -31,10 +37,18 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// A chunk's output and logsumexp (N, Hq, c), the prefix and diagonal calls merged (the file's comment).
+// A chunk's output and logsumexp (N, Hq, c), the prefix and diagonal calls merged (the file's comment); a
+// whole sequence (no prefix) one causal call. Then the sinks, where given.
 std::pair<torch::Tensor, torch::Tensor> merged_chunk_forward(const torch::Tensor& q, const torch::Tensor& k,
-                                                             const torch::Tensor& v, double scale) {
+                                                             const torch::Tensor& v, double scale,
+                                                             const torch::Tensor& sink_logits) {
   const int64_t c = q.size(2), prefix = k.size(2) - c;
+  if (prefix == 0) {
+    auto [out, lse] =
+        at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
+    if (sink_logits.defined()) merge_attention_sinks(out, lse, sink_logits);
+    return {out, lse};
+  }
   auto [o_p, lse_p] = at::_scaled_dot_product_flash_attention_for_cpu(
       q, k.narrow(2, 0, prefix), v.narrow(2, 0, prefix), 0.0, /*is_causal=*/false, {}, scale);
   auto [o_d, lse_d] = at::_scaled_dot_product_flash_attention_for_cpu(
@@ -44,16 +58,19 @@ std::pair<torch::Tensor, torch::Tensor> merged_chunk_forward(const torch::Tensor
        from_diagonal = torch::exp(lse_d - lse).unsqueeze(-1);
   auto out = (o_p.to(lse.scalar_type()) * from_prefix + o_d.to(lse.scalar_type()) * from_diagonal)
                  .to(q.scalar_type());  // (N, Hq, c, hd)
+  if (sink_logits.defined()) merge_attention_sinks(out, lse, sink_logits);
   return {out, lse};
 }
 
 class ChunkAttention : public torch::autograd::Function<ChunkAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, double scale) {
-    auto [out, lse] = merged_chunk_forward(q, k, v, scale);
+                               const torch::Tensor& v, double scale, const SinkLogitsInput& sink_input) {
+    const torch::Tensor sink_logits = logits_of(sink_input);
+    auto [out, lse] = merged_chunk_forward(q, k, v, scale, sink_logits);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
+    save_sink_logits(ctx, sink_logits);
     return out;
   }
 
@@ -63,6 +80,12 @@ class ChunkAttention : public torch::autograd::Function<ChunkAttention> {
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t c = q.size(2), prefix = k.size(2) - c;
     const auto& grad_out = grads[0];
+    auto d_sinks = sinks_grad_if_needed(ctx, grad_out, out, lse);
+    if (prefix == 0) {
+      auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          grad_out, q, k, v, out, lse, 0.0, /*is_causal=*/true, {}, scale);
+      return {dq, dk, dv, torch::Tensor(), d_sinks};
+    }
     auto [dq, dk_prefix, dv_prefix] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, q, k.narrow(2, 0, prefix), v.narrow(2, 0, prefix), out, lse, 0.0, /*is_causal=*/false, {},
         scale);
@@ -78,7 +101,7 @@ class ChunkAttention : public torch::autograd::Function<ChunkAttention> {
     auto dv = torch::cat({dv_prefix, dv_diagonal}, 2);
     dv_prefix.reset();
     dv_diagonal.reset();
-    return {dq, dk, dv, torch::Tensor()};
+    return {dq, dk, dv, torch::Tensor(), d_sinks};
   }
 };
 
@@ -91,18 +114,12 @@ class SinkAttention : public torch::autograd::Function<SinkAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, const torch::Tensor& dk_sink,
-                               const torch::Tensor& dv_sink) {
-    torch::Tensor out, lse;
-    if (k.size(2) == q.size(2)) {
-      auto result =
-          at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
-      out = std::get<0>(result);
-      lse = std::get<1>(result);
-    } else {
-      std::tie(out, lse) = merged_chunk_forward(q, k, v, scale);
-    }
+                               const torch::Tensor& dv_sink, const SinkLogitsInput& sink_input) {
+    const torch::Tensor sink_logits = logits_of(sink_input);
+    auto [out, lse] = merged_chunk_forward(q, k, v, scale, sink_logits);
     ctx->save_for_backward({q, out, lse});
     SinkNodeData{k, v, KvGradSink{dk_sink, dv_sink}, scale}.save(ctx);
+    save_sink_logits(ctx, sink_logits);
     return out;
   }
 
@@ -114,13 +131,14 @@ class SinkAttention : public torch::autograd::Function<SinkAttention> {
     const double scale = node.scale;
     const int64_t c = q.size(2), e = k.size(2);
     const auto& grad_out = grads[0];
+    auto d_sinks = sinks_grad_if_needed(ctx, grad_out, out, lse);
     auto dq = sink_backward_by_key_blocks(c, e, std::max(c, kMinSinkKeyBlock), node.sink,
                                           [&](int64_t key0, int64_t keys, bool causal) {
                                             return at::_scaled_dot_product_flash_attention_for_cpu_backward(
                                                 grad_out, q, k.narrow(2, key0, keys), v.narrow(2, key0, keys),
                                                 out, lse, 0.0, causal, {}, scale);
                                           });
-    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), d_sinks};
   }
 };
 
@@ -144,7 +162,9 @@ void for_each_window_block(int64_t c, int64_t e, int64_t window, BlockFn block) 
 class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, double scale, int64_t window) {
+                               const torch::Tensor& v, double scale, int64_t window,
+                               const SinkLogitsInput& sink_input) {
+    const torch::Tensor sink_logits = logits_of(sink_input);
     const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3), e = k.size(2);
     // The kernel's own output layout, (N, c, Hq, hd) seen as (N, Hq, c, hd): causal_attention's reshape to
     // (N, c, Hq*hd) stays a view.
@@ -159,9 +179,11 @@ class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
       if (!lse.defined()) lse = torch::empty({n, hq, c}, l.options());
       lse.narrow(2, row0, rows).copy_(l);
     });
+    if (sink_logits.defined()) merge_attention_sinks(out, lse, sink_logits);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["window"] = window;
+    save_sink_logits(ctx, sink_logits);
     return out;
   }
 
@@ -172,6 +194,7 @@ class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
     const int64_t window = ctx->saved_data["window"].toInt();
     const int64_t c = q.size(2), e = k.size(2);
     const auto& grad_out = grads[0];
+    auto d_sinks = sinks_grad_if_needed(ctx, grad_out, out, lse);
     auto dq = torch::empty_like(q);
     auto dk = torch::zeros_like(k), dv = torch::zeros_like(v);
     for_each_window_block(c, e, window, [&](int64_t row0, int64_t rows, int64_t key0, int64_t keys) {
@@ -184,7 +207,7 @@ class WindowedAttention : public torch::autograd::Function<WindowedAttention> {
       dk.narrow(2, key0, keys).add_(dk_block);
       dv.narrow(2, key0, keys).add_(dv_block);
     });
-    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), d_sinks};
   }
 };
 
@@ -212,22 +235,24 @@ int64_t cpu_window_executed_pairs(int64_t c, int64_t e, int64_t window) {
 }
 
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale, int64_t window) {
+                                  double scale, int64_t window, const torch::Tensor& sink_logits) {
   // Every row sees all its keys when there are no more keys than the window: plain causal.
-  if (window > 0 && window < k.size(2)) return WindowedAttention::apply(q, k, v, scale, window);
+  if (window > 0 && window < k.size(2))
+    return WindowedAttention::apply(q, k, v, scale, window, node_input(sink_logits));
   // A whole sequence needs no merge: the kernel's own causal mask is right, and its derivative is PyTorch's.
-  if (q.size(2) == k.size(2))
+  if (q.size(2) == k.size(2) && !sink_logits.defined())
     return std::get<0>(
         at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale));
-  return ChunkAttention::apply(q, k, v, scale);
+  return ChunkAttention::apply(q, k, v, scale, node_input(sink_logits));
 }
 
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale, int64_t window, const KvGradSink& sink) {
+                                  double scale, int64_t window, const torch::Tensor& sink_logits,
+                                  const KvGradSink& sink) {
   // A window bounds the keys a chunk sees (at most c + window - 1): the banded node's own dK, dV are small.
   if (window > 0 && window < k.size(2))
-    return attention_into_sink(cpu_fused_attention, q, k, v, scale, window, sink);
-  return SinkAttention::apply(q, k, v, scale, sink.dk, sink.dv);
+    return attention_into_sink(cpu_fused_attention, q, k, v, scale, window, sink_logits, sink);
+  return SinkAttention::apply(q, k, v, scale, sink.dk, sink.dv, node_input(sink_logits));
 }
 
 }  // namespace bpbench

@@ -6,18 +6,38 @@
 // Both are bottom-right aligned for c < e (query row i sees keys j <= i + e - c), the contract's rule:
 // FlashAttention-2's is_causal is, and the memory-efficient kernel's custom_mask_type 2
 // (CausalFromBottomRight) is. Their derivatives are registered by PyTorch; autograd calls the backward
-// kernels with the logsumexp they saved, except FlashSinkAttention's, which calls flash's backward itself.
+// kernels with the logsumexp they saved, except FlashSinkAttention's and FlashWithSinks', which call flash's
+// backward themselves.
+//
+// Attention sinks (gpt-oss: attention_sinks.h, Note [Attention sinks]) go through flash's logsumexp: its
+// forward's (out, lse) get the sink merged in, and its backward, handed the merged ones, is exact as it is.
+// FlashAttention-3 has no backward for sinks (Unsloth's note); FA2's needs none of its own.
 #include "harness/model/attention_kernels.h"
 
 #include <algorithm>
+
+#include "harness/model/attention_sinks.h"
 
 namespace bpbench {
 namespace {
 constexpr int64_t kCausalFromBottomRight = 2;  // the memory-efficient kernel's CustomMaskType
 }
 
+namespace {
+// FA2's sliding window as its (left, right) arguments: row i sees keys i + e - c - left .. i + e - c.
+std::optional<int64_t> window_left(int64_t window) {
+  return window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt;
+}
+std::optional<int64_t> window_right(int64_t window) {
+  return window > 0 ? std::optional<int64_t>(0) : std::nullopt;
+}
+torch::Tensor flash_with_sinks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               double scale, int64_t window, const torch::Tensor& sink_logits);
+}  // namespace
+
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale, int64_t window) {
+                              double scale, int64_t window, const torch::Tensor& sink_logits) {
+  if (sink_logits.defined()) return flash_with_sinks(q, k, v, scale, window, sink_logits);
   const int64_t c = q.size(2), e = k.size(2);
   // GQA native in the forward: K/V stay per kv head (Hq a multiple of Hkv). Not in the backward: mha_bwd
   // (flash_api.cpp) computes dK/dV per query head into (N, e, Hq, hd) buffers and sums each group before it
@@ -26,11 +46,9 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
       q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
       /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e, 0.0,
       /*is_causal=*/true, /*return_debug_mask=*/false, std::optional<double>(scale),
-      // FA2's local rule, bottom-right aligned like its causal one:
-      // row i sees keys i + e - c - left .. i + e - c. Its
-      // autograd node keeps the window for the backward.
-      window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt,
-      window > 0 ? std::optional<int64_t>(0) : std::nullopt));
+      // FA2's local rule is bottom-right aligned like its causal one; its autograd node keeps the window
+      // for the backward.
+      window_left(window), window_right(window)));
   return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
 }
 
@@ -49,13 +67,16 @@ class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> 
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, const torch::Tensor& dk_sink,
-                               const torch::Tensor& dv_sink) {
+                               const torch::Tensor& dv_sink, const SinkLogitsInput& sink_input) {
+    const torch::Tensor sink_logits = logits_of(sink_input);
     const int64_t c = q.size(2), e = k.size(2);
     auto [out, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e,
         0.0, /*is_causal=*/true, /*return_debug_mask=*/false, std::optional<double>(scale));
+    if (sink_logits.defined()) merge_attention_sinks(out.transpose(1, 2), lse, sink_logits);
     ctx->save_for_backward({q, out, lse, rng_state, unused});
     SinkNodeData{k, v, KvGradSink{dk_sink, dv_sink}, scale}.save(ctx);
+    save_sink_logits(ctx, sink_logits);
     return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
   }
 
@@ -68,6 +89,7 @@ class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> 
     const int64_t c = q.size(2), e = k.size(2);
     auto grad_out = grads[0].transpose(1, 2);  // (N, c, Hq, hd)
     if (grad_out.stride(-1) != 1) grad_out = grad_out.contiguous();
+    auto d_sinks = sinks_grad_if_needed(ctx, grad_out.transpose(1, 2), out.transpose(1, 2), lse);
     // Flash's layout is (N, rows, H, hd): its results come back transposed to the sink's (N, H, rows, hd).
     auto dq = sink_backward_by_key_blocks(
         c, e, std::max(c, kCudaSinkKeyBlock), node.sink, [&](int64_t key0, int64_t keys, bool causal) {
@@ -77,24 +99,71 @@ class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> 
               0.0, causal, rng_state, unused, std::optional<double>(scale));
           return std::make_tuple(dq_part.transpose(1, 2), dk_part.transpose(1, 2), dv_part.transpose(1, 2));
         });
-    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dq, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), d_sinks};
   }
 };
+
+// flash_attention with attention sinks, under a window or not: flash's forward with the sink merged into its
+// output and logsumexp, its backward once over all e keys given the merged ones, and the sinks' gradient.
+class FlashWithSinks : public torch::autograd::Function<FlashWithSinks> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, int64_t window,
+                               const SinkLogitsInput& sink_input) {
+    const torch::Tensor sink_logits = logits_of(sink_input);
+    const int64_t c = q.size(2), e = k.size(2);
+    auto [out, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), /*cum_seq_q=*/{}, /*cum_seq_k=*/{}, c, e,
+        0.0, /*is_causal=*/true, /*return_debug_mask=*/false, std::optional<double>(scale),
+        window_left(window), window_right(window));
+    merge_attention_sinks(out.transpose(1, 2), lse, sink_logits);
+    ctx->save_for_backward({q, k, v, out, lse, rng_state, unused});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["window"] = window;
+    save_sink_logits(ctx, sink_logits);
+    return out.transpose(1, 2);  // (N, c, Hq, hd) -> (N, Hq, c, hd)
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const auto &rng_state = saved[5], &unused = saved[6];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const int64_t window = ctx->saved_data["window"].toInt();
+    const int64_t c = q.size(2), e = k.size(2);
+    auto grad_out = grads[0].transpose(1, 2);  // (N, c, Hq, hd)
+    if (grad_out.stride(-1) != 1) grad_out = grad_out.contiguous();
+    auto d_sinks = sinks_grad_if_needed(ctx, grad_out.transpose(1, 2), out.transpose(1, 2), lse);
+    auto [dq, dk, dv] = at::_flash_attention_backward(
+        grad_out, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out, lse, /*cum_seq_q=*/{},
+        /*cum_seq_k=*/{}, c, e, 0.0, /*is_causal=*/true, rng_state, unused, std::optional<double>(scale),
+        window_left(window), window_right(window));
+    return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2),
+            torch::Tensor(),    torch::Tensor(),    d_sinks};
+  }
+};
+
+torch::Tensor flash_with_sinks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               double scale, int64_t window, const torch::Tensor& sink_logits) {
+  return FlashWithSinks::apply(q, k, v, scale, window, node_input(sink_logits));
+}
 }  // namespace
 
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale, int64_t window, const KvGradSink& sink) {
+                              double scale, int64_t window, const torch::Tensor& sink_logits,
+                              const KvGradSink& sink) {
   // A window bounds the keys a chunk sees (at most c + window - 1): flash's own node, dK, dV then added.
   if (window > 0 && window < k.size(2))
-    return attention_into_sink(flash_attention, q, k, v, scale, window, sink);
-  return FlashSinkAttention::apply(q, k, v, scale, sink.dk, sink.dv);
+    return attention_into_sink(flash_attention, q, k, v, scale, window, sink_logits, sink);
+  return FlashSinkAttention::apply(q, k, v, scale, sink.dk, sink.dv, node_input(sink_logits));
 }
 
 torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale, int64_t window) {
-  // attention_kernel_for sends windows elsewhere: this kernel's autograd node drops the window for the
-  // backward.
+                                  double scale, int64_t window, const torch::Tensor& sink_logits) {
+  // attention_kernel_for sends windows and sinks elsewhere: this kernel's autograd node drops the window for
+  // the backward and has no place for sinks.
   TORCH_CHECK(window <= 0, "efficient_attention: no sliding window (the math kernel takes it)");
+  TORCH_CHECK(!sink_logits.defined(), "efficient_attention: no attention sinks (the math kernel takes them)");
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2), group = hq / hkv;
   // This kernel wants as many kv heads as query heads: repeat each kv head `group` times (e x Aq elements,

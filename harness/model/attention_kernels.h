@@ -5,6 +5,9 @@
 // expands dK/dV to Hq heads while it runs (memory_terms.h, Note [Flash attention buffers] and Note
 // [Efficient attention buffers], counts both).
 //
+// Every kernel takes attention sinks (gpt-oss: sink_logits (Hq), one per query head; undefined: none), merged
+// into the rows' logsumexp by attention_sinks.h's rule, or (math) as one more score column.
+//
 // Legend (model_config.h): N batch, Hq query heads, Hkv kv heads, c query rows, e keys, hd head size.
 #pragma once
 
@@ -30,22 +33,23 @@ enum class AttentionKernel {  // attention.cpp's table follows this order
 const char* attention_kernel_name(AttentionKernel kernel);
 
 // The kernel causal_attention uses for queries on `device` of `dtype` with head size `head_dim`, with a
-// sliding `window` (> 0) or none (0). A window on CUDA in float32 runs the math kernel: the memory-efficient
-// kernel takes a window, but PyTorch's autograd node for it does not keep it for the backward.
+// sliding `window` (> 0) or none (0), with attention sinks or not. A window or sinks on CUDA in float32 run
+// the math kernel: the memory-efficient kernel takes a window, but PyTorch's autograd node for it does not
+// keep it for the backward, and that node has no place for the sinks.
 AttentionKernel attention_kernel_for(const torch::Device& device, at::ScalarType dtype, int64_t head_dim,
-                                     int64_t window = 0);
+                                     int64_t window = 0, bool sinks = false);
 
 // q (N, Hq, c, hd), k and v (N, Hkv, e, hd), c <= e -> (N, Hq, c, hd); differentiable in q, k and v.
 // window > 0: query row i (at key position e - c + i) sees keys e - c + i - window + 1 .. e - c + i only.
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale, int64_t window);
+                                  double scale, int64_t window, const torch::Tensor& sink_logits);
 // Any of them with dK, dV added into `sink` (ops.h) as the kernel's backward makes them whole: for the
 // kernels without a sink of their own.
 using AttentionKernelFn = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                            double, int64_t);
+                                            double, int64_t, const torch::Tensor&);
 torch::Tensor attention_into_sink(AttentionKernelFn run, const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, double scale, int64_t window,
-                                  const KvGradSink& sink);
+                                  const torch::Tensor& sink_logits, const KvGradSink& sink);
 // A sink's backward by key blocks (SinkAttention, FlashSinkAttention): `call(key0, keys, causal)` runs one
 // backward kernel call for keys [key0, key0 + keys) and returns its (dQ, dK, dV) as (N, H, rows, hd) views;
 // the prefix keys [0, e - c) go in blocks of at most `block` (no mask), then the diagonal [e - c, e)
@@ -69,17 +73,20 @@ torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, c
 // The CPU kernel's own: dK, dV added into `sink` in blocks of at most max(c, kMinSinkKeyBlock) keys
 // (attention_blocks.h; under a window: attention_into_sink, its keys being few).
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale, int64_t window, const KvGradSink& sink);
+                                  double scale, int64_t window, const torch::Tensor& sink_logits,
+                                  const KvGradSink& sink);
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale, int64_t window);
+                              double scale, int64_t window, const torch::Tensor& sink_logits);
 // The same with dK, dV added into `sink`, flash's backward by blocks of max(c, kCudaSinkKeyBlock) keys
 // (attention_blocks.h; under a window: attention_into_sink).
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale, int64_t window, const KvGradSink& sink);
+                              double scale, int64_t window, const torch::Tensor& sink_logits,
+                              const KvGradSink& sink);
+// No window and no sinks (attention_kernel_for sends those to math).
 torch::Tensor efficient_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  double scale, int64_t window);
+                                  double scale, int64_t window, const torch::Tensor& sink_logits);
 torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             double scale, int64_t window);
+                             double scale, int64_t window, const torch::Tensor& sink_logits);
 
 // Per (sequence, query head): the (query, key) pairs a call with c queries over the e keys ending with them
 // sees, under a sliding `window` (0: none): sum over rows of min(window, e - c + i + 1).

@@ -10,7 +10,7 @@
 namespace bpbench {
 
 torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             double scale, int64_t window) {
+                             double scale, int64_t window, const torch::Tensor& sink_logits) {
   const int64_t n = q.size(0), hq = q.size(1), c = q.size(2), hd = q.size(3);
   const int64_t hkv = k.size(1), e = k.size(2), g = hq / hkv;
   // (N, Hq, c, hd) -> (N, Hkv, g*c, hd): the g query heads sharing a kv head become rows of one product.
@@ -26,6 +26,12 @@ torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, con
     auto key = torch::arange(e, q.options().dtype(torch::kLong)).unsqueeze(0);         // (1, e)
     scores.view({n, hkv, g, c, e})
         .masked_fill_(key <= pos - window, -std::numeric_limits<double>::infinity());
+  }
+  if (sink_logits.defined()) {  // one more score a row, of a key whose value is zero (attention_sinks.h)
+    auto sink_column = sink_logits.to(scores.scalar_type()).view({1, hkv, g, 1, 1}).expand({n, hkv, g, c, 1});
+    auto with_sinks = torch::cat({scores.view({n, hkv, g, c, e}), sink_column}, -1);  // (N, Hkv, g, c, e + 1)
+    auto probs = torch::softmax(with_sinks, -1, compute_dtype(q.scalar_type())).to(q.scalar_type());
+    return torch::matmul(probs.narrow(-1, 0, e).reshape({n, hkv, g * c, e}), v).view({n, hq, c, hd});
   }
   auto probs = torch::softmax(scores, -1, compute_dtype(q.scalar_type())).to(q.scalar_type());
   return torch::matmul(probs, v).view({n, hq, c, hd});

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,12 +18,13 @@
 namespace bpbench {
 
 // One tensor of the checkpoint and the parameters it fills: one part of the same name, or (fused) several,
-// each the next `rows` rows of it.
+// each the next `rows` rows of it, or what its `take` makes of the whole tensor (gpt-oss's stacked experts).
 struct WeightSlot {
   struct Part {
     std::string name;  // the parameter's name (Model::named_parameters)
     int64_t rows = 0;
     torch::Tensor* dest = nullptr;
+    std::function<torch::Tensor(const torch::Tensor&)> take;  // the part's view of the whole; copied
   };
   std::string name;            // the checkpoint's tensor
   std::vector<int64_t> shape;  // its shape
@@ -48,7 +50,8 @@ struct HfFamilyFields {
   // `write`. May be null: only configs naming the family's architecture are.
   bool (*describes)(const ModelConfig& c) = nullptr;
   // The checkpoint's names where they are not the shared ones (Phi-3's fused projections): rewrites the slot
-  // list of every weight, in Model::named_parameters order. May be null.
+  // list of every weight, in Model::named_parameters order (the parts may come in another order: gpt-oss's
+  // stacked experts). May be null.
   void (*checkpoint_names)(const ModelConfig& c, std::vector<WeightSlot>& slots) = nullptr;
   // What `read` reads itself; otherwise the shared reader does: the RoPE after `read` (rope_from_hf_config;
   // Gemma 3 has one per layer type), the sliding window (the shared reader refuses Qwen's

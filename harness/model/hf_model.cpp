@@ -329,7 +329,8 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     linear(p + "self_attn.q_proj", w.q, q_out, d, c.attention_bias);
     linear(p + "self_attn.k_proj", w.k, kv_out, d, c.attention_bias);
     linear(p + "self_attn.v_proj", w.v, kv_out, d, c.attention_bias);
-    linear(p + "self_attn.o_proj", w.o, d, q_out, false);
+    linear(p + "self_attn.o_proj", w.o, d, q_out, c.output_bias);
+    if (c.attention_sinks) slot(p + "self_attn.sinks", {c.heads}, &w.sinks);
     if (c.qk_norm) {  // per head, or (OLMo) over the whole projection
       slot(p + "self_attn.q_norm.weight", {c.qk_norm_whole ? q_out : hd}, &w.q_norm);
       slot(p + "self_attn.k_norm.weight", {c.qk_norm_whole ? kv_out : hd}, &w.k_norm);
@@ -344,15 +345,16 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     if (c.is_moe_layer(i)) {  // Qwen3-MoE's names, those of Model::named_parameters
       const int64_t E = c.experts, Ie = c.expert_intermediate;
       slot(p + "mlp.gate.weight", {E, d}, &w.router);
+      if (c.router_bias) slot(p + "mlp.gate.bias", {E}, &w.router_bias);
       w.expert_gate.resize(static_cast<size_t>(E));
       w.expert_up.resize(static_cast<size_t>(E));
       w.expert_down.resize(static_cast<size_t>(E));
       for (int64_t e = 0; e < E; ++e) {
         const std::string expert = fmt::format("{}mlp.experts.{}.", p, e);
         const auto k = static_cast<size_t>(e);
-        linear(expert + "gate_proj", w.expert_gate[k], Ie, d, false);
-        linear(expert + "up_proj", w.expert_up[k], Ie, d, false);
-        linear(expert + "down_proj", w.expert_down[k], d, Ie, false);
+        linear(expert + "gate_proj", w.expert_gate[k], Ie, d, c.expert_bias);
+        linear(expert + "up_proj", w.expert_up[k], Ie, d, c.expert_bias);
+        linear(expert + "down_proj", w.expert_down[k], d, Ie, c.expert_bias);
       }
       continue;
     }
@@ -402,26 +404,32 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     const auto opts = torch::TensorOptions().device(options.device()).dtype(options.dtype());
     for (const auto& s : slots) {
       const torch::Tensor whole = weights.get(s.name, opts);
-      if (s.parts.size() == 1) {
+      if (s.parts.size() == 1 && !s.parts[0].take) {
         *s.parts[0].dest = whole;
         continue;
       }
       int64_t row = 0;  // a fused tensor: each parameter its own rows, in storage of its own
       for (const auto& part : s.parts) {
+        if (part.take) {
+          *part.dest = part.take(whole).contiguous().clone();
+          continue;
+        }
         *part.dest = whole.narrow(0, row, part.rows).clone();
         row += part.rows;
       }
     }
   }
   if (c.tie_embeddings) m.lm_head_weight = m.embed_weight;
-  // The slots' parts restate Model::named_parameters(); a drift between the two must not load silently.
+  // The slots' parts restate Model::named_parameters() (in its order but for a family's stacked tensors);
+  // a drift between the two must not load silently.
   {
-    const auto params = m.named_parameters();
-    size_t k = 0;
-    bool same = true;
+    std::vector<std::string> parts, params;
     for (const auto& s : slots)
-      for (const auto& part : s.parts) same = same && k < params.size() && params[k++].name == part.name;
-    if (!same || k != params.size())
+      for (const auto& part : s.parts) parts.push_back(part.name);
+    for (const auto& p : m.named_parameters()) params.push_back(p.name);
+    std::sort(parts.begin(), parts.end());
+    std::sort(params.begin(), params.end());
+    if (parts != params)
       throw std::logic_error("load_hf_model: parameter list out of sync with Model::named_parameters()");
   }
 

@@ -3,16 +3,15 @@
 // Supported architectures: every line of hf_families.def (`bpbench` names them in its "supported:" lists,
 // hf_architecture_names), each family's own fields in its file through hf_family.h (Mistral: hf_mistral.cpp,
 // Phi-3: hf_phi3.cpp, Gemma 3: hf_gemma3.cpp, the mixtures of experts: hf_qwen3_moe.cpp, hf_mixtral.cpp,
-// OLMo 2 and 3: hf_olmo.cpp, SmolLM3: hf_smollm3.cpp). config.json fields every family shares (HF names ->
-// ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
-// num_key_value_heads (default: heads), head_dim (default: hidden / heads, or the family's), rms_norm_eps
-// (default 1e-6), tie_word_embeddings (default: the family's), and RoPE in either form, every type
-// transformers defines for these families (harness/model/rope_config.h: rope_parameters, or rope_theta +
-// rope_scaling; max_position_embeddings).
-// Configurations the Model cannot express are refused with the field named rather than loaded wrongly:
-// attention_bias on Qwen3 / Llama (it also biases o_proj), mlp_bias, an activation other than silu, a
-// sliding window on Qwen / Llama (use_sliding_window, layer_types), attention_dropout, an unsupported RoPE
-// type or field.
+// OLMo 2 and 3: hf_olmo.cpp, SmolLM3: hf_smollm3.cpp, gpt-oss: hf_gpt_oss.cpp). config.json fields every
+// family shares (HF names -> ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads (default: heads), head_dim (default: hidden / heads, or the
+// family's), rms_norm_eps (default 1e-6), tie_word_embeddings (default: the family's), and RoPE in either
+// form, every type transformers defines for these families (harness/model/rope_config.h: rope_parameters, or
+// rope_theta + rope_scaling; max_position_embeddings). Configurations the Model cannot express are refused
+// with the field named rather than loaded wrongly: attention_bias on Qwen3 / Llama (it also biases o_proj),
+// mlp_bias, an activation other than silu, a sliding window on Qwen / Llama (use_sliding_window,
+// layer_types), attention_dropout, an unsupported RoPE type or field.
 //
 // Weights come from model.safetensors or the shards of model.safetensors.index.json, under the names
 // Model::named_parameters() uses. Every tensor is checked (presence, no extras, shape, dtype F32/BF16/F16)

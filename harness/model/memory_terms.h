@@ -139,6 +139,15 @@ struct MemoryTerms {
   // that mixes dense layers in); E = 0: the dense MLP of I. See Note [Mixture-of-experts buffers].
   int64_t E = 0, k = 0, Ie = 0;
   bool norm_topk = false;  // the k routing weights renormalised (Qwen3-MoE's norm_topk_prob, Mixtral)
+  // gpt-oss's router: the k largest logits and a softmax over them only (no E-wide softmax kept; the
+  // load-balancing loss, which would keep one, is not estimated for it).
+  bool topk_then_softmax = false;
+  // gpt-oss's clamped SwiGLU (ops.h, clamped_swiglu): what an expert row's activation keeps, 7 (Ie) tensors
+  // (gate and up as the clamps save them, the clamped gate, its sigmoid, up + 1, their product, the result)
+  // against SiLU's 4, and the 9 (Ie) alive at once as its one expression ends (its temporaries too).
+  bool clamped_swiglu = false;
+  int64_t activation_saved() const { return clamped_swiglu ? 7 : 4; }
+  int64_t activation_peak() const { return clamped_swiglu ? 9 : 4; }
   bool moe() const { return E > 0; }
 
   // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/machinery/dist_common.h; N is
@@ -269,19 +278,24 @@ struct MemoryTerms {
   int64_t expert_rows(int64_t R) const { return ceil_div(k * R, E); }
   // Kept per row by the routing: the softmax (E f), the top-k indices (k int64) and, renormalised, the top-k
   // weights and their sum (k f + f).
-  int64_t routing_saved_row() const { return E * f + k * 8 + (norm_topk ? k * f + f : 0); }
+  // gpt-oss: the top-k indices and the softmax over the k logits (k s).
+  int64_t routing_saved_row() const {
+    if (topk_then_softmax) return k * 8 + k * s;
+    return E * f + k * 8 + (norm_topk ? k * f + f : 0);
+  }
   // Kept per routed row by its expert: its position in the top-k (nonzero's two int64), the gathered row h
   // (d s), gate, silu, up, product (4 Ie s), the down projection's output (d s) and its routing weight (s),
   // the weighted output (d s: index_add_'s backward expands the gradient as its source), LoRA's x A^T (3 r
   // s).
-  int64_t routed_saved_row() const { return 16 + 3 * d * s + 4 * Ie * s + s + 3 * r * s; }
+  int64_t routed_saved_row() const { return 16 + 3 * d * s + activation_saved() * Ie * s + s + 3 * r * s; }
   // No-grad forward over R rows: the output (R, d), the router logits, the top-k weights and indices, and one
   // expert's rows at a time: their positions, h, and either gate, up, silu, product or gate, product, the
   // down projection's output and its weighted copy (LoRA: x A^T and B's output).
   int64_t experts_forward(int64_t R) const {
     const int64_t Re = expert_rows(R);
     const int64_t routing = R * (d * s + E * s + k * (s + 8));
-    const int64_t expert = Re * (16 + d * s + std::max(4 * Ie, 2 * Ie + 2 * d) * s + 2 * r * s);
+    const int64_t expert =
+        Re * (16 + d * s + std::max(activation_peak() * Ie, 2 * Ie + 2 * d) * s + 2 * r * s);
     return routing + expert;
   }
   // Backward over R rows (the incoming gradient counted by the caller), expert by expert from the last, every

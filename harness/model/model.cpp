@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "harness/model/attention_sinks.h"
 #include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 #include "harness/model/rope.h"
@@ -112,7 +113,8 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
     w.q = make_linear(config.heads * hd, d, config.attention_bias, opts);
     w.k = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
     w.v = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
-    w.o = make_linear(d, config.heads * hd, false, opts);
+    w.o = make_linear(d, config.heads * hd, config.output_bias, opts);
+    if (config.attention_sinks) w.sinks = normal_init({config.heads}, opts);
     if (config.qk_norm) {  // per head, or (OLMo) over the whole projection
       w.q_norm = identity_norm_init(config.qk_norm_whole ? config.heads * hd : hd, config, opts);
       w.k_norm = identity_norm_init(config.qk_norm_whole ? config.kv_heads * hd : hd, config, opts);
@@ -124,10 +126,12 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
     if (config.block_input_norms) w.mlp_norm = identity_norm_init(d, config, opts);
     if (config.is_moe_layer(i)) {
       w.router = normal_init({config.experts, d}, opts);
+      if (config.router_bias) w.router_bias = normal_init({config.experts}, opts);
+      const bool bias = config.expert_bias;
       for (int64_t e = 0; e < config.experts; ++e) {
-        w.expert_gate.push_back(make_linear(config.expert_intermediate, d, false, opts));
-        w.expert_up.push_back(make_linear(config.expert_intermediate, d, false, opts));
-        w.expert_down.push_back(make_linear(d, config.expert_intermediate, false, opts));
+        w.expert_gate.push_back(make_linear(config.expert_intermediate, d, bias, opts));
+        w.expert_up.push_back(make_linear(config.expert_intermediate, d, bias, opts));
+        w.expert_down.push_back(make_linear(d, config.expert_intermediate, bias, opts));
       }
     } else {
       w.gate = make_linear(config.intermediate, d, false, opts);
@@ -157,7 +161,7 @@ Model Model::converted(const torch::TensorOptions& options) const {
   convert(m.embed_weight);
   for (auto& w : m.layers) {
     for (torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm,
-                             &w.mlp_output_norm, &w.router})
+                             &w.mlp_output_norm, &w.router, &w.router_bias, &w.sinks})
       convert(*t);
     for (Linear* l : w.linears()) convert_linear(*l);
   }
@@ -181,6 +185,7 @@ std::vector<NamedParameter> Model::named_parameters() const {
     add_linear(out, p + "self_attn.k_proj", w.k, ParamGroup::attention);
     add_linear(out, p + "self_attn.v_proj", w.v, ParamGroup::attention);
     add_linear(out, p + "self_attn.o_proj", w.o, ParamGroup::attention);
+    if (w.sinks.defined()) out.push_back({p + "self_attn.sinks", ParamGroup::attention, w.sinks});
     if (w.q_norm.defined()) {
       out.push_back({p + "self_attn.q_norm.weight", ParamGroup::norms, w.q_norm});
       out.push_back({p + "self_attn.k_norm.weight", ParamGroup::norms, w.k_norm});
@@ -195,6 +200,7 @@ std::vector<NamedParameter> Model::named_parameters() const {
     }
     if (w.router.defined()) {  // Qwen3-MoE's names (Mixtral's checkpoint names: hf_mixtral.cpp)
       out.push_back({p + "mlp.gate.weight", ParamGroup::mlp, w.router});
+      if (w.router_bias.defined()) out.push_back({p + "mlp.gate.bias", ParamGroup::mlp, w.router_bias});
       for (size_t e = 0; e < w.expert_gate.size(); ++e) {
         const std::string expert = fmt::format("{}mlp.experts.{}.", p, e);
         add_linear(out, expert + "gate_proj", w.expert_gate[e], ParamGroup::mlp);
@@ -228,7 +234,7 @@ bool Model::input_gradient_needed(int64_t layer) const {
   for (int64_t i = 0; i < layer; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
     for (const torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm,
-                                   &w.mlp_output_norm, &w.router})
+                                   &w.mlp_output_norm, &w.router, &w.router_bias, &w.sinks})
       if (t->defined() && t->requires_grad()) return true;
     for (const Linear* l : w.linears())
       for (const torch::Tensor* t : {&l->weight, &l->bias, &l->lora_a, &l->lora_b})
@@ -370,8 +376,13 @@ torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, con
   return attention_output(i, x_rows, attention_heads(i, q, kv));
 }
 
-torch::Tensor Model::attention_heads(int64_t i, const torch::Tensor& q, const KV& kv) const {
-  return causal_attention(q, kv.k, kv.v, config.window_of(i), config.attention_scale(), kv.sink);
+torch::Tensor Model::attention_heads(int64_t i, const torch::Tensor& q, const KV& kv, int64_t head0) const {
+  return causal_attention(q, kv.k, kv.v, config.window_of(i), config.attention_scale(), kv.sink,
+                          sink_logits(i, head0, q.size(1)));
+}
+
+torch::Tensor Model::sink_logits(int64_t i, int64_t head0, int64_t heads) const {
+  return sink_logits_of_heads(layers[i].sinks, head0, heads);
 }
 
 torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o) const {
@@ -379,6 +390,21 @@ torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, co
   auto y = w.o(o, lora_enabled);  // (N, c, d)
   return x_rows + (w.attn_output_norm.defined() ? norm(y, w.attn_output_norm) : y);
 }
+
+namespace {
+// The MLP's activated product of gate and up (N.., I) each.
+torch::Tensor gated(Activation activation, const torch::Tensor& gate, const torch::Tensor& up) {
+  switch (activation) {
+    case Activation::gelu_tanh:
+      return torch::gelu(gate, "tanh") * up;
+    case Activation::clamped_swiglu:
+      return clamped_swiglu(gate, up);
+    case Activation::silu:
+      break;
+  }
+  return torch::silu(gate) * up;
+}
+}  // namespace
 
 torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   const auto& w = layers[i];
@@ -394,7 +420,7 @@ torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   torch::Tensor act;
   {
     auto up = w.up(n, lora_enabled);  // (N, rows, I)
-    act = (config.activation == Activation::gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up;
+    act = gated(config.activation, gate, up);
   }
   auto y = w.down(act, lora_enabled);  // (N, rows, d)
   return x + (w.mlp_output_norm.defined() ? norm(y, w.mlp_output_norm) : y);
@@ -402,15 +428,26 @@ torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
 
 torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
   const auto& w = layers[i];
-  const auto flat = n.reshape({-1, n.size(-1)});       // (R, d)
-  const auto logits = counted_linear(flat, w.router);  // (R, E)
-  // Routing as transformers' Qwen3-MoE and Mixtral route: softmax in float32 (float64 in a float64 model),
-  // the k largest, renormalised over the k where the family does, cast back to the model dtype.
+  const auto flat = n.reshape({-1, n.size(-1)});                      // (R, d)
+  const auto logits = counted_linear(flat, w.router, w.router_bias);  // (R, E)
   const auto routing_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-  const auto probabilities = torch::softmax(logits, -1, routing_dtype);  // (R, E)
-  auto [top_weights, top_experts] = probabilities.topk(config.experts_per_token, -1);
-  if (config.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
-  top_weights = top_weights.to(logits.scalar_type());  // (R, k)
+  torch::Tensor probabilities, top_weights, top_experts;  // (R, E), (R, k), (R, k)
+  const bool topk_first = config.routing == ModelConfig::Routing::topk_then_softmax;
+  if (topk_first && !router_balance->on()) {
+    // gpt-oss's router: the k largest logits, a softmax over just them in the logits' dtype.
+    std::tie(top_weights, top_experts) = logits.topk(config.experts_per_token, -1);
+    top_weights = torch::softmax(top_weights, -1);
+  } else {
+    // Qwen3-MoE's and Mixtral's: softmax in float32 (float64 in a float64 model), the k largest,
+    // renormalised over the k where the family does, cast back to the model dtype. gpt-oss's with the
+    // load-balancing loss on, which needs the softmax over all E in the graph: its top-k softmax is that
+    // softmax's top k renormalised (exp(l_i) / sum_k exp(l_k) = p_i / sum_k p_k), the same to round-off.
+    probabilities = torch::softmax(logits, -1, routing_dtype);
+    std::tie(top_weights, top_experts) = probabilities.topk(config.experts_per_token, -1);
+    if (config.norm_topk_prob || topk_first)
+      top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+    top_weights = top_weights.to(logits.scalar_type());
+  }
   // Dropless dispatch: each expert takes every row routed to it; the rows' outputs are added in expert order.
   auto out = torch::zeros_like(flat);  // (R, d)
   torch::Tensor counts;
@@ -418,7 +455,7 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
     torch::NoGradGuard no_grad;
     counts = torch::bincount(top_experts.flatten(), {}, config.experts).cpu();  // (E)
   }
-  router_balance->observe(probabilities, counts);
+  if (probabilities.defined()) router_balance->observe(probabilities, counts);
   const auto* count = counts.data_ptr<int64_t>();
   for (int64_t e = 0; e < config.experts; ++e) {
     if (count[e] == 0) continue;
@@ -434,7 +471,7 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
     torch::Tensor act;
     {
       auto up = w.expert_up[e](h, lora_enabled);  // (Re, Ie): as mlp_block, up before the activation
-      act = (config.activation == Activation::gelu_tanh ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up;
+      act = gated(config.activation, gate, up);
     }
     const auto y = w.expert_down[e](act, lora_enabled) * top_weights.index({rows, slots}).unsqueeze(-1);
     out.index_add_(0, rows, y);  // (Re, d) into (R, d)

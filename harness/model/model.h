@@ -48,6 +48,7 @@ struct Linear {
 struct LayerWeights {
   torch::Tensor input_norm;  // (d), or undefined without block input norms (OLMo)
   Linear q, k, v, o;         // (Hq*hd, d), (Hkv*hd, d), (Hkv*hd, d), (d, Hq*hd)
+  torch::Tensor sinks;       // (Hq): gpt-oss's attention sink logits, or undefined
   torch::Tensor q_norm,
       k_norm;  // (hd) each, (Hq*hd), (Hkv*hd) over the whole projection (OLMo), or undefined
   // Gemma 3's sandwich norms, (d) each, undefined elsewhere: on the attention output (its
@@ -59,6 +60,7 @@ struct LayerWeights {
   Linear gate, up, down;  // (I, d), (I, d), (d, I); undefined in a mixture-of-experts layer
   // A mixture-of-experts layer (ModelConfig::is_moe_layer): the router and E experts.
   torch::Tensor router;                                     // (E, d)
+  torch::Tensor router_bias;                                // (E): gpt-oss's, or undefined
   std::vector<Linear> expert_gate, expert_up, expert_down;  // E each: (Ie, d), (Ie, d), (d, Ie)
 
   // Every Linear of the layer (q, k, v, o, then the MLP's: dense, or each expert's gate, up, down).
@@ -150,11 +152,13 @@ class Model {
                                 const KV& kv) const;
   // attention_block's two halves, which sequence parallelism (impls/machinery/sequence_parallel.h) runs
   // apart, with the heads exchanged between ranks around the first:
-  //   attention_heads(i, q, kv): causal attention with layer i's window and scale, on any subset of heads
-  //                              (q: (N, H', c, hd), kv: (N, H'kv, e, hd), H' a multiple of H'kv) -> (N, c,
-  //                              H'*hd)
+  //   attention_heads(i, q, kv, head0): causal attention with layer i's window, scale and sinks, on the
+  //                              query heads [head0, head0 + H') (a Ulysses rank's; q: (N, H', c, hd), kv:
+  //                              (N, H'kv, e, hd), H' a multiple of H'kv) -> (N, c, H'*hd)
   //   attention_output(i, x_rows, o): x_rows + [Gemma 3: norm of] o_proj(o), o (N, c, Hq*hd)
-  torch::Tensor attention_heads(int64_t i, const torch::Tensor& q, const KV& kv) const;
+  torch::Tensor attention_heads(int64_t i, const torch::Tensor& q, const KV& kv, int64_t head0 = 0) const;
+  // Layer i's attention sink logits of query heads [head0, head0 + heads), or undefined (no sinks).
+  torch::Tensor sink_logits(int64_t i, int64_t head0, int64_t heads) const;
   torch::Tensor attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o) const;
   torch::Tensor mlp_block(int64_t i, const torch::Tensor& x) const;
   // A mixture-of-experts layer's MLP output (before the residual add) for normed rows n (N, rows, d): each

@@ -164,6 +164,40 @@ ModelConfig qwen3_moe(std::string name, int64_t d, int64_t dense, int64_t layers
   return with_experts(c, "Qwen3MoeForCausalLM", experts, k, expert_intermediate);
 }
 
+// gpt-oss (transformers' gpt_oss): every layer a mixture of `experts` with biases, the clamped SwiGLU and a
+// router with a bias taking the top 4 logits; attention with biases and sinks, 64 query heads and 8 K/V
+// heads of 64, sliding (128 keys) on even layers, full on odd; one YaRN RoPE (x32 of 4096, theta 150k,
+// beta_fast 32, beta_slow 1, not truncated); norms scaled before their cast, eps 1e-5; untied.
+// openai/gpt-oss-20b's and -120b's config.json: 201088 tokens, 2880 wide, experts of 2880, 131072
+// positions; 24 layers of 32 experts, and 36 of 128.
+ModelConfig gpt_oss(std::string name, int64_t vocab, int64_t d, int64_t expert_intermediate, int64_t layers,
+                    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t experts, int64_t k,
+                    int64_t window) {
+  ModelConfig c = dims(std::move(name), vocab, d, expert_intermediate, layers, heads, kv_heads, head_dim);
+  c.architecture = "GptOssForCausalLM";
+  c.rope.theta = 150000.0;
+  c.rope.max_positions = 131072;
+  c.rope.type = RopeType::kYarn;
+  c.rope.factor = 32.0;
+  c.rope.original_max_positions = 4096;
+  c.rope.beta_fast = 32.0;
+  c.rope.beta_slow = 1.0;
+  c.rope.truncate = false;
+  c.rope.attention_factor = 0.1 * std::log(c.rope.factor) + 1.0;  // YaRN's default mscale
+  c.rms_eps = 1e-5;
+  c.norms_scale_before_cast = true;
+  c.attention_bias = c.output_bias = c.attention_sinks = true;
+  c.sliding_window = window;
+  for (int64_t i = 0; i < layers; ++i) c.sliding_layers.push_back((i + 1) % 2 != 0);
+  c.experts = experts;
+  c.experts_per_token = k;
+  c.expert_intermediate = expert_intermediate;
+  c.routing = ModelConfig::Routing::topk_then_softmax;
+  c.router_bias = c.expert_bias = true;
+  c.activation = Activation::clamped_swiglu;
+  return c;
+}
+
 std::vector<ModelConfig> build_presets() {
   ModelConfig tiny;  // every feature switched on, dimensions small enough for finite differences
   tiny.name = "tiny";
@@ -222,6 +256,11 @@ std::vector<ModelConfig> build_presets() {
   // SmolLM3 shaped: its top layer (3) without RoPE, GQA.
   ModelConfig tiny_smollm3 = smollm3("tiny-smollm3", 97, 24, 40, 4, 4, 2, 10000.0, 32768);
   tiny_smollm3.tie_embeddings = false;  // tiny's untied head; the tied one is tested on the oracle's models
+  // gpt-oss shaped: sliding (window 5, shorter than the test sequences) and full layers, 8 experts of 12, 2 a
+  // token, GQA; YaRN over a short original context, so that its ramp shows at the tests' lengths.
+  ModelConfig tiny_gpt_oss = gpt_oss("tiny-gpt-oss", 97, 24, 12, 2, 4, 2, 6, 8, 2, 5);
+  tiny_gpt_oss.rope.original_max_positions = 16;
+  tiny_gpt_oss.rope.max_positions = 512;
 
   // OLMo 3 7B's full layers: YaRN x8 from 8192 positions, attention factor 1.2079 (config.json's
   // rope_scaling); its sliding ones keep plain RoPE.
@@ -242,6 +281,7 @@ std::vector<ModelConfig> build_presets() {
       small_moe,
       tiny_olmo3,
       tiny_smollm3,
+      tiny_gpt_oss,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -266,6 +306,8 @@ std::vector<ModelConfig> build_presets() {
       // HuggingFaceTB/SmolLM3-3B's config.json: 128256 tokens, 2048 wide, 11008, 36 layers of 16 heads (4 K/V
       // heads), RoPE theta 5M over 65536 positions, no RoPE on every fourth layer, tied.
       smollm3("smollm3-3b", 128256, 2048, 11008, 36, 16, 4, 5e6, 65536),
+      gpt_oss("gpt-oss-20b", 201088, 2880, 2880, 24, 64, 8, 64, 32, 4, 128),
+      gpt_oss("gpt-oss-120b", 201088, 2880, 2880, 36, 64, 8, 64, 128, 4, 128),
       with_experts(llama_like("mixtral-8x7b", "", 32000, 4096, 14336, 32, 32, 8, 1e6, 32768, 0),
                    "MixtralForCausalLM", 8, 2, 14336),
   };
@@ -280,17 +322,20 @@ int64_t count_parameters(const ModelConfig& c, bool active) {
   const int64_t q = c.hidden * c.heads * c.head_dim + (c.attention_bias ? c.heads * c.head_dim : 0);
   const int64_t kv =
       2 * (c.hidden * c.kv_heads * c.head_dim + (c.attention_bias ? c.kv_heads * c.head_dim : 0));
-  const int64_t o = c.heads * c.head_dim * c.hidden;
+  const int64_t o = c.heads * c.head_dim * c.hidden + (c.output_bias ? c.hidden : 0);
+  const int64_t sinks = c.attention_sinks ? c.heads : 0;
   const int64_t dense_mlp = 3 * c.hidden * c.intermediate;
   const int64_t experts = active ? c.experts_per_token : c.experts;
-  const int64_t moe_mlp = c.experts * c.hidden + experts * 3 * c.hidden * c.expert_intermediate;
+  const int64_t expert =
+      3 * c.hidden * c.expert_intermediate + (c.expert_bias ? 2 * c.expert_intermediate + c.hidden : 0);
+  const int64_t moe_mlp = c.experts * c.hidden + (c.router_bias ? c.experts : 0) + experts * expert;
   const int64_t qk_norms = !c.qk_norm        ? 0
                            : c.qk_norm_whole ? (c.heads + c.kv_heads) * c.head_dim
                                              : 2 * c.head_dim;
   const int64_t norms = ((c.block_input_norms ? 2 : 0) + (c.sandwich_norms ? 2 : 0)) * c.hidden + qk_norms;
   const int64_t moe_layers = c.moe_layer_count();
   const int64_t embed = c.vocab * c.hidden;
-  return embed + (c.tie_embeddings ? 0 : embed) + c.layers * (q + kv + o + norms) +
+  return embed + (c.tie_embeddings ? 0 : embed) + c.layers * (q + kv + o + sinks + norms) +
          (c.layers - moe_layers) * dense_mlp + moe_layers * moe_mlp + c.hidden;
 }
 
@@ -311,7 +356,15 @@ int64_t ModelConfig::moe_layer_count() const {
 }
 
 const char* activation_name(Activation a) {
-  return a == Activation::gelu_tanh ? "gelu_pytorch_tanh" : "silu";
+  switch (a) {
+    case Activation::gelu_tanh:
+      return "gelu_pytorch_tanh";
+    case Activation::clamped_swiglu:
+      return "clamped swiglu";
+    case Activation::silu:
+      break;
+  }
+  return "silu";
 }
 
 double ModelConfig::attention_scale() const {

@@ -20,9 +20,10 @@
 
 namespace bpbench {
 
-// The MLP's gate activation: SiLU (Qwen, Llama) or GELU with the tanh approximation (Gemma 3's
-// gelu_pytorch_tanh).
-enum class Activation { silu, gelu_tanh };
+// The MLP's gate activation: SiLU (Qwen, Llama), GELU with the tanh approximation (Gemma 3's
+// gelu_pytorch_tanh), or gpt-oss's clamped SwiGLU (ops.h, clamped_swiglu: gate and up clamped, the gate's
+// sigmoid sharpened by alpha, up + 1).
+enum class Activation { silu, gelu_tanh, clamped_swiglu };
 const char* activation_name(Activation a);
 
 struct ModelConfig {
@@ -46,6 +47,10 @@ struct ModelConfig {
   // before the heads are split; qk_norm says whether there are any.
   bool qk_norm_whole = false;
   bool attention_bias = false;  // Qwen2.5: bias on the q, k, v projections
+  bool output_bias = false;     // gpt-oss: bias on o_proj as well
+  // gpt-oss: one learned logit per query head in every row's softmax denominator ("sinks": ops.h,
+  // causal_attention; harness/model/attention_sinks.h).
+  bool attention_sinks = false;
   // Sliding-window attention: layer i attends over its last `sliding_window` keys (ops.h, causal_attention)
   // where sliding_layers[i] is set (Gemma 3's local layers). Empty: every layer attends over the whole
   // prefix.
@@ -73,6 +78,13 @@ struct ModelConfig {
   int64_t experts_per_token = 0;    // k
   int64_t expert_intermediate = 0;  // Ie
   bool norm_topk_prob = false;
+  // gpt-oss: the router has a bias, takes the k largest logits and a softmax over just those
+  // (topk_then_softmax), and every expert's projections have biases. Qwen3-MoE and Mixtral: softmax over
+  // all E, then the k largest.
+  enum class Routing { softmax_then_topk, topk_then_softmax };
+  Routing routing = Routing::softmax_then_topk;
+  bool router_bias = false;
+  bool expert_bias = false;
   int64_t sparse_step = 1;  // every sparse_step-th layer is sparse (Qwen3-MoE's decoder_sparse_step)
   std::vector<int64_t> dense_layers;  // layers that stay dense (Qwen3-MoE's mlp_only_layers)
   Activation activation = Activation::silu;

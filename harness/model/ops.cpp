@@ -53,4 +53,9 @@ torch::Tensor rms_norm_scaled_before_cast(const torch::Tensor& x, const torch::T
   return scaled_before_cast(x, weight, eps, /*unit_offset=*/false);
 }
 
+torch::Tensor clamped_swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  const auto g = gate.clamp_max(kSwigluLimit);
+  return (up.clamp(-kSwigluLimit, kSwigluLimit) + 1) * (g * torch::sigmoid(g * kSwigluAlpha));
+}
+
 }  // namespace bpbench

@@ -36,6 +36,11 @@ torch::Tensor unit_offset_rms_norm(const torch::Tensor& x, const torch::Tensor& 
 // it is hf's arithmetic; in bfloat16 the scaling runs in float32 before the one rounding.
 torch::Tensor rms_norm_scaled_before_cast(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// gpt-oss's expert activation (transformers' GptOssExperts._apply_gate, its constants): the gate clamped
+// above at 7, up to [-7, 7], then (up + 1) * gate * sigmoid(1.702 gate). (N.., I) each -> (N.., I).
+inline constexpr double kSwigluLimit = 7.0, kSwigluAlpha = 1.702;
+torch::Tensor clamped_swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
 // Where K's and V's gradients go when the caller accumulates them itself (StreamBP's dK, dV over its
 // chunks): dk and dv, the shape of k and v in any floating dtype, receive them, added, during the backward,
 // and k and v are constants to autograd. The fused CPU kernel adds them key block by key block, so no
@@ -60,7 +65,10 @@ struct KvGradSink {
 // (attention_cpu.cpp); flash takes the window itself.
 // scale: the softmax scale of the scores; 0 means hd^-1/2 (Gemma 3 passes query_pre_attn_scalar^-1/2).
 // sink: where dK and dV go instead (above); undefined: to k and v through autograd.
+// sink_logits (Hq): gpt-oss's attention sinks, one logit per query head in every row's softmax denominator
+// (attention_sinks.h, Note [Attention sinks]); differentiable. Undefined: none.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window = 0, double scale = 0.0, const KvGradSink& sink = {});
+                               int64_t window = 0, double scale = 0.0, const KvGradSink& sink = {},
+                               const torch::Tensor& sink_logits = {});
 
 }  // namespace bpbench

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "harness/model/attention_sinks.h"
 #include "impls/machinery/sequence_parallel.h"
 
 namespace bpbench::dist {
@@ -56,7 +57,8 @@ torch::Tensor reorder(const torch::Tensor& x, const MeshLayout& layout, bool to_
 
 torch::Tensor mesh_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const MeshLayout& layout, Communicator& ulysses,
-                             Communicator& ring, const std::string& what, int64_t tile, int64_t window) {
+                             Communicator& ring, const std::string& what, int64_t tile, int64_t window,
+                             const torch::Tensor& sink_logits) {
   const int64_t Hq = q.size(1), Hkv = k.size(1), U = layout.ulysses;
   if (!heads_split(Hq, Hkv, U))
     throw std::invalid_argument(
@@ -76,7 +78,10 @@ torch::Tensor mesh_attention(const torch::Tensor& q, const torch::Tensor& k, con
     ring_k = reorder(std::exchange(heads.k, torch::Tensor()), layout, true);
     ring_v = reorder(std::exchange(heads.v, torch::Tensor()), layout, true);
   }
-  auto out = ring_attention(ring_q, ring_k, ring_v, scale, layout.ring_layout(), ring, what, tile, window);
+  // The exchange leaves the rank the u-th of q's heads (in order): their sinks.
+  const auto sinks = sink_logits_of_heads(sink_logits, layout.ulysses_index() * (Hq / U), Hq / U);
+  auto out =
+      ring_attention(ring_q, ring_k, ring_v, scale, layout.ring_layout(), ring, what, tile, window, sinks);
   ring_q = ring_k = ring_v = torch::Tensor();  // with grad the ring's node keeps them
   const auto rows_order = reorder(std::exchange(out, torch::Tensor()), layout, false);
   return heads_to_seq(rows_order, ulysses, what + " output");  // (N, Hq, 2b/U, hd)

@@ -54,9 +54,10 @@ torch::Tensor mesh_rows(const torch::Tensor& whole, const MeshLayout& layout, do
 // q (N, Hq, 2b/U, hd), k and v (N, Hkv, 2b/U, hd), the rank's rows -> (N, Hq, 2b/U, hd), differentiable in
 // q, k and v. `ulysses` is the rank's Ulysses group (U ranks, its rank u), `ring` its ring group (R ranks,
 // its rank g): Communicator::subgroup's. The exchanges are counted on them, named after `what`.
+// sink_logits (Hq): q's heads' attention sinks, of which the ring runs the Ulysses rank's (undefined: none).
 torch::Tensor mesh_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const MeshLayout& layout, Communicator& ulysses,
                              Communicator& ring, const std::string& what, int64_t tile = 0,
-                             int64_t window = 0);
+                             int64_t window = 0, const torch::Tensor& sink_logits = {});
 
 }  // namespace bpbench::dist

@@ -12,6 +12,7 @@
 
 #include "harness/model/attention_kernels.h"
 #include "harness/model/attention_partial.h"
+#include "harness/model/attention_sinks.h"
 #include "harness/model/flop_count.h"
 #include "harness/model/ops.h"
 #include "profiles/memory.h"
@@ -155,8 +156,10 @@ struct Schedule {
 
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, double scale, ZigzagLayout layout, Communicator* comm,
-                               std::string what, int64_t tile, int64_t window) {
+                               const torch::Tensor& v, const SinkLogitsInput& sink_input, double scale,
+                               ZigzagLayout layout, Communicator* comm, std::string what, int64_t tile,
+                               int64_t window) {
+    const torch::Tensor sink_logits = logits_of(sink_input);
     PhaseScope phase("ring attention");  // the timeline's view of the ring within a layer
     // The output and logsumexp of the rank's rows, each query row's merged into in place piece by piece.
     auto out = torch::empty_like(q);  // (N, Hq, 2b, hd)
@@ -201,6 +204,9 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     }
     kv.reset();
     own.reset();
+    // Every row has merged all its pieces (its own diagonal at least): the sinks are one more, last.
+    if (sink_logits.defined()) merge_attention_sinks(out, lse, sink_logits);
+    save_sink_logits(ctx, sink_logits);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["tile"] = tile;
     ctx->saved_data["window"] = window;
@@ -226,6 +232,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const std::string what = ctx->saved_data["what"].toStringRef();
     const int64_t tile = ctx->saved_data["tile"].toInt(), window = ctx->saved_data["window"].toInt();
     const auto grad_out = grads[0].contiguous();
+    auto d_sinks = sinks_grad_if_needed(ctx, grad_out, out, lse);  // the rank's rows' share: summed later
     // dQ and the dK/dV accumulators in the accumulation dtype (float32 for bfloat16), rounded once at the
     // end.
     const auto acc = compute_dtype(q.scalar_type());
@@ -273,6 +280,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     return {dq.to(q.scalar_type()),
             dkv[0].to(k.scalar_type()),
             dkv[1].to(v.scalar_type()),
+            d_sinks,
             {},
             {},
             {},
@@ -286,7 +294,8 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const ZigzagLayout& layout, Communicator& comm,
-                             const std::string& what, int64_t tile, int64_t window) {
+                             const std::string& what, int64_t tile, int64_t window,
+                             const torch::Tensor& sink_logits) {
   TORCH_CHECK(
       q.dim() == 4 && q.size(2) == layout.rows() && k.size(2) == layout.rows() && v.size(2) == layout.rows(),
       "ring attention: q, k, v need the rank's ", layout.rows(), " rows, got ", q.sizes(), ", ", k.sizes(),
@@ -294,7 +303,9 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   TORCH_CHECK(comm.world_size() == layout.ranks && comm.rank() == layout.rank,
               "ring attention: a layout of rank ", layout.rank, " of ", layout.ranks, " on rank ",
               comm.rank(), " of ", comm.world_size());
-  auto out = RingAttention::apply(q, k, v, scale, layout, &comm, what, tile, window);
+  TORCH_CHECK(!sink_logits.defined() || sink_logits.numel() == q.size(1), "ring attention: ", q.size(1),
+              " query heads need as many sink logits, got ", sink_logits.sizes());
+  auto out = RingAttention::apply(q, k, v, node_input(sink_logits), scale, layout, &comm, what, tile, window);
   // The FLOP counter's seam (flop_count.h), once for the rank's pieces: the counts are linear in the pairs,
   // so one call with their sums tallies what the pieces ran.
   const AttentionPairs pairs =

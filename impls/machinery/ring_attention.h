@@ -63,9 +63,13 @@ torch::Tensor two_ranges_rows(const torch::Tensor& whole, int64_t first, int64_t
 // `window` keys) the pieces outside every window are not run, and where some step's pair is needed by no
 // rank the pairs go straight to the ranks that need them instead of round the ring (each needed step s: one
 // send_recv forward, two backward, against P - 1 and 2P - 1 round the ring): no send that cannot matter.
+// sink_logits (Hq), gpt-oss's attention sinks of q's heads: merged into each row once all its pieces are
+// (harness/model/attention_sinks.h); their gradient is the rank's rows' share, summed over the ranks with
+// the other parameters' gradients. Undefined: none.
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, const ZigzagLayout& layout, Communicator& comm,
-                             const std::string& what, int64_t tile = 0, int64_t window = 0);
+                             const std::string& what, int64_t tile = 0, int64_t window = 0,
+                             const torch::Tensor& sink_logits = {});
 
 // The (query, key) pairs per (sequence, query head) of one rank's ring attention, as it counts them
 // (flop_count.h): its two diagonal blocks (causal, executed as the pair's kernel runs one, or its `tile`

@@ -23,14 +23,14 @@ RingPlace::RingPlace(int64_t seq_len, int64_t ulysses_degree, Communicator& worl
 }
 
 torch::Tensor RingPlace::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   double scale, const std::string& what, int64_t tile,
-                                   int64_t window) const {
+                                   double scale, const std::string& what, int64_t tile, int64_t window,
+                                   const torch::Tensor& sink_logits) const {
   if (!ulysses_) {
     // U = 1: round every rank on the zigzag layout of the real T (the mesh's blocks, b = ceil(T / 2P)).
     return ring_attention(q, k, v, scale, zigzag_layout(layout_.seq_len, layout_.ring, layout_.rank), *world_,
-                          what, tile, window);
+                          what, tile, window, sink_logits);
   }
-  return mesh_attention(q, k, v, scale, layout_, *ulysses_, *ring_, what, tile, window);
+  return mesh_attention(q, k, v, scale, layout_, *ulysses_, *ring_, what, tile, window, sink_logits);
 }
 
 Batch ring_batch(const Batch& global, int64_t rank, int64_t ranks, int64_t ulysses_degree) {
@@ -56,7 +56,7 @@ torch::Tensor ring_layer(const Model& m, int64_t i, const torch::Tensor& x, cons
     }
     auto heads =
         place.attention(q, kv.k, kv.v, m.config.attention_scale(), fmt::format("layer {} attention", i), 0,
-                        m.config.window_of(i));  // (N, Hq, 2h, hd)
+                        m.config.window_of(i), m.sink_logits(i, 0, m.config.heads));  // (N, Hq, 2h, hd)
     o = heads.transpose(1, 2).reshape({N, place.rows(), -1});
   }
   return m.mlp_block(i, m.attention_output(i, x, o));
@@ -104,8 +104,9 @@ torch::Tensor ring_layer_in_chunks(const Model& m, int64_t i, const torch::Tenso
   torch::Tensor heads;  // (N, Hq, 2h, hd)
   {
     RowsQkv qkv = ring_qkv_in_chunks(m, i, x, place, rows);
-    heads = place.attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(),
-                            fmt::format("layer {} attention", i), rows, m.config.window_of(i));
+    heads =
+        place.attention(qkv.q, qkv.k, qkv.v, m.config.attention_scale(), fmt::format("layer {} attention", i),
+                        rows, m.config.window_of(i), m.sink_logits(i, 0, m.config.heads));
   }
   auto y = torch::empty_like(x);
   for (int64_t s = 0; s < place.rows(); s += rows) {

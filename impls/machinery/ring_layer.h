@@ -36,9 +36,11 @@ class RingPlace {
 
   // Causal attention of the rank's rows over the whole sequence, differentiable in q, k and v: q (N, Hq,
   // 2h, hd), k and v (N, Hkv, 2h, hd) -> (N, Hq, 2h, hd). U = 1: ring_attention on every rank; else
-  // mesh_attention. Pairs of blocks in tiles of `tile` (0: whole), a sliding `window` (0: none).
+  // mesh_attention. Pairs of blocks in tiles of `tile` (0: whole), a sliding `window` (0: none), q's heads'
+  // attention sinks (undefined: none).
   torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                          double scale, const std::string& what, int64_t tile = 0, int64_t window = 0) const;
+                          double scale, const std::string& what, int64_t tile = 0, int64_t window = 0,
+                          const torch::Tensor& sink_logits = {}) const;
 
  private:
   MeshLayout layout_;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <tuple>
+#include <vector>
 
 #include "harness/model/attention_kernels.h"
 #include "harness/model/ops.h"
@@ -38,8 +39,11 @@ class CudaAttention : public ::testing::TestWithParam<std::tuple<at::ScalarType,
 // causal_attention on CUDA against masked_attention in float64 on the same rounded inputs, laid out as the
 // model lays them out ((N, rows, H, hd) storage viewed as (N, H, rows, hd)): values, and dQ/dK/dV under one
 // upstream gradient, relative to each gradient's scale (bfloat16 gradients sum e products).
+// With `sinks`, gpt-oss's attention sinks too (random logits, their gradient compared as well), and with
+// `kv_grad_sink` dK, dV into a KvGradSink (StreamBP's flash backward by key blocks).
 void expect_cuda_matches_masked(at::ScalarType dtype, int64_t n, int64_t c, int64_t e, int64_t group,
-                                int64_t window, uint64_t seed) {
+                                int64_t window, uint64_t seed, bool sinks = false,
+                                bool kv_grad_sink = false) {
   const int64_t kv_heads = 2, hd = 64;
   torch::manual_seed(seed);
   const auto cpu = torch::TensorOptions().dtype(torch::kDouble);
@@ -47,24 +51,37 @@ void expect_cuda_matches_masked(at::ScalarType dtype, int64_t n, int64_t c, int6
   auto q = on_gpu(torch::randn({n, c, kv_heads * group, hd}, cpu).transpose(1, 2));
   auto k = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
   auto v = on_gpu(torch::randn({n, e, kv_heads, hd}, cpu).transpose(1, 2));
+  auto sink_logits = sinks ? on_gpu(torch::randn({kv_heads * group}, cpu) * 2) : torch::Tensor();
   // The reference sees exactly the rounded inputs the kernel sees.
-  auto q_ref = q.detach().cpu().to(torch::kDouble).requires_grad_(),
-       k_ref = k.detach().cpu().to(torch::kDouble).requires_grad_(),
-       v_ref = v.detach().cpu().to(torch::kDouble).requires_grad_();
-  auto out = causal_attention(q, k, v, window);
-  auto expected = masked_attention(q_ref, k_ref, v_ref, window);
+  auto reference = [](const torch::Tensor& t) {
+    return t.defined() ? t.detach().cpu().to(torch::kDouble).requires_grad_() : torch::Tensor();
+  };
+  auto q_ref = reference(q), k_ref = reference(k), v_ref = reference(v), sinks_ref = reference(sink_logits);
+  KvGradSink grad_sink;
+  if (kv_grad_sink) {
+    k = k.detach();
+    v = v.detach();
+    grad_sink = {torch::zeros_like(k), torch::zeros_like(v)};
+  }
+  auto out = causal_attention(q, k, v, window, 0.0, grad_sink, sink_logits);
+  auto expected = masked_attention(q_ref, k_ref, v_ref, window, sinks_ref);
   const double tol = dtype == torch::kBFloat16 ? 2e-2 : dtype == torch::kFloat ? 1e-4 : 1e-10;
   const std::string what =
-      fmt::format("{} c={} e={} w={}",
-                  attention_kernel_name(attention_kernel_for(q.device(), dtype, hd, window)), c, e, window);
+      fmt::format("{} c={} e={} w={}{}{}",
+                  attention_kernel_name(attention_kernel_for(q.device(), dtype, hd, window, sinks)), c, e,
+                  window, sinks ? " sinks" : "", kv_grad_sink ? " into a KvGradSink" : "");
   EXPECT_TRUE(torch::allclose(out.cpu().to(torch::kDouble), expected, tol, tol))
       << what << " max error " << (out.cpu().to(torch::kDouble) - expected).abs().max().item<double>();
   auto upstream = torch::randn(expected.sizes(), cpu);
   out.backward(upstream.to(torch::kCUDA, dtype));
   expected.backward(upstream);
-  for (const auto& [name, got, want] : {std::tuple{"dQ", q.grad(), q_ref.grad()},
-                                        {"dK", k.grad(), k_ref.grad()},
-                                        {"dV", v.grad(), v_ref.grad()}}) {
+  std::vector<std::tuple<const char*, torch::Tensor, torch::Tensor>> grads{
+      {"dQ", q.grad(), q_ref.grad()},
+      {"dK", kv_grad_sink ? grad_sink.dk : k.grad(), k_ref.grad()},
+      {"dV", kv_grad_sink ? grad_sink.dv : v.grad(), v_ref.grad()}};
+  if (sinks) grads.emplace_back("d sinks", sink_logits.grad(), sinks_ref.grad());
+  for (const auto& [name, got, want] : grads) {
+    ASSERT_TRUE(got.defined()) << what << " " << name;
     const double scale = std::max(1.0, want.abs().max().item<double>());
     EXPECT_LE((got.cpu().to(torch::kDouble) - want).abs().max().item<double>(), 4 * tol * scale)
         << what << " " << name;
@@ -84,6 +101,23 @@ TEST(CudaWindowedAttention, SlidingWindowEqualsMaskedAttentionInValuesAndGradien
     for (const auto& [c, e, window] :
          {std::tuple<int64_t, int64_t, int64_t>{97, 97, 16}, {31, 131, 40}, {64, 103, 64}, {1, 50, 7}})
       expect_cuda_matches_masked(dtype, /*n=*/1, c, e, /*group=*/2, window, /*seed=*/13);
+}
+
+// gpt-oss's attention sinks through flash's logsumexp (bfloat16: attention_gpu.cpp's FlashWithSinks and
+// FlashSinkAttention) and the math kernel (float32, float64): whole sequences, chunks, a window, and dK, dV
+// into a KvGradSink, against the reference's sink column.
+TEST(CudaAttentionSinks, EqualTheSoftmaxWithASinkColumnInValuesAndEveryGradient) {
+  REQUIRE_GPU();
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kDouble})
+    for (const auto& [c, e, window, into_sink] :
+         {std::tuple<int64_t, int64_t, int64_t, bool>{128, 128, 0, false},
+          {48, 128, 0, false},
+          {48, 128, 0, true},
+          {97, 97, 16, false},
+          {31, 131, 40, true},
+          {1, 50, 0, false}})
+      expect_cuda_matches_masked(dtype, /*n=*/2, c, e, /*group=*/2, window, /*seed=*/19, /*sinks=*/true,
+                                 into_sink);
 }
 
 std::string cuda_attention_name(

@@ -140,6 +140,10 @@ std::vector<RingCase> ring_cases() {
     cases.push_back(RingCase{impl, "sft", 2, "tiny-olmo3"});
     cases.push_back(RingCase{impl, "dpo", 4, "tiny-smollm3"});
     mesh(RingCase{impl, "grpo", 4, "tiny-olmo3"});
+    // gpt-oss: attention sinks merged after the ring's pieces (and, on the mesh, sliced to the Ulysses
+    // rank's heads), sliding and full layers, its experts.
+    cases.push_back(RingCase{impl, "sft", 2, "tiny-gpt-oss"});
+    mesh(RingCase{impl, "dpo", 4, "tiny-gpt-oss"});
   }
   return cases;
 }

@@ -13,6 +13,8 @@
 #include <tuple>
 
 #include "harness/model/attention_kernels.h"
+#include "harness/model/attention_partial.h"
+#include "harness/model/attention_sinks.h"
 #include "harness/model/ops.h"
 #include "profiles/memory.h"
 #include "tests/support/attention_reference.h"
@@ -69,8 +71,9 @@ TEST_P(WindowedAttention, EqualsMaskedAttentionInValuesAndGradients) {
   AttentionCase t;
   expect_matches_masked_attention(c, e, group, window, /*seed=*/11, &t);
   // The same on the math kernel (CUDA's for float32 windows), run here on the CPU.
-  auto math =
-      math_attention(t.q, t.k, t.v, 1.0 / std::sqrt(8.0), window).transpose(1, 2).reshape(t.expected.sizes());
+  auto math = math_attention(t.q, t.k, t.v, 1.0 / std::sqrt(8.0), window, {})
+                  .transpose(1, 2)
+                  .reshape(t.expected.sizes());
   EXPECT_TRUE(torch::allclose(math, t.expected, 1e-12, 1e-12)) << "math kernel";
 }
 
@@ -80,6 +83,106 @@ INSTANTIATE_TEST_SUITE_P(Shapes, WindowedAttention,
                                            std::tuple{5, 17, 2, 5}, std::tuple{5, 17, 1, 9},
                                            std::tuple{1, 9, 2, 4}, std::tuple{300, 300, 2, 37},
                                            std::tuple{290, 333, 2, 300}));
+
+// gpt-oss's attention sinks (attention_sinks.h) through every CPU path: whole sequences, StreamBP chunks,
+// windows, single rows, GQA, and dK, dV into a KvGradSink (StreamBP's backward, key block by key block)
+// or through autograd. Values and every gradient, the sink logits' included, against the reference's sink
+// column in float64; then the math kernel (CUDA's for float32 with sinks) the same.
+struct SinksCase {
+  int64_t c, e, group, window;
+  bool kv_grad_sink;
+};
+class AttentionSinks : public ::testing::TestWithParam<SinksCase> {};
+
+TEST_P(AttentionSinks, EqualTheSoftmaxWithASinkColumnInValuesAndEveryGradient) {
+  const auto [c, e, group, window, kv_grad_sink] = GetParam();
+  const int64_t n = 2, kv_heads = 2, hd = 8, hq = kv_heads * group;
+  torch::manual_seed(17);
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  auto q = torch::randn({n, hq, c, hd}, options), k = torch::randn({n, kv_heads, e, hd}, options),
+       v = torch::randn({n, kv_heads, e, hd}, options);
+  const auto sinks = torch::randn({hq}, options) * 2;  // some sinks large, some small against the scores
+  const auto upstream = torch::randn({n, c, hq * hd}, options);
+  auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(); };
+  auto q_ref = leaf(q), k_ref = leaf(k), v_ref = leaf(v), sinks_ref = leaf(sinks);
+  auto expected = masked_attention(q_ref, k_ref, v_ref, window, sinks_ref);
+  expected.backward(upstream);
+  auto expect_close = [](const char* what, const torch::Tensor& got, const torch::Tensor& want) {
+    ASSERT_TRUE(got.defined()) << what;
+    EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12))
+        << what << " max error " << (got - want).abs().max().item<double>();
+  };
+  for (const bool math : {false, true}) {
+    SCOPED_TRACE(math ? "math kernel" : "causal_attention");
+    auto q_got = leaf(q), sinks_got = leaf(sinks);
+    torch::Tensor k_got = leaf(k), v_got = leaf(v), out;
+    KvGradSink sink;
+    if (kv_grad_sink && !math) {
+      k_got = k.clone();
+      v_got = v.clone();
+      sink = {torch::zeros_like(k), torch::zeros_like(v)};
+    }
+    if (math)
+      out = math_attention(q_got, k_got, v_got, 1.0 / std::sqrt(8.0), window, sinks_got)
+                .transpose(1, 2)
+                .reshape(expected.sizes());
+    else
+      out = causal_attention(q_got, k_got, v_got, window, 0.0, sink, sinks_got);
+    expect_close("output", out, expected);
+    out.backward(upstream);
+    expect_close("dQ", q_got.grad(), q_ref.grad());
+    expect_close("dK", sink.defined() ? sink.dk : k_got.grad(), k_ref.grad());
+    expect_close("dV", sink.defined() ? sink.dv : v_got.grad(), v_ref.grad());
+    expect_close("d sinks", sinks_got.grad(), sinks_ref.grad());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSinks,
+                         ::testing::Values(SinksCase{13, 13, 2, 0, false}, SinksCase{5, 17, 2, 0, false},
+                                           SinksCase{5, 17, 1, 0, true}, SinksCase{13, 13, 4, 0, true},
+                                           SinksCase{1, 9, 2, 0, false}, SinksCase{13, 13, 2, 4, false},
+                                           SinksCase{5, 17, 2, 3, true}, SinksCase{300, 300, 1, 37, false}));
+
+// The rule CUDA's flash path runs (attention_gpu.cpp), written with the CPU's pieces: the kernel's (out, lse)
+// without the sink, the sink merged in (merge_attention_sinks), the kernel's backward handed the merged out
+// and lse, and the sink logits' gradient (attention_sinks_grad). The same numbers as the sink column.
+TEST(AttentionSinks, MergedIntoTheLogsumexpTheKernelsBackwardIsExact) {
+  const int64_t n = 2, hq = 4, kv_heads = 2, c = 7, e = 7, hd = 8;
+  torch::manual_seed(23);
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  const auto q = torch::randn({n, hq, c, hd}, options), k = torch::randn({n, kv_heads, e, hd}, options),
+             v = torch::randn({n, kv_heads, e, hd}, options), sinks = torch::randn({hq}, options);
+  const auto upstream = torch::randn({n, hq, c, hd}, options);
+  auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(),
+       v_ref = v.clone().requires_grad_(), sinks_ref = sinks.clone().requires_grad_();
+  masked_attention(q_ref, k_ref, v_ref, 0, sinks_ref).backward(upstream.transpose(1, 2).reshape({n, c, -1}));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (const auto kernel : {PartialKernel::cpu_fused, PartialKernel::math}) {
+    PartialAttention merged = partial_attention(q, k, v, scale, KeyBlockMask::causal, kernel);
+    merge_attention_sinks(merged.out, merged.lse, sinks);
+    const auto want = masked_attention(q, k, v, 0, sinks).view({n, c, hq, hd}).transpose(1, 2);
+    EXPECT_TRUE(torch::allclose(merged.out, want, 1e-12, 1e-12));
+    auto [dq, dk, dv] = partial_attention_backward(upstream, q, k, v, merged.out, merged.lse, scale,
+                                                   KeyBlockMask::causal, kernel);
+    const auto d_sinks = attention_sinks_grad(upstream, merged.out, merged.lse, sinks);
+    for (const auto& [name, got, ref] : {std::tuple{"dQ", dq, q_ref.grad()},
+                                         {"dK", dk, k_ref.grad()},
+                                         {"dV", dv, v_ref.grad()},
+                                         {"d sinks", d_sinks, sinks_ref.grad()}})
+      EXPECT_TRUE(torch::allclose(got, ref, 1e-12, 1e-12))
+          << name << " max error " << (got - ref).abs().max().item<double>();
+  }
+}
+
+// Where no kernel is fused for them, sinks take the math kernel: CUDA float32 (the efficient kernel's node
+// has no place for them); bfloat16 keeps flash.
+TEST(AttentionSinks, KernelChoice) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kFloat, 64, 0, /*sinks=*/true), AttentionKernel::math);
+  EXPECT_EQ(attention_kernel_for(cuda, torch::kBFloat16, 64, 128, /*sinks=*/true), AttentionKernel::flash);
+  EXPECT_EQ(attention_kernel_for(torch::Device(torch::kCPU), torch::kFloat, 64, 0, true),
+            AttentionKernel::cpu_fused);
+}
 
 // A sliding chunk needs keys only from its first row's window start: cut there, it equals the same rows of
 // the whole sequence, which is what StreamBP will rely on.
@@ -150,7 +253,7 @@ TEST(CausalAttention, NeverAllocatesAScoreMatrix) {
   q.mutable_grad().reset();
   recorder.reset_peak();
   const int64_t before_math = recorder.live_bytes();
-  math_attention(q, k, v, 0.25, 0).transpose(1, 2).reshape({n, c, heads * hd}).backward(upstream);
+  math_attention(q, k, v, 0.25, 0, {}).transpose(1, 2).reshape({n, c, heads * hd}).backward(upstream);
   EXPECT_GE(recorder.peak_bytes() - before_math, scores);
 }
 

@@ -309,6 +309,56 @@ TEST(HfModel, OlmoAndSmolLM3ConfigRules) {
   EXPECT_EQ(c.window_of(3), 128);
 }
 
+// gpt-oss as transformers reads its files: the round trip of the presets, GptOssConfig's defaults where the
+// file is silent (alternating layers, the YaRN RoPE and its 150k theta, 128 experts, 4 a token), the Hub's
+// 4.x form (rope_theta and rope_scaling at the top), and what it cannot have refused by name.
+TEST(HfModel, GptOssConfigRules) {
+  ConfigFiles files;
+  auto read = [&](const json& config) { return files.read(config); };
+  auto refusal = [&](const json& config) { return files.refusal(config); };
+  for (const std::string preset : {"gpt-oss-20b", "gpt-oss-120b", "tiny-gpt-oss"}) {
+    const ModelConfig want = find_model_preset(preset);
+    const json written = hf_config_json(want);
+    const ModelConfig c = read(written);
+    EXPECT_EQ(c.parameter_count(), want.parameter_count()) << preset;
+    EXPECT_EQ(hf_config_json(c), written) << preset;
+    EXPECT_TRUE(c.attention_sinks && c.output_bias && c.router_bias && c.expert_bias) << preset;
+    EXPECT_EQ(c.activation, Activation::clamped_swiglu);
+    EXPECT_EQ(c.routing, ModelConfig::Routing::topk_then_softmax);
+  }
+  const json gpt_oss = hf_config_json(find_model_preset("gpt-oss-20b"));
+  json edited = gpt_oss;
+  for (const char* key : {"layer_types", "rope_parameters", "sliding_window", "num_local_experts",
+                          "num_experts_per_tok", "rms_norm_eps", "attention_bias"})
+    edited.erase(key);
+  ModelConfig c = read(edited);
+  EXPECT_EQ(c.sliding_layer_count(), 12);
+  EXPECT_EQ(c.window_of(0), 128);
+  EXPECT_EQ(c.window_of(1), 0);
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_EQ(c.rope.theta, 150000.0);
+  EXPECT_EQ(c.rope.factor, 32.0);
+  EXPECT_FALSE(c.rope.truncate);
+  EXPECT_EQ(c.experts, 128);
+  EXPECT_EQ(c.experts_per_token, 4);
+  EXPECT_EQ(c.rms_eps, 1e-5);
+  EXPECT_TRUE(c.attention_bias);
+  // The Hub's openai/gpt-oss-20b form.
+  edited = gpt_oss;
+  edited.erase("rope_parameters");
+  edited["rope_theta"] = 150000;
+  edited["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0},
+                            {"beta_fast", 32.0},   {"beta_slow", 1.0},
+                            {"truncate", false},   {"original_max_position_embeddings", 4096}};
+  EXPECT_EQ(read(edited).rope, find_model_preset("gpt-oss-20b").rope);
+  edited = gpt_oss;
+  edited["layer_types"][0] = "chunked_attention";
+  EXPECT_THAT(refusal(edited), HasSubstr("is not one of gpt-oss's layer types"));
+  edited = gpt_oss;
+  edited["output_router_logits"] = true;
+  EXPECT_THAT(refusal(edited), HasSubstr("\"output_router_logits\" true"));
+}
+
 // Qwen3-MoE and Mixtral as transformers reads their files (num_experts or 5.x's num_local_experts,
 // mlp_only_layers, decoder_sparse_step); what bpbench's experts do not model refused by name, never
 // approximated: the load-balancing loss in the training loss, router noise, shared experts, a router bias,

@@ -65,6 +65,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"olmo2", {"sft", "dpo"}},
     {"olmo3_mixed", {"sft", "dpo"}},
     {"olmo3_hub_4x", {"sft"}},
+    {"gpt_oss", {"sft", "dpo", "sft_aux"}},
     {"smollm3_nope", {"sft", "dpo"}},
     {"smollm3_window", {"sft"}},
 };

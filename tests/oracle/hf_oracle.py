@@ -25,7 +25,7 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
                           Olmo3Config, Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, SmolLM3Config,
@@ -65,6 +65,11 @@ from oracle_common import Float64Casts, make_batch
 # (top-level rope_theta and rope_scaling, no layer_types: three sliding layers of four). SmolLM3: NoPE layers by
 # its default interval (layer 3 of 4) and by an explicit no_rope_layers, tied, and its sliding window on the NoPE
 # layers (use_sliding_window). Their pad_token_id is None, as Phi-3's.
+# gpt-oss: attention sinks (drawn wide, std 1, so that some rows give the sink most of their weight), q, k, v and
+# o biases, sliding (window 5) and full layers, YaRN (not truncated) over an original context of 16; its experts
+# with biases, stored stacked and interleaved (gate_up_proj (E, d, 2 Ie)), their gate_up weights drawn wide
+# (std 1.5) so that the clamped SwiGLU clamps some rows and not others; the router's top-k softmax and bias.
+# Every bias starts off zero. Its gradients are written under bpbench's per-expert names, de-interleaved.
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -241,6 +246,12 @@ CASES = {
         LLAMA_GQA2, num_hidden_layers=3, pad_token_id=None, no_rope_layers=[1, 0, 0], use_sliding_window=True,
         sliding_window=7, tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1e5)),
         23, [23, 19], SFT),
+    "gpt_oss": Case(GptOssForCausalLM, GptOssConfig, dict(
+        QWEN3_GQA3, hidden_size=32, intermediate_size=12, head_dim=8, num_attention_heads=4, num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=5, router_aux_loss_coef=AUX_COEF,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                             original_max_position_embeddings=16, rope_theta=1e4)), 23, [23, 20], SFT_DPO_AUX),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -273,11 +284,42 @@ def expert_names(grads):
     return out
 
 
+def gpt_oss_names(grads):
+    """gpt-oss's stacked experts (mlp.experts.gate_up_proj (E, d, 2 Ie), gate at even columns and up at odd,
+    x @ W; down_proj (E, Ie, d); their biases) and its router (mlp.router) as bpbench's per-expert
+    mlp.experts.<e>.{gate,up,down}_proj.{weight,bias} (W^T) and mlp.gate."""
+    out = {}
+    for name, g in grads.items():
+        prefix, _, last = name.rpartition("mlp.experts.")
+        if name.endswith("mlp.router.weight") or name.endswith("mlp.router.bias"):
+            out[name.replace("mlp.router.", "mlp.gate.")] = g
+        elif not prefix:
+            out[name] = g
+        else:
+            for e, expert in enumerate(g.unbind(0)):
+                at = f"{prefix}mlp.experts.{e}."
+                if last == "gate_up_proj":
+                    out[at + "gate_proj.weight"] = expert[:, 0::2].t().contiguous()
+                    out[at + "up_proj.weight"] = expert[:, 1::2].t().contiguous()
+                elif last == "gate_up_proj_bias":
+                    out[at + "gate_proj.bias"] = expert[0::2].contiguous()
+                    out[at + "up_proj.bias"] = expert[1::2].contiguous()
+                elif last == "down_proj":
+                    out[at + "down_proj.weight"] = expert.t().contiguous()
+                elif last == "down_proj_bias":
+                    out[at + "down_proj.bias"] = expert.contiguous()
+                else:
+                    raise ValueError(f"an expert parameter bpbench does not name: {name}")
+    return out
+
+
 def bpbench_names(case, config, grads):
     """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows, the experts one by
     one."""
     if case.model_cls in (Qwen3MoeForCausalLM, MixtralForCausalLM):
         return expert_names(grads)
+    if case.model_cls is GptOssForCausalLM:
+        return gpt_oss_names(grads)
     if case.model_cls is not Phi3ForCausalLM:
         return grads
     head_dim = config.hidden_size // config.num_attention_heads
@@ -305,8 +347,14 @@ def make_model(case, seed):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
-            if name.endswith("mlp.gate.weight"):  # a router: routing that decides, far from ties
+            if name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight"):
+                p.normal_(0.0, 1.0)  # a router: routing that decides, far from ties
+            if name.endswith("sinks"):
                 p.normal_(0.0, 1.0)
+            if name.endswith("gate_up_proj"):
+                p.normal_(0.0, 1.5)
+            if name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
     return model
 
 

@@ -50,13 +50,13 @@ inline bool python_has_transformers() {
 // become '_'.
 // A tiny preset's family for a parameterised case's label: "" for tiny, "_moe" for tiny-moe, "_olmo3" for
 // tiny-olmo3.
-inline std::string preset_suffix(const std::string& preset) {
-  return preset == "tiny" ? "" : "_" + preset.substr(preset.find('-') + 1);
-}
-
 inline std::string test_name(std::string name) {
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
+}
+
+inline std::string preset_suffix(const std::string& preset) {
+  return preset == "tiny" ? "" : test_name("_" + preset.substr(preset.find('-') + 1));  // _gpt_oss
 }
 
 // ---- Files

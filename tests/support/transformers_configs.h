@@ -30,13 +30,13 @@ inline std::vector<ModelConfig> transformers_written_families() {
           find_model_preset("gemma3-1b"),  qwen2,
           find_model_preset("mistral-7b"), find_model_preset("phi3-mini"),
           find_model_preset("olmo-2-7b"),  find_model_preset("olmo-3-7b"),
-          find_model_preset("smollm3-3b")};
+          find_model_preset("smollm3-3b"), find_model_preset("gpt-oss-20b")};
 }
 
 // The presets transformers builds from bpbench's own config.json.
 inline std::vector<ModelConfig> transformers_built_presets() {
   return {find_model_preset("tiny-gemma3"), find_model_preset("tiny-olmo3"),
-          find_model_preset("tiny-smollm3")};
+          find_model_preset("tiny-smollm3"), find_model_preset("tiny-gpt-oss")};
 }
 
 // OUT/write/NAME/config.json and OUT/build/NAME/built.txt ("CLASS PARAMETERS LAYER_TYPES"), as the script's
