@@ -300,6 +300,19 @@ void write_llama_like_fields(const ModelConfig& c, const char* architecture, con
 
 Model load_hf_model(const std::string& dir, const torch::TensorOptions& options) {
   const ModelConfig c = read_hf_config(dir);
+  // Quantized weights (gpt-oss's released MXFP4 experts, a GPTQ or AWQ checkpoint) hold other tensors than
+  // the parameters: refused by the method's name before any file is read. Their config.json still estimates.
+  if (const auto [path, j] = config_json_of(dir); j.contains("quantization_config")) {
+    const json& q = j["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? q["quant_method"].get<std::string>()
+                                   : q.dump();
+    throw std::runtime_error(fmt::format(
+        "Hugging Face model '{}': weights quantized as {} (\"quantization_config\"), which bpbench does not "
+        "load (valid: F32, BF16 or F16 weights, such as a BF16 release; `bpbench estimate` takes this "
+        "config.json as it is)",
+        dir, method));
+  }
   const SafetensorsDir weights(dir);
   auto fail = [&](const std::string& what) -> void {
     throw std::runtime_error(fmt::format("Hugging Face model '{}': {}", dir, what));

@@ -357,6 +357,14 @@ TEST(HfModel, GptOssConfigRules) {
   edited = gpt_oss;
   edited["output_router_logits"] = true;
   EXPECT_THAT(refusal(edited), HasSubstr("\"output_router_logits\" true"));
+  // The Hub's released weights are MXFP4: the config estimates, the weights are refused by name.
+  edited = gpt_oss;
+  edited["quantization_config"] = {{"quant_method", "mxfp4"}, {"modules_to_not_convert", json::array()}};
+  EXPECT_EQ(read(edited).parameter_count(), find_model_preset("gpt-oss-20b").parameter_count());
+  TempDir quantized;
+  write_json(quantized.file("config.json"), edited);
+  EXPECT_THAT(error_of([&] { load_hf_model(quantized.dir().string(), torch::kFloat); }),
+              HasSubstr("weights quantized as mxfp4 (\"quantization_config\"), which bpbench does not load"));
 }
 
 // Qwen3-MoE and Mixtral as transformers reads their files (num_experts or 5.x's num_local_experts,
