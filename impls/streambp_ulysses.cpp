@@ -106,7 +106,7 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
       auto q = heads.q.narrow(2, s, c).detach().requires_grad_(true);  // (N, Hq', c, hd)
       const KV visible{heads.k.narrow(2, k0, e - k0), heads.v.narrow(2, k0, e - k0),
                        KvGradSink{dk.narrow(2, k0, e - k0), dv.narrow(2, k0, e - k0)}};
-      m.attention_heads(i, q, visible, layout.rank * layout.q_heads)
+      m.attention_heads(i, q, visible, layout.first_q_head())
           .backward(d_out.narrow(2, s, c).transpose(1, 2).reshape({N, c, layout.q_heads * hd}));
       heads.q.narrow(2, s, c).copy_(q.grad());  // Q's rows are read by this block only
     }

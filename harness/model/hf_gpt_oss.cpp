@@ -46,15 +46,9 @@ void read_gpt_oss_config(const ConfigReader& r, ModelConfig& c) {
   refuse_foreign_moe_fields(r);
   read_experts(r, c, /*default_experts=*/128, /*default_k=*/4);
   c.expert_intermediate = c.intermediate;
-  c.routing = ModelConfig::Routing::topk_then_softmax;
-  c.router_bias = c.expert_bias = true;
-  c.activation = Activation::clamped_swiglu;
+  set_gpt_oss_blocks(c);
   c.attention_bias = c.output_bias = r.boolean("attention_bias", true);
-  c.attention_sinks = true;
-  c.norms_scale_before_cast = true;
-  std::vector<bool> absent(static_cast<size_t>(c.layers));
-  for (int64_t i = 0; i < c.layers; ++i) absent[static_cast<size_t>(i)] = (i + 1) % 2 != 0;
-  read_sliding_layer_types(r, c, absent, kGptOssDefaultWindow, "gpt-oss");
+  read_sliding_layer_types(r, c, gpt_oss_sliding_layers(c.layers), kGptOssDefaultWindow, "gpt-oss");
   // The shared RoPE reader with gpt-oss's defaults where the file leaves them out.
   json j = r.json();
   if (!j.contains("rope_parameters") && !j.contains("rope_scaling"))

@@ -183,18 +183,13 @@ ModelConfig gpt_oss(std::string name, int64_t vocab, int64_t d, int64_t expert_i
   c.rope.beta_fast = 32.0;
   c.rope.beta_slow = 1.0;
   c.rope.truncate = false;
-  c.rope.attention_factor = 0.1 * std::log(c.rope.factor) + 1.0;  // YaRN's default mscale
+  c.rope.attention_factor = yarn_mscale(c.rope.factor);
   c.rms_eps = 1e-5;
-  c.norms_scale_before_cast = true;
-  c.attention_bias = c.output_bias = c.attention_sinks = true;
+  set_gpt_oss_blocks(c);
   c.sliding_window = window;
-  for (int64_t i = 0; i < layers; ++i) c.sliding_layers.push_back((i + 1) % 2 != 0);
   c.experts = experts;
   c.experts_per_token = k;
   c.expert_intermediate = expert_intermediate;
-  c.routing = ModelConfig::Routing::topk_then_softmax;
-  c.router_bias = c.expert_bias = true;
-  c.activation = Activation::clamped_swiglu;
   return c;
 }
 
@@ -353,6 +348,21 @@ int64_t ModelConfig::moe_layer_count() const {
   int64_t n = 0;
   for (int64_t i = 0; i < layers; ++i) n += is_moe_layer(i) ? 1 : 0;
   return n;
+}
+
+void set_gpt_oss_blocks(ModelConfig& c) {
+  c.attention_bias = c.output_bias = c.attention_sinks = true;
+  c.norms_scale_before_cast = true;
+  c.routing = ModelConfig::Routing::topk_then_softmax;
+  c.router_bias = c.expert_bias = true;
+  c.activation = Activation::clamped_swiglu;
+  c.sliding_layers = gpt_oss_sliding_layers(c.layers);
+}
+
+std::vector<bool> gpt_oss_sliding_layers(int64_t layers) {
+  std::vector<bool> sliding(static_cast<size_t>(layers));
+  for (int64_t i = 0; i < layers; ++i) sliding[static_cast<size_t>(i)] = (i + 1) % 2 != 0;
+  return sliding;
 }
 
 const char* activation_name(Activation a) {

@@ -134,6 +134,13 @@ struct ModelConfig {
   void validate() const;
 };
 
+// gpt-oss's blocks as transformers' GptOssConfig defines them, shared by its presets and its config.json
+// reader (hf_gpt_oss.cpp): q, k, v and o biases, attention sinks, norms scaled before their cast, the
+// top-k-then-softmax router with a bias, experts with biases and the clamped SwiGLU, and the default layer
+// types (even layers slide: gpt_oss_sliding_layers).
+void set_gpt_oss_blocks(ModelConfig& c);
+std::vector<bool> gpt_oss_sliding_layers(int64_t layers);
+
 // Presets with the public dimensions of the paper's models, plus `tiny` (unit tests) and `small` (CPU demos).
 const std::vector<ModelConfig>& model_presets();
 // The preset called `name`; throws std::invalid_argument listing the valid names when there is none.

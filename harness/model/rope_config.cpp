@@ -128,11 +128,6 @@ const TypeInfo& read_type(const Params& p) {
                      name, rope_type_names()));
 }
 
-// yarn's attention factor where the file gives none: transformers' get_mscale.
-double yarn_mscale(double scale, double mscale) {
-  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
 RopeConfig parse(const Params& p, const Context& ctx) {
   const TypeInfo& type = read_type(p);
   for (const auto& [key, value] : p.object().items()) {
@@ -367,6 +362,10 @@ std::string rope_summary(const json& j) {
 
 std::string rope_summary(const RopeConfig& r) {
   return rope_summary(rope_to_json(r));
+}
+
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
 }
 
 }  // namespace bpbench

@@ -65,6 +65,10 @@ RopeConfig rope_from_hf_config(const nlohmann::json& config, int64_t default_max
 // std::invalid_argument as above, naming fields "rope.<field>".
 RopeConfig rope_with_parameters(const RopeConfig& base, const nlohmann::json& parameters);
 
+// yarn's attention factor where a config gives none (transformers' get_mscale): 0.1 mscale ln(scale) + 1,
+// or 1 for scale <= 1.
+double yarn_mscale(double scale, double mscale = 1.0);
+
 // transformers' rope_parameters object for `rope`, every field resolved (plus max_position_embeddings where
 // the type reads it): what results.json records for each cell.
 nlohmann::json rope_to_json(const RopeConfig& rope);

@@ -217,8 +217,7 @@ torch::Tensor sequence_parallel_layer(const Model& m, int64_t i, const torch::Te
     KV kv = m.project_kv(i, h, layout.first_row(), layout.seq_len);  // (N, Hkv, Ts, hd)
     heads = exchange_qkv(q, kv.k, kv.v, layout.kv_repeat, comm, fmt::format("layer {} q, k, v", i));
   }
-  auto o =
-      m.attention_heads(i, heads.q, KV{heads.k, heads.v}, layout.rank * layout.q_heads);  // (N, T', Hq' hd)
+  auto o = m.attention_heads(i, heads.q, KV{heads.k, heads.v}, layout.first_q_head());  // (N, T', Hq' hd)
   heads = HeadShards{};
   auto o_rows = attention_to_rows(o, layout, comm, fmt::format("layer {} attention output", i));
   o = torch::Tensor();
@@ -252,7 +251,7 @@ torch::Tensor attention_rows(const Model& m, int64_t i, const HeadShards& heads,
     const int64_t n = std::min(rows, Tp - s), e = s + n, k0 = m.config.first_visible_key(i, s);
     o.narrow(1, s, n).copy_(m.attention_heads(
         i, heads.q.narrow(2, s, n), KV{heads.k.narrow(2, k0, e - k0), heads.v.narrow(2, k0, e - k0)},
-        layout.rank * layout.q_heads));
+        layout.first_q_head()));
   }
   return attention_to_rows(o, layout, comm, fmt::format("layer {} attention output", i));
 }

@@ -53,8 +53,9 @@ struct SequenceLayout {
   int64_t kv_heads = 0;   // Hk' / P: the rank's K/V heads in attention
   int64_t kv_repeat = 1;  // Hk' / Hkv: copies of each K/V head exchanged (P / Hkv where Hkv < P)
 
-  int64_t padded() const { return ranks * rows; }    // T'
-  int64_t first_row() const { return rank * rows; }  // the position of the rank's first row
+  int64_t padded() const { return ranks * rows; }          // T'
+  int64_t first_row() const { return rank * rows; }        // the position of the rank's first row
+  int64_t first_q_head() const { return rank * q_heads; }  // the first of the rank's query heads
 };
 
 // Whether P ranks split Hq query and Hkv K/V heads (P divides Hq, and divides Hkv or is a multiple of it),
