@@ -174,7 +174,7 @@ bool is_help(const std::string& a) {
 
 void list_models(std::ostream& out) {
   out << "models (name, parameters, layers x hidden, heads/kv heads, vocab, RoPE; sliding-window layers; "
-         "layers without RoPE; attention sinks; experts):\n";
+         "layers without RoPE; attention sinks; latent attention; experts):\n";
   for (const auto& m : model_presets()) {
     const int64_t n = m.parameter_count();
     std::string sliding;
@@ -186,6 +186,11 @@ void list_models(std::ostream& out) {
     if (m.rope_layer_count() < m.layers)
       sliding += fmt::format("; {} of {} layers without RoPE", m.layers - m.rope_layer_count(), m.layers);
     if (m.attention_sinks) sliding += "; attention sinks";
+    if (m.mla)
+      sliding += fmt::format("; latent attention (kv latent {} + RoPE key {}{}, values of {})",
+                             m.mla->kv_lora_rank, m.mla->qk_rope_head_dim,
+                             m.mla->q_lora_rank > 0 ? fmt::format(", q latent {}", m.mla->q_lora_rank) : "",
+                             m.mla->v_head_dim);
     std::string experts;
     if (m.is_moe()) {
       const int64_t active = m.active_parameter_count();
@@ -193,6 +198,13 @@ void list_models(std::ostream& out) {
                             m.moe_layer_count(), m.layers, m.experts_per_token, m.experts,
                             m.expert_intermediate, static_cast<double>(active) / 1e9,
                             m.activation == Activation::clamped_swiglu ? ", clamped SwiGLU" : "");
+      if (m.shared_expert_intermediate > 0)
+        experts += fmt::format(", a shared expert of {}", m.shared_expert_intermediate);
+      if (m.grouped_routing())
+        experts += fmt::format(
+            ", {} scores{}", m.routing == ModelConfig::Routing::sigmoid_grouped ? "sigmoid" : "softmax",
+            m.expert_groups > 1 ? fmt::format(" in {} of {} groups", m.expert_groups_chosen, m.expert_groups)
+                                : "");
     }
     out << fmt::format(
         "  {:<12} {:>12} params ({:>7.3f} B)  L={:<3} d={:<5} I={:<6} Hq={:<3} Hkv={:<2} hd={:<4} "

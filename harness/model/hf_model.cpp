@@ -339,10 +339,26 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     LayerWeights& w = m.layers[static_cast<size_t>(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
     if (c.block_input_norms) slot(p + "input_layernorm.weight", {d}, &w.input_norm);
-    linear(p + "self_attn.q_proj", w.q, q_out, d, c.attention_bias);
-    linear(p + "self_attn.k_proj", w.k, kv_out, d, c.attention_bias);
-    linear(p + "self_attn.v_proj", w.v, kv_out, d, c.attention_bias);
-    linear(p + "self_attn.o_proj", w.o, d, q_out, c.output_bias);
+    if (c.mla) {  // DeepseekV3Attention's names (Model::named_parameters)
+      const ModelConfig::Mla& mla = *c.mla;
+      const int64_t rq = mla.q_lora_rank, r = mla.kv_lora_rank;
+      if (rq > 0) {
+        linear(p + "self_attn.q_a_proj", w.q_a, rq, d, c.attention_bias);
+        slot(p + "self_attn.q_a_layernorm.weight", {rq}, &w.q_a_norm);
+        linear(p + "self_attn.q_b_proj", w.q, q_out, rq, false);
+      } else {
+        linear(p + "self_attn.q_proj", w.q, q_out, d, false);
+      }
+      linear(p + "self_attn.kv_a_proj_with_mqa", w.kv_a, r + mla.qk_rope_head_dim, d, c.attention_bias);
+      slot(p + "self_attn.kv_a_layernorm.weight", {r}, &w.kv_a_norm);
+      linear(p + "self_attn.kv_b_proj", w.kv_b, c.heads * (c.qk_nope_head_dim() + mla.v_head_dim), r, false);
+      linear(p + "self_attn.o_proj", w.o, d, c.heads * mla.v_head_dim, c.output_bias);
+    } else {
+      linear(p + "self_attn.q_proj", w.q, q_out, d, c.attention_bias);
+      linear(p + "self_attn.k_proj", w.k, kv_out, d, c.attention_bias);
+      linear(p + "self_attn.v_proj", w.v, kv_out, d, c.attention_bias);
+      linear(p + "self_attn.o_proj", w.o, d, q_out, c.output_bias);
+    }
     if (c.attention_sinks) slot(p + "self_attn.sinks", {c.heads}, &w.sinks);
     if (c.qk_norm) {  // per head, or (OLMo) over the whole projection
       slot(p + "self_attn.q_norm.weight", {c.qk_norm_whole ? q_out : hd}, &w.q_norm);
@@ -369,6 +385,14 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
         linear(expert + "up_proj", w.expert_up[k], Ie, d, c.expert_bias);
         linear(expert + "down_proj", w.expert_down[k], d, Ie, c.expert_bias);
       }
+      if (const int64_t Ish = c.shared_expert_intermediate; Ish > 0) {
+        linear(p + "mlp.shared_experts.gate_proj", w.shared_gate, Ish, d, false);
+        linear(p + "mlp.shared_experts.up_proj", w.shared_up, Ish, d, false);
+        linear(p + "mlp.shared_experts.down_proj", w.shared_down, d, Ish, false);
+      }
+      // A buffer (Model::named_buffers), loaded in float32 as transformers keeps it (below).
+      if (c.routing == ModelConfig::Routing::sigmoid_grouped)
+        slot(p + "mlp.gate.e_score_correction_bias", {E}, &w.router_correction);
       continue;
     }
     linear(p + "mlp.gate_proj", w.gate, I, d, false);
@@ -433,6 +457,9 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     }
   }
   if (c.tie_embeddings) m.lm_head_weight = m.embed_weight;
+  if (options.dtype() != torch::kDouble)
+    for (auto& w : m.layers)
+      if (w.router_correction.defined()) w.router_correction = w.router_correction.to(torch::kFloat);
   // The slots' parts restate Model::named_parameters() (in its order but for a family's stacked tensors);
   // a drift between the two must not load silently.
   {
@@ -440,6 +467,7 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     for (const auto& s : slots)
       for (const auto& part : s.parts) parts.push_back(part.name);
     for (const auto& p : m.named_parameters()) params.push_back(p.name);
+    for (const auto& b : m.named_buffers()) params.push_back(b.name);
     std::sort(parts.begin(), parts.end());
     std::sort(params.begin(), params.end());
     if (parts != params)

@@ -57,6 +57,11 @@ torch::Tensor normal_init(torch::IntArrayRef shape, const torch::TensorOptions& 
   return (torch::randn(shape, options.dtype(torch::kFloat)) * 0.02).to(options.dtype());
 }
 
+// DeepSeek's router correction bias: float32 as transformers keeps it, float64 in a float64 model.
+torch::ScalarType router_correction_dtype(const torch::TensorOptions& options) {
+  return options.dtype() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
 // A norm weight that leaves its input unscaled: 1, or 0 where the norm scales by (1 + w) (Gemma 3).
 torch::Tensor identity_norm_init(int64_t n, const ModelConfig& config, const torch::TensorOptions& options) {
   return config.unit_offset_norms ? torch::zeros({n}, options) : torch::ones({n}, options);
@@ -82,12 +87,19 @@ void add_linear(std::vector<NamedParameter>& out, const std::string& prefix, con
 }  // namespace
 
 std::vector<const Linear*> LayerWeights::linears() const {
-  std::vector<const Linear*> out = {&q, &k, &v, &o};
+  std::vector<const Linear*> out;
+  if (kv_b.weight.defined()) {  // multi-head latent attention
+    if (q_a.weight.defined()) out.push_back(&q_a);
+    out.insert(out.end(), {&q, &kv_a, &kv_b, &o});
+  } else {
+    out.insert(out.end(), {&q, &k, &v, &o});
+  }
   if (!router.defined()) {
     out.insert(out.end(), {&gate, &up, &down});
   } else {
     for (size_t e = 0; e < expert_gate.size(); ++e)
       out.insert(out.end(), {&expert_gate[e], &expert_up[e], &expert_down[e]});
+    if (shared_gate.weight.defined()) out.insert(out.end(), {&shared_gate, &shared_up, &shared_down});
   }
   return out;
 }
@@ -110,10 +122,24 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
   for (int64_t i = 0; i < config.layers; ++i) {
     LayerWeights w;
     if (config.block_input_norms) w.input_norm = identity_norm_init(d, config, opts);
-    w.q = make_linear(config.heads * hd, d, config.attention_bias, opts);
-    w.k = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
-    w.v = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
-    w.o = make_linear(d, config.heads * hd, config.output_bias, opts);
+    if (config.mla) {
+      const ModelConfig::Mla& mla = *config.mla;
+      const int64_t rq = mla.q_lora_rank, r = mla.kv_lora_rank;
+      if (rq > 0) {
+        w.q_a = make_linear(rq, d, config.attention_bias, opts);
+        w.q_a_norm = identity_norm_init(rq, config, opts);
+      }
+      w.q = make_linear(config.heads * hd, rq > 0 ? rq : d, false, opts);
+      w.kv_a = make_linear(r + mla.qk_rope_head_dim, d, config.attention_bias, opts);
+      w.kv_a_norm = identity_norm_init(r, config, opts);
+      w.kv_b = make_linear(config.heads * (config.qk_nope_head_dim() + mla.v_head_dim), r, false, opts);
+      w.o = make_linear(d, config.heads * mla.v_head_dim, config.output_bias, opts);
+    } else {
+      w.q = make_linear(config.heads * hd, d, config.attention_bias, opts);
+      w.k = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
+      w.v = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
+      w.o = make_linear(d, config.heads * hd, config.output_bias, opts);
+    }
     if (config.attention_sinks) w.sinks = normal_init({config.heads}, opts);
     if (config.qk_norm) {  // per head, or (OLMo) over the whole projection
       w.q_norm = identity_norm_init(config.qk_norm_whole ? config.heads * hd : hd, config, opts);
@@ -132,6 +158,13 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
         w.expert_gate.push_back(make_linear(config.expert_intermediate, d, bias, opts));
         w.expert_up.push_back(make_linear(config.expert_intermediate, d, bias, opts));
         w.expert_down.push_back(make_linear(d, config.expert_intermediate, bias, opts));
+      }
+      if (config.routing == ModelConfig::Routing::sigmoid_grouped)
+        w.router_correction = torch::zeros({config.experts}, opts.dtype(router_correction_dtype(opts)));
+      if (const int64_t Ish = config.shared_expert_intermediate; Ish > 0) {
+        w.shared_gate = make_linear(Ish, d, false, opts);
+        w.shared_up = make_linear(Ish, d, false, opts);
+        w.shared_down = make_linear(d, Ish, false, opts);
       }
     } else {
       w.gate = make_linear(config.intermediate, d, false, opts);
@@ -160,9 +193,13 @@ Model Model::converted(const torch::TensorOptions& options) const {
   };
   convert(m.embed_weight);
   for (auto& w : m.layers) {
-    for (torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm,
-                             &w.mlp_output_norm, &w.router, &w.router_bias, &w.sinks})
+    for (torch::Tensor* t :
+         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm,
+          &w.router, &w.router_bias, &w.sinks, &w.q_a_norm, &w.kv_a_norm})
       convert(*t);
+    if (w.router_correction.defined())
+      w.router_correction = w.router_correction.to(options.device(), router_correction_dtype(options),
+                                                   /*non_blocking=*/false, /*copy=*/true);
     for (Linear* l : w.linears()) convert_linear(*l);
   }
   convert(m.final_norm_weight);
@@ -181,9 +218,22 @@ std::vector<NamedParameter> Model::named_parameters() const {
     const std::string p = fmt::format("model.layers.{}.", i);
     if (w.input_norm.defined())
       out.push_back({p + "input_layernorm.weight", ParamGroup::norms, w.input_norm});
-    add_linear(out, p + "self_attn.q_proj", w.q, ParamGroup::attention);
-    add_linear(out, p + "self_attn.k_proj", w.k, ParamGroup::attention);
-    add_linear(out, p + "self_attn.v_proj", w.v, ParamGroup::attention);
+    if (w.kv_b.weight.defined()) {  // multi-head latent attention, DeepseekV3Attention's names
+      if (w.q_a.weight.defined()) {
+        add_linear(out, p + "self_attn.q_a_proj", w.q_a, ParamGroup::attention);
+        out.push_back({p + "self_attn.q_a_layernorm.weight", ParamGroup::norms, w.q_a_norm});
+        add_linear(out, p + "self_attn.q_b_proj", w.q, ParamGroup::attention);
+      } else {
+        add_linear(out, p + "self_attn.q_proj", w.q, ParamGroup::attention);
+      }
+      add_linear(out, p + "self_attn.kv_a_proj_with_mqa", w.kv_a, ParamGroup::attention);
+      out.push_back({p + "self_attn.kv_a_layernorm.weight", ParamGroup::norms, w.kv_a_norm});
+      add_linear(out, p + "self_attn.kv_b_proj", w.kv_b, ParamGroup::attention);
+    } else {
+      add_linear(out, p + "self_attn.q_proj", w.q, ParamGroup::attention);
+      add_linear(out, p + "self_attn.k_proj", w.k, ParamGroup::attention);
+      add_linear(out, p + "self_attn.v_proj", w.v, ParamGroup::attention);
+    }
     add_linear(out, p + "self_attn.o_proj", w.o, ParamGroup::attention);
     if (w.sinks.defined()) out.push_back({p + "self_attn.sinks", ParamGroup::attention, w.sinks});
     if (w.q_norm.defined()) {
@@ -207,6 +257,11 @@ std::vector<NamedParameter> Model::named_parameters() const {
         add_linear(out, expert + "up_proj", w.expert_up[e], ParamGroup::mlp);
         add_linear(out, expert + "down_proj", w.expert_down[e], ParamGroup::mlp);
       }
+      if (w.shared_gate.weight.defined()) {
+        add_linear(out, p + "mlp.shared_experts.gate_proj", w.shared_gate, ParamGroup::mlp);
+        add_linear(out, p + "mlp.shared_experts.up_proj", w.shared_up, ParamGroup::mlp);
+        add_linear(out, p + "mlp.shared_experts.down_proj", w.shared_down, ParamGroup::mlp);
+      }
       continue;
     }
     add_linear(out, p + "mlp.gate_proj", w.gate, ParamGroup::mlp);
@@ -215,6 +270,15 @@ std::vector<NamedParameter> Model::named_parameters() const {
   }
   out.push_back({"model.norm.weight", ParamGroup::norms, final_norm_weight});
   if (!config.tie_embeddings) out.push_back({"lm_head.weight", ParamGroup::lm_head, lm_head_weight});
+  return out;
+}
+
+std::vector<NamedParameter> Model::named_buffers() const {
+  std::vector<NamedParameter> out;
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i].router_correction.defined())
+      out.push_back({fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", i), ParamGroup::mlp,
+                     layers[i].router_correction});
   return out;
 }
 
@@ -233,8 +297,9 @@ bool Model::input_gradient_needed(int64_t layer) const {
   if (embed_weight.requires_grad()) return true;
   for (int64_t i = 0; i < layer; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
-    for (const torch::Tensor* t : {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm,
-                                   &w.mlp_output_norm, &w.router, &w.router_bias, &w.sinks})
+    for (const torch::Tensor* t :
+         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm,
+          &w.router, &w.router_bias, &w.sinks, &w.q_a_norm, &w.kv_a_norm})
       if (t->defined() && t->requires_grad()) return true;
     for (const Linear* l : w.linears())
       for (const torch::Tensor* t : {&l->weight, &l->bias, &l->lora_a, &l->lora_b})
@@ -337,8 +402,73 @@ torch::Tensor normed_heads(const Model& m, const Linear& projection, const torch
 
 }  // namespace
 
+// Note [MLA in the expanded form]
+// Multi-head latent attention (DeepseekV3Attention) as transformers trains it: every head's K and V are
+// made from the latent before the attention, and the kernels see a standard attention of Hq heads:
+//   q      = q_b(norm(q_a(h))) or q_proj(h)          (N, Hq, c, hd), hd = dn + dr; RoPE on its last dr
+//   latent, k_rot = split(kv_a(h))                  (N, c, r), (N, c, dr); the latent normed, k_rot RoPE'd
+//   k_nope, v = split(kv_b(latent))                 (N, Hq, c, dn), (N, Hq, c, dv)
+//   K      = cat(k_nope, k_rot on every head)       (N, Hq, c, hd)
+//   V      = v with hd - dv zero columns            (N, Hq, c, hd)
+// The values are carried at hd, zero-padded, so that every kernel (the CPU one takes one head size for q,
+// k and v, as flash does), the ring and Ulysses run MLA unchanged: the zero columns give zero outputs, which
+// attention_output drops before o_proj, and the gradient of the padding is dropped with them, so the
+// result is exact. The cost is (hd - dv) / dv more bytes of V (none where dv = hd: GLM-4.7-Flash), counted
+// by the estimate. Interleaved RoPE (DeepSeek's pairs (x0, x1), (x2, x3), ...) is RoPE on the dims
+// de-interleaved (evens, then odds), as transformers computes it; q and k permuted alike leave the scores
+// as they are. DeepSeek's latent norms keep RMSNorm's default eps (1e-6), not rms_norm_eps.
+namespace {
+constexpr double kMlaLatentNormEps = 1e-6;
+
+// (.., dr) interleaved pairs -> evens then odds (a copy; its backward the inverse permutation).
+torch::Tensor deinterleaved(const torch::Tensor& x) {
+  return x.unflatten(-1, {x.size(-1) / 2, 2}).transpose(-1, -2).flatten(-2);
+}
+
+// q's or k's RoPE dims (N, H, rows, dr) rotated at their blocks' positions.
+torch::Tensor mla_rope(const torch::Tensor& x, const std::vector<Model::PositionBlock>& blocks,
+                       int64_t seq_len, const ModelConfig& config, int64_t layer) {
+  return rope_blocks(config.mla->rope_interleave ? deinterleaved(x) : x, blocks, seq_len, config, layer);
+}
+}  // namespace
+
+KV Model::mla_project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
+                         int64_t seq_len) const {
+  const auto& w = layers[i];
+  const ModelConfig::Mla& mla = *config.mla;
+  const int64_t N = h.size(0), rows = h.size(1), Hq = config.heads, hd = config.head_dim;
+  const int64_t r = mla.kv_lora_rank, dr = mla.qk_rope_head_dim, dn = config.qk_nope_head_dim();
+  const int64_t dv = mla.v_head_dim;
+  torch::Tensor kv, k_rot;  // (N, Hq, rows, dn + dv), (N, 1, rows, dr)
+  {
+    const auto compressed = w.kv_a(h, lora_enabled);  // (N, rows, r + dr)
+    const auto latent = rms_norm(compressed.narrow(-1, 0, r), w.kv_a_norm, kMlaLatentNormEps, norm_kernel);
+    kv = split_heads(w.kv_b(latent, lora_enabled), Hq, dn + dv);
+    k_rot = mla_rope(compressed.narrow(-1, r, dr).unsqueeze(1), blocks, seq_len, config, i);
+  }
+  auto k = torch::cat({kv.narrow(-1, 0, dn), k_rot.expand({N, Hq, rows, dr})}, -1);  // (N, Hq, rows, hd)
+  auto v = kv.narrow(-1, dn, dv);
+  v = dv < hd ? torch::constant_pad_nd(v, {0, hd - dv}) : v.contiguous();  // (N, Hq, rows, hd)
+  return {k, v};
+}
+
+torch::Tensor Model::mla_project_q(int64_t i, const torch::Tensor& h,
+                                   const std::vector<PositionBlock>& blocks, int64_t seq_len) const {
+  const auto& w = layers[i];
+  const int64_t dr = config.mla->qk_rope_head_dim, dn = config.qk_nope_head_dim();
+  torch::Tensor q;  // (N, Hq, rows, hd)
+  if (w.q_a.weight.defined()) {
+    const auto latent = rms_norm(w.q_a(h, lora_enabled), w.q_a_norm, kMlaLatentNormEps, norm_kernel);
+    q = split_heads(w.q(latent, lora_enabled), config.heads, config.head_dim);
+  } else {
+    q = split_heads(w.q(h, lora_enabled), config.heads, config.head_dim);
+  }
+  return torch::cat({q.narrow(-1, 0, dn), mla_rope(q.narrow(-1, dn, dr), blocks, seq_len, config, i)}, -1);
+}
+
 KV Model::project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                      int64_t seq_len) const {
+  if (config.mla) return mla_project_kv(i, h, blocks, seq_len);
   const auto& w = layers[i];
   auto k = normed_heads(*this, w.k, w.k_norm, config.kv_heads, h);  // (N, Hkv, rows, hd)
   k = rope_blocks(k, blocks, seq_len, config, i);  // the unrotated keys released before v is made
@@ -366,6 +496,7 @@ torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t p
 
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                                int64_t seq_len) const {
+  if (config.mla) return mla_project_q(i, h, blocks, seq_len);
   const auto& w = layers[i];
   const auto q = normed_heads(*this, w.q, w.q_norm, config.heads, h);  // (N, Hq, rows, hd)
   return rope_blocks(q, blocks, seq_len, config, i);
@@ -387,7 +518,10 @@ torch::Tensor Model::sink_logits(int64_t i, int64_t head0, int64_t heads) const 
 
 torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o) const {
   const auto& w = layers[i];
-  auto y = w.o(o, lora_enabled);  // (N, c, d)
+  const int64_t hd = config.head_dim, dv = config.value_head_dim();
+  // MLA: the values' zero columns dropped (Note [MLA in the expanded form]): (N, c, Hq*hd) -> (N, c, Hq*dv).
+  const auto values = dv < hd ? o.unflatten(-1, {config.heads, hd}).narrow(-1, 0, dv).flatten(-2) : o;
+  auto y = w.o(values, lora_enabled);  // (N, c, d)
   return x_rows + (w.attn_output_norm.defined() ? norm(y, w.attn_output_norm) : y);
 }
 
@@ -426,14 +560,49 @@ torch::Tensor Model::mlp_block(int64_t i, const torch::Tensor& x) const {
   return x + (w.mlp_output_norm.defined() ? norm(y, w.mlp_output_norm) : y);
 }
 
+namespace {
+// DeepSeek's group-limited choice of k experts (ModelConfig::Routing: softmax_grouped, sigmoid_grouped) from
+// the scores (R, E) in the routing dtype and the router's correction bias (undefined: none): the experts
+// (R, k), chosen under no grad (the weights that follow are differentiable).
+torch::Tensor grouped_top_experts(const ModelConfig& c, const torch::Tensor& scores,
+                                  const torch::Tensor& correction) {
+  torch::NoGradGuard no_grad;
+  const bool sigmoid = c.routing == ModelConfig::Routing::sigmoid_grouped;
+  const int64_t R = scores.size(0), E = c.experts, G = c.expert_groups;
+  const auto choice = correction.defined() ? scores + correction : scores;  // (R, E)
+  const auto grouped = choice.view({R, G, E / G});
+  // A group's score: its two best experts' sum (sigmoid, V3), its best expert's (softmax, V2).
+  const auto group_scores = sigmoid ? std::get<0>(grouped.topk(2, -1)).sum(-1) : grouped.amax(-1);  // (R, G)
+  const auto groups = std::get<1>(group_scores.topk(c.expert_groups_chosen, -1, true, /*sorted=*/false));
+  const auto allowed = torch::zeros_like(group_scores, torch::kBool)
+                           .scatter_(1, groups, true)
+                           .unsqueeze(-1)
+                           .expand({R, G, E / G})
+                           .reshape({R, E});
+  const auto masked = choice.masked_fill(allowed.logical_not(), sigmoid ? -INFINITY : 0.0);
+  return std::get<1>(masked.topk(c.experts_per_token, -1, true, /*sorted=*/false));
+}
+}  // namespace
+
 torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
   const auto& w = layers[i];
-  const auto flat = n.reshape({-1, n.size(-1)});                      // (R, d)
-  const auto logits = counted_linear(flat, w.router, w.router_bias);  // (R, E)
-  const auto routing_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  const auto flat = n.reshape({-1, n.size(-1)});  // (R, d)
+  const auto routing_dtype = n.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   torch::Tensor probabilities, top_weights, top_experts;  // (R, E), (R, k), (R, k)
   const bool topk_first = config.routing == ModelConfig::Routing::topk_then_softmax;
-  if (topk_first && !router_balance->on()) {
+  if (config.grouped_routing()) {
+    // DeepSeek's router: its logits in float32 (float64 in a float64 model), as transformers computes them.
+    TORCH_CHECK(!router_balance->on(), "DeepSeek's routing has no load-balancing loss");
+    const auto logits = counted_linear(flat.to(routing_dtype), w.router.to(routing_dtype));  // (R, E)
+    const bool sigmoid = config.routing == ModelConfig::Routing::sigmoid_grouped;
+    const auto scores = sigmoid ? torch::sigmoid(logits) : torch::softmax(logits, -1);
+    top_experts = grouped_top_experts(config, scores, w.router_correction);
+    top_weights = scores.gather(1, top_experts);  // (R, k): the scores, not the correction
+    if (sigmoid && config.norm_topk_prob) top_weights = top_weights / (top_weights.sum(-1, true) + 1e-20);
+    // Kept in the routing dtype: transformers weights each expert's output in float32 and casts the product.
+    top_weights = top_weights * config.routed_scaling;
+  } else if (const auto logits = counted_linear(flat, w.router, w.router_bias);  // (R, E)
+             topk_first && !router_balance->on()) {
     // gpt-oss's router: the k largest logits, a softmax over just them in the logits' dtype.
     std::tie(top_weights, top_experts) = logits.topk(config.experts_per_token, -1);
     top_weights = torch::softmax(top_weights, -1);
@@ -474,7 +643,16 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
       act = gated(config.activation, gate, up);
     }
     const auto y = w.expert_down[e](act, lora_enabled) * top_weights.index({rows, slots}).unsqueeze(-1);
-    out.index_add_(0, rows, y);  // (Re, d) into (R, d)
+    out.index_add_(0, rows, y.to(out.scalar_type()));  // (Re, d) into (R, d)
+  }
+  if (w.shared_gate.weight.defined()) {  // DeepSeek's shared experts, on every row (up before the activation)
+    const auto gate = w.shared_gate(flat, lora_enabled);  // (R, Ish)
+    torch::Tensor act;
+    {
+      auto up = w.shared_up(flat, lora_enabled);
+      act = gated(config.activation, gate, up);
+    }
+    out = out + w.shared_down(act, lora_enabled);
   }
   return out.view(n.sizes());
 }

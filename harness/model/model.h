@@ -58,12 +58,24 @@ struct LayerWeights {
   // Gemma 3); undefined in OLMo, whose "post_attention_layernorm" is attn_output_norm.
   torch::Tensor mlp_norm;
   Linear gate, up, down;  // (I, d), (I, d), (d, I); undefined in a mixture-of-experts layer
+  // Multi-head latent attention (ModelConfig::mla): q is q_proj (Hq*hd, d), or q_b_proj (Hq*hd, rq) after
+  // q_a and its norm; k and v stay undefined; o is (d, Hq*dv).
+  Linear q_a;               // (rq, d), or undefined (no q latent)
+  torch::Tensor q_a_norm;   // (rq)
+  Linear kv_a;              // (r + dr, d): the latent, then the RoPE key ("kv_a_proj_with_mqa")
+  torch::Tensor kv_a_norm;  // (r)
+  Linear kv_b;              // (Hq*(dn + dv), r): each head's nope key, then its value
   // A mixture-of-experts layer (ModelConfig::is_moe_layer): the router and E experts.
-  torch::Tensor router;                                     // (E, d)
-  torch::Tensor router_bias;                                // (E): gpt-oss's, or undefined
+  torch::Tensor router;       // (E, d)
+  torch::Tensor router_bias;  // (E): gpt-oss's, or undefined
+  // (E): DeepSeek's e_score_correction_bias, which picks experts but weights none: a buffer (no gradient),
+  // float32 as transformers keeps it (float64 in a float64 model), or undefined.
+  torch::Tensor router_correction;
   std::vector<Linear> expert_gate, expert_up, expert_down;  // E each: (Ie, d), (Ie, d), (d, Ie)
+  Linear shared_gate, shared_up, shared_down;  // DeepSeek's shared experts: (Ish, d), (Ish, d), (d, Ish)
 
-  // Every Linear of the layer (q, k, v, o, then the MLP's: dense, or each expert's gate, up, down).
+  // Every Linear of the layer (q, k, v, o, or MLA's q_a, q, kv_a, kv_b, o; then the MLP's: dense, or each
+  // expert's gate, up, down and the shared experts').
   std::vector<const Linear*> linears() const;
   std::vector<Linear*> linears();
 };
@@ -110,6 +122,9 @@ class Model {
   // Every parameter (tied weights once), in a fixed order. trainable_parameters() are those that get .grad.
   std::vector<NamedParameter> named_parameters() const;
   std::vector<NamedParameter> trainable_parameters() const;
+  // Tensors of the checkpoint that are not parameters (DeepSeek's router correction biases): loaded, never
+  // trained.
+  std::vector<NamedParameter> named_buffers() const;
   void set_requires_grad(bool full_finetune);  // full: every base weight; else only LoRA adapters
   bool has_lora() const;
   // Whether the gradient of layer i's input is wanted: something below it (the embedding, an earlier layer)
@@ -150,6 +165,12 @@ class Model {
                 int64_t seq_len) const;
   torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
                                 const KV& kv) const;
+  // Multi-head latent attention's q and K/V in the expanded form (project_q and project_kv take them where
+  // ModelConfig::mla is set; Note [MLA in the expanded form], model.cpp).
+  torch::Tensor mla_project_q(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
+                              int64_t seq_len) const;
+  KV mla_project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
+                    int64_t seq_len) const;
   // attention_block's two halves, which sequence parallelism (impls/machinery/sequence_parallel.h) runs
   // apart, with the heads exchanged between ranks around the first:
   //   attention_heads(i, q, kv, head0): causal attention with layer i's window, scale and sinks, on the

@@ -193,6 +193,44 @@ ModelConfig gpt_oss(std::string name, int64_t vocab, int64_t d, int64_t expert_i
   return c;
 }
 
+// DeepSeek's multi-head latent attention and experts (transformers' deepseek_v2 and deepseek_v3): Hq heads of
+// qk_nope 128 + qk_rope 64 and values of 128 from latents of kv_lora_rank 512 (q's of q_lora_rank, 0: none),
+// interleaved RoPE, `shared` shared experts beside `experts` routed ones (k a token) of Ie, the first
+// `dense` layers dense; YaRN x40 over 4096 positions (163840 in all, theta 10000) with mscale and
+// mscale_all_dim `mscale`, whose softmax scale is 192^-1/2 x yarn_mscale(40, mscale)^2; eps 1e-6, untied.
+ModelConfig deepseek(std::string name, std::string architecture, int64_t vocab, int64_t d, int64_t inter,
+                     int64_t layers, int64_t heads, int64_t q_lora_rank, int64_t experts, int64_t k,
+                     int64_t expert_intermediate, int64_t shared, int64_t dense, double mscale) {
+  ModelConfig c = dims(std::move(name), vocab, d, inter, layers, heads, heads, 128 + 64);
+  c.architecture = std::move(architecture);
+  c.mla = ModelConfig::Mla{q_lora_rank, 512, 64, 128, true, yarn_mscale(40.0, mscale)};
+  c.rope.theta = 10000.0;
+  c.rope.max_positions = 163840;
+  c.rope.type = RopeType::kYarn;
+  c.rope.factor = 40.0;
+  c.rope.original_max_positions = 4096;
+  c.rope.attention_factor = 1.0;  // yarn_mscale(40, mscale) / yarn_mscale(40, mscale_all_dim), the two equal
+  c.rms_eps = 1e-6;
+  c.experts = experts;
+  c.experts_per_token = k;
+  c.expert_intermediate = expert_intermediate;
+  c.shared_expert_intermediate = shared * expert_intermediate;
+  c.routing =
+      ModelConfig::Routing::softmax_grouped;  // V2's greedy softmax (one group); V3: deepseek_v3_routing
+  for (int64_t i = 0; i < dense; ++i) c.dense_layers.push_back(i);
+  return c;
+}
+
+// DeepSeek-V3's router: sigmoid scores over 8 groups of which 4 are chosen, renormalised, x2.5.
+ModelConfig deepseek_v3_routing(ModelConfig c) {
+  c.routing = ModelConfig::Routing::sigmoid_grouped;
+  c.expert_groups = 8;
+  c.expert_groups_chosen = 4;
+  c.norm_topk_prob = true;
+  c.routed_scaling = 2.5;
+  return c;
+}
+
 std::vector<ModelConfig> build_presets() {
   ModelConfig tiny;  // every feature switched on, dimensions small enough for finite differences
   tiny.name = "tiny";
@@ -256,6 +294,28 @@ std::vector<ModelConfig> build_presets() {
   ModelConfig tiny_gpt_oss = gpt_oss("tiny-gpt-oss", 97, 24, 12, 2, 4, 2, 6, 8, 2, 5);
   tiny_gpt_oss.rope.original_max_positions = 16;
   tiny_gpt_oss.rope.max_positions = 512;
+  // DeepSeek-V3 shaped: a q latent, values narrower than q and k (padded: Note [MLA in the expanded form]),
+  // layer 0 dense, 8 experts of 12 in 4 groups (2 chosen), 2 a token, a shared expert; YaRN over a short
+  // original context with mscale_all_dim 1.
+  ModelConfig tiny_deepseek = dims("tiny-deepseek", 97, 24, 40, 2, 4, 4, 6 + 4);
+  tiny_deepseek.architecture = "DeepseekV3ForCausalLM";
+  tiny_deepseek.mla = ModelConfig::Mla{12, 8, 4, 6, true, yarn_mscale(4.0, 1.0)};
+  tiny_deepseek.rope.theta = 10000.0;
+  tiny_deepseek.rope.max_positions = 512;
+  tiny_deepseek.rope.type = RopeType::kYarn;
+  tiny_deepseek.rope.factor = 4.0;
+  tiny_deepseek.rope.original_max_positions = 16;
+  tiny_deepseek.rope.attention_factor = 1.0;
+  tiny_deepseek.experts = 8;
+  tiny_deepseek.experts_per_token = 2;
+  tiny_deepseek.expert_intermediate = 12;
+  tiny_deepseek.shared_expert_intermediate = 12;
+  tiny_deepseek.routing = ModelConfig::Routing::sigmoid_grouped;
+  tiny_deepseek.norm_topk_prob = true;
+  tiny_deepseek.expert_groups = 4;
+  tiny_deepseek.expert_groups_chosen = 2;
+  tiny_deepseek.routed_scaling = 2.5;
+  tiny_deepseek.dense_layers = {0};
 
   // OLMo 3 7B's full layers: YaRN x8 from 8192 positions, attention factor 1.2079 (config.json's
   // rope_scaling); its sliding ones keep plain RoPE.
@@ -277,6 +337,7 @@ std::vector<ModelConfig> build_presets() {
       tiny_olmo3,
       tiny_smollm3,
       tiny_gpt_oss,
+      tiny_deepseek,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -303,6 +364,16 @@ std::vector<ModelConfig> build_presets() {
       smollm3("smollm3-3b", 128256, 2048, 11008, 36, 16, 4, 5e6, 65536),
       gpt_oss("gpt-oss-20b", 201088, 2880, 2880, 24, 64, 8, 64, 32, 4, 128),
       gpt_oss("gpt-oss-120b", 201088, 2880, 2880, 36, 64, 8, 64, 128, 4, 128),
+      // deepseek-ai/DeepSeek-V3's config.json: 129280 tokens, 7168 wide, dense layers of 18432 (the first 3),
+      // 61 layers of 128 heads, q latent 1536, 256 experts of 2048 (8 a token, 8 groups of which 4 chosen,
+      // sigmoid scores renormalised, x2.5) and one shared; YaRN mscale and mscale_all_dim 1.0.
+      deepseek_v3_routing(deepseek("deepseek-v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 1536,
+                                   256, 8, 2048, 1, 3, 1.0)),
+      // deepseek-ai/DeepSeek-V2-Lite's: 102400 tokens, 2048 wide, dense layer 0 of 10944, 27 layers of 16
+      // heads, no q latent, 64 experts of 1408 (6 a token, greedy softmax, not renormalised, x1.0) and two
+      // shared; YaRN mscale and mscale_all_dim 0.707.
+      deepseek("deepseek-v2-lite", "DeepseekV2ForCausalLM", 102400, 2048, 10944, 27, 16, 0, 64, 6, 1408, 2, 1,
+               0.707),
       with_experts(llama_like("mixtral-8x7b", "", 32000, 4096, 14336, 32, 32, 8, 1e6, 32768, 0),
                    "MixtralForCausalLM", 8, 2, 14336),
   };
@@ -313,24 +384,41 @@ std::vector<ModelConfig> build_presets() {
 namespace {
 
 // Every parameter, or (active) those one token's forward multiplies: k of the E experts and the router.
+// Multi-head latent attention's q, kv and o (model.h's LayerWeights: q_a, its norm and q, or q alone; kv_a,
+// its norm, kv_b; o of Hq x dv). attention_bias: q_a, kv_a and o have biases, as DeepseekV3Attention's.
+int64_t mla_attention_parameters(const ModelConfig& c) {
+  const ModelConfig::Mla& m = *c.mla;
+  const int64_t d = c.hidden, q_out = c.heads * c.head_dim, bias = c.attention_bias ? 1 : 0;
+  const int64_t q = m.q_lora_rank > 0
+                        ? d * m.q_lora_rank + bias * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * q_out
+                        : d * q_out;
+  const int64_t latent = m.kv_lora_rank + m.qk_rope_head_dim;
+  const int64_t kv = d * latent + bias * latent + m.kv_lora_rank +
+                     m.kv_lora_rank * c.heads * (c.qk_nope_head_dim() + m.v_head_dim);
+  const int64_t o = c.heads * m.v_head_dim * d + (c.output_bias ? d : 0);
+  return q + kv + o;
+}
+
 int64_t count_parameters(const ModelConfig& c, bool active) {
   const int64_t q = c.hidden * c.heads * c.head_dim + (c.attention_bias ? c.heads * c.head_dim : 0);
   const int64_t kv =
       2 * (c.hidden * c.kv_heads * c.head_dim + (c.attention_bias ? c.kv_heads * c.head_dim : 0));
   const int64_t o = c.heads * c.head_dim * c.hidden + (c.output_bias ? c.hidden : 0);
+  const int64_t attention = c.mla ? mla_attention_parameters(c) : q + kv + o;
   const int64_t sinks = c.attention_sinks ? c.heads : 0;
   const int64_t dense_mlp = 3 * c.hidden * c.intermediate;
   const int64_t experts = active ? c.experts_per_token : c.experts;
   const int64_t expert =
       3 * c.hidden * c.expert_intermediate + (c.expert_bias ? 2 * c.expert_intermediate + c.hidden : 0);
-  const int64_t moe_mlp = c.experts * c.hidden + (c.router_bias ? c.experts : 0) + experts * expert;
+  const int64_t shared = 3 * c.hidden * c.shared_expert_intermediate;
+  const int64_t moe_mlp = c.experts * c.hidden + (c.router_bias ? c.experts : 0) + experts * expert + shared;
   const int64_t qk_norms = !c.qk_norm        ? 0
                            : c.qk_norm_whole ? (c.heads + c.kv_heads) * c.head_dim
                                              : 2 * c.head_dim;
   const int64_t norms = ((c.block_input_norms ? 2 : 0) + (c.sandwich_norms ? 2 : 0)) * c.hidden + qk_norms;
   const int64_t moe_layers = c.moe_layer_count();
   const int64_t embed = c.vocab * c.hidden;
-  return embed + (c.tie_embeddings ? 0 : embed) + c.layers * (q + kv + o + sinks + norms) +
+  return embed + (c.tie_embeddings ? 0 : embed) + c.layers * (attention + sinks + norms) +
          (c.layers - moe_layers) * dense_mlp + moe_layers * moe_mlp + c.hidden;
 }
 
@@ -379,7 +467,8 @@ const char* activation_name(Activation a) {
 
 double ModelConfig::attention_scale() const {
   const double scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(head_dim);
-  return 1.0 / std::sqrt(scalar);
+  const double mscale = mla ? mla->softmax_mscale : 1.0;
+  return 1.0 / std::sqrt(scalar) * mscale * mscale;
 }
 
 bool ModelConfig::has_sliding_layers() const {
@@ -406,7 +495,7 @@ void ModelConfig::validate() const {
   require(heads % kv_heads == 0, "heads must be a multiple of kv_heads (GQA)");
   require(head_dim % 2 == 0, "head_dim must be even (RoPE rotates pairs)");
   require(rms_eps > 0 && rope.theta > 0, "rms_eps and rope theta must be > 0");
-  require(rope.type != RopeType::kDynamic || head_dim > 2, "dynamic RoPE needs head_dim > 2");
+  require(rope.type != RopeType::kDynamic || rope_head_dim() > 2, "dynamic RoPE needs head_dim > 2");
   require(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == layers,
           "sliding_layers must name every layer (or none)");
   require(!has_sliding_layers() || sliding_window > 0, "sliding layers need a sliding_window > 0");
@@ -417,14 +506,34 @@ void ModelConfig::validate() const {
   require(block_input_norms || sandwich_norms,
           "a model without block input norms needs its output norms (sandwich_norms)");
   require(!qk_norm_whole || qk_norm, "qk_norm_whole needs qk_norm");
-  require(
-      rope.type != RopeType::kLongrope || (static_cast<int64_t>(rope.short_factor.size()) * 2 == head_dim &&
-                                           static_cast<int64_t>(rope.long_factor.size()) * 2 == head_dim),
-      "longrope needs head_dim / 2 short and long factors");
+  require(rope.type != RopeType::kLongrope ||
+              (static_cast<int64_t>(rope.short_factor.size()) * 2 == rope_head_dim() &&
+               static_cast<int64_t>(rope.long_factor.size()) * 2 == rope_head_dim()),
+          "longrope needs head_dim / 2 short and long factors");
   require(experts >= 0 && (experts == 0 || (experts_per_token >= 1 && experts_per_token <= experts &&
                                             expert_intermediate > 0 && sparse_step >= 1)),
           "a mixture of experts needs 1 <= experts_per_token <= experts, expert_intermediate > 0 and "
           "sparse_step >= 1");
+  require(expert_groups >= 1 && experts % expert_groups == 0 && expert_groups_chosen >= 1 &&
+              expert_groups_chosen <= expert_groups,
+          "expert groups: experts must split into expert_groups, 1 <= expert_groups_chosen <= expert_groups");
+  require(!grouped_routing() || experts_per_token <= expert_groups_chosen * (experts / expert_groups),
+          "grouped routing needs experts_per_token <= the experts of the chosen groups");
+  require(shared_expert_intermediate >= 0 && routed_scaling > 0,
+          "shared_expert_intermediate must be >= 0 and routed_scaling > 0");
+  if (mla) {
+    require(kv_heads == heads,
+            "multi-head latent attention expands K and V to every head (kv_heads = heads)");
+    require(mla->kv_lora_rank > 0 && mla->q_lora_rank >= 0 && mla->qk_rope_head_dim > 0 &&
+                mla->qk_rope_head_dim % 2 == 0 && mla->qk_rope_head_dim < head_dim,
+            "multi-head latent attention needs kv_lora_rank > 0, q_lora_rank >= 0 and an even "
+            "qk_rope_head_dim below head_dim (qk_nope + qk_rope)");
+    require(mla->v_head_dim > 0 && mla->v_head_dim <= head_dim,
+            "multi-head latent attention's v_head_dim must be in 1 .. head_dim (qk_nope + qk_rope): wider "
+            "values are not modelled");
+    require(!qk_norm && !attention_sinks && rope_layers.empty(),
+            "multi-head latent attention has no q/k norms, sinks or NoPE layers");
+  }
 }
 
 const std::vector<ModelConfig>& model_presets() {

@@ -81,15 +81,48 @@ struct ModelConfig {
   // gpt-oss: the router has a bias, takes the k largest logits and a softmax over just those
   // (topk_then_softmax), and every expert's projections have biases. Qwen3-MoE and Mixtral: softmax over
   // all E, then the k largest.
-  enum class Routing { softmax_then_topk, topk_then_softmax };
+  // DeepSeek's: softmax_grouped (V2) and sigmoid_grouped (V3, GLM-4.5) pick the k experts within the
+  // expert_groups_chosen best of expert_groups groups (a group's score: its best expert's under softmax, its
+  // two best's sum under sigmoid), sigmoid choosing by score + the router's correction bias (a buffer, no
+  // gradient) and weighting by the score alone, renormalised over the k where norm_topk_prob (+1e-20);
+  // either weights x routed_scaling.
+  enum class Routing { softmax_then_topk, topk_then_softmax, softmax_grouped, sigmoid_grouped };
   Routing routing = Routing::softmax_then_topk;
   bool router_bias = false;
   bool expert_bias = false;
+  int64_t expert_groups = 1;         // n_group
+  int64_t expert_groups_chosen = 1;  // topk_group
+  double routed_scaling = 1.0;       // routed_scaling_factor
+  // DeepSeek's shared experts: one SwiGLU of this intermediate (n_shared_experts x moe_intermediate_size)
+  // on every row of a mixture-of-experts layer, added to the routed experts' output. 0: none.
+  int64_t shared_expert_intermediate = 0;
+  bool grouped_routing() const {
+    return routing == Routing::softmax_grouped || routing == Routing::sigmoid_grouped;
+  }
   int64_t sparse_step = 1;  // every sparse_step-th layer is sparse (Qwen3-MoE's decoder_sparse_step)
   std::vector<int64_t> dense_layers;  // layers that stay dense (Qwen3-MoE's mlp_only_layers)
   Activation activation = Activation::silu;
   bool scale_embeddings = false;       // embeddings x sqrt(d), the factor first rounded to the model dtype
   double query_pre_attn_scalar = 0.0;  // attention scale query_pre_attn_scalar^-1/2; 0: head_dim^-1/2
+  // Multi-head latent attention (DeepSeek-V2 and V3, Kimi K2, Moonlight, GLM-4.7-Flash): q through a latent
+  // of q_lora_rank with its norm (0: q_proj directly); per token one latent of kv_lora_rank (normed) and one
+  // RoPE key of qk_rope_head_dim shared by every head, from which kv_b_proj makes each head's nope key and
+  // value. The expanded form's shapes are the config's: kv_heads = heads, head_dim = qk_nope + qk_rope (the
+  // RoPE on its last qk_rope dims), and values v_head_dim wide, carried zero-padded to head_dim through the
+  // attention (Note [MLA in the expanded form], model.cpp). Absent: standard attention.
+  struct Mla {
+    int64_t q_lora_rank = 0;       // rq (0: no q latent)
+    int64_t kv_lora_rank = 0;      // r
+    int64_t qk_rope_head_dim = 0;  // dr
+    int64_t v_head_dim = 0;        // dv <= head_dim
+    bool rope_interleave = true;   // RoPE rotates interleaved pairs (x0, x1), (x2, x3), ...
+    double softmax_mscale =
+        1.0;  // the softmax scale is head_dim^-1/2 x softmax_mscale^2 (YaRN's mscale_all_dim)
+  };
+  std::optional<Mla> mla;
+  int64_t qk_nope_head_dim() const { return mla ? head_dim - mla->qk_rope_head_dim : head_dim; }
+  int64_t value_head_dim() const { return mla ? mla->v_head_dim : head_dim; }  // dv: what o_proj reads a head
+  int64_t rope_head_dim() const { return mla ? mla->qk_rope_head_dim : head_dim; }  // the rotated dims
 
   bool has_rope(int64_t layer) const {
     const auto i = static_cast<size_t>(layer);

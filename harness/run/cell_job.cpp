@@ -52,6 +52,12 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
   traits.seq_len = job.cell.seq_len;
   traits.router_balance = job.settings.router_aux_loss_coef > 0 && model && model->is_moe();
   if (auto why = strategy.unsupported(traits)) return why;
+  if (traits.router_balance && model->grouped_routing())
+    return std::string(
+        "DeepSeek's routing (sigmoid or group-limited) has no load-balancing loss in transformers, whose "
+        "correction bias balances the experts instead; router_aux_loss_coef applies to Qwen3-MoE, Mixtral "
+        "and "
+        "gpt-oss (valid here: 0)");
   if (traits.router_balance && (job.cell.padding || !job.settings.data_path.empty()))
     return std::string(
         "the routers' load-balancing loss counts every row, padding rows included, where transformers "

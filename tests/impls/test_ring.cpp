@@ -144,6 +144,10 @@ std::vector<RingCase> ring_cases() {
     // rank's heads), sliding and full layers, its experts.
     cases.push_back(RingCase{impl, "sft", 2, "tiny-gpt-oss"});
     mesh(RingCase{impl, "dpo", 4, "tiny-gpt-oss"});
+    // DeepSeek's latent attention in the expanded form (K and V per head, V zero-padded) around the ring and
+    // through the mesh's exchange; its grouped sigmoid routing, shared expert and dense first layer.
+    cases.push_back(RingCase{impl, "dpo", 2, "tiny-deepseek"});
+    mesh(RingCase{impl, "sft", 4, "tiny-deepseek"});
   }
   return cases;
 }

@@ -167,6 +167,8 @@ std::vector<SpCase> exactness_cases() {
     cases.push_back(SpCase{impl, "sft", 4, "tiny-olmo3"});    // no input norms, q/k normed over all heads
     cases.push_back(SpCase{impl, "dpo", 2, "tiny-smollm3"});  // NoPE layers
     cases.push_back(SpCase{impl, "sft", 4, "tiny-gpt-oss"});  // sinks sliced to each rank's one query head
+    cases.push_back(SpCase{impl, "sft", 4, "tiny-deepseek"});  // latent attention expanded, one head a rank
+    cases.push_back(SpCase{impl, "dpo", 2, "tiny-deepseek"});
     SpCase moe_lora{impl, "grpo", 2, "tiny-moe"};
     moe_lora.lora_rank = 3;  // on attention and every expert
     cases.push_back(moe_lora);

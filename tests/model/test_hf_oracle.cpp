@@ -68,6 +68,10 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"gpt_oss", {"sft", "dpo", "sft_aux"}},
     {"smollm3_nope", {"sft", "dpo"}},
     {"smollm3_window", {"sft"}},
+    {"deepseek_v3", {"sft", "dpo"}},
+    {"deepseek_v3_direct_q", {"sft"}},
+    {"deepseek_v2", {"sft", "dpo"}},
+    {"glm4_moe_lite", {"sft"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 

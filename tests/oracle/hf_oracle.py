@@ -25,7 +25,9 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
+                          Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeLiteConfig, Glm4MoeLiteForCausalLM, GptOssConfig,
+                          GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
                           Olmo3Config, Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, SmolLM3Config,
@@ -70,6 +72,13 @@ from oracle_common import Float64Casts, make_batch
 # with biases, stored stacked and interleaved (gate_up_proj (E, d, 2 Ie)), their gate_up weights drawn wide
 # (std 1.5) so that the clamped SwiGLU clamps some rows and not others; the router's top-k softmax and bias.
 # Every bias starts off zero. Its gradients are written under bpbench's per-expert names, de-interleaved.
+# Multi-head latent attention (DeepSeek-V3, V2, GLM-4.7-Flash): a q latent and none, values narrower than q and
+# k (bpbench pads them) and as wide, interleaved RoPE and not, YaRN with mscale_all_dim (the softmax scale's
+# mscale) and plain RoPE; DeepSeek's routing: sigmoid scores with a correction bias drawn wide (std 0.3,
+# a buffer: it moves choices, has no gradient) in 4 groups of which 2 are chosen, renormalised and scaled
+# (V3, GLM), V2's group-limited softmax, not renormalised; shared experts; dense first layers
+# (first_k_dense_replace, mlp_layer_types); GLM with attention_bias (q_a, kv_a and o_proj). Their pad_token_id
+# is None, as Phi-3's.
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -88,6 +97,14 @@ QWEN2_GQA2 = dict(vocab_size=73, hidden_size=48, intermediate_size=64, num_hidde
                   num_key_value_heads=2)  # head_dim 12
 LLAMA3_SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                       original_max_position_embeddings=64)  # wavelengths 6.3 (high), 32 (medium), 167+ (low)
+
+
+# DeepSeek-shaped: 4 heads of qk_nope 6 + qk_rope 4, a kv latent of 8, 8 experts of 12 (2 a token) and one
+# shared; layer 0 dense (first_k_dense_replace), 3 layers.
+DEEPSEEK_TINY = dict(vocab_size=79, hidden_size=32, intermediate_size=40, num_hidden_layers=3,
+                     num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8, qk_rope_head_dim=4,
+                     qk_nope_head_dim=6, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=12,
+                     n_shared_experts=1, first_k_dense_replace=1, pad_token_id=None)
 
 
 def both_forms(config):
@@ -252,6 +269,23 @@ CASES = {
         layer_types=["sliding_attention", "full_attention"],
         rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
                              original_max_position_embeddings=16, rope_theta=1e4)), 23, [23, 20], SFT_DPO_AUX),
+    "deepseek_v3": Case(DeepseekV3ForCausalLM, DeepseekV3Config, dict(
+        DEEPSEEK_TINY, q_lora_rank=12, v_head_dim=6, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+        rope_parameters=dict(rope_type="yarn", factor=4.0, mscale=1.0, mscale_all_dim=1.0,
+                             original_max_position_embeddings=16, rope_theta=1e4)), 23, [23, 20], SFT_DPO),
+    "deepseek_v3_direct_q": Case(DeepseekV3ForCausalLM, DeepseekV3Config, dict(
+        DEEPSEEK_TINY, q_lora_rank=None, v_head_dim=10, rope_interleave=False, n_group=1, topk_group=1,
+        norm_topk_prob=False, num_hidden_layers=2, rope_parameters=dict(rope_type="default", rope_theta=5e4)),
+        23, [23, 19], SFT),
+    "deepseek_v2": Case(DeepseekV2ForCausalLM, DeepseekV2Config, dict(
+        DEEPSEEK_TINY, q_lora_rank=None, v_head_dim=8, topk_method="group_limited_greedy", n_group=4,
+        topk_group=2, n_shared_experts=2, routed_scaling_factor=1.5,
+        rope_parameters=dict(rope_type="yarn", factor=4.0, mscale=0.707, mscale_all_dim=0.707,
+                             original_max_position_embeddings=16, rope_theta=1e4)), 23, [23, 20], SFT_DPO),
+    "glm4_moe_lite": Case(Glm4MoeLiteForCausalLM, Glm4MoeLiteConfig, dict(
+        DEEPSEEK_TINY, q_lora_rank=12, v_head_dim=10, attention_bias=True, n_group=2, topk_group=1,
+        routed_scaling_factor=1.8, mlp_layer_types=["dense", "sparse", "dense"],
+        rope_parameters=dict(rope_type="default", rope_theta=1e6)), 23, [23, 20], SFT),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -316,7 +350,8 @@ def gpt_oss_names(grads):
 def bpbench_names(case, config, grads):
     """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows, the experts one by
     one."""
-    if case.model_cls in (Qwen3MoeForCausalLM, MixtralForCausalLM):
+    if case.model_cls in (Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM,
+                          Glm4MoeLiteForCausalLM):
         return expert_names(grads)
     if case.model_cls is GptOssForCausalLM:
         return gpt_oss_names(grads)
@@ -355,6 +390,9 @@ def make_model(case, seed):
                 p.normal_(0.0, 1.5)
             if name.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek's: it moves the choice of experts
+                b.normal_(0.0, 0.3)
     return model
 
 

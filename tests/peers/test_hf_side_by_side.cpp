@@ -72,8 +72,9 @@ TEST(HfConfig, TransformersBuildsTheTinyPresetsOfEachLayerKind) {
       {"tiny-gemma3", "Gemma3ForCausalLM {} sliding_attention,full_attention,sliding_attention\n"},
       {"tiny-olmo3",
        "Olmo3ForCausalLM {} sliding_attention,sliding_attention,sliding_attention,full_attention\n"},
-      {"tiny-smollm3",
-       "SmolLM3ForCausalLM {} full_attention,full_attention,full_attention,full_attention\n"}};
+      {"tiny-smollm3", "SmolLM3ForCausalLM {} full_attention,full_attention,full_attention,full_attention\n"},
+      // Latent attention, grouped routing, shared experts, a dense first layer: its parameters are bpbench's.
+      {"tiny-deepseek", "DeepseekV3ForCausalLM {} -\n"}};
   for (const auto& [name, line] : expected) {
     const ModelConfig preset = find_model_preset(name);
     EXPECT_EQ(file_text(built.dir / "build" / preset.name / "built.txt"),

@@ -154,6 +154,7 @@ inline nlohmann::json hf_config(const ModelConfig& c, const std::string& archite
 inline NamedTensors named_tensors_of(const Model& m) {
   NamedTensors out;
   for (const auto& p : m.named_parameters()) out.emplace_back(p.name, p.tensor);
+  for (const auto& b : m.named_buffers()) out.emplace_back(b.name, b.tensor);
   return out;
 }
 
