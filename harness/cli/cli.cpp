@@ -186,6 +186,7 @@ void list_models(std::ostream& out) {
     if (m.rope_layer_count() < m.layers)
       sliding += fmt::format("; {} of {} layers without RoPE", m.layers - m.rope_layer_count(), m.layers);
     if (m.attention_sinks) sliding += "; attention sinks";
+    if (m.rotary_dim > 0) sliding += fmt::format("; RoPE on {} of {} dims a head", m.rotary_dim, m.head_dim);
     if (m.mla)
       sliding += fmt::format("; latent attention (kv latent {} + RoPE key {}{}, values of {})",
                              m.mla->kv_lora_rank, m.mla->qk_rope_head_dim,

@@ -13,6 +13,10 @@
 //     bpbench.
 //   - Glm4MoeLiteForCausalLM (glm4_moe_lite; GLM-4.7-Flash): DeepSeek-V3's attention and routing, dense and
 //     routed layers by mlp_layer_types (default: layer 0 dense), rms_norm_eps 1e-5.
+//   - Glm4MoeForCausalLM (glm4_moe; GLM-4.5 and 4.6, GLM-4.5-Air): grouped-query attention with q, k, v
+//     biases (attention_bias), per-head q/k norms where use_qk_norm, RoPE on the first partial_rotary_factor
+//     (default 0.5) of each head; DeepSeek-V3's sigmoid routing (n_group and topk_group default 1), the first
+//     first_k_dense_replace layers dense (default 1).
 // All: q through q_a_proj, q_a_layernorm and q_b_proj (q_lora_rank), or q_proj where q_lora_rank is null; the
 // softmax scale (qk_nope + qk_rope)^-1/2 x mscale^2 where the RoPE is scaled and states mscale_all_dim
 // (yarn_get_mscale(factor, mscale_all_dim)); attention_bias on q_a, kv_a and o_proj; every expert and shared
@@ -33,7 +37,7 @@ using nlohmann::json;
 
 namespace {
 
-enum class MlaFamily { deepseek_v2, deepseek_v3, glm4_moe_lite };
+enum class RoutedFamily { deepseek_v2, deepseek_v3, glm4_moe_lite, glm4_moe };
 
 // The RoPE entry of the file (transformers 5's "rope_parameters" or the Hub's "rope_scaling"), or null.
 const json* rope_entry(const json& j) {
@@ -43,7 +47,7 @@ const json* rope_entry(const json& j) {
 }
 
 // The attention: MLA's dimensions, the RoPE (the shared reader's) and the softmax scale's mscale.
-void read_mla(const ConfigReader& r, ModelConfig& c, MlaFamily family, int64_t default_max_positions) {
+void read_mla(const ConfigReader& r, ModelConfig& c, RoutedFamily family, int64_t default_max_positions) {
   if (const int64_t kv = r.integer("num_key_value_heads", c.heads); kv != c.heads)
     r.fail(
         fmt::format("\"num_key_value_heads\" {} differs from \"num_attention_heads\" {}: multi-head latent "
@@ -51,14 +55,14 @@ void read_mla(const ConfigReader& r, ModelConfig& c, MlaFamily family, int64_t d
                     "K and V for every head (transformers' eager attention would repeat them again)",
                     kv, c.heads));
   ModelConfig::Mla mla;
-  mla.q_lora_rank = r.integer("q_lora_rank", family == MlaFamily::glm4_moe_lite ? 768 : 1536);
+  mla.q_lora_rank = r.integer("q_lora_rank", family == RoutedFamily::glm4_moe_lite ? 768 : 1536);
   if (r.json().contains("q_lora_rank") && r.json()["q_lora_rank"].is_null()) mla.q_lora_rank = 0;
   mla.kv_lora_rank = r.integer("kv_lora_rank", 512);
   mla.qk_rope_head_dim = r.integer("qk_rope_head_dim", 64);
-  const int64_t nope = r.integer("qk_nope_head_dim", family == MlaFamily::glm4_moe_lite ? 192 : 128);
-  mla.v_head_dim = r.integer("v_head_dim", family == MlaFamily::glm4_moe_lite ? 256 : 128);
+  const int64_t nope = r.integer("qk_nope_head_dim", family == RoutedFamily::glm4_moe_lite ? 192 : 128);
+  mla.v_head_dim = r.integer("v_head_dim", family == RoutedFamily::glm4_moe_lite ? 256 : 128);
   // DeepseekV2's rotation is complex (pairs, always); V3's and GLM's by rope_interleave.
-  mla.rope_interleave = family == MlaFamily::deepseek_v2 || r.boolean("rope_interleave", true);
+  mla.rope_interleave = family == RoutedFamily::deepseek_v2 || r.boolean("rope_interleave", true);
   if (mla.q_lora_rank < 0 || mla.kv_lora_rank <= 0 || mla.qk_rope_head_dim <= 0 || nope <= 0 ||
       mla.v_head_dim <= 0)
     r.fail(
@@ -87,22 +91,25 @@ void read_mla(const ConfigReader& r, ModelConfig& c, MlaFamily family, int64_t d
 }
 
 // The experts: DeepSeek's routing, the shared experts and which layers are routed.
-void read_deepseek_moe(const ConfigReader& r, ModelConfig& c, MlaFamily family) {
-  const bool v2 = family == MlaFamily::deepseek_v2;
-  c.experts = r.integer("n_routed_experts", v2 ? 64 : family == MlaFamily::deepseek_v3 ? 256 : 64);
+void read_deepseek_moe(const ConfigReader& r, ModelConfig& c, RoutedFamily family) {
+  const bool v2 = family == RoutedFamily::deepseek_v2;
+  // Each class's defaults: {DeepseekV2, DeepseekV3, Glm4MoeLite, Glm4Moe}.
+  auto by_family = [&](auto v2_value, auto v3_value, auto lite_value, auto glm_value) {
+    return v2                                      ? v2_value
+           : family == RoutedFamily::deepseek_v3   ? v3_value
+           : family == RoutedFamily::glm4_moe_lite ? lite_value
+                                                   : glm_value;
+  };
+  c.experts = r.integer("n_routed_experts", by_family(64, 256, 64, 128));
   // DeepseekV2Config leaves num_experts_per_tok null, which its router cannot run: required there.
-  c.experts_per_token = v2 ? r.integer("num_experts_per_tok")
-                           : r.integer("num_experts_per_tok", family == MlaFamily::deepseek_v3 ? 8 : 4);
+  c.experts_per_token =
+      v2 ? r.integer("num_experts_per_tok") : r.integer("num_experts_per_tok", by_family(0, 8, 4, 8));
   if (c.experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.experts)
     r.fail(fmt::format("\"num_experts_per_tok\" {} must be between 1 and the {} experts", c.experts_per_token,
                        c.experts));
-  c.expert_intermediate = r.integer("moe_intermediate_size", v2                                 ? 1407
-                                                             : family == MlaFamily::deepseek_v3 ? 2048
-                                                                                                : 1536);
+  c.expert_intermediate = r.integer("moe_intermediate_size", by_family(1407, 2048, 1536, 1408));
   c.shared_expert_intermediate = r.integer("n_shared_experts", v2 ? 2 : 1) * c.expert_intermediate;
-  c.routed_scaling = r.number("routed_scaling_factor", v2                                 ? 1.0
-                                                       : family == MlaFamily::deepseek_v3 ? 2.5
-                                                                                          : 1.8);
+  c.routed_scaling = r.number("routed_scaling_factor", by_family(1.0, 2.5, 1.8, 1.0));
   if (v2) {
     c.routing = ModelConfig::Routing::softmax_grouped;
     c.norm_topk_prob = false;  // DeepseekV2TopkRouter never renormalises
@@ -117,8 +124,8 @@ void read_deepseek_moe(const ConfigReader& r, ModelConfig& c, MlaFamily family) 
   } else {
     c.routing = ModelConfig::Routing::sigmoid_grouped;
     c.norm_topk_prob = r.boolean("norm_topk_prob", true);
-    c.expert_groups = r.integer("n_group", family == MlaFamily::deepseek_v3 ? 8 : 1);
-    c.expert_groups_chosen = r.integer("topk_group", family == MlaFamily::deepseek_v3 ? 4 : 1);
+    c.expert_groups = r.integer("n_group", family == RoutedFamily::deepseek_v3 ? 8 : 1);
+    c.expert_groups_chosen = r.integer("topk_group", family == RoutedFamily::deepseek_v3 ? 4 : 1);
   }
   if (c.expert_groups < 1 || c.experts % c.expert_groups != 0 || c.expert_groups_chosen < 1 ||
       c.expert_groups_chosen > c.expert_groups)
@@ -128,7 +135,7 @@ void read_deepseek_moe(const ConfigReader& r, ModelConfig& c, MlaFamily family) 
     r.fail(
         "sigmoid routing scores each group by its two best experts: n_group must leave >= 2 experts a group");
   c.dense_layers.clear();
-  if (family == MlaFamily::glm4_moe_lite) {
+  if (family == RoutedFamily::glm4_moe_lite) {
     const json* types = r.find("mlp_layer_types");
     if (types && (!types->is_array() || static_cast<int64_t>(types->size()) != c.layers))
       r.fail(fmt::format("\"mlp_layer_types\" must list \"dense\" or \"sparse\" for each of the {} layers",
@@ -140,17 +147,72 @@ void read_deepseek_moe(const ConfigReader& r, ModelConfig& c, MlaFamily family) 
       if (type == "dense") c.dense_layers.push_back(i);
     }
   } else {
-    const int64_t dense = r.integer("first_k_dense_replace", v2 ? 0 : 3);
+    const int64_t dense = r.integer("first_k_dense_replace", by_family(0, 3, 0, 1));
     if (dense < 0) r.fail(fmt::format("\"first_k_dense_replace\" must be >= 0, got {}", dense));
     for (int64_t i = 0; i < std::min(dense, c.layers); ++i) c.dense_layers.push_back(i);
   }
 }
 
-template <MlaFamily family>
+// GLM-4.5's attention: Llama's with q, k, v biases, per-head q/k norms (use_qk_norm) and partial RoPE.
+void read_glm4_moe_attention(const ConfigReader& r, ModelConfig& c) {
+  c.attention_bias = r.boolean("attention_bias", false);
+  c.qk_norm = r.boolean("use_qk_norm", false);
+  // partial_rotary_factor: top-level (the Hub's files) or in rope_parameters (transformers 5's), 0.5 where
+  // neither says (Glm4MoeConfig's default); the shared RoPE reader, which rotates whole heads, reads the
+  // rest.
+  json j = r.json();
+  double partial = 0.5;
+  json* nested =
+      j.contains("rope_parameters") && j["rope_parameters"].is_object() ? &j["rope_parameters"] : nullptr;
+  for (json* where : {&j, nested}) {
+    if (!where || !where->contains("partial_rotary_factor")) continue;
+    if (!(*where)["partial_rotary_factor"].is_number())
+      r.fail("\"partial_rotary_factor\" must be a number in (0, 1]");
+    partial = (*where)["partial_rotary_factor"].get<double>();
+    where->erase("partial_rotary_factor");
+  }
+  const auto rotated = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  if (!(partial > 0 && partial <= 1) || rotated < 2 || rotated % 2 != 0)
+    r.fail(fmt::format("\"partial_rotary_factor\" {} must rotate an even number of the {} dims of a head",
+                       partial, c.head_dim));
+  c.rotary_dim = rotated < c.head_dim ? rotated : 0;
+  try {
+    c.rope = rope_from_hf_config(j, 131072);
+  } catch (const std::invalid_argument& e) {
+    r.fail(e.what());
+  }
+}
+
+void read_glm4_moe(const ConfigReader& r, ModelConfig& c) {
+  read_glm4_moe_attention(r, c);
+  read_deepseek_moe(r, c, RoutedFamily::glm4_moe);
+}
+
+void write_glm4_moe(const ModelConfig& c, json& j) {
+  write_llama_like_fields(c, "Glm4MoeForCausalLM", "glm4_moe", j);
+  j.erase("sliding_window");
+  j["use_qk_norm"] = c.qk_norm;
+  j["rope_parameters"]["partial_rotary_factor"] =
+      static_cast<double>(c.rope_head_dim()) / static_cast<double>(c.head_dim);
+  j["n_routed_experts"] = c.experts;
+  j["num_experts_per_tok"] = c.experts_per_token;
+  j["moe_intermediate_size"] = c.expert_intermediate;
+  j["n_shared_experts"] = c.shared_expert_intermediate / c.expert_intermediate;
+  j["routed_scaling_factor"] = c.routed_scaling;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["n_group"] = c.expert_groups;
+  j["topk_group"] = c.expert_groups_chosen;
+  int64_t dense = 0;
+  while (dense < c.layers && !c.is_moe_layer(dense)) ++dense;
+  j["first_k_dense_replace"] = dense;
+  j["pad_token_id"] = nullptr;
+}
+
+template <RoutedFamily family>
 void read_mla_family(const ConfigReader& r, ModelConfig& c) {
-  const int64_t max_positions = family == MlaFamily::deepseek_v2   ? 2048
-                                : family == MlaFamily::deepseek_v3 ? 4096
-                                                                   : 202752;
+  const int64_t max_positions = family == RoutedFamily::deepseek_v2   ? 2048
+                                : family == RoutedFamily::deepseek_v3 ? 4096
+                                                                      : 202752;
   read_mla(r, c, family, max_positions);
   read_deepseek_moe(r, c, family);
 }
@@ -204,9 +266,14 @@ HfFamilyFields mla_fields(void (*read)(const ConfigReader&, ModelConfig&),
 
 }  // namespace
 
+const HfFamilyFields* glm4_moe_fields() {
+  static const HfFamilyFields fields = mla_fields(read_glm4_moe, write_glm4_moe, 1e-5);
+  return &fields;
+}
+
 const HfFamilyFields* deepseek_v2_fields() {
   static const HfFamilyFields fields = mla_fields(
-      read_mla_family<MlaFamily::deepseek_v2>,
+      read_mla_family<RoutedFamily::deepseek_v2>,
       [](const ModelConfig& c, json& j) { write_mla_family(c, j, "DeepseekV2ForCausalLM", "deepseek_v2"); },
       1e-6);
   return &fields;
@@ -214,7 +281,7 @@ const HfFamilyFields* deepseek_v2_fields() {
 
 const HfFamilyFields* deepseek_v3_fields() {
   static const HfFamilyFields fields = mla_fields(
-      read_mla_family<MlaFamily::deepseek_v3>,
+      read_mla_family<RoutedFamily::deepseek_v3>,
       [](const ModelConfig& c, json& j) { write_mla_family(c, j, "DeepseekV3ForCausalLM", "deepseek_v3"); },
       1e-6);
   return &fields;
@@ -222,7 +289,7 @@ const HfFamilyFields* deepseek_v3_fields() {
 
 const HfFamilyFields* glm4_moe_lite_fields() {
   static const HfFamilyFields fields = mla_fields(
-      read_mla_family<MlaFamily::glm4_moe_lite>,
+      read_mla_family<RoutedFamily::glm4_moe_lite>,
       [](const ModelConfig& c, json& j) {
         write_mla_family(c, j, "Glm4MoeLiteForCausalLM", "glm4_moe_lite");
       },

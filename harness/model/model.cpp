@@ -378,6 +378,12 @@ namespace {
 torch::Tensor rope_blocks(const torch::Tensor& x, const std::vector<Model::PositionBlock>& blocks,
                           int64_t seq_len, const ModelConfig& config, int64_t layer) {
   if (!config.has_rope(layer)) return x;
+  if (!config.mla && config.rope_head_dim() < x.size(3)) {  // GLM-4.5's partial RoPE: the first dims only
+    const int64_t rotated = config.rope_head_dim();
+    return torch::cat({rope_blocks(x.narrow(3, 0, rotated), blocks, seq_len, config, layer),
+                       x.narrow(3, rotated, x.size(3) - rotated)},
+                      3);
+  }
   const RopeConfig& rope = config.rope_of(layer);
   if (blocks.size() == 1) return apply_rope(x, blocks[0].pos0, seq_len, rope);
   std::vector<torch::Tensor> parts;

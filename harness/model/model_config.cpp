@@ -221,6 +221,29 @@ ModelConfig deepseek(std::string name, std::string architecture, int64_t vocab, 
   return c;
 }
 
+// GLM-4.5 (transformers' glm4_moe): Llama's attention with q, k, v biases and RoPE (theta 1M) on half of
+// each head; `experts` of Ie with DeepSeek-V3's sigmoid routing (one group, renormalised, x1.0) and one
+// shared expert; layer 0 dense; eps 1e-5, untied.
+ModelConfig glm4_moe(std::string name, int64_t vocab, int64_t d, int64_t inter, int64_t layers, int64_t heads,
+                     int64_t kv_heads, int64_t head_dim, int64_t experts, int64_t k,
+                     int64_t expert_intermediate, int64_t max_positions) {
+  ModelConfig c = dims(std::move(name), vocab, d, inter, layers, heads, kv_heads, head_dim);
+  c.architecture = "Glm4MoeForCausalLM";
+  c.rotary_dim = head_dim / 2;
+  c.attention_bias = true;
+  c.rope.theta = 1e6;
+  c.rope.max_positions = max_positions;
+  c.rms_eps = 1e-5;
+  c.experts = experts;
+  c.experts_per_token = k;
+  c.expert_intermediate = expert_intermediate;
+  c.shared_expert_intermediate = expert_intermediate;
+  c.routing = ModelConfig::Routing::sigmoid_grouped;
+  c.norm_topk_prob = true;
+  c.dense_layers = {0};
+  return c;
+}
+
 // DeepSeek-V3's router: sigmoid scores over 8 groups of which 4 are chosen, renormalised, x2.5.
 ModelConfig deepseek_v3_routing(ModelConfig c) {
   c.routing = ModelConfig::Routing::sigmoid_grouped;
@@ -316,6 +339,12 @@ std::vector<ModelConfig> build_presets() {
   tiny_deepseek.expert_groups_chosen = 2;
   tiny_deepseek.routed_scaling = 2.5;
   tiny_deepseek.dense_layers = {0};
+  // GLM-4.5 shaped: RoPE on half of each head, q, k, v biases and q/k norms, GQA, 8 experts in 2 groups (1
+  // chosen), a shared expert, layer 0 dense.
+  ModelConfig tiny_glm = glm4_moe("tiny-glm4-moe", 97, 24, 40, 2, 4, 2, 8, 8, 2, 12, 512);
+  tiny_glm.qk_norm = true;
+  tiny_glm.expert_groups = 2;
+  tiny_glm.routed_scaling = 1.5;
 
   // OLMo 3 7B's full layers: YaRN x8 from 8192 positions, attention factor 1.2079 (config.json's
   // rope_scaling); its sliding ones keep plain RoPE.
@@ -338,6 +367,7 @@ std::vector<ModelConfig> build_presets() {
       tiny_smollm3,
       tiny_gpt_oss,
       tiny_deepseek,
+      tiny_glm,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -374,6 +404,10 @@ std::vector<ModelConfig> build_presets() {
       // shared; YaRN mscale and mscale_all_dim 0.707.
       deepseek("deepseek-v2-lite", "DeepseekV2ForCausalLM", 102400, 2048, 10944, 27, 16, 0, 64, 6, 1408, 2, 1,
                0.707),
+      // zai-org/GLM-4.5-Air's config.json: 151552 tokens, 4096 wide, dense layer 0 of 10944, 46 layers of 96
+      // heads (8 K/V heads of 128, RoPE on 64 of their dims, theta 1M), 128 experts of 1408 (8 a token) and
+      // one shared.
+      glm4_moe("glm-4.5-air", 151552, 4096, 10944, 46, 96, 8, 128, 128, 8, 1408, 131072),
       with_experts(llama_like("mixtral-8x7b", "", 32000, 4096, 14336, 32, 32, 8, 1e6, 32768, 0),
                    "MixtralForCausalLM", 8, 2, 14336),
   };
@@ -521,6 +555,8 @@ void ModelConfig::validate() const {
           "grouped routing needs experts_per_token <= the experts of the chosen groups");
   require(shared_expert_intermediate >= 0 && routed_scaling > 0,
           "shared_expert_intermediate must be >= 0 and routed_scaling > 0");
+  require(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0 && (!mla || rotary_dim == 0),
+          "rotary_dim must be even and in 0 .. head_dim (0: the whole head)");
   if (mla) {
     require(kv_heads == heads,
             "multi-head latent attention expands K and V to every head (kv_heads = heads)");

@@ -122,7 +122,11 @@ struct ModelConfig {
   std::optional<Mla> mla;
   int64_t qk_nope_head_dim() const { return mla ? head_dim - mla->qk_rope_head_dim : head_dim; }
   int64_t value_head_dim() const { return mla ? mla->v_head_dim : head_dim; }  // dv: what o_proj reads a head
-  int64_t rope_head_dim() const { return mla ? mla->qk_rope_head_dim : head_dim; }  // the rotated dims
+  // GLM-4.5: RoPE on the first rotary_dim dims of each head only (partial_rotary_factor x head_dim); 0: all.
+  int64_t rotary_dim = 0;
+  int64_t rope_head_dim() const {  // the rotated dims of a head
+    return mla ? mla->qk_rope_head_dim : rotary_dim > 0 ? rotary_dim : head_dim;
+  }
 
   bool has_rope(int64_t layer) const {
     const auto i = static_cast<size_t>(layer);

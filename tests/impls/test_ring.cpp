@@ -148,6 +148,7 @@ std::vector<RingCase> ring_cases() {
     // through the mesh's exchange; its grouped sigmoid routing, shared expert and dense first layer.
     cases.push_back(RingCase{impl, "dpo", 2, "tiny-deepseek"});
     mesh(RingCase{impl, "sft", 4, "tiny-deepseek"});
+    cases.push_back(RingCase{impl, "sft", 2, "tiny-glm4-moe"});  // partial RoPE on each rank's blocks
   }
   return cases;
 }

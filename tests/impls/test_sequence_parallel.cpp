@@ -169,6 +169,7 @@ std::vector<SpCase> exactness_cases() {
     cases.push_back(SpCase{impl, "sft", 4, "tiny-gpt-oss"});  // sinks sliced to each rank's one query head
     cases.push_back(SpCase{impl, "sft", 4, "tiny-deepseek"});  // latent attention expanded, one head a rank
     cases.push_back(SpCase{impl, "dpo", 2, "tiny-deepseek"});
+    cases.push_back(SpCase{impl, "sft", 2, "tiny-glm4-moe"});  // partial RoPE, q/k norms, biases
     SpCase moe_lora{impl, "grpo", 2, "tiny-moe"};
     moe_lora.lora_rank = 3;  // on attention and every expert
     cases.push_back(moe_lora);

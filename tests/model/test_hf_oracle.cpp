@@ -72,6 +72,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"deepseek_v3_direct_q", {"sft"}},
     {"deepseek_v2", {"sft", "dpo"}},
     {"glm4_moe_lite", {"sft"}},
+    {"glm4_moe", {"sft", "dpo"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 

@@ -26,11 +26,12 @@ import sys
 import torch
 from safetensors.torch import save_file
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
-                          Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeLiteConfig, Glm4MoeLiteForCausalLM, GptOssConfig,
-                          GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
-                          Olmo3Config, Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, SmolLM3Config,
+                          Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM,
+                          Glm4MoeLiteConfig, Glm4MoeLiteForCausalLM, GptOssConfig, GptOssForCausalLM,
+                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
+                          MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, SmolLM3Config,
                           SmolLM3ForCausalLM)
 from transformers.utils import logging as hf_logging
 
@@ -286,6 +287,12 @@ CASES = {
         DEEPSEEK_TINY, q_lora_rank=12, v_head_dim=10, attention_bias=True, n_group=2, topk_group=1,
         routed_scaling_factor=1.8, mlp_layer_types=["dense", "sparse", "dense"],
         rope_parameters=dict(rope_type="default", rope_theta=1e6)), 23, [23, 20], SFT),
+    "glm4_moe": Case(Glm4MoeForCausalLM, Glm4MoeConfig, dict(
+        QWEN3_GQA3, hidden_size=32, head_dim=8, num_attention_heads=4, num_hidden_layers=3, attention_bias=True,
+        use_qk_norm=True, partial_rotary_factor=0.5, n_routed_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=12, n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=1.5,
+        first_k_dense_replace=1, pad_token_id=None, rope_parameters=dict(rope_type="default", rope_theta=1e6)),
+        23, [23, 20], SFT_DPO),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -351,7 +358,7 @@ def bpbench_names(case, config, grads):
     """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows, the experts one by
     one."""
     if case.model_cls in (Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM,
-                          Glm4MoeLiteForCausalLM):
+                          Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM):
         return expert_names(grads)
     if case.model_cls is GptOssForCausalLM:
         return gpt_oss_names(grads)

@@ -74,7 +74,8 @@ TEST(HfConfig, TransformersBuildsTheTinyPresetsOfEachLayerKind) {
        "Olmo3ForCausalLM {} sliding_attention,sliding_attention,sliding_attention,full_attention\n"},
       {"tiny-smollm3", "SmolLM3ForCausalLM {} full_attention,full_attention,full_attention,full_attention\n"},
       // Latent attention, grouped routing, shared experts, a dense first layer: its parameters are bpbench's.
-      {"tiny-deepseek", "DeepseekV3ForCausalLM {} -\n"}};
+      {"tiny-deepseek", "DeepseekV3ForCausalLM {} -\n"},
+      {"tiny-glm4-moe", "Glm4MoeForCausalLM {} -\n"}};
   for (const auto& [name, line] : expected) {
     const ModelConfig preset = find_model_preset(name);
     EXPECT_EQ(file_text(built.dir / "build" / preset.name / "built.txt"),

@@ -35,9 +35,9 @@ inline std::vector<ModelConfig> transformers_written_families() {
 
 // The presets transformers builds from bpbench's own config.json.
 inline std::vector<ModelConfig> transformers_built_presets() {
-  return {find_model_preset("tiny-gemma3"), find_model_preset("tiny-olmo3"),
-          find_model_preset("tiny-smollm3"), find_model_preset("tiny-gpt-oss"),
-          find_model_preset("tiny-deepseek")};
+  return {find_model_preset("tiny-gemma3"),   find_model_preset("tiny-olmo3"),
+          find_model_preset("tiny-smollm3"),  find_model_preset("tiny-gpt-oss"),
+          find_model_preset("tiny-deepseek"), find_model_preset("tiny-glm4-moe")};
 }
 
 // OUT/write/NAME/config.json and OUT/build/NAME/built.txt ("CLASS PARAMETERS LAYER_TYPES"), as the script's
