@@ -93,6 +93,16 @@ SinkNodeData SinkNodeData::load(torch::autograd::AutogradContext* ctx) {
 
 torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const KvGradSink& sink,
                                           const SinkBlockCall& call) {
+  return backward_by_key_blocks(c, e, block, call,
+                                [&](int64_t key0, int64_t keys, torch::Tensor dk, torch::Tensor dv) {
+                                  sink.dk.narrow(2, key0, keys).add_(dk);
+                                  dk.reset();
+                                  sink.dv.narrow(2, key0, keys).add_(dv);
+                                });
+}
+
+torch::Tensor backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const SinkBlockCall& call,
+                                     const KeyBlockGrads& take) {
   // dQ is a sum over the key blocks. In bfloat16 or float16 each partial sum would be rounded once more per
   // block, an error that grows with T / block and is StreamBP's alone (plain BP's kernel accumulates dQ in
   // float32 inside one call): exactly what the paper's Table 7 compares. So the sum is kept in float32 and
@@ -101,10 +111,7 @@ torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, c
   at::ScalarType dq_type = at::kFloat;
   auto run = [&](int64_t key0, int64_t keys, bool causal) {
     auto [dq_part, dk_part, dv_part] = call(key0, keys, causal);
-    sink.dk.narrow(2, key0, keys).add_(dk_part);
-    dk_part.reset();
-    sink.dv.narrow(2, key0, keys).add_(dv_part);
-    dv_part.reset();
+    take(key0, keys, std::move(dk_part), std::move(dv_part));
     if (dq.defined()) {
       dq.add_(dq_part);  // float32 += the block's terms (a float32 copy of them on the CPU)
     } else {

@@ -70,6 +70,11 @@ using SinkBlockCall =
     std::function<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(int64_t, int64_t, bool)>;
 torch::Tensor sink_backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const KvGradSink& sink,
                                           const SinkBlockCall& call);
+// The same key blocks with each call's dK, dV handed to `take` (which releases them) instead of a sink's add:
+// StreamBP through MLA's latent backpropagates them through the block's expansion (latent_attention.h).
+using KeyBlockGrads = std::function<void(int64_t key0, int64_t keys, torch::Tensor dk, torch::Tensor dv)>;
+torch::Tensor backward_by_key_blocks(int64_t c, int64_t e, int64_t block, const SinkBlockCall& call,
+                                     const KeyBlockGrads& take);
 // The CPU kernel's own: dK, dV added into `sink` in blocks of at most max(c, kMinSinkKeyBlock) keys
 // (attention_blocks.h; under a window: attention_into_sink, its keys being few).
 torch::Tensor cpu_fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -438,24 +438,43 @@ torch::Tensor mla_rope(const torch::Tensor& x, const std::vector<Model::Position
 }
 }  // namespace
 
+namespace {
+MlaLatent latent_of(const Model& m, int64_t i, const torch::Tensor& h,
+                    const std::vector<Model::PositionBlock>& blocks, int64_t seq_len) {
+  const auto& w = m.layers[i];
+  const ModelConfig::Mla& mla = *m.config.mla;
+  const int64_t r = mla.kv_lora_rank, dr = mla.qk_rope_head_dim;
+  const auto compressed = w.kv_a(h, m.lora_enabled);  // (N, rows, r + dr)
+  auto latent = rms_norm(compressed.narrow(-1, 0, r), w.kv_a_norm, kMlaLatentNormEps, m.norm_kernel);
+  auto k_rot = mla_rope(compressed.narrow(-1, r, dr).unsqueeze(1), blocks, seq_len, m.config, i).squeeze(1);
+  return {latent, k_rot};
+}
+}  // namespace
+
+KV expand_mla_latent(const Linear& kv_b, bool lora_enabled, const MlaLatent& rows, int64_t heads,
+                     int64_t nope_dim, int64_t value_dim, int64_t head_dim) {
+  const int64_t N = rows.latent.size(0), n = rows.latent.size(1), dr = rows.k_rot.size(-1);
+  const auto kv =
+      split_heads(kv_b(rows.latent, lora_enabled), heads, nope_dim + value_dim);  // (N, Hq, n, dn + dv)
+  auto k = torch::cat({kv.narrow(-1, 0, nope_dim), rows.k_rot.unsqueeze(1).expand({N, heads, n, dr})},
+                      -1);  // (N, Hq, n, hd)
+  auto v = kv.narrow(-1, nope_dim, value_dim);
+  v = value_dim < head_dim ? torch::constant_pad_nd(v, {0, head_dim - value_dim}) : v.contiguous();
+  return {k, v};
+}
+
+MlaLatent Model::project_latent(int64_t i, const torch::Tensor& h, int64_t pos0, int64_t seq_len) const {
+  return latent_of(*this, i, h, {{h.size(1), pos0}}, seq_len);
+}
+
+KV Model::expand_latent(int64_t i, const MlaLatent& rows) const {
+  return expand_mla_latent(layers[i].kv_b, lora_enabled, rows, config.heads, config.qk_nope_head_dim(),
+                           config.value_head_dim(), config.head_dim);
+}
+
 KV Model::mla_project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                          int64_t seq_len) const {
-  const auto& w = layers[i];
-  const ModelConfig::Mla& mla = *config.mla;
-  const int64_t N = h.size(0), rows = h.size(1), Hq = config.heads, hd = config.head_dim;
-  const int64_t r = mla.kv_lora_rank, dr = mla.qk_rope_head_dim, dn = config.qk_nope_head_dim();
-  const int64_t dv = mla.v_head_dim;
-  torch::Tensor kv, k_rot;  // (N, Hq, rows, dn + dv), (N, 1, rows, dr)
-  {
-    const auto compressed = w.kv_a(h, lora_enabled);  // (N, rows, r + dr)
-    const auto latent = rms_norm(compressed.narrow(-1, 0, r), w.kv_a_norm, kMlaLatentNormEps, norm_kernel);
-    kv = split_heads(w.kv_b(latent, lora_enabled), Hq, dn + dv);
-    k_rot = mla_rope(compressed.narrow(-1, r, dr).unsqueeze(1), blocks, seq_len, config, i);
-  }
-  auto k = torch::cat({kv.narrow(-1, 0, dn), k_rot.expand({N, Hq, rows, dr})}, -1);  // (N, Hq, rows, hd)
-  auto v = kv.narrow(-1, dn, dv);
-  v = dv < hd ? torch::constant_pad_nd(v, {0, hd - dv}) : v.contiguous();  // (N, Hq, rows, hd)
-  return {k, v};
+  return expand_latent(i, latent_of(*this, i, h, blocks, seq_len));
 }
 
 torch::Tensor Model::mla_project_q(int64_t i, const torch::Tensor& h,

@@ -98,6 +98,19 @@ struct KV {
   KvGradSink sink;     // defined: attention adds dK, dV here; k and v need no grad (ops.h)
 };
 
+// Multi-head latent attention's per-token state (ModelConfig::mla): what K and V are made from.
+struct MlaLatent {
+  torch::Tensor latent;  // (N, rows, r): kv_a's latent after its norm
+  torch::Tensor k_rot;   // (N, rows, dr): the RoPE key every head shares, rotated
+};
+
+// K and V (N, Hq, rows, hd) from latent rows through kv_b (Hq*(dn + dv), r): each head's nope key beside
+// the shared RoPE key, and its value zero-padded from dv to hd (Note [MLA in the expanded form], model.cpp).
+// Differentiable in kv_b and the rows. A free function, so that an autograd node can run it again in its
+// backward from kv_b alone (latent_attention.cpp).
+KV expand_mla_latent(const Linear& kv_b, bool lora_enabled, const MlaLatent& rows, int64_t heads,
+                     int64_t nope_dim, int64_t value_dim, int64_t head_dim);
+
 class Model {
  public:
   ModelConfig config;
@@ -171,6 +184,11 @@ class Model {
                               int64_t seq_len) const;
   KV mla_project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                     int64_t seq_len) const;
+  // MLA's two halves of mla_project_kv, which StreamBP runs apart (harness/model/latent_attention.h):
+  //   project_latent(i, h, pos0, T): the normed kv latent and the RoPE'd key of rows at positions pos0..
+  //   expand_latent(i, rows): each head's K and V (N, Hq, rows, hd), V zero-padded, made by kv_b_proj
+  MlaLatent project_latent(int64_t i, const torch::Tensor& h, int64_t pos0, int64_t seq_len) const;
+  KV expand_latent(int64_t i, const MlaLatent& rows) const;
   // attention_block's two halves, which sequence parallelism (impls/machinery/sequence_parallel.h) runs
   // apart, with the heads exchanged between ranks around the first:
   //   attention_heads(i, q, kv, head0): causal attention with layer i's window, scale and sinks, on the

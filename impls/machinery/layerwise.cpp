@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+
+#include "harness/model/latent_attention.h"
 #include "harness/model/ops.h"
 #include "profiles/memory.h"
 
@@ -129,28 +132,118 @@ HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, co
   return {loss.detach(), dx};
 }
 
+namespace {
+
+// The K/V side of a StreamBP layer (streambp.cpp's a. and c.) as the chunks use it: made for all rows
+// before them, seen by each chunk's attention, backpropagated rows [s, e) at a time once complete.
+class StreamedKeys {
+ public:
+  virtual ~StreamedKeys() = default;
+  // Chunk [s, e)'s attention block: x_rows + o_proj(attention(q, the keys before e)), (N, c, d).
+  virtual torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, int64_t s,
+                                        int64_t e) const = 0;
+  // c.: rows [s, s + c)'s K/V path, recomputed from x_rows, backpropagated with their finished gradients.
+  virtual void backward_rows(const torch::Tensor& x_rows, int64_t s, int64_t c) const = 0;
+};
+
+// bf16: accumulate over chunks in float32, as one big matmul would, then round once per row.
+torch::Tensor accumulator_like(const torch::Tensor& t) {
+  const auto acc = t.scalar_type() == torch::kBFloat16 ? torch::kFloat : t.scalar_type();
+  return torch::zeros_like(t, t.options().dtype(acc));
+}
+
+// K and V (N, Hkv, T, hd) of all rows as values, with their dK, dV.
+class ExpandedKeys final : public StreamedKeys {
+ public:
+  ExpandedKeys(const Model& model, int64_t i, const torch::Tensor& x_in, int64_t rows) : m_(model), i_(i) {
+    const KV kv = model.kv_values(i, x_in.detach(), rows);  // no graph, no T-row temporaries
+    keys_ = kv.k;
+    values_ = kv.v;
+    dk_ = accumulator_like(keys_);
+    dv_ = accumulator_like(values_);
+  }
+  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, int64_t s,
+                                int64_t e) const override {
+    // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window otherwise;
+    // constants to autograd, whose gradients the attention adds straight into dK, dV (ops.h: KvGradSink).
+    const int64_t k0 = m_.config.first_visible_key(i_, s);
+    const KV visible{keys_.narrow(2, k0, e - k0), values_.narrow(2, k0, e - k0),
+                     KvGradSink{dk_.narrow(2, k0, e - k0), dv_.narrow(2, k0, e - k0)}};
+    return m_.attention_block(i_, x_rows, q, visible);
+  }
+  void backward_rows(const torch::Tensor& x_rows, int64_t s, int64_t c) const override {
+    // The weight gradients of attn_norm, k_norm, Wk and Wv accumulate; dx rows gain the K/V path's term.
+    const KV kv = m_.project_kv(i_, m_.attn_norm(i_, x_rows), s, keys_.size(2));
+    torch::autograd::backward({kv.k, kv.v}, {dk_.narrow(2, s, c).to(kv.k.scalar_type()),
+                                             dv_.narrow(2, s, c).to(kv.v.scalar_type())});
+  }
+
+ private:
+  const Model& m_;
+  int64_t i_;
+  torch::Tensor keys_, values_, dk_, dv_;
+};
+
+// MLA: the normed latent and the RoPE key of all rows, (N, T, r) and (N, T, dr), with their gradients;
+// each chunk's attention expands K and V from them by key blocks (Note [StreamBP through the latent]).
+class LatentKeys final : public StreamedKeys {
+ public:
+  LatentKeys(const Model& model, int64_t i, const torch::Tensor& x_in, int64_t rows) : m_(model), i_(i) {
+    torch::NoGradGuard no_grad;
+    const ModelConfig::Mla& mla = *model.config.mla;
+    const int64_t N = x_in.size(0), T = x_in.size(1);
+    keys_.latent = torch::empty({N, T, mla.kv_lora_rank}, x_in.options());
+    keys_.k_rot = torch::empty({N, T, mla.qk_rope_head_dim}, x_in.options());
+    for (int64_t s = 0; s < T; s += rows) {
+      const int64_t c = std::min(rows, T - s);
+      const MlaLatent part = model.project_latent(i, model.attn_norm(i, x_in.detach().narrow(1, s, c)), s, T);
+      keys_.latent.narrow(1, s, c).copy_(part.latent);
+      keys_.k_rot.narrow(1, s, c).copy_(part.k_rot);
+    }
+    grads_ = {accumulator_like(keys_.latent), accumulator_like(keys_.k_rot)};
+  }
+  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, int64_t /*s*/,
+                                int64_t e) const override {
+    const MlaLatent visible{keys_.latent.narrow(1, 0, e), keys_.k_rot.narrow(1, 0, e)};
+    const MlaLatentGrads sink{grads_.latent.narrow(1, 0, e), grads_.k_rot.narrow(1, 0, e)};
+    return m_.attention_output(i_, x_rows, latent_chunk_attention(m_, i_, q, visible, sink, q.size(2)));
+  }
+  void backward_rows(const torch::Tensor& x_rows, int64_t s, int64_t c) const override {
+    // kv_a's, its norm's and (with it) the input norm's gradients accumulate; dx rows gain the latent path's.
+    const MlaLatent rows = m_.project_latent(i_, m_.attn_norm(i_, x_rows), s, keys_.latent.size(1));
+    torch::autograd::backward({rows.latent, rows.k_rot},
+                              {grads_.latent.narrow(1, s, c).to(rows.latent.scalar_type()),
+                               grads_.k_rot.narrow(1, s, c).to(rows.k_rot.scalar_type())});
+  }
+
+ private:
+  const Model& m_;
+  int64_t i_;
+  MlaLatent keys_;
+  MlaLatentGrads grads_;
+};
+
+}  // namespace
+
 torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
                                       torch::Tensor dy, int64_t rows,
                                       const std::function<void(int64_t j)>& between_chunks) {
   const int64_t T = x_in.size(1), chunks = (T + rows - 1) / rows;
-  // a. K and V of all rows, values only, made chunk by chunk: no graph, no T-row temporaries.
-  torch::Tensor keys, values, dk, dv;  // (N, Hkv, T, hd) each
+  // a. the K/V side of all rows, values only, made chunk by chunk: no graph, no T-row temporaries.
+  std::unique_ptr<StreamedKeys> keys;
   {
     PhaseScope phase("K/V");
     MemoryScope scope(Category::kv);
     torch::NoGradGuard no_grad;
-    const KV kv = model.kv_values(i, x_in.detach(), rows);
-    keys = kv.k;
-    values = kv.v;
-    // bf16: accumulate dK/dV over chunks in float32, as one big matmul would, then round once per row.
-    const auto acc = keys.scalar_type() == torch::kBFloat16 ? torch::kFloat : keys.scalar_type();
-    dk = torch::zeros_like(keys, keys.options().dtype(acc));
-    dv = torch::zeros_like(values, values.options().dtype(acc));
+    if (model.config.mla)
+      keys = std::make_unique<LatentKeys>(model, i, x_in, rows);
+    else
+      keys = std::make_unique<ExpandedKeys>(model, i, x_in, rows);
   }
   const bool wants_dx = x_in.requires_grad();  // not for LoRA's layer 0 (Model::input_gradient_needed)
   // b. chunks from the last to the first, each forward then at once backward. Chunk j's queries see keys
-  // before e only, so once chunks j.. are done, key rows [s, e) have their whole dK/dV: c. runs their K/V
-  // path backward there and then. dx rows go into dy's rows, which only chunk j reads.
+  // before e only, so once chunks j.. are done, key rows [s, e) have their whole gradients: c. runs their
+  // K/V path backward there and then. dx rows go into dy's rows, which only chunk j reads.
   for (int64_t j = chunks - 1; j >= 0; --j) {
     const int64_t s = j * rows, c = std::min(rows, T - s), e = s + c;
     {
@@ -158,24 +251,14 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
       MemoryScope scope(Category::activations);
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
       {
-        // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window
-        // otherwise; constants to autograd, whose gradients the attention adds straight into dK, dV (ops.h:
-        // KvGradSink).
-        const int64_t k0 = model.config.first_visible_key(i, s);
-        const KV visible{keys.narrow(2, k0, e - k0), values.narrow(2, k0, e - k0),
-                         KvGradSink{dk.narrow(2, k0, e - k0), dv.narrow(2, k0, e - k0)}};
-        auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);              // (N, Hq, c, hd)
-        auto y = model.mlp_block(i, model.attention_block(i, x_rows, q, visible));  // (N, c, d)
+        auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);        // (N, Hq, c, hd)
+        auto y = model.mlp_block(i, keys->attention_block(x_rows, q, s, e));  // (N, c, d)
         y.backward(dy.narrow(1, s, c));
       }
       {
-        // c. the K/V path of rows [s, e), recomputed from x_rows, backward with their finished dK, dV: the
-        // weight gradients of attn_norm, k_norm, Wk and Wv accumulate, dx rows gain the K/V path's term.
         PhaseScope kv_phase(fmt::format("chunk {} K/V backward", j));
         MemoryScope kv_scope(Category::kv);
-        const KV kv = model.project_kv(i, model.attn_norm(i, x_rows), s, T);
-        torch::autograd::backward({kv.k, kv.v}, {dk.narrow(2, s, c).to(kv.k.scalar_type()),
-                                                 dv.narrow(2, s, c).to(kv.v.scalar_type())});
+        keys->backward_rows(x_rows, s, c);
       }
       if (wants_dx) dy.narrow(1, s, c).copy_(x_rows.grad());
     }
