@@ -10,8 +10,8 @@
 //     down likewise ("mlp.experts.down_proj" (E, Ie, d)); the clamped SwiGLU of ops.h (hidden_act is not read
 //     by transformers' experts, nor here);
 //   - norms scaled in float32 before the one cast, as OLMo's (GptOssRMSNorm).
-// The Hub's released checkpoints store the experts in MXFP4 ("gate_up_proj_blocks", "_scales"): bpbench
-// loads F32, BF16 and F16 weights (the BF16 releases), and estimates either from config.json alone.
+// The Hub's released checkpoints store the experts in MXFP4 ("gate_up_proj_blocks", "_scales"): the loader
+// dequantizes them (hf_model.cpp, mxfp4.h) into the weights a BF16 release gives.
 #include <fmt/format.h>
 
 #include <string>

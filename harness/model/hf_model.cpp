@@ -16,6 +16,7 @@
 
 #include "harness/model/hf_config_reader.h"
 #include "harness/model/hf_family.h"
+#include "harness/model/mxfp4.h"
 #include "harness/model/rope_config.h"
 #include "harness/model/safetensors.h"
 
@@ -300,18 +301,22 @@ void write_llama_like_fields(const ModelConfig& c, const char* architecture, con
 
 Model load_hf_model(const std::string& dir, const torch::TensorOptions& options) {
   const ModelConfig c = read_hf_config(dir);
-  // Quantized weights (gpt-oss's released MXFP4 experts, a GPTQ or AWQ checkpoint) hold other tensors than
-  // the parameters: refused by the method's name before any file is read. Their config.json still estimates.
+  // Quantized weights (a GPTQ or AWQ checkpoint) hold other tensors than the parameters: refused by the
+  // method's name before any file is read; their config.json still estimates. gpt-oss's released MXFP4
+  // experts are dequantized as they load (mxfp4.h), exactly.
+  bool mxfp4 = false;
   if (const auto [path, j] = config_json_of(dir); j.contains("quantization_config")) {
     const json& q = j["quantization_config"];
     const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
                                    ? q["quant_method"].get<std::string>()
                                    : q.dump();
-    throw std::runtime_error(fmt::format(
-        "Hugging Face model '{}': weights quantized as {} (\"quantization_config\"), which bpbench does not "
-        "load (valid: F32, BF16 or F16 weights, such as a BF16 release; `bpbench estimate` takes this "
-        "config.json as it is)",
-        dir, method));
+    mxfp4 = method == "mxfp4" && c.architecture == "GptOssForCausalLM";
+    if (!mxfp4)
+      throw std::runtime_error(fmt::format(
+          "Hugging Face model '{}': weights quantized as {} (\"quantization_config\"), which bpbench does "
+          "not load (valid: F32, BF16 or F16 weights, such as a BF16 release, or gpt-oss's MXFP4; `bpbench "
+          "estimate` takes this config.json as it is)",
+          dir, method));
   }
   const SafetensorsDir weights(dir);
   auto fail = [&](const std::string& what) -> void {
@@ -414,8 +419,33 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
       fail(fmt::format("tensor '{}' in '{}' has shape {}, expected {}", name, weights.file_of(name),
                        shape_str(info.shape), shape_str(shape)));
   };
+  // An MXFP4 tensor: W_blocks (E, R, G, 16) and W_scales (E, R, G), uint8, for W (E, G*32, R) (mxfp4.h; the
+  // dequantized rows transposed, as transformers' convert_moe_packed_tensors lays them out).
+  auto quantized = [&](const std::string& name) {
+    return mxfp4 && !weights.contains(name) && weights.contains(name + "_blocks") &&
+           weights.contains(name + "_scales");
+  };
+  auto check_quantized = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const auto &blocks = weights.info(name + "_blocks"), &scales = weights.info(name + "_scales");
+    if (blocks.dtype != "U8" || scales.dtype != "U8")
+      fail(fmt::format("MXFP4 tensors '{}_blocks' and '{}_scales' must be U8, got {} and {}", name, name,
+                       blocks.dtype, scales.dtype));
+    const std::vector<int64_t> want_scales = shape.size() == 3 && shape[1] % 32 == 0
+                                                 ? std::vector<int64_t>{shape[0], shape[2], shape[1] / 32}
+                                                 : std::vector<int64_t>{};
+    std::vector<int64_t> want_blocks = want_scales;
+    want_blocks.push_back(16);
+    if (want_scales.empty() || scales.shape != want_scales || blocks.shape != want_blocks)
+      fail(fmt::format("MXFP4 tensors '{}_blocks' {} and '{}_scales' {} do not make {} (expected {} and {})",
+                       name, shape_str(blocks.shape), name, shape_str(scales.shape), shape_str(shape),
+                       shape_str(want_blocks), shape_str(want_scales)));
+  };
   std::set<std::string> expected;
   for (const auto& s : slots) {
+    if (quantized(s.name)) {
+      expected.insert({s.name + "_blocks", s.name + "_scales"});
+      continue;
+    }
     expected.insert(s.name);
     if (!weights.contains(s.name)) fail(fmt::format("missing tensor '{}'", s.name));
   }
@@ -434,13 +464,18 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     fail(fmt::format("unexpected tensor '{}' in '{}' (not a parameter of the model config.json describes)",
                      name, weights.file_of(name)));
   }
-  for (const auto& s : slots) check(s.name, s.shape);
+  for (const auto& s : slots) quantized(s.name) ? check_quantized(s.name, s.shape) : check(s.name, s.shape);
 
   {
     torch::NoGradGuard no_grad;
     const auto opts = torch::TensorOptions().device(options.device()).dtype(options.dtype());
     for (const auto& s : slots) {
-      const torch::Tensor whole = weights.get(s.name, opts);
+      const torch::Tensor whole =
+          quantized(s.name) ? dequantize_mxfp4(weights.get(s.name + "_blocks", opts.dtype(torch::kByte)),
+                                               weights.get(s.name + "_scales", opts.dtype(torch::kByte)),
+                                               options.dtype().toScalarType())
+                                  .transpose(1, 2)
+                            : weights.get(s.name, opts);
       if (s.parts.size() == 1 && !s.parts[0].take) {
         *s.parts[0].dest = whole;
         continue;

@@ -357,13 +357,21 @@ TEST(HfModel, GptOssConfigRules) {
   edited = gpt_oss;
   edited["output_router_logits"] = true;
   EXPECT_THAT(refusal(edited), HasSubstr("\"output_router_logits\" true"));
-  // The Hub's released weights are MXFP4: the config estimates, the weights are refused by name.
+  // The Hub's released weights are MXFP4: the config estimates (its weights load: HfModel.GptOssMxfp4...);
+  // another method, or MXFP4 on another family, is refused by name before any weight is read.
   edited = gpt_oss;
   edited["quantization_config"] = {{"quant_method", "mxfp4"}, {"modules_to_not_convert", json::array()}};
   EXPECT_EQ(read(edited).parameter_count(), find_model_preset("gpt-oss-20b").parameter_count());
+  edited["quantization_config"]["quant_method"] = "gptq";
   TempDir quantized;
   write_json(quantized.file("config.json"), edited);
   EXPECT_THAT(error_of([&] { load_hf_model(quantized.dir().string(), torch::kFloat); }),
+              HasSubstr("weights quantized as gptq (\"quantization_config\"), which bpbench does not load"));
+  json llama = hf_config_json(find_model_preset("llama3.2-1b"));
+  llama["quantization_config"] = {{"quant_method", "mxfp4"}};
+  TempDir quantized_llama;
+  write_json(quantized_llama.file("config.json"), llama);
+  EXPECT_THAT(error_of([&] { load_hf_model(quantized_llama.dir().string(), torch::kFloat); }),
               HasSubstr("weights quantized as mxfp4 (\"quantization_config\"), which bpbench does not load"));
 }
 

@@ -183,5 +183,35 @@ TEST(HfOracleCases, TheOracleWroteExactlyTheCasesTestedHere) {
   EXPECT_EQ(written, (std::map<std::string, std::vector<std::string>>(kCases.begin(), kCases.end())));
 }
 
+// gpt-oss's released checkpoints store the experts as MXFP4 (harness/model/mxfp4.h): loaded, each expert's
+// gate, up and down are transformers' own dequantization of them (convert_moe_packed_tensors), de-interleaved
+// and transposed as the BF16 releases are, to the bit; every other weight is the file's.
+TEST(HfOracleMxfp4, GptOssExpertsLoadAsTransformersDequantizesThem) {
+  require_python_output(oracle(), "the oracle");
+  const fs::path dir = oracle().dir / "gpt_oss_mxfp4";
+  const Model m = load_hf_model((dir / "model").string(), torch::TensorOptions().dtype(torch::kFloat));
+  const SafetensorsFile expected((dir / "expected.safetensors").string());
+  using torch::indexing::None;
+  using torch::indexing::Slice;
+  ASSERT_EQ(m.config.layers, 2);
+  for (int64_t i = 0; i < m.config.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.mlp.experts.", i);
+    const auto gate_up = expected.get(p + "gate_up_proj", torch::kFloat);  // (E, d, 2 Ie), x @ W
+    const auto down = expected.get(p + "down_proj", torch::kFloat);        // (E, Ie, d)
+    const auto& w = m.layers[static_cast<size_t>(i)];
+    ASSERT_EQ(static_cast<int64_t>(w.expert_gate.size()), gate_up.size(0));
+    for (int64_t e = 0; e < gate_up.size(0); ++e) {
+      SCOPED_TRACE(fmt::format("layer {} expert {}", i, e));
+      const auto k = static_cast<size_t>(e);
+      EXPECT_TRUE(torch::equal(w.expert_gate[k].weight, gate_up[e].index({Slice(), Slice(0, None, 2)}).t()));
+      EXPECT_TRUE(torch::equal(w.expert_up[k].weight, gate_up[e].index({Slice(), Slice(1, None, 2)}).t()));
+      EXPECT_TRUE(torch::equal(w.expert_down[k].weight, down[e].t()));
+    }
+    EXPECT_GT(gate_up.abs().max().item<double>(), 1.0);  // not the zeros of an unloaded tensor
+  }
+  const SafetensorsFile file((dir / "model" / "model.safetensors").string());
+  EXPECT_TRUE(torch::equal(m.embed_weight, file.get("model.embed_tokens.weight", torch::kFloat)));
+}
+
 }  // namespace
 }  // namespace bpbench::testing::test_hf_oracle

@@ -2,6 +2,10 @@
 
 Usage: hf_oracle.py OUT_DIR
 
+Last, OUT_DIR/gpt_oss_mxfp4/: a tiny gpt-oss saved with its experts as MXFP4 (random blocks and scales, as the
+Hub's released checkpoints store them) and expected.safetensors, transformers' own dequantization of them
+(convert_moe_packed_tensors), which bpbench's loader must give back exactly.
+
 For each case below it builds a tiny random model in transformers, saves it with save_pretrained (config.json +
 model.safetensors, float32, as users' checkpoints are), and computes the loss and every parameter's gradient
 in true float64 through transformers' own modules, for SFT (transformers' own loss) and DPO (from
@@ -470,6 +474,37 @@ def loss_and_grads(loss_fn, model_cls, config, state, batch, extras, lift_casts)
 OBJECTIVES = {"sft": (sft_loss, 0), "dpo": (dpo_loss, 5), "sft_aux": (sft_aux_loss, 0)}
 
 
+def write_mxfp4_model(out_dir):
+    """gpt-oss with d = Ie = 32 (MXFP4 blocks are 32 values wide), its experts' stacked tensors replaced by
+    random MXFP4 blocks and scales (exponents near 127: values of a few units) and a quantization_config."""
+    from safetensors.torch import load_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    torch.manual_seed(300)
+    config = GptOssConfig(vocab_size=79, hidden_size=32, intermediate_size=32, head_dim=8, num_attention_heads=4,
+                          num_key_value_heads=2, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
+                          layer_types=["sliding_attention", "full_attention"], sliding_window=5)
+    model_dir = os.path.join(out_dir, "gpt_oss_mxfp4", "model")
+    GptOssForCausalLM(config).save_pretrained(model_dir)
+    path = os.path.join(model_dir, "model.safetensors")
+    tensors, expected = load_file(path), {}
+    g = torch.Generator().manual_seed(301)
+    for name in [n for n in tensors if n.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        experts, cols, rows = tensors.pop(name).shape  # x @ W: the dequantized (E, rows, cols) transposed
+        blocks = torch.randint(0, 256, (experts, rows, cols // 32, 16), dtype=torch.uint8, generator=g)
+        scales = torch.randint(124, 131, (experts, rows, cols // 32), dtype=torch.uint8, generator=g)
+        tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+        expected[name] = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).contiguous()
+    save_file(tensors, path)
+    save_file(expected, os.path.join(out_dir, "gpt_oss_mxfp4", "expected.safetensors"))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        written = json.load(f)
+    written["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+                                      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(written, f, indent=2)
+
+
 def main(out_dir):
     hf_logging.disable_progress_bar()
     os.makedirs(out_dir, exist_ok=True)
@@ -500,6 +535,7 @@ def main(out_dir):
             tensors.update({f"{objective}:grad:{n}": g for n, g in bpbench_names(case, config, grads).items()})
             print(f"{name} {objective}: loss {loss.item():.15g} (transformers' float32 casts: {with_casts.item():.15g})")
         save_file(tensors, os.path.join(case_dir, "oracle.safetensors"))
+    write_mxfp4_model(out_dir)
     with open(os.path.join(out_dir, "cases.json"), "w") as f:
         json.dump({name: list(case.objectives) for name, case in CASES.items()}, f, indent=1)
 
