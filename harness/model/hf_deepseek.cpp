@@ -1,4 +1,4 @@
-// hf_deepseek.cpp: the multi-head latent attention families' config.json <-> ModelConfig, following
+// hf_deepseek.cpp: the families with DeepSeek's routing, config.json <-> ModelConfig, following
 // transformers 5.17's classes (model.h's Note [MLA in the expanded form] says how bpbench runs them):
 //   - DeepseekV2ForCausalLM (deepseek_v2; DeepSeek-V2, V2-Lite): MLA with RoPE on interleaved pairs (its
 //     complex rotation, always); a softmax router, greedy or group-limited (each group's best expert), its
@@ -17,10 +17,11 @@
 //     biases (attention_bias), per-head q/k norms where use_qk_norm, RoPE on the first partial_rotary_factor
 //     (default 0.5) of each head; DeepSeek-V3's sigmoid routing (n_group and topk_group default 1), the first
 //     first_k_dense_replace layers dense (default 1).
-// All: q through q_a_proj, q_a_layernorm and q_b_proj (q_lora_rank), or q_proj where q_lora_rank is null; the
+// All but GLM-4.5, MLA: q through q_a_proj, q_a_layernorm and q_b_proj (q_lora_rank), or q_proj where it is
+// null; the
 // softmax scale (qk_nope + qk_rope)^-1/2 x mscale^2 where the RoPE is scaled and states mscale_all_dim
-// (yarn_get_mscale(factor, mscale_all_dim)); attention_bias on q_a, kv_a and o_proj; every expert and shared
-// expert a SwiGLU of moe_intermediate_size (the shared ones n_shared_experts x that, one MLP).
+// (yarn_get_mscale(factor, mscale_all_dim)); attention_bias on q_a, kv_a and o_proj. All: every expert and
+// shared expert a SwiGLU of moe_intermediate_size (the shared ones n_shared_experts x that, one MLP).
 // Their HfFamilyFields are named on their lines of hf_families.def.
 #include <fmt/format.h>
 
@@ -188,12 +189,8 @@ void read_glm4_moe(const ConfigReader& r, ModelConfig& c) {
   read_deepseek_moe(r, c, RoutedFamily::glm4_moe);
 }
 
-void write_glm4_moe(const ModelConfig& c, json& j) {
-  write_llama_like_fields(c, "Glm4MoeForCausalLM", "glm4_moe", j);
-  j.erase("sliding_window");
-  j["use_qk_norm"] = c.qk_norm;
-  j["rope_parameters"]["partial_rotary_factor"] =
-      static_cast<double>(c.rope_head_dim()) / static_cast<double>(c.head_dim);
+// What read_deepseek_moe reads, as the family's config class writes it.
+void write_deepseek_moe(const ModelConfig& c, json& j, const std::string& model_type) {
   j["n_routed_experts"] = c.experts;
   j["num_experts_per_tok"] = c.experts_per_token;
   j["moe_intermediate_size"] = c.expert_intermediate;
@@ -202,10 +199,26 @@ void write_glm4_moe(const ModelConfig& c, json& j) {
   j["norm_topk_prob"] = c.norm_topk_prob;
   j["n_group"] = c.expert_groups;
   j["topk_group"] = c.expert_groups_chosen;
+  j["pad_token_id"] = nullptr;  // no frozen embedding row (docs/models.md)
+  if (model_type == "deepseek_v2") j["topk_method"] = c.expert_groups > 1 ? "group_limited_greedy" : "greedy";
+  if (model_type == "glm4_moe_lite") {
+    json types = json::array();
+    for (int64_t i = 0; i < c.layers; ++i) types.push_back(c.is_moe_layer(i) ? "sparse" : "dense");
+    j["mlp_layer_types"] = types;
+    return;
+  }
   int64_t dense = 0;
   while (dense < c.layers && !c.is_moe_layer(dense)) ++dense;
   j["first_k_dense_replace"] = dense;
-  j["pad_token_id"] = nullptr;
+}
+
+void write_glm4_moe(const ModelConfig& c, json& j) {
+  write_llama_like_fields(c, "Glm4MoeForCausalLM", "glm4_moe", j);
+  j.erase("sliding_window");
+  j["use_qk_norm"] = c.qk_norm;
+  j["rope_parameters"]["partial_rotary_factor"] =
+      static_cast<double>(c.rope_head_dim()) / static_cast<double>(c.head_dim);
+  write_deepseek_moe(c, j, "glm4_moe");
 }
 
 template <RoutedFamily family>
@@ -232,30 +245,12 @@ void write_mla_family(const ModelConfig& c, json& j, const char* architecture, c
     j["rope_parameters"]["mscale_all_dim"] = (mla.softmax_mscale - 1.0) / (0.1 * std::log(c.rope.factor));
     j["rope_parameters"]["attention_factor"] = c.rope.attention_factor;
   }
-  j["n_routed_experts"] = c.experts;
-  j["num_experts_per_tok"] = c.experts_per_token;
-  j["moe_intermediate_size"] = c.expert_intermediate;
-  j["n_shared_experts"] = c.shared_expert_intermediate / c.expert_intermediate;
-  j["routed_scaling_factor"] = c.routed_scaling;
-  j["norm_topk_prob"] = c.norm_topk_prob;
-  j["n_group"] = c.expert_groups;
-  j["topk_group"] = c.expert_groups_chosen;
-  j["pad_token_id"] = nullptr;  // no frozen embedding row (docs/models.md)
-  if (std::string(model_type) == "deepseek_v2")
-    j["topk_method"] = c.expert_groups > 1 ? "group_limited_greedy" : "greedy";
-  if (std::string(model_type) == "glm4_moe_lite") {
-    json types = json::array();
-    for (int64_t i = 0; i < c.layers; ++i) types.push_back(c.is_moe_layer(i) ? "sparse" : "dense");
-    j["mlp_layer_types"] = types;
-  } else {
-    int64_t dense = 0;
-    while (dense < c.layers && !c.is_moe_layer(dense)) ++dense;
-    j["first_k_dense_replace"] = dense;
-  }
+  write_deepseek_moe(c, j, model_type);
 }
 
-HfFamilyFields mla_fields(void (*read)(const ConfigReader&, ModelConfig&),
-                          void (*write)(const ModelConfig&, json&), double rms_eps) {
+// Every family here reads its own RoPE (MLA's mscale, GLM's partial rotary factor).
+HfFamilyFields routed_family_fields(void (*read)(const ConfigReader&, ModelConfig&),
+                                    void (*write)(const ModelConfig&, json&), double rms_eps) {
   HfFamilyFields f;
   f.default_rms_eps = rms_eps;
   f.read = read;
@@ -267,12 +262,12 @@ HfFamilyFields mla_fields(void (*read)(const ConfigReader&, ModelConfig&),
 }  // namespace
 
 const HfFamilyFields* glm4_moe_fields() {
-  static const HfFamilyFields fields = mla_fields(read_glm4_moe, write_glm4_moe, 1e-5);
+  static const HfFamilyFields fields = routed_family_fields(read_glm4_moe, write_glm4_moe, 1e-5);
   return &fields;
 }
 
 const HfFamilyFields* deepseek_v2_fields() {
-  static const HfFamilyFields fields = mla_fields(
+  static const HfFamilyFields fields = routed_family_fields(
       read_mla_family<RoutedFamily::deepseek_v2>,
       [](const ModelConfig& c, json& j) { write_mla_family(c, j, "DeepseekV2ForCausalLM", "deepseek_v2"); },
       1e-6);
@@ -280,7 +275,7 @@ const HfFamilyFields* deepseek_v2_fields() {
 }
 
 const HfFamilyFields* deepseek_v3_fields() {
-  static const HfFamilyFields fields = mla_fields(
+  static const HfFamilyFields fields = routed_family_fields(
       read_mla_family<RoutedFamily::deepseek_v3>,
       [](const ModelConfig& c, json& j) { write_mla_family(c, j, "DeepseekV3ForCausalLM", "deepseek_v3"); },
       1e-6);
@@ -288,7 +283,7 @@ const HfFamilyFields* deepseek_v3_fields() {
 }
 
 const HfFamilyFields* glm4_moe_lite_fields() {
-  static const HfFamilyFields fields = mla_fields(
+  static const HfFamilyFields fields = routed_family_fields(
       read_mla_family<RoutedFamily::glm4_moe_lite>,
       [](const ModelConfig& c, json& j) {
         write_mla_family(c, j, "Glm4MoeLiteForCausalLM", "glm4_moe_lite");

@@ -58,6 +58,23 @@ TEST(HfConfig, EveryPresetReadsBackAsItself) {
     EXPECT_EQ(back.qk_norm_whole, preset.qk_norm_whole);
     EXPECT_EQ(back.norms_scale_before_cast, preset.norms_scale_before_cast);
     EXPECT_EQ(back.block_input_norms, preset.block_input_norms);
+    // DeepSeek's and GLM's blocks: latent attention's shapes, partial RoPE, the routing and the experts.
+    EXPECT_EQ(back.mla.has_value(), preset.mla.has_value());
+    if (preset.mla) {
+      EXPECT_EQ(back.mla->q_lora_rank, preset.mla->q_lora_rank);
+      EXPECT_EQ(back.mla->kv_lora_rank, preset.mla->kv_lora_rank);
+      EXPECT_EQ(back.mla->rope_interleave, preset.mla->rope_interleave);
+      EXPECT_NEAR(back.mla->softmax_mscale, preset.mla->softmax_mscale, 1e-12);
+    }
+    EXPECT_EQ(back.rope_head_dim(), preset.rope_head_dim());
+    EXPECT_EQ(back.value_head_dim(), preset.value_head_dim());
+    EXPECT_EQ(back.routing, preset.routing);
+    EXPECT_EQ(back.norm_topk_prob, preset.norm_topk_prob);
+    EXPECT_EQ(back.expert_groups, preset.expert_groups);
+    EXPECT_EQ(back.expert_groups_chosen, preset.expert_groups_chosen);
+    EXPECT_EQ(back.routed_scaling, preset.routed_scaling);
+    EXPECT_EQ(back.shared_expert_intermediate, preset.shared_expert_intermediate);
+    EXPECT_EQ(back.moe_layer_count(), preset.moe_layer_count());
     for (int64_t i = 0; i < preset.layers; ++i) EXPECT_EQ(back.has_rope(i), preset.has_rope(i)) << i;
   }
 }
