@@ -54,8 +54,14 @@ int64_t lower_rope_layers(const MemoryTerms& D, int64_t below) {
 // Its estimate: the whole graph of every layer is alive at the head, and below the layer whose backward runs.
 std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Partitioning&) const {
   const int64_t rows = D.N * D.T;
+  // The graphs of `layers` layers from the bottom: a routed model's dense first layers (DeepSeek's) keep the
+  // dense MLP's.
+  auto graphs = [&](int64_t layers) {
+    const int64_t dense = std::min(layers, D.dense_layers);
+    return rows * ((layers - dense) * D.layer_row() + (dense > 0 ? dense * D.dense_layer_row() : 0));
+  };
   // Every layer's graph, each RoPE layer's tables (SmolLM3's NoPE layers keep none).
-  const int64_t all_layers = D.L * rows * D.layer_row() + 2 * D.rope_layers * D.rope_table(D.T);
+  const int64_t all_layers = graphs(D.L) + 2 * D.rope_layers * D.rope_table(D.T);
   // LoRA: the embedding output needs no grad and input_norm is frozen, so layer 0's attn_norm keeps nothing
   // (its output h is kept by the adapters' A, counted in attn_row). Without input norms (OLMo) the adapters'
   // A keep the embedding output itself, counted in block_input_kept.
@@ -82,7 +88,7 @@ std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Part
   for (const auto& layer : D.attention_layers) {
     PhaseBuilder p("layer attention backward");
     p.add(fmt::format("autograd graph of the {} lower layers", layer.index),
-          layer.index * rows * D.layer_row() + 2 * lower_rope_layers(D, layer.index) * D.rope_table(D.T) -
+          graphs(layer.index) + 2 * lower_rope_layers(D, layer.index) * D.rope_table(D.T) -
               (layer.index > 0 ? frozen_first_norm : 0),
           true);
     p.add(

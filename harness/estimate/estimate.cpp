@@ -57,6 +57,8 @@ int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
     const bool routed = c.is_moe_layer(i);
     const int64_t I = routed ? c.expert_intermediate : c.intermediate, mlps = routed ? c.experts : 1;
     params += r * ((d + Aq) + 2 * (d + Akv) + (Aq + d) + mlps * (2 * (d + I) + (I + d)));
+    const int64_t Ish = routed ? c.shared_expert_intermediate : 0;  // DeepSeek's shared expert
+    if (Ish > 0) params += r * (2 * (d + Ish) + (Ish + d));
   }
   return params;
 }
@@ -155,16 +157,11 @@ void check_estimate_input(const EstimateInput& in) {
   // The blocks whose memory and FLOP terms are not written yet (docs/models.md): refused, never estimated as
   // another network.
   const ModelConfig& c = in.config;
-  const char* unestimated = c.mla                              ? "multi-head latent attention"
-                            : c.grouped_routing()              ? "DeepSeek's grouped routing"
-                            : c.shared_expert_intermediate > 0 ? "shared experts"
-                            : c.rotary_dim > 0                 ? "partial RoPE"
-                                                               : nullptr;
-  if (unestimated)
+  if (c.mla)
     throw std::invalid_argument(fmt::format(
-        "estimate: {} has {}, whose memory and FLOPs the estimate does not model yet (valid: the families of "
-        "docs/estimate.md; such a cell is measured, not estimated)",
-        c.name, unestimated));
+        "estimate: {} has multi-head latent attention, whose memory and FLOPs the estimate does not model "
+        "yet (valid: the families of docs/estimate.md; such a cell is measured, not estimated)",
+        c.name));
   const auto& impls = estimated_impls();
   const auto& parallel = estimated_data_parallel_impls();
   const bool one_process = std::find(impls.begin(), impls.end(), in.impl) != impls.end();
@@ -182,6 +179,11 @@ void check_estimate_input(const EstimateInput& in) {
   if (data_parallel && in.train)
     throw std::invalid_argument(fmt::format(
         "estimate: a training run of {} is not estimated (valid: one step, no --train)", in.impl));
+  if (data_parallel && (c.grouped_routing() || c.shared_expert_intermediate > 0 || c.rotary_dim > 0))
+    throw std::invalid_argument(fmt::format(
+        "estimate: {} on {} (DeepSeek's routing, shared experts or partial RoPE) is not estimated for ranks "
+        "yet (valid: one process)",
+        in.impl, c.name));
   if (data_parallel && in.config.has_sliding_layers())
     throw std::invalid_argument(fmt::format(
         "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
@@ -234,14 +236,34 @@ bool estimate_bytes_fit_in_int64(const EstimateInput& in) {
   return 64.0 * 8.0 * (scores + logits + activations + parameters) < 9.2e18;
 }
 
+namespace {
+// A routed model's dense first layers (MemoryTerms::dense_layers): their layer phases and forward are those
+// of the model cut after them, whose top layer is the last dense one (the checkpoints below it, its own
+// graph), with the dense MLP; added beside the routed top layer's, the peak the highest of all.
+void add_dense_layer_phases(const Strategy& strategy, const MemoryTerms& D, const Partitioning& partition,
+                            std::vector<PhaseEstimate>& phases) {
+  for (auto phase : strategy.memory_phases(D.dense_kind(), partition)) {
+    if (phase.name != "forward" && phase.name.rfind("layer", 0) != 0)
+      continue;  // the head: the whole model's
+    phase.name += " (dense layers)";
+    phases.push_back(std::move(phase));
+  }
+}
+}  // namespace
+
 MemoryEstimate estimate_peak(const EstimateInput& in) {
   check_estimate_input(in);
-  if (in.config.is_moe() && in.config.moe_layer_count() != in.config.layers)
+  // Dense layers in a routed model: the first ones only (DeepSeek's first_k_dense_replace), one process.
+  const int64_t dense_layers = in.config.is_moe() ? in.config.layers - in.config.moe_layer_count() : 0;
+  bool dense_first = true;
+  for (int64_t i = 0; i < dense_layers; ++i) dense_first = dense_first && !in.config.is_moe_layer(i);
+  if (dense_layers > 0 && (!dense_first || in.ranks > 1))
     throw std::invalid_argument(fmt::format(
         "estimate: {} mixes dense and mixture-of-experts layers ({} of {} routed), whose memory the estimate "
-        "does not model (valid: every layer dense, or every layer routed; such a cell is measured, not "
-        "estimated)",
-        in.config.name, in.config.moe_layer_count(), in.config.layers));
+        "does not model {}(valid: every layer dense, every layer routed, or the dense ones first in one "
+        "process; such a cell is measured, not estimated)",
+        in.config.name, in.config.moe_layer_count(), in.config.layers,
+        dense_first ? "for ranks " : "with dense layers above routed ones "));
 
   // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
   // layer may get another one (float32 on CUDA: math).
@@ -280,7 +302,11 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     D.norm_topk = c.norm_topk_prob;
     D.topk_then_softmax = c.routing == ModelConfig::Routing::topk_then_softmax;
     D.clamped_swiglu = c.activation == Activation::clamped_swiglu;
+    D.grouped_routing = c.grouped_routing();
+    D.Ish = c.shared_expert_intermediate;
+    D.dense_layers = dense_layers;
   }
+  D.rotary = c.rotary_dim;
   D.V = c.vocab;
   D.L = c.layers;
   D.Hq = c.heads;
@@ -328,7 +354,11 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   MemoryEstimate e;
   e.attention_kernel = attention_kernel_name(kernel);
   const int64_t base_params = c.parameter_count(), adapters = D.full ? 0 : lora_adapter_params(c, D.r);
-  e.params = (base_params + adapters) * D.s;
+  // DeepSeek's router correction biases: buffers (E) a routed layer, float32 (float64 in a float64 model).
+  const int64_t buffers = c.routing == ModelConfig::Routing::sigmoid_grouped
+                              ? c.moe_layer_count() * c.experts * (D.s == 8 ? 8 : 4)
+                              : 0;
+  e.params = (base_params + adapters) * D.s + buffers;
   e.grads = (D.full ? base_params : adapters) * D.s;
   // input_ids and targets (N, T) int64; DPO: reference sums (N) float64; GRPO: reference and old log-probs
   // (N, T), advantages and token weights (N), float64.
@@ -343,6 +373,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   e.base = e.params + e.grads + e.batch;
 
   e.phases = strategy->memory_phases(D, Partitioning{cp, cl});
+  if (D.dense_layers > 0) add_dense_layer_phases(*strategy, D, Partitioning{cp, cl}, e.phases);
   // Data parallel: no gradient is pre-allocated, and the phases count the buckets and shards of the step
   // above params + batch; at the step's start the previous step's shards are alive (the measured base).
   if (distributed(*strategy)) {

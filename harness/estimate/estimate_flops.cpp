@@ -25,13 +25,17 @@ struct LinearShape {
 };
 
 // Layer i's MLP: gate, up, down; in a mixture-of-experts layer the router and the k experts each row is
-// routed to (dropless: every row's k choices run, whichever experts they are).
+// routed to (dropless: every row's k choices run, whichever experts they are), and DeepSeek's shared expert
+// on every row.
 std::vector<LinearShape> mlp_linears(const ModelConfig& c, int64_t i) {
   const int64_t d = c.hidden;
   if (!c.is_moe_layer(i))
     return {{d, c.intermediate, true}, {d, c.intermediate, true}, {c.intermediate, d, true}};
-  const int64_t k = c.experts_per_token, Ie = c.expert_intermediate;
-  return {{d, c.experts, true, 1, /*adapted=*/false}, {d, Ie, true, k}, {d, Ie, true, k}, {Ie, d, true, k}};
+  const int64_t k = c.experts_per_token, Ie = c.expert_intermediate, Ish = c.shared_expert_intermediate;
+  std::vector<LinearShape> linears = {
+      {d, c.experts, true, 1, /*adapted=*/false}, {d, Ie, true, k}, {d, Ie, true, k}, {Ie, d, true, k}};
+  if (Ish > 0) linears.insert(linears.end(), {{d, Ish, true}, {d, Ish, true}, {Ish, d, true}});  // shared
+  return linears;
 }
 
 // Layer i's projections; `first_lora_layer`: LoRA's layer 0, whose q/k/v inputs need no gradient.

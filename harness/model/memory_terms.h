@@ -128,6 +128,7 @@ struct MemoryTerms {
   int64_t qk_rsqrt_q = 0, qk_rsqrt_k = 0;
   bool rope_top = true;     // the layers the phases estimate (the topmost) apply RoPE (not SmolLM3's NoPE)
   int64_t rope_layers = 0;  // how many layers apply RoPE (L but for SmolLM3's NoPE layers)
+  int64_t rotary = 0;       // GLM-4.5's partial RoPE: the rotated dims of a head (0: all hd)
   std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
   // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
   bool flash = false;      // FlashAttention-2: bfloat16
@@ -135,9 +136,13 @@ struct MemoryTerms {
   bool cuda() const { return flash || efficient; }
   bool gqa() const { return Hq != Hkv; }
 
-  // Mixture of experts: every layer's MLP a router and E experts of Ie, k a row (estimate.cpp refuses a model
-  // that mixes dense layers in); E = 0: the dense MLP of I. See Note [Mixture-of-experts buffers].
+  // Mixture of experts: every layer's MLP (but dense_layers) a router and E experts of Ie, k a row; E = 0:
+  // the dense MLP of I. See Note [Mixture-of-experts buffers].
   int64_t E = 0, k = 0, Ie = 0;
+  // A routed model's dense layers (DeepSeek's first_k_dense_replace), all below the routed ones, with the
+  // dense MLP of I; the phases are the routed top layer's and, for the layer phases, the dense layers' own
+  // (estimate.cpp: add_dense_layer_phases).
+  int64_t dense_layers = 0;
   bool norm_topk = false;  // the k routing weights renormalised (Qwen3-MoE's norm_topk_prob, Mixtral)
   // gpt-oss's router: the k largest logits and a softmax over them only (no E-wide softmax kept; the
   // load-balancing loss, which would keep one, is not estimated for it).
@@ -146,9 +151,33 @@ struct MemoryTerms {
   // (gate and up as the clamps save them, the clamped gate, its sigmoid, up + 1, their product, the result)
   // against SiLU's 4, and the 9 (Ie) alive at once as its one expression ends (its temporaries too).
   bool clamped_swiglu = false;
+  // DeepSeek's routing (ModelConfig::grouped_routing): the router's logits from float32 copies of its input
+  // and weight (copies only where s != f, the input's then kept), sigmoid or softmax scores kept in f, the
+  // chosen k gathered from them, and each routed row weighted in f (its weight kept in f).
+  bool grouped_routing = false;
+  // DeepSeek's shared experts: one SwiGLU of Ish on every row of a routed layer (0: none).
+  int64_t Ish = 0;
   int64_t activation_saved() const { return clamped_swiglu ? 7 : 4; }
   int64_t activation_peak() const { return clamped_swiglu ? 9 : 4; }
   bool moe() const { return E > 0; }
+  // A routed model cut after its dense first layers (dense_layers of them), with the dense MLP of I: the
+  // terms of those layers' phases; its attention layers the cut's topmost of each type.
+  MemoryTerms dense_kind() const {
+    MemoryTerms t = *this;
+    t.E = t.k = t.Ie = t.Ish = 0;
+    t.grouped_routing = t.norm_topk = t.topk_then_softmax = t.clamped_swiglu = false;
+    t.L = dense_layers;
+    t.dense_layers = 0;
+    t.rope_layers = std::min(rope_layers, dense_layers);
+    t.attention_layers.clear();
+    for (const auto& layer : attention_layers)
+      if (layer.index < dense_layers) t.attention_layers.push_back(layer);
+    if (t.attention_layers.empty())
+      t.attention_layers.push_back({dense_layers - 1, attention_layers.front().window});
+    return t;
+  }
+  // The dense first layers' graph a row (plain keeps them all): layer_row() of the dense kind.
+  int64_t dense_layer_row() const { return dense_kind().layer_row(); }
 
   // Data parallel over `ranks` processes with ZeRO-2 gradient buckets (impls/machinery/dist_common.h; N is
   // then the rows of one rank); 1: one process. The trainable elements of each parameter group: the embedding
@@ -209,8 +238,17 @@ struct MemoryTerms {
   // What the MLP's own graph keeps per row: gate, silu, up, product (4 I s) and LoRA's x A^T; routed: the
   // router's softmax and top-k, and per routed row (k of them) its expert's graph.
   int64_t mlp_saved_row() const {
-    return moe() ? routing_saved_row() + k * routed_saved_row() : 4 * I * s + 3 * r * s;
+    return moe() ? routing_saved_row() + k * routed_saved_row() + shared_saved_row() : 4 * I * s + 3 * r * s;
   }
+  // The shared expert's graph a row: gate, silu, up, product (4 Ish s) and LoRA's x A^T (3 r s).
+  int64_t shared_saved_row() const { return Ish > 0 ? 4 * Ish * s + 3 * r * s : 0; }
+  // The routed MLP's last forward moment over R rows with a shared expert, its whole graph made: beside the
+  // routed output (counted with the experts' terms) the shared down projection's (R, d), before it is added
+  // into the routed one in place (model.cpp); with LoRA that projection's base output, its adapter's output,
+  // the scaled adapter output and their sum (Linear: y + scale * (x A^T) B^T), four. Where it is above the
+  // experts' backward, a whole-layer recompute's high point (checkpoint, mst's and streambp's chunks) is
+  // there (measured on tiny-glm4-moe: docs/estimate.md, "Mixtures of experts (Qwen3-MoE, Mixtral)").
+  int64_t shared_forward_end(int64_t R) const { return Ish > 0 ? (r > 0 ? 4 : 1) * R * d * s : 0; }
   // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and
   // the logsumexp.
   int64_t attn_out_row() const { return Aq * s + Hq * f; }
@@ -224,7 +262,8 @@ struct MemoryTerms {
   int64_t final_norm_row() const { return rms(d, 1) + (full ? d * s : 0); }
   // Not scaled by N: the cos and sin tables of RoPE over `rows` positions (float32 computed, cast to s).
   int64_t rope(int64_t rows) const { return rope_top ? rope_table(rows) : 0; }
-  int64_t rope_table(int64_t rows) const { return 2 * rows * hd * s; }  // a layer's that applies RoPE
+  int64_t rope_table(int64_t rows) const { return 2 * rows * rope_dim() * s; }  // a RoPE layer's
+  int64_t rope_dim() const { return rotary > 0 ? rotary : hd; }                 // the rotated dims of a head
   // The fused CPU kernel's blocks and per-thread scratch: see Note [CPU fused attention buffers].
   static int64_t q_block(int64_t rows) {
     return std::min<int64_t>(rows, rows >= 768 ? 256 : rows >= 192 ? 64 : 32);
@@ -260,7 +299,7 @@ struct MemoryTerms {
   // and that copy released; the product's gradient plus the two factors' gradients: one more N*rows*I).
   int64_t mlp_backward(int64_t rows, bool strided_dy) const {
     const int64_t dy_copy = strided_dy && N > 1 ? N * rows * d * s : 0;
-    if (moe()) return dy_copy + experts_backward(N * rows);
+    if (moe()) return std::max(dy_copy + experts_backward(N * rows), shared_forward_end(N * rows));
     // Gemma 3: the MLP output norm's backward comes first, with its saved tensors still alive (MLP phases
     // count them here, not in the graph: mlp_row() - output_norm()); they are released before the
     // projections' backward, whose incoming gradient is then the norm's input gradient, a new (N, rows, d)
@@ -279,15 +318,20 @@ struct MemoryTerms {
   // Kept per row by the routing: the softmax (E f), the top-k indices (k int64) and, renormalised, the top-k
   // weights and their sum (k f + f).
   // gpt-oss: the top-k indices and the softmax over the k logits (k s).
+  // DeepSeek's: the scores (E f), the indices, renormalised the gathered weights and their sum, and in
+  // bfloat16 the router input's float32 copy (d f).
   int64_t routing_saved_row() const {
     if (topk_then_softmax) return k * 8 + k * s;
+    if (grouped_routing) return E * f + k * 8 + (norm_topk ? k * f + f : 0) + (up ? d * f : 0);
     return E * f + k * 8 + (norm_topk ? k * f + f : 0);
   }
   // Kept per routed row by its expert: its position in the top-k (nonzero's two int64), the gathered row h
   // (d s), gate, silu, up, product (4 Ie s), the down projection's output (d s) and its routing weight (s),
   // the weighted output (d s: index_add_'s backward expands the gradient as its source), LoRA's x A^T (3 r
   // s).
-  int64_t routed_saved_row() const { return 16 + 3 * d * s + activation_saved() * Ie * s + s + 3 * r * s; }
+  int64_t routed_saved_row() const {
+    return 16 + 3 * d * s + activation_saved() * Ie * s + (grouped_routing ? f : s) + 3 * r * s;
+  }
   // No-grad forward over R rows: the output (R, d), the router logits, the top-k weights and indices, and one
   // expert's rows at a time: their positions, h, and either gate, up, silu, product or gate, product, the
   // down projection's output and its weighted copy (LoRA: x A^T and B's output).
@@ -296,7 +340,11 @@ struct MemoryTerms {
     const int64_t routing = R * (d * s + E * s + k * (s + 8));
     const int64_t expert =
         Re * (16 + d * s + std::max(activation_peak() * Ie, 2 * Ie + 2 * d) * s + 2 * r * s);
-    return routing + expert;
+    // DeepSeek's shared expert runs after the routed ones, over every row: the dense MLP's temporaries and
+    // its down projection's output (derived as the dense MLP's; no measured phase of tiny-glm4-moe peaks
+    // there).
+    const int64_t shared = Ish > 0 ? R * (4 * Ish + 2 * r + d) * s : 0;
+    return routing + std::max(expert, shared);
   }
   // Backward over R rows (the incoming gradient counted by the caller), expert by expert from the last, every
   // expert's graph alive at the first: its weighting's backward, the expert's dy rows, dz and dy * z, with

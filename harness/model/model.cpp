@@ -373,6 +373,14 @@ KV Model::project_kv(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64
 
 namespace {
 
+// (N, H, rows, a) and (N, H, rows, b) -> (N, H, rows, a + b) laid out as split_heads lays a projection out
+// (rows, then heads), as a RoPE output over whole heads is: the attention's output then has that layout too,
+// and its (N, rows, H*hd) form for o_proj is a view, not a copy kept by o_proj (a plain cat's (N, H, rows, .)
+// layout costs one more q-sized tensor a row in the graph).
+torch::Tensor heads_cat(const torch::Tensor& a, const torch::Tensor& b) {
+  return torch::cat({a.transpose(1, 2), b.transpose(1, 2)}, 3).transpose(1, 2);
+}
+
 // RoPE on x (N, H, rows, hd) block by block, each at its own positions; one block is RoPE itself (no copy).
 // A layer without RoPE (SmolLM3's) takes x as it is.
 torch::Tensor rope_blocks(const torch::Tensor& x, const std::vector<Model::PositionBlock>& blocks,
@@ -380,9 +388,8 @@ torch::Tensor rope_blocks(const torch::Tensor& x, const std::vector<Model::Posit
   if (!config.has_rope(layer)) return x;
   if (!config.mla && config.rope_head_dim() < x.size(3)) {  // GLM-4.5's partial RoPE: the first dims only
     const int64_t rotated = config.rope_head_dim();
-    return torch::cat({rope_blocks(x.narrow(3, 0, rotated), blocks, seq_len, config, layer),
-                       x.narrow(3, rotated, x.size(3) - rotated)},
-                      3);
+    return heads_cat(rope_blocks(x.narrow(3, 0, rotated), blocks, seq_len, config, layer),
+                     x.narrow(3, rotated, x.size(3) - rotated));
   }
   const RopeConfig& rope = config.rope_of(layer);
   if (blocks.size() == 1) return apply_rope(x, blocks[0].pos0, seq_len, rope);
@@ -488,7 +495,7 @@ torch::Tensor Model::mla_project_q(int64_t i, const torch::Tensor& h,
   } else {
     q = split_heads(w.q(h, lora_enabled), config.heads, config.head_dim);
   }
-  return torch::cat({q.narrow(-1, 0, dn), mla_rope(q.narrow(-1, dn, dr), blocks, seq_len, config, i)}, -1);
+  return heads_cat(q.narrow(-1, 0, dn), mla_rope(q.narrow(-1, dn, dr), blocks, seq_len, config, i));
 }
 
 KV Model::project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
@@ -677,7 +684,7 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
       auto up = w.shared_up(flat, lora_enabled);
       act = gated(config.activation, gate, up);
     }
-    out = out + w.shared_down(act, lora_enabled);
+    out.add_(w.shared_down(act, lora_enabled));  // in place: no third (R, d) beside the two
   }
   return out.view(n.sizes());
 }

@@ -48,6 +48,8 @@ Model on_cuda(const ModelConfig& config, torch::ScalarType dtype, uint64_t seed)
   Model m = Model::random(config, torch::TensorOptions().dtype(torch::kDouble), seed);
   torch::NoGradGuard no_grad;
   for (auto& p : m.named_parameters()) p.tensor.set_data(p.tensor.to(torch::kCUDA, dtype));
+  // DeepSeek's router correction bias: float32, as a non-float64 model keeps it.
+  for (auto& b : m.named_buffers()) b.tensor.set_data(b.tensor.to(torch::kCUDA, torch::kFloat));
   return m;
 }
 
@@ -100,6 +102,39 @@ TEST(DeviceFused, EveryStrategyOnFlashAndEfficientMatchesFloat64PlainBp) {
         }
         EXPECT_LE(loss_error, dtype == torch::kFloat ? 1e-5 : 1e-2) << what << ": loss";
       }
+    }
+  }
+}
+
+// Multi-head latent attention on the GPU (tiny-deepseek with a head of 12 + 4 and values of 8, so that
+// bfloat16 runs flash and float32 the efficient kernel on the expanded, padded K and V): every strategy
+// against float64 plain BP on the CPU, streambp through the latent (latent_attention.h: the partial kernels,
+// flash's in bfloat16, the math form in float32, and the expansion's backward inside the node's).
+TEST(DeviceFused, LatentAttentionEveryStrategyMatchesFloat64PlainBp) {
+  REQUIRE_GPU();
+  const auto objective = make_objective("sft");
+  ModelConfig config = find_model_preset("tiny-deepseek");
+  config.head_dim = 16;
+  config.mla->v_head_dim = 8;
+  config.validate();
+  Model cpu = Model::random(config, torch::TensorOptions().dtype(torch::kDouble), 7);
+  const Batch batch = padded_sft_batch(cpu, *objective, kSeqLen);
+  const StepResult exact = run_step("plain", cpu, batch, *objective, kPartition);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    Model gpu = on_cuda(config, dtype, 7);
+    const Batch on_gpu = batch_on_cuda(batch);
+    std::vector<double> plain_errors;
+    for (const std::string impl : kStrategies) {
+      const std::string what = fmt::format("{} {} latent attention", impl, c10::toString(dtype));
+      const StepResult got = run_step(impl, gpu, on_gpu, *objective, kPartition);
+      const auto errors = relative_errors(exact, got);
+      if (impl == std::string("plain")) plain_errors = errors;
+      for (size_t i = 0; i < errors.size(); ++i) {
+        const double bound = dtype == torch::kFloat ? 1e-4 : 2 * plain_errors[i] + 1e-2;
+        EXPECT_LE(errors[i], bound) << what << ": gradient of " << exact.names[i];
+      }
+      EXPECT_LE(std::abs(got.loss - exact.loss) / std::abs(exact.loss), dtype == torch::kFloat ? 1e-5 : 1e-2)
+          << what << ": loss";
     }
   }
 }

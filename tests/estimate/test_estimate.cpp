@@ -297,6 +297,28 @@ TEST(Estimate, MatchesTinyGptOss) {
                   {"sft"});
 }
 
+// GLM-4.5 (DeepSeek's routing without latent attention): sigmoid scores in groups, the chosen k gathered
+// and renormalised, the router's float32 copies in bfloat16, each routed row weighted in float32, a shared
+// expert on every row, a dense first layer (its phases the model cut after it), RoPE on half of each head.
+// Measured 2026-12-02: float32 and float64 within 0.6% but mst's and streambp's chunks without LoRA (0.8%
+// and 1.2% under: the shared expert's last forward moment, counted as one (R, d) beside the routed output);
+// bfloat16 within 3.1% (checkpoint without LoRA 3.0% under, plain with LoRA 2.4% over).
+TEST(Estimate, MatchesTinyGlm4Moe) {
+  check_tiny_grid(find_model_preset("tiny-glm4-moe"),
+                  [](const std::string&, torch::ScalarType dtype, int64_t) {
+                    return dtype == torch::kBFloat16 ? 0.035 : 0.015;
+                  },
+                  {"sft"});
+}
+
+// A dense first layer under routed ones (Qwen3-MoE's mlp_only_layers, DeepSeek's first_k_dense_replace): the
+// dense layer's phases are those of the model cut after it, beside the routed top layer's.
+TEST(Estimate, MatchesTinyMoeWithADenseFirstLayer) {
+  ModelConfig c = find_model_preset("tiny-moe");
+  c.dense_layers = {0};
+  check_tiny_grid(c, [](const std::string&, torch::ScalarType, int64_t) { return 0.05; }, {"sft"});
+}
+
 // Gemma 3: (1 + w) norms saving their normalised input in f, the norms on each block's output, and sliding
 // layers whose attention runs in banded blocks (whole sequences) or over K/V from the window start (StreamBP
 // chunks). tiny-gemma3 over every dtype, objective and LoRA; then Gemma-shaped `small` with a 512-token

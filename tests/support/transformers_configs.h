@@ -30,7 +30,8 @@ inline std::vector<ModelConfig> transformers_written_families() {
           find_model_preset("gemma3-1b"),  qwen2,
           find_model_preset("mistral-7b"), find_model_preset("phi3-mini"),
           find_model_preset("olmo-2-7b"),  find_model_preset("olmo-3-7b"),
-          find_model_preset("smollm3-3b"), find_model_preset("gpt-oss-20b")};
+          find_model_preset("smollm3-3b"), find_model_preset("gpt-oss-20b"),
+          find_model_preset("glm-4.5-air")};
 }
 
 // The presets transformers builds from bpbench's own config.json.
