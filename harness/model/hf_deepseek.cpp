@@ -256,6 +256,7 @@ HfFamilyFields routed_family_fields(void (*read)(const ConfigReader&, ModelConfi
   f.read = read;
   f.write = write;
   f.reads_rope = true;
+  f.ignores_mtp_layers = true;  // DeepseekV2's class has none; its checkpoints carry none
   return f;
 }
 

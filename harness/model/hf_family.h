@@ -60,6 +60,10 @@ struct HfFamilyFields {
   bool reads_rope = false;
   bool reads_window = false;
   bool reads_activation = false;
+  // The checkpoint may carry multi-token-prediction layers after the last decoder layer ("model.layers.<L>.*"
+  // and on, num_nextn_predict_layers of them, default 1), which transformers' class ignores on load, as
+  // bpbench does (DeepSeek-V3, GLM-4.5, GLM-4.7-Flash).
+  bool ignores_mtp_layers = false;
 };
 
 // For the families' files (defined in hf_model.cpp):

@@ -319,6 +319,19 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
           dir, method));
   }
   const SafetensorsDir weights(dir);
+  // Multi-token-prediction layers after the decoder's (HfFamilyFields::ignores_mtp_layers): ignored.
+  const Architecture* family = architecture_named(c.architecture);
+  int64_t mtp_layers = 0;
+  if (family && family->own && family->own->ignores_mtp_layers) {
+    const auto [path, j] = config_json_of(dir);
+    const ConfigReader r(path, j);
+    mtp_layers = r.integer("num_nextn_predict_layers", r.integer("num_mtp_layers", 1));
+  }
+  auto mtp_tensor = [&](const std::string& name) {
+    for (int64_t k = c.layers; k < c.layers + mtp_layers; ++k)
+      if (name.rfind(fmt::format("model.layers.{}.", k), 0) == 0) return true;
+    return false;
+  };
   auto fail = [&](const std::string& what) -> void {
     throw std::runtime_error(fmt::format("Hugging Face model '{}': {}", dir, what));
   };
@@ -456,6 +469,7 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
       check(name, {V, d});
       continue;
     }
+    if (mtp_tensor(name)) continue;
     // Old Llama checkpoints store RoPE's inverse frequencies; they follow from the RoPE config, not weights.
     const std::string inv_freq = ".rotary_emb.inv_freq";
     if (name.size() > inv_freq.size() &&

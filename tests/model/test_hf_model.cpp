@@ -442,6 +442,39 @@ TEST(HfModel, TiedCheckpointMayCarryLmHead) {
   EXPECT_THAT(msg, HasSubstr("expected [97, 24]"));
 }
 
+// DeepSeek-V3's and GLM-4.5's checkpoints carry multi-token-prediction layers after the decoder's, which
+// transformers' class ignores on load: so does bpbench, num_nextn_predict_layers of them; a tensor past
+// those, or one under a layer index of a family without them (Qwen3), is still unexpected.
+TEST(HfModel, MultiTokenPredictionLayersAreIgnoredWhereTransformersIgnoresThem) {
+  TempDir tmp;
+  const Model deepseek = Model::random(find_model_preset("tiny-deepseek"), torch::kFloat, 5);
+  NamedTensors tensors = named_tensors_of(deepseek);
+  tensors.emplace_back("model.layers.2.eh_proj.weight", torch::zeros({24, 48}));
+  const std::string dir = tmp.sub("mtp");
+  write_hf_model_dir(dir, hf_config_json(deepseek.config), tensors);
+  const Model loaded = load_hf_model(dir, torch::TensorOptions().dtype(torch::kFloat));
+  EXPECT_EQ(loaded.config.layers, 2);
+  expect_same_weights(deepseek, loaded);
+
+  tensors.emplace_back("model.layers.3.eh_proj.weight", torch::zeros({24, 48}));
+  const std::string two = tmp.sub("mtp-two");
+  write_hf_model_dir(two, hf_config_json(deepseek.config), tensors);
+  EXPECT_THAT(error_of([&] { load_hf_model(two, torch::kFloat); }),
+              HasSubstr("unexpected tensor 'model.layers.3.eh_proj.weight'"));
+  json config = hf_config_json(deepseek.config);
+  config["num_nextn_predict_layers"] = 2;
+  write_json(two + "/config.json", config);
+  EXPECT_EQ(load_hf_model(two, torch::TensorOptions().dtype(torch::kFloat)).config.layers, 2);
+
+  Model qwen = tiny_model({2}, torch::kFloat);
+  NamedTensors qwen_tensors = named_tensors_of(qwen);
+  qwen_tensors.emplace_back("model.layers.2.eh_proj.weight", torch::zeros({24, 48}));
+  const std::string qwen_dir = tmp.sub("qwen");
+  write_hf_model_dir(qwen_dir, hf_config(qwen.config, "Qwen3ForCausalLM"), qwen_tensors);
+  EXPECT_THAT(error_of([&] { load_hf_model(qwen_dir, torch::kFloat); }),
+              HasSubstr("unexpected tensor 'model.layers.2.eh_proj.weight'"));
+}
+
 TEST(HfModel, IsHfModelDir) {
   TempDir tmp;
   const std::string dir = tmp.sub("m");
