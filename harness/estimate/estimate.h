@@ -97,6 +97,9 @@ bool estimate_bytes_fit_in_int64(const EstimateInput& in);
 // Throws std::invalid_argument naming what is wrong with `in` (unknown impl, objective, device or dtype,
 // non-positive sizes, offload with plain). Both estimates start with it.
 void check_estimate_input(const EstimateInput& in);
+// Whether `impl`'s estimate models `c`'s blocks (not yet: StreamBP's latent and the distributed strategies on
+// multi-head latent attention); check_estimate_input refuses the others by name.
+bool estimated_for_model(const ModelConfig& c, const std::string& impl);
 
 // N for an objective: sft B, dpo 2B, grpo B*G.
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group);

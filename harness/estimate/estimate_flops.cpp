@@ -38,11 +38,32 @@ std::vector<LinearShape> mlp_linears(const ModelConfig& c, int64_t i) {
   return linears;
 }
 
-// Layer i's projections; `first_lora_layer`: LoRA's layer 0, whose q/k/v inputs need no gradient.
-std::vector<LinearShape> layer_linears(const ModelConfig& c, int64_t i, bool first_lora_layer) {
+// The attention's projections, q's then k's and v's then o: q, k, v, o; or multi-head latent attention's
+// q_a and q_b (or q), kv_a and kv_b, o (model.h). `first_lora_layer`: LoRA's layer 0, whose projections of
+// the layer input need no input gradient.
+struct AttentionLinears {
+  std::vector<LinearShape> q, kv, o;
+};
+AttentionLinears attention_linears(const ModelConfig& c, bool first_lora_layer) {
   const int64_t d = c.hidden, aq = c.heads * c.head_dim, akv = c.kv_heads * c.head_dim;
-  const bool qkv_dx = !first_lora_layer;
-  std::vector<LinearShape> linears = {{d, aq, qkv_dx}, {d, akv, qkv_dx}, {d, akv, qkv_dx}, {aq, d, true}};
+  const bool input_dx = !first_lora_layer;
+  if (!c.mla) return {{{d, aq, input_dx}}, {{d, akv, input_dx}, {d, akv, input_dx}}, {{aq, d, true}}};
+  const ModelConfig::Mla& m = *c.mla;
+  const int64_t rq = m.q_lora_rank, r = m.kv_lora_rank;
+  AttentionLinears a;
+  a.q = rq > 0 ? std::vector<LinearShape>{{d, rq, input_dx}, {rq, aq, true}}
+               : std::vector<LinearShape>{{d, aq, input_dx}};
+  a.kv = {{d, r + m.qk_rope_head_dim, input_dx}, {r, c.heads * (c.qk_nope_head_dim() + m.v_head_dim), true}};
+  a.o = {{c.heads * m.v_head_dim, d, true}};
+  return a;
+}
+
+// Layer i's projections.
+std::vector<LinearShape> layer_linears(const ModelConfig& c, int64_t i, bool first_lora_layer) {
+  const AttentionLinears a = attention_linears(c, first_lora_layer);
+  std::vector<LinearShape> linears = a.q;
+  linears.insert(linears.end(), a.kv.begin(), a.kv.end());
+  linears.insert(linears.end(), a.o.begin(), a.o.end());
   const auto mlp = mlp_linears(c, i);
   linears.insert(linears.end(), mlp.begin(), mlp.end());
   return linears;
@@ -50,14 +71,12 @@ std::vector<LinearShape> layer_linears(const ModelConfig& c, int64_t i, bool fir
 
 // The k and v projections: what StreamBP's K/V values run again.
 std::vector<LinearShape> kv_linears(const ModelConfig& c) {
-  auto all = layer_linears(c, 0, false);
-  return {all.begin() + 1, all.begin() + 3};
+  return attention_linears(c, false).kv;
 }
 
 // The q projection: what streambp-ulysses runs again besides k and v.
 std::vector<LinearShape> q_linears(const ModelConfig& c) {
-  auto all = layer_linears(c, 0, false);
-  return {all.begin(), all.begin() + 1};
+  return attention_linears(c, false).q;
 }
 
 // Forward FLOPs of `linears` over `rows` rows, LoRA adapters (rank r) included.

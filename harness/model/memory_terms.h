@@ -128,7 +128,12 @@ struct MemoryTerms {
   int64_t qk_rsqrt_q = 0, qk_rsqrt_k = 0;
   bool rope_top = true;     // the layers the phases estimate (the topmost) apply RoPE (not SmolLM3's NoPE)
   int64_t rope_layers = 0;  // how many layers apply RoPE (L but for SmolLM3's NoPE layers)
-  int64_t rotary = 0;       // GLM-4.5's partial RoPE: the rotated dims of a head (0: all hd)
+  int64_t rotary = 0;  // partial RoPE (GLM-4.5's; MLA's RoPE key): the rotated dims of a head (0: all hd)
+  // Multi-head latent attention in the expanded form (Note [MLA in the expanded form], model.cpp): q through
+  // a latent of mla_rq (0: q_proj), K and V from a latent of mla_r, values of mla_dv carried at hd (Hkv =
+  // Hq).
+  bool mla = false;
+  int64_t mla_rq = 0, mla_r = 0, mla_dr = 0, mla_dv = 0;
   std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
   // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
   bool flash = false;      // FlashAttention-2: bfloat16
@@ -223,11 +228,21 @@ struct MemoryTerms {
   int64_t normed_input(int64_t rows) const { return input_norms ? d * s : strided_rows_copy(rows < T); }
   // Attention half of a layer, per query row: attn_norm (+ its output h), the q path (q_norm), qg. LoRA: x
   // A^T of q, k, v, o.
+  // MLA: q_a's output (its norm's input), the norm, q_b's input, q; LoRA on q_a, q_b (or q), kv_a, kv_b, o.
   int64_t attn_row() const {
+    if (mla) {
+      const int64_t q_latent = mla_rq > 0 ? kept(mla_rq) + rms(mla_rq, 1) + mla_rq * s : 0;
+      return input_norm_row() + q_latent + Aq * s + (mla_rq > 0 ? 5 : 4) * r * s + output_norm();
+    }
     return input_norm_row() + (qk ? kept(Aq) + rms(Aq, qk_rsqrt_q) : 0) + Aq * s + 4 * r * s + output_norm();
   }
   // K/V path, per key row: k_norm's saved tensors, then K (after RoPE) and V.
-  int64_t kv_row() const { return (qk ? kept(Akv) + rms(Akv, qk_rsqrt_k) : 0) + 2 * Akv * s; }
+  // MLA: kv_a's whole output (its latent norm's input is a view of it), the norm, kv_b's input, K and V at
+  // hd.
+  int64_t kv_row() const {
+    if (mla) return (up ? 0 : (mla_r + mla_dr) * s) + rms(mla_r, 1) + mla_r * s + 2 * Akv * s;
+    return (qk ? kept(Akv) + rms(Akv, qk_rsqrt_k) : 0) + 2 * Akv * s;
+  }
   // The same as a layer's graph keeps it. The efficient CUDA kernel saves K and V repeated to Hq heads (a
   // copy when g > 1), and nothing else holds K and V in a whole-layer graph, so they are Aq wide there;
   // everywhere else kv_row().
@@ -251,7 +266,8 @@ struct MemoryTerms {
   int64_t shared_forward_end(int64_t R) const { return Ish > 0 ? (r > 0 ? 4 : 1) * R * d * s : 0; }
   // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and
   // the logsumexp.
-  int64_t attn_out_row() const { return Aq * s + Hq * f; }
+  // MLA with values narrower than hd: o_proj keeps its input, a copy of the unpadded values (Hq dv s).
+  int64_t attn_out_row() const { return Aq * s + Hq * f + (mla && mla_dv < hd ? Hq * mla_dv * s : 0); }
   // Everything one layer's autograd graph keeps per row: attention, its output, K/V, MLP, and the layer's
   // input (when rms_norm keeps it).
   int64_t layer_row() const {
