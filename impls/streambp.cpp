@@ -23,8 +23,8 @@
 //      accumulate, dx[s:e] gains the K/V path's term. dx[s:e] is written into dY[s:e], which only chunk j
 //      reads: one (N, T, d) buffer carries dY in and dx out, and is the next layer's dY.
 //
-// Multi-head latent attention (DeepSeek): a. keeps the normed latent and the RoPE key of all rows instead, with
-// their gradients, and b. expands K and V from them one key block at a time (Note [StreamBP through the
+// Multi-head latent attention (DeepSeek): a. keeps the normed latent and the RoPE key of all rows instead,
+// with their gradients, and b. expands K and V from them one key block at a time (Note [StreamBP through the
 // latent], harness/model/latent_attention.h); c. backpropagates the latent path of rows [s, e).
 // Peak per layer: K, V, dK, dV, dY (all O(T Akv) or O(T d), no graph), and ONE chunk's activations: never a
 // T x I, T x V or T x T tensor, nor the K/V path's saved tensors for all rows. The price: the K/V path runs
