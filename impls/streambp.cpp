@@ -25,7 +25,9 @@
 //
 // Multi-head latent attention (DeepSeek): a. keeps the normed latent and the RoPE key of all rows instead,
 // with their gradients, and b. expands K and V from them one key block at a time (Note [StreamBP through the
-// latent], harness/model/latent_attention.h); c. backpropagates the latent path of rows [s, e).
+// latent], harness/model/latent_attention.h); c. backpropagates the latent path of rows [s, e). The
+// checkpointed forward runs its attention the same way (Model::layer_in_chunks), so no phase of the step
+// holds K or V of all rows.
 // Peak per layer: K, V, dK, dV, dY (all O(T Akv) or O(T d), no graph), and ONE chunk's activations: never a
 // T x I, T x V or T x T tensor, nor the K/V path's saved tensors for all rows. The price: the K/V path runs
 // three times per layer (a., and c.'s forward and backward) where whole-layer recomputation runs it twice,

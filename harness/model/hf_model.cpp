@@ -346,7 +346,7 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
   std::vector<WeightSlot> slots;
   auto slot = [&](const std::string& name, std::vector<int64_t> shape, torch::Tensor* dest) {
     const int64_t rows = shape.at(0);
-    slots.push_back({name, std::move(shape), {{name, rows, dest}}});
+    slots.push_back({name, std::move(shape), {{name, rows, dest, {}}}});
   };
   auto linear = [&](const std::string& prefix, Linear& l, int64_t out, int64_t in, bool bias) {
     slot(prefix + ".weight", {out, in}, &l.weight);

@@ -75,24 +75,31 @@ void for_each_key_block(int64_t c, int64_t e, int64_t block, BlockFn&& fn) {
   fn(prefix, c, true);
 }
 
+// The forward: for each key block, K and V expanded under no grad, the block's partial attention merged
+// into the chunk's output and logsumexp, K and V released.
+PartialAttention attention_by_key_blocks(const torch::Tensor& q, const LatentNodeData& node) {
+  torch::NoGradGuard no_grad;
+  const int64_t c = q.size(2), e = node.keys.latent.size(1);
+  PartialAttention acc;
+  for_each_key_block(c, e, node.block, [&](int64_t key0, int64_t keys, bool causal) {
+    PartialAttention part;
+    {
+      const KV kv = node.expand(node.rows(key0, keys));
+      part = partial_attention(q, kv.k, kv.v, node.scale, causal ? KeyBlockMask::causal : KeyBlockMask::all);
+    }
+    if (!acc.out.defined())
+      acc = std::move(part);
+    else
+      merge_partial(acc, part);
+  });
+  return acc;
+}
+
 class LatentChunkAttention : public torch::autograd::Function<LatentChunkAttention> {
  public:
   // q (N, Hq, c, hd) -> (N, Hq, c, hd).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const LatentNodeData& node) {
-    const int64_t c = q.size(2), e = node.keys.latent.size(1);
-    PartialAttention acc;
-    for_each_key_block(c, e, node.block, [&](int64_t key0, int64_t keys, bool causal) {
-      PartialAttention part;
-      {
-        const KV kv = node.expand(node.rows(key0, keys));  // under the node's no grad
-        part =
-            partial_attention(q, kv.k, kv.v, node.scale, causal ? KeyBlockMask::causal : KeyBlockMask::all);
-      }
-      if (!acc.out.defined())
-        acc = std::move(part);
-      else
-        merge_partial(acc, part);
-    });
+    const PartialAttention acc = attention_by_key_blocks(q, node);
     ctx->save_for_backward({q, acc.out, acc.lse});
     node.save(ctx);
     return acc.out;
@@ -135,33 +142,51 @@ class LatentChunkAttention : public torch::autograd::Function<LatentChunkAttenti
   }
 };
 
-}  // namespace
-
-torch::Tensor latent_chunk_attention(const Model& model, int64_t layer, const torch::Tensor& q,
-                                     const MlaLatent& keys, const MlaLatentGrads& grads, int64_t block) {
+LatentNodeData node_of(const Model& model, int64_t layer, const torch::Tensor& q, const MlaLatent& keys,
+                       const MlaLatentGrads& grads, int64_t block) {
   const ModelConfig& c = model.config;
-  TORCH_CHECK(c.mla, "latent_chunk_attention: ", c.name, " has no latent attention");
-  TORCH_CHECK(c.window_of(layer) == 0 && !c.attention_sinks, "latent_chunk_attention: no windows or sinks");
-  const int64_t n = q.size(0), hq = q.size(1), rows = q.size(2), hd = q.size(3), e = keys.latent.size(1);
-  TORCH_CHECK(e >= rows && keys.k_rot.size(1) == e && grads.latent.sizes() == keys.latent.sizes() &&
-                  grads.k_rot.sizes() == keys.k_rot.sizes(),
-              "latent_chunk_attention: ", rows, " queries over latent rows ", keys.latent.sizes(), " and ",
-              keys.k_rot.sizes(), " with accumulators ", grads.latent.sizes(), " and ", grads.k_rot.sizes());
+  TORCH_CHECK(c.mla, "latent attention: ", c.name, " has no latent attention");
+  TORCH_CHECK(c.window_of(layer) == 0 && !c.attention_sinks, "latent attention: no windows or sinks");
+  const int64_t rows = q.size(2), e = keys.latent.size(1);
+  TORCH_CHECK(e >= rows && keys.k_rot.size(1) == e, "latent attention: ", rows, " queries over latent rows ",
+              keys.latent.sizes(), " and ", keys.k_rot.sizes());
   LatentNodeData node;
   node.keys = keys;
   node.grads = grads;
   node.kv_b = model.layers[static_cast<size_t>(layer)].kv_b;
   node.lora_enabled = model.lora_enabled;
-  node.heads = hq;
+  node.heads = q.size(1);
   node.nope_dim = c.qk_nope_head_dim();
   node.value_dim = c.value_head_dim();
-  node.head_dim = hd;
+  node.head_dim = q.size(3);
   node.block = block;
   node.scale = c.attention_scale();
-  auto out = LatentChunkAttention::apply(q, node);  // (N, Hq, c, hd)
+  return node;
+}
+
+// (N, Hq, c, hd) -> (N, c, Hq*hd) as Model::attention_heads returns it, its pairs counted.
+torch::Tensor heads_out(const torch::Tensor& q, const torch::Tensor& out, int64_t keys) {
+  const int64_t n = q.size(0), hq = q.size(1), rows = q.size(2), hd = q.size(3);
   const AttentionKernel kernel = attention_kernel_for(q.device(), q.scalar_type(), hd);
-  count_attention(n, hq, hd, attention_pairs(kernel, rows, e, 0), out);
+  count_attention(n, hq, hd, attention_pairs(kernel, rows, keys, 0), out);
   return out.transpose(1, 2).reshape({n, rows, hq * hd});
+}
+
+}  // namespace
+
+torch::Tensor latent_chunk_attention(const Model& model, int64_t layer, const torch::Tensor& q,
+                                     const MlaLatent& keys, const MlaLatentGrads& grads, int64_t block) {
+  TORCH_CHECK(grads.latent.sizes() == keys.latent.sizes() && grads.k_rot.sizes() == keys.k_rot.sizes(),
+              "latent_chunk_attention: accumulators ", grads.latent.sizes(), " and ", grads.k_rot.sizes(),
+              " for latent rows ", keys.latent.sizes(), " and ", keys.k_rot.sizes());
+  const LatentNodeData node = node_of(model, layer, q, keys, grads, block);
+  return heads_out(q, LatentChunkAttention::apply(q, node), keys.latent.size(1));
+}
+
+torch::Tensor latent_attention_values(const Model& model, int64_t layer, const torch::Tensor& q,
+                                      const MlaLatent& keys, int64_t block) {
+  const LatentNodeData node = node_of(model, layer, q, keys, {}, block);
+  return heads_out(q, attention_by_key_blocks(q, node).out, keys.latent.size(1));
 }
 
 }  // namespace bpbench

@@ -49,4 +49,9 @@ struct MlaLatentGrads {
 torch::Tensor latent_chunk_attention(const Model& model, int64_t layer, const torch::Tensor& q,
                                      const MlaLatent& keys, const MlaLatentGrads& grads, int64_t block);
 
+// The same attention's values under no grad (StreamBP's checkpointed forward, Model::layer_in_chunks): no
+// T-row K or V either.
+torch::Tensor latent_attention_values(const Model& model, int64_t layer, const torch::Tensor& q,
+                                      const MlaLatent& keys, int64_t block);
+
 }  // namespace bpbench

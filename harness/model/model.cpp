@@ -9,6 +9,7 @@
 
 #include "harness/model/attention_sinks.h"
 #include "harness/model/flop_count.h"
+#include "harness/model/latent_attention.h"
 #include "harness/model/ops.h"
 #include "harness/model/rope.h"
 
@@ -522,6 +523,21 @@ KV Model::kv_values(int64_t i, const torch::Tensor& x, int64_t rows) const {
   return {k, v};
 }
 
+MlaLatent Model::latent_values(int64_t i, const torch::Tensor& x, int64_t rows) const {
+  torch::NoGradGuard no_grad;
+  const ModelConfig::Mla& mla = *config.mla;
+  const int64_t N = x.size(0), T = x.size(1);
+  MlaLatent all{torch::empty({N, T, mla.kv_lora_rank}, x.options()),
+                torch::empty({N, T, mla.qk_rope_head_dim}, x.options())};
+  for (int64_t s = 0; s < T; s += rows) {
+    const int64_t c = std::min(rows, T - s);
+    const MlaLatent part = project_latent(i, attn_norm(i, x.narrow(1, s, c)), s, T);
+    all.latent.narrow(1, s, c).copy_(part.latent);
+    all.k_rot.narrow(1, s, c).copy_(part.k_rot);
+  }
+  return all;
+}
+
 torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const {
   return project_q(i, h_rows, {{h_rows.size(1), pos0}}, seq_len);
 }
@@ -699,8 +715,22 @@ torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
 torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
-  const KV kv = kv_values(i, x, rows);  // (N, Hkv, T, hd), made chunk by chunk as the queries below
   auto y = torch::empty_like(x);
+  if (config.mla) {
+    // The latent rows of all T, K and V expanded a key block of `rows` at a time: no T-row K or V, which
+    // would hold 2 Hq hd values a token where StreamBP's backward holds r + dr (latent_attention.h).
+    const MlaLatent keys = latent_values(i, x, rows);
+    for (int64_t s = 0; s < T; s += rows) {
+      const int64_t c = std::min(rows, T - s), e = s + c;
+      auto x_rows = x.narrow(1, s, c);
+      auto q = project_q(i, attn_norm(i, x_rows), s, T);
+      const MlaLatent visible{keys.latent.narrow(1, 0, e), keys.k_rot.narrow(1, 0, e)};
+      y.narrow(1, s, c).copy_(
+          mlp_block(i, attention_output(i, x_rows, latent_attention_values(*this, i, q, visible, c))));
+    }
+    return y;
+  }
+  const KV kv = kv_values(i, x, rows);  // (N, Hkv, T, hd), made chunk by chunk as the queries below
   for (int64_t s = 0; s < T; s += rows) {
     const int64_t c = std::min(rows, T - s), e = s + c;
     auto x_rows = x.narrow(1, s, c);

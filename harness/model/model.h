@@ -163,6 +163,9 @@ class Model {
   // Keys and values of all T rows of layer i's input x (N, T, d), values only (no grad), made `rows` rows at
   // a time into (N, Hkv, T, hd) buffers: no T-row temporary beside them (normed rows, raw projections).
   KV kv_values(int64_t i, const torch::Tensor& x, int64_t rows) const;
+  // MLA: the normed latent and the RoPE key of all rows, (N, T, r) and (N, T, dr), values made `rows` rows at
+  // a time (what StreamBP holds instead of K and V: Note [StreamBP through the latent]).
+  MlaLatent latent_values(int64_t i, const torch::Tensor& x, int64_t rows) const;
   // Queries of rows at positions pos0 .. of a seq_len-token sequence (RoPE's dynamic scaling depends on it).
   torch::Tensor project_q(int64_t i, const torch::Tensor& h_rows, int64_t pos0, int64_t seq_len) const;
   // Rows of h (N, rows, d) that lie at separate places of a seq_len-token sequence, in h's row order: each

@@ -188,18 +188,8 @@ class ExpandedKeys final : public StreamedKeys {
 // each chunk's attention expands K and V from them by key blocks (Note [StreamBP through the latent]).
 class LatentKeys final : public StreamedKeys {
  public:
-  LatentKeys(const Model& model, int64_t i, const torch::Tensor& x_in, int64_t rows) : m_(model), i_(i) {
-    torch::NoGradGuard no_grad;
-    const ModelConfig::Mla& mla = *model.config.mla;
-    const int64_t N = x_in.size(0), T = x_in.size(1);
-    keys_.latent = torch::empty({N, T, mla.kv_lora_rank}, x_in.options());
-    keys_.k_rot = torch::empty({N, T, mla.qk_rope_head_dim}, x_in.options());
-    for (int64_t s = 0; s < T; s += rows) {
-      const int64_t c = std::min(rows, T - s);
-      const MlaLatent part = model.project_latent(i, model.attn_norm(i, x_in.detach().narrow(1, s, c)), s, T);
-      keys_.latent.narrow(1, s, c).copy_(part.latent);
-      keys_.k_rot.narrow(1, s, c).copy_(part.k_rot);
-    }
+  LatentKeys(const Model& model, int64_t i, const torch::Tensor& x_in, int64_t rows)
+      : m_(model), i_(i), keys_(model.latent_values(i, x_in.detach(), rows)) {
     grads_ = {accumulator_like(keys_.latent), accumulator_like(keys_.k_rot)};
   }
   torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, int64_t /*s*/,

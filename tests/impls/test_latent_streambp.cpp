@@ -2,7 +2,8 @@
 // through the latent], harness/model/latent_attention.h). One layer's backward of tiny-deepseek at two
 // lengths, under the tracking allocator: what its K/V side holds and what the whole layer backward holds
 // above its inputs both grow by the latent rows and their gradients a token, (kv_lora_rank +
-// qk_rope_head_dim) x (element + accumulator bytes), not by the expanded K and V (2 x Hq x hd of each).
+// qk_rope_head_dim) x (element + accumulator bytes), not by the expanded K and V (2 x Hq x hd of each). The
+// checkpointed forward of a layer (Model::layer_in_chunks) likewise grows by its output and the latent rows.
 // That streambp stays exact on MLA is tests/model/test_hf_oracle.cpp's (against transformers).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -69,6 +70,31 @@ TEST(LatentStreamBP, ALayerBackwardHoldsTheLatentRowsAndTheirGradientsAToken) {
               << " bytes, layer backward above its inputs " << short_run.above_base << " -> "
               << long_run.above_base << " (T " << T1 << " -> " << T2 << "; expanded K, V and their "
               << "gradients would add " << (T2 - T1) * expanded_per_token << ")\n";
+  }
+}
+
+// The peak above its input of one layer's no-grad forward in chunks of `chunk` rows.
+int64_t layer_forward_bytes(const Model& m, int64_t layer, int64_t T, int64_t chunk) {
+  const int64_t N = 2;
+  torch::manual_seed(7);
+  auto x = torch::randn({N, T, m.config.hidden}, torch::TensorOptions().dtype(m.dtype()));
+  MemoryRecorder& rec = MemoryRecorder::instance();
+  rec.reset_peak();
+  const int64_t base = rec.live_bytes();
+  { const torch::Tensor y = m.layer_in_chunks(layer, x, chunk); }
+  return rec.peak_bytes() - base;
+}
+
+TEST(LatentStreamBP, TheCheckpointedForwardHoldsTheLatentRowsNotKAndV) {
+  const ModelConfig c = find_model_preset("tiny-deepseek");
+  const ModelConfig::Mla& mla = *c.mla;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const Model m = Model::random(c, torch::TensorOptions().dtype(dtype), 11);
+    const int64_t s = dtype == torch::kFloat ? 4 : 2, N = 2, chunk = 16, T1 = 64, T2 = 160;
+    SCOPED_TRACE(c10::toString(dtype));
+    // The layer's output and the latent rows grow with T; a chunk's key blocks, of `chunk` keys each, do not.
+    EXPECT_EQ(layer_forward_bytes(m, 1, T2, chunk) - layer_forward_bytes(m, 1, T1, chunk),
+              (T2 - T1) * N * (c.hidden + mla.kv_lora_rank + mla.qk_rope_head_dim) * s);
   }
 }
 
