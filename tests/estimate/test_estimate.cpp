@@ -166,7 +166,8 @@ ModelConfig with_vocab_512(const std::string& preset) {
 template <class Tolerance>
 void check_tiny_grid(const ModelConfig& config, Tolerance tolerance,
                      const std::vector<std::string>& objectives = {"sft", "dpo", "grpo"}) {
-  for (const auto& impl : estimated_impls())
+  for (const auto& impl : estimated_impls()) {
+    if (!estimated_for_model(config, impl)) continue;  // StreamBP on latent attention: not estimated yet
     for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble})
       for (const std::string& objective : objectives)
         for (const int64_t rank : {0, 4}) {
@@ -183,6 +184,7 @@ void check_tiny_grid(const ModelConfig& config, Tolerance tolerance,
           c.lora_rank = rank;
           check_cell(c, tolerance(impl, dtype, rank));
         }
+  }
 }
 
 TEST(Estimate, MatchesTiny) {
@@ -319,20 +321,11 @@ TEST(Estimate, MatchesTinyGlm4Moe) {
 // over, in its attention backward (o_proj's copy of the unpadded values counted for all rows, where mst
 // holds it one chunk at a time: the likely cause, not yet checked).
 TEST(Estimate, MatchesTinyDeepseekInTheExpandedForm) {
-  for (const std::string impl : {"plain", "checkpoint", "checkpoint-chunked-head", "mst"})
-    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble})
-      for (const int64_t rank : {0, 4}) {
-        CellSpec c;
-        c.config = find_model_preset("tiny-deepseek");
-        c.impl = impl;
-        c.dtype = dtype;
-        c.examples = 2;
-        c.seq_len = 96;
-        c.partition = 32;
-        c.logits_partition = 16;
-        c.lora_rank = rank;
-        check_cell(c, impl == "mst" ? 0.05 : dtype == torch::kBFloat16 ? 0.035 : 0.005);
-      }
+  check_tiny_grid(find_model_preset("tiny-deepseek"),
+                  [](const std::string& impl, torch::ScalarType dtype, int64_t) {
+                    return impl == "mst" ? 0.05 : dtype == torch::kBFloat16 ? 0.035 : 0.005;
+                  },
+                  {"sft"});
 }
 
 // A dense first layer under routed ones (Qwen3-MoE's mlp_only_layers, DeepSeek's first_k_dense_replace): the
