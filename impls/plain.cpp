@@ -93,8 +93,9 @@ std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Part
           true);
     p.add(
         "top layer: its input, attention half (below its output norm) and output, K path: N*T*(kept(d) + "
-        "attn_row - output_norm + attn_out_row + kv_row)",
-        rows * (D.block_input_kept() + D.attn_row() - D.output_norm() + D.attn_out_row() + D.kv_row_graph()));
+        "attn_row - output_norm + Aq*s + Hq*f + kv_row)",
+        rows *
+            (D.block_input_kept() + D.attn_row() - D.output_norm() + D.attn_saved_row() + D.kv_row_graph()));
     p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
     p.add("top layer rope tables", 2 * D.rope(D.T));
     add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");

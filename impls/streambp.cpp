@@ -120,6 +120,11 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
   auto layer_base = [&](PhaseBuilder& p, const AttentionLayer& layer) {
     add_checkpoints(p, D, layer_inputs_label(layer.index, first), layer_inputs_alive(layer.index, first));
     p.add("dy, its rows becoming dx's: N*T*d*s", rows * D.d * D.s);
+    if (D.mla) {  // latent_attention.h: the latent rows, not K and V
+      p.add("the normed latent and the RoPE key, all rows: N*T*(r + dr)*s", rows * D.latent_width() * D.s);
+      p.add("their gradient accumulators: N*T*(r + dr)*acc", rows * D.latent_width() * D.acc());
+      return;
+    }
     p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * rows * D.Akv * D.s);
     p.add("dK, dV accumulators: 2 x N*T*Akv*acc", 2 * rows * D.Akv * D.acc());
   };
@@ -151,10 +156,19 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
       layer_base(p, layer);
       p.add(
           "chunk attention half (below its output norm), output, logsumexp: N*c*(attn_row - output_norm + "
-          "attn_out_row)",
-          D.N * r * (D.attn_row() + D.strided_rows_copy(true) - D.output_norm() + D.attn_out_row()));
+          "Aq*s + Hq*f)",
+          D.N * r * (D.attn_row() + D.strided_rows_copy(true) - D.output_norm() + D.attn_saved_row()));
       p.add("chunk gradients in flight: 2 x N*c*d*s", 2 * D.N * r * D.d * D.s);
       p.add("q rope tables", D.rope(r));
+      if (D.mla) {
+        p.add(
+            "attention backward by key blocks of c, K and V expanded from the latent: dO, dQ so far, a "
+            "block's K, V and their dQ, dK, dV, the kernel's scratch or the expansion's backward: see "
+            "latent_attn_backward",
+            D.latent_attn_backward(r, keys));
+        keep_larger(attn, p.done());
+        continue;
+      }
       p.add("chunk graph: the efficient kernel's K[:e], V[:e] repeated to Hq heads: 2 x N*e*Aq*s",
             D.kv_repeat(keys));
       add_attention_backward(p, D, r, keys, layer.window, "c", "e", /*into_sink=*/true);
@@ -166,6 +180,19 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
       PhaseBuilder p("layer K/V backward");
       layer_base(p, top);
       p.add("chunk dx rows: N*c*d*s", D.N * r * D.d * D.s);
+      if (D.mla) {
+        // kv_a's output (kept by the latent norm unless upcast), the norm, the latent and the RoPE key.
+        const int64_t W = D.latent_width();
+        p.add("latent path graph, the chunk's rows: N*c*(rms(d) + d*s + [(r + dr)*s] + rms(r) + (r + dr)*s)",
+              D.N * r * (D.input_norm_row() + D.kept(W) + D.rms(D.mla_r, 1) + W * D.s));
+        p.add("k rope tables, the chunk's rows", D.rope(r));
+        if (D.acc() != D.s)
+          p.add("latent gradient rows in the model dtype: N*c*(r + dr)*s", D.N * r * W * D.s);
+        p.add("its backward: kv_a's output gradient, dh from kv_a and q: N*c*((r + dr) + 2*d)*s",
+              D.N * r * (W + 2 * D.d) * D.s);
+        keep_larger(kv_backward, p.done());
+        continue;
+      }
       p.add("K/V path graph, the chunk's rows: N*c*(rms(d) + d*s + kv_row)",
             D.N * r * (D.input_norm_row() + D.strided_rows_copy(true) + D.kv_row()));
       p.add("k rope tables, the chunk's rows", D.rope(r));

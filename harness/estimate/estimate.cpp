@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness/model/attention_kernels.h"
+#include "harness/model/attention_partial.h"
 #include "harness/objectives/objective.h"
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/layerwise_estimate.h"
@@ -162,22 +163,15 @@ int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group
 }
 
 bool estimated_for_model(const ModelConfig& c, const std::string& impl) {
-  // Multi-head latent attention: the strategies that keep transformers' expanded form.
-  return !c.mla || impl == "plain" || impl == "checkpoint" || impl == "checkpoint-chunked-head" ||
-         impl == "mst";
+  // Multi-head latent attention: every strategy but the sequence-parallel ones, whose layers exchange and
+  // hold the expanded K and V in their own terms (not written for MLA yet).
+  return !c.mla || !make_strategy(impl)->sequence_parallel();
 }
 
 void check_estimate_input(const EstimateInput& in) {
   // The blocks whose memory and FLOP terms are not written yet (docs/models.md): refused, never estimated as
   // another network.
   const ModelConfig& c = in.config;
-  if (!estimated_for_model(c, in.impl))
-    throw std::invalid_argument(
-        fmt::format("estimate: {} on {} (multi-head latent attention) is not estimated yet: StreamBP keeps "
-                    "the latent, whose "
-                    "phases are not written, and no distributed strategy is (valid: plain, checkpoint, "
-                    "checkpoint-chunked-head, mst; such a cell is measured, not estimated)",
-                    in.impl, c.name));
   const auto& impls = estimated_impls();
   const auto& parallel = estimated_data_parallel_impls();
   const bool one_process = std::find(impls.begin(), impls.end(), in.impl) != impls.end();
@@ -186,6 +180,13 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument(
         fmt::format("estimate: no estimate for impl '{}' (valid: {}; with ranks >= 2: {})", in.impl,
                     fmt::join(impls, ", "), fmt::join(parallel, ", ")));
+  if (!estimated_for_model(c, in.impl))
+    throw std::invalid_argument(
+        fmt::format("estimate: {} on {} (multi-head latent attention) is not estimated yet: the "
+                    "sequence-parallel strategies' terms for it are not written (valid: plain, checkpoint, "
+                    "checkpoint-chunked-head, mst, streambp, and with ranks streambp-dist, checkpoint-dist; "
+                    "such a cell is measured, not estimated)",
+                    in.impl, c.name));
   if (one_process && in.ranks != 1)
     throw std::invalid_argument(fmt::format("estimate: {} runs in one process (valid with {} ranks: {})",
                                             in.impl, in.ranks, fmt::join(parallel, ", ")));
@@ -299,6 +300,15 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
                     "scores), which the estimate does not model (modelled on cuda: bfloat16 on flash, "
                     "float32 on the memory-efficient kernel, head dim a multiple of 8)",
                     dtype_name(in.dtype), in.config.head_dim));
+  // MLA's latent attention (every strategy's checkpointed forward, StreamBP's backward) runs attention by key
+  // blocks through attention_partial.h, whose CUDA kernel is flash or the math form.
+  if (in.device == "cuda" && in.config.mla && in.impl != "plain" &&
+      partial_kernel_for(device, in.dtype, in.config.head_dim) == PartialKernel::math)
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} on {} runs its latent attention by key blocks in the math form (N "
+                    "x Hq x c x e "
+                    "scores), which the estimate does not model (modelled: bfloat16 on flash, or plain)",
+                    in.impl, dtype_name(in.dtype)));
   if (kernel == AttentionKernel::efficient && in.dtype != torch::kFloat)
     throw std::invalid_argument(
         fmt::format("estimate: on cuda, {} with head dim {} runs the memory-efficient kernel in half "

@@ -174,15 +174,36 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   const int64_t partition = in.partition <= 0 || in.partition > T ? T : in.partition;
   const int64_t grad_block = schedule.attention_by_partition ? partition : T;
   for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, true);
+  // Multi-head latent attention through the latent (Model::layer_in_chunks, latent_attention.h): kv_b
+  // expands the keys each query block sees, one key block at a time, N x (the sum of the blocks' e) rows
+  // where the expanded form makes N T once. In StreamBP's backward each key row's expansion with a graph is
+  // the model's work in its own chunk (the causal block) and recomputation, forward and backward, in every
+  // later chunk.
+  const std::vector<LinearShape> kv_b =
+      c.mla ? std::vector<LinearShape>{attention_linears(c, false).kv.back()} : std::vector<LinearShape>{};
+  const std::vector<LinearShape> kv_a =
+      c.mla ? std::vector<LinearShape>{attention_linears(c, false).kv.front()} : std::vector<LinearShape>{};
+  auto expanded_key_rows = [&](int64_t block) {
+    int64_t keys = 0;
+    for (int64_t s = 0; s < T; s += block) keys += s + std::min(block, T - s);
+    return N * keys;
+  };
+  const int64_t expanded = c.mla ? expanded_key_rows(grad_block) : rows;
   if (schedule.recomputes_layers)
     for (int64_t i = 0; i < L; ++i) {
-      f.recompute_matmul += forward_matmul(layer_linears(c, i, false), rows, r);
+      f.recompute_matmul +=
+          forward_matmul(layer_linears(c, i, false), rows, r) + forward_matmul(kv_b, expanded - rows, r);
       attention_calls(i, grad_block, false);
     }
   if (schedule.recomputes_head) f.recompute_matmul += head_forward;
   if (schedule.recomputes_mlp)
     for (int64_t i = 0; i < L; ++i) f.recompute_matmul += forward_matmul(mlp_linears(c, i), rows, r);
-  if (schedule.recomputes_kv) f.recompute_matmul += L * forward_matmul(kv_linears(c), rows, r);
+  if (schedule.recomputes_kv && c.mla)  // the latent rows, each chunk's key blocks, the later chunks' again
+    f.recompute_matmul +=
+        L * (forward_matmul(kv_a, rows, r) + forward_matmul(kv_b, expanded, r) +
+             forward_matmul(kv_b, expanded - rows, r) + backward_matmul(kv_b, expanded - rows, r));
+  else if (schedule.recomputes_kv)
+    f.recompute_matmul += L * forward_matmul(kv_linears(c), rows, r);
   if (schedule.recomputes_q) f.recompute_matmul += L * forward_matmul(q_linears(c), rows, r);
   if (schedule.recomputes_attention)
     for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, false);

@@ -25,15 +25,19 @@ std::shared_ptr<FlopCounter::Tally> active_tally() {
   return g_tally;
 }
 
+// Whether this thread is inside a CountedAsRecompute.
+thread_local bool t_counted_as_recompute = false;
+
 // What one call's backward computes, by tally counter.
 struct BackwardWork {
   int64_t matmul = 0, attention = 0, rescore = 0, masked = 0, dense = 0;
+  bool recompute = false;  // made under CountedAsRecompute: its matmuls are recomputation
 };
 
 // Tallies `work` when autograd computes the gradient of `y`, i.e. when the backward of y's call runs.
 void on_backward(const torch::Tensor& y, std::shared_ptr<FlopCounter::Tally> tally, BackwardWork work) {
   y.register_hook([tally = std::move(tally), work](const torch::Tensor&) {
-    tally->backward_matmul += work.matmul;
+    (work.recompute ? tally->recompute_matmul : tally->backward_matmul) += work.matmul;
     tally->backward_attention += work.attention;
     tally->attention_rescore += work.rescore;
     tally->attention_masked += work.masked;
@@ -54,6 +58,14 @@ FlopCounter::~FlopCounter() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_counting.store(false, std::memory_order_release);
   g_tally.reset();
+}
+
+CountedAsRecompute::CountedAsRecompute() : outer_(t_counted_as_recompute) {
+  t_counted_as_recompute = true;
+}
+
+CountedAsRecompute::~CountedAsRecompute() {
+  t_counted_as_recompute = outer_;
 }
 
 FlopCounts FlopCounter::counts() const {
@@ -81,10 +93,11 @@ void count_linear(const torch::Tensor& x, const torch::Tensor& weight, const tor
     tally->recompute_matmul += flops;
     return;
   }
-  tally->forward_matmul += flops;
+  (t_counted_as_recompute ? tally->recompute_matmul : tally->forward_matmul) += flops;
   if (!y.requires_grad()) return;
   // What linear's backward will compute, decided now as autograd decides it: from what requires grad.
   BackwardWork work;
+  work.recompute = t_counted_as_recompute;
   work.matmul = (x.requires_grad() ? flops : 0) + (weight.requires_grad() ? flops : 0);
   if (work.matmul > 0) on_backward(y, std::move(tally), work);
 }

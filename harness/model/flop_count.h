@@ -67,6 +67,20 @@ class FlopCounter {
   std::shared_ptr<Tally> tally_;
 };
 
+// While alive on its thread, calls made with grad are tallied as recomputation, their backward too: work a
+// strategy runs again with a graph, beyond the model's own (StreamBP's key blocks expanded from MLA's latent
+// for a second chunk: latent_attention.cpp).
+class CountedAsRecompute {
+ public:
+  CountedAsRecompute();
+  ~CountedAsRecompute();
+  CountedAsRecompute(const CountedAsRecompute&) = delete;
+  CountedAsRecompute& operator=(const CountedAsRecompute&) = delete;
+
+ private:
+  bool outer_;
+};
+
 // ---- the seam: the ops call these with their inputs and output
 // ---------------------------------------------
 

@@ -4,6 +4,7 @@
 #include "harness/model/latent_attention.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "harness/model/attention_kernels.h"
 #include "harness/model/attention_partial.h"
@@ -122,6 +123,10 @@ class LatentChunkAttention : public torch::autograd::Function<LatentChunkAttenti
       kv = node.expand(leaves);
     };
     auto call = [&](int64_t key0, int64_t keys, bool causal) {
+      // Each key row is expanded with a graph once as the model's work: in the chunk whose own rows it is
+      // (the causal block). Later chunks' expansions of it, and their backward, are recomputation.
+      std::optional<CountedAsRecompute> again;
+      if (!causal) again.emplace();
       expand_block(key0, keys);
       torch::NoGradGuard no_grad;
       return partial_attention_backward(grad_out, q, kv.k.detach(), kv.v.detach(), out, lse, node.scale,

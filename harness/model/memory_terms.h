@@ -267,7 +267,10 @@ struct MemoryTerms {
   // Saved by the attention kernel beyond q, K and V, per query row: its output (also o_proj's input) and
   // the logsumexp.
   // MLA with values narrower than hd: o_proj keeps its input, a copy of the unpadded values (Hq dv s).
-  int64_t attn_out_row() const { return Aq * s + Hq * f + (mla && mla_dv < hd ? Hq * mla_dv * s : 0); }
+  int64_t attn_out_row() const { return attn_saved_row() + (mla && mla_dv < hd ? Hq * mla_dv * s : 0); }
+  // What an attention backward still holds of it: the kernel's saved output and logsumexp (o_proj's backward,
+  // which runs first, has released its copy).
+  int64_t attn_saved_row() const { return Aq * s + Hq * f; }
   // Everything one layer's autograd graph keeps per row: attention, its output, K/V, MLP, and the layer's
   // input (when rms_norm keeps it).
   int64_t layer_row() const {
@@ -446,6 +449,55 @@ struct MemoryTerms {
     if (windowed(keys, window)) return N * rows * attn_out_row() + window_block_forward(rows, keys, window);
     if (keys == rows) return N * rows * attn_out_row() + attn_forward_scratch(rows, keys);
     return N * rows * (3 * Aq * s + 2 * Aq * f + 5 * Hq * f) + attn_forward_scratch(rows, keys);
+  }
+
+  // ---- multi-head latent attention through the latent: Note [StreamBP through the latent] ----
+  // What a token's K and V are made from: the normed latent and the RoPE key, r + dr values.
+  int64_t latent_width() const { return mla_r + mla_dr; }
+  // kv_b's output a row: every head's nope key and value, Hq x (hd - dr + dv) values.
+  int64_t kv_b_width() const { return Hq * (hd - mla_dr + mla_dv); }
+  // One block of `keys` key rows expanded (expand_mla_latent): kv_b's output beside the K and V made from
+  // it, (N, Hq, keys, hd) each; with LoRA, before them, the adapter's expression: kv_b's base output, x A^T,
+  // the adapter's output, its scaled copy and their sum.
+  int64_t latent_expansion(int64_t keys) const {
+    const int64_t W = kv_b_width();
+    return N * keys * std::max(W + 2 * Aq, r > 0 ? 4 * W + r : 0) * s;
+  }
+  // The no-grad attention of `rows` queries over `keys` keys by key blocks of `rows` (latent_attention.cpp,
+  // attention_by_key_blocks): from the second block on, the output and logsumexp so far beside the highest
+  // of a block's expansion, its attention (its K and V, its partial output and logsumexp, the kernel's
+  // scratch), or the merge (the partial output, the new logsumexp, the merged output in f, one weight, and in
+  // bfloat16 the float32 copy of one output).
+  int64_t latent_attn_forward(int64_t rows, int64_t keys) const {
+    const int64_t part = N * rows * (Aq * s + Hq * f);
+    const int64_t call = 2 * N * rows * Aq * s + part + (cuda() ? 0 : attn_forward_scratch(rows, rows));
+    if (keys == rows) return std::max(latent_expansion(rows), call);
+    const int64_t merge = part + N * rows * ((up ? 2 : 1) * Aq * f + 2 * Hq * f);
+    return part + std::max({latent_expansion(rows), call, merge});
+  }
+  // The backward of that attention, block by block (LatentChunkAttention::backward): dO, dQ so far (float32
+  // for bfloat16, from the second block on), the block's K and V with their graph from kv_b and, either, the
+  // kernel's call (the block's dQ, dK, dV and its scratch) or the expansion's backward with the block's dQ,
+  // dK, dV still alive (expansion_backward).
+  int64_t latent_attn_backward(int64_t rows, int64_t keys) const {
+    const int64_t dq_sum = keys > rows ? N * rows * Aq * (s == 2 ? 4 : s) : 0;
+    // The block's latent rows are a strided slice when N > 1: kv_b's matmul saves a contiguous copy.
+    const int64_t latent_copy = N > 1 ? N * rows * mla_r * s : 0;
+    const int64_t block =
+        N * rows * Aq * s + dq_sum + 2 * N * rows * Aq * s + latent_copy + (r > 0 ? N * rows * r * s : 0);
+    const int64_t grads = N * rows * 3 * Aq * s;  // the call's dQ, and dK, dV over its `rows` keys
+    const int64_t scratch =
+        cuda() ? flash_dq_accum(rows) + flash_softmax_d(rows) : attn_backward_scratch(rows, rows);
+    return block + grads + std::max(scratch, latent_expansion_backward(rows));
+  }
+  // A block's expansion backpropagated with its dK, dV: the RoPE key's gradient summed over the heads (N,
+  // keys, dr) beside the two narrow backwards' zero-filled (N, Hq, keys, dn + dv), or later their sum made
+  // contiguous for kv_b's backward with the latent rows' gradient and (full fine-tuning) kv_b's weight
+  // gradient before it is added into .grad.
+  int64_t latent_expansion_backward(int64_t keys) const {
+    const int64_t W = kv_b_width();
+    return N * keys * mla_dr * s +
+           std::max(2 * N * keys * W * s, N * keys * (W + mla_r) * s + (full ? W * mla_r * s : 0));
   }
 
   // ---- CUDA: see Note [Flash attention buffers] and Note [Efficient attention buffers] ----

@@ -26,19 +26,30 @@ PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, con
   const FirstInput stored = layer.index == 0 ? FirstInput::kept : first;
   add_checkpoints(p, D, layer_inputs_label(layer.index, stored) + " and the output being built",
                   layer_inputs_alive(layer.index, stored) + 1);
-  p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
+  // MLA: the latent rows of all T, K and V expanded a key block of `rows` at a time (Model::layer_in_chunks).
+  if (D.mla)
+    p.add("the normed latent and the RoPE key, all rows: N*T*(r + dr)*s", D.N * D.T * D.latent_width() * D.s);
+  else
+    p.add("K and V, all rows: 2 x N*T*Akv*s", 2 * D.N * D.T * D.Akv * D.s);
   const int64_t keys = MemoryTerms::visible_keys(rows, D.T, layer.window);
   // A chunk's high point is in its attention (with the kernel's scratch) or in its MLP, whose four (N, c, I)
   // tensors are temporaries of one expression and live together (model.cpp, mlp_block): with whole-sequence
   // chunks (checkpoint, mst) and a large I the MLP is higher.
   // Without input norms (OLMo) the rows are read as they are (copied when strided) and x1 is the MLP's input.
-  const int64_t normed = D.N * rows * (D.normed_input(rows) + D.Aq * D.s);
-  const int64_t attention = normed + D.attn_forward(rows, keys, layer.window);
+  // MLA's latent attention runs after its normed rows are released (only q is read by the key blocks).
+  const int64_t normed = D.N * rows * ((D.mla ? 0 : D.normed_input(rows)) + D.Aq * D.s);
+  const int64_t attention =
+      normed + (D.mla ? D.latent_attn_forward(rows, keys) : D.attn_forward(rows, keys, layer.window));
   const int64_t mlp = D.N * rows * (D.Aq + D.d) * D.s + D.N * rows * (D.input_norms ? D.d * D.s : 0) +
                       D.mlp_forward(D.N * rows);
   if (attention >= mlp) {
-    p.add("one chunk's normed rows and q: N*c*(d + Aq)*s", normed);
-    if (!D.cuda()) {
+    p.add(D.mla ? "one chunk's q: N*c*Aq*s" : "one chunk's normed rows and q: N*c*(d + Aq)*s", normed);
+    if (D.mla) {
+      p.add(
+          "one chunk's attention by key blocks expanded from the latent: its output so far, a block's "
+          "expansion, attention or merge: see latent_attn_forward",
+          D.latent_attn_forward(rows, keys));
+    } else if (!D.cuda()) {
       p.add(D.windowed(keys, layer.window)
                 ? "one chunk's attention: output, logsumexp, and one banded block's mask, output, scratch"
                 : "one chunk's attention: output, logsumexp (and a chunk's merge), scratch",
@@ -73,7 +84,7 @@ PhaseEstimate whole_attention_backward(const MemoryTerms& D, const AttentionLaye
         rows * (D.attn_row() - D.output_norm()));
   p.add(fmt::format("{}: N*T*kv_row", kv_graph_name(D)), rows * D.kv_row_graph());
   p.add("rope cos/sin of q and k: 4*T*hd*s", 2 * D.rope(D.T));
-  p.add("attention output + logsumexp: N*T*(Aq*s + Hq*f)", rows * D.attn_out_row());
+  p.add("attention output + logsumexp: N*T*(Aq*s + Hq*f)", rows * D.attn_saved_row());
   add_attention_backward(p, D, D.T, D.T, layer.window, "T", "T");
   return p.done();
 }

@@ -221,7 +221,7 @@ void expect_counted_flops_equal_the_estimate(Model& model, const std::string& ob
   in.lora_rank = lora;
   for (const std::string impl : {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"}) {
     if (make_strategy(impl)->unsupported({objective_name, 1}) || !estimated_for_model(model.config, impl))
-      continue;  // MLA's streambp: the latent's expansions, not estimated yet
+      continue;
     FlopCounter counter;
     run_step(impl, model, batch, *objective, {5, 3});
     in.impl = impl;
@@ -246,7 +246,8 @@ TEST(MoeFlops, CountedEqualTheEstimateForEveryStrategy) {
 }
 
 // GLM-4.5's layers (DeepSeek's router, a shared expert on every row, a dense first layer, partial RoPE) and
-// DeepSeek-V3's (multi-head latent attention's projections in the expanded form), with LoRA and without:
+// DeepSeek-V3's (multi-head latent attention's projections in the expanded form, and StreamBP's kv_b
+// expansions by key block, each key row's in its own chunk the model's work), with LoRA and without:
 // counted at the seam, every strategy that is estimated runs what estimate_flops says.
 TEST(MoeFlops, SharedExpertsAndDeepSeeksRouterCountedEqualTheEstimate) {
   for (const std::string preset : {"tiny-glm4-moe", "tiny-deepseek"})
