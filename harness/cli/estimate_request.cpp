@@ -226,7 +226,8 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
     throw std::invalid_argument(fmt::format("estimate: --ranks must be >= 1, got {}", in.ranks));
   if (impls.empty()) {
     // Those that can take the request (offload; the ranks splitting the heads, for sequence parallelism; an
-    // estimate that holds on the device; the model's blocks estimated for it: not StreamBP's latent yet).
+    // estimate that holds on the device; the model's blocks estimated for it: MLA not on the sequence-parallel
+    // strategies yet).
     for (const auto& name : in.ranks > 1 ? estimated_data_parallel_impls() : estimated_impls()) {
       const auto strategy = make_strategy(name);
       if (!estimated_for_model(in.config, name)) continue;
