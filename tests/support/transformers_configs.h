@@ -26,12 +26,13 @@ inline std::vector<ModelConfig> transformers_written_families() {
   qwen2.name = "qwen2-like";
   qwen2.qk_norm = false;
   qwen2.attention_bias = true;
-  return {find_model_preset("qwen3-8b"),   find_model_preset("llama3.1-8b"),
-          find_model_preset("gemma3-1b"),  qwen2,
-          find_model_preset("mistral-7b"), find_model_preset("phi3-mini"),
-          find_model_preset("olmo-2-7b"),  find_model_preset("olmo-3-7b"),
-          find_model_preset("smollm3-3b"), find_model_preset("gpt-oss-20b"),
-          find_model_preset("glm-4.5-air")};
+  return {find_model_preset("qwen3-8b"),        find_model_preset("llama3.1-8b"),
+          find_model_preset("gemma3-1b"),       qwen2,
+          find_model_preset("mistral-7b"),      find_model_preset("phi3-mini"),
+          find_model_preset("olmo-2-7b"),       find_model_preset("olmo-3-7b"),
+          find_model_preset("smollm3-3b"),      find_model_preset("gpt-oss-20b"),
+          find_model_preset("glm-4.5-air"),     find_model_preset("deepseek-v3"),
+          find_model_preset("deepseek-v2-lite")};
 }
 
 // The presets transformers builds from bpbench's own config.json.
