@@ -173,6 +173,9 @@ struct MemoryTerms {
     t.grouped_routing = t.norm_topk = t.topk_then_softmax = t.clamped_swiglu = false;
     t.L = dense_layers;
     t.dense_layers = 0;
+    t.layer_group = dense_layer_group;
+    t.dense_layer_group = 0;
+    t.shards_above = (L - dense_layers) * shard(layer_group);
     t.rope_layers = std::min(rope_layers, dense_layers);
     t.attention_layers.clear();
     for (const auto& layer : attention_layers)
@@ -192,7 +195,16 @@ struct MemoryTerms {
   // inside rings of ranks / ulysses; 1 for every other strategy.
   int64_t ulysses = 1;
   int64_t embedding_group = 0, layer_group = 0, head_group = 0;
+  // A routed model's dense first layers (dense_layers of them): their own group; layer_group is then a routed
+  // layer's.
+  int64_t dense_layer_group = 0;
+  // Set in dense_kind(): the routed layers' shards, reduced before the dense layers' backward begins.
+  int64_t shards_above = 0;
   bool tied = false;
+  // Every layer's gradient shard (at the step's end; a data-parallel step's base).
+  int64_t layer_shards() const {
+    return (L - dense_layers) * shard(layer_group) + dense_layers * shard(dense_layer_group) + shards_above;
+  }
   // A group's gradient bucket (flat, padded to a multiple of ranks, model dtype) and one rank's shard of it.
   int64_t bucket(int64_t numel) const { return (numel + ranks - 1) / ranks * ranks * s; }
   int64_t shard(int64_t numel) const { return bucket(numel) / ranks; }

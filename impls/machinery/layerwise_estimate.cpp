@@ -172,13 +172,16 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
       if (head_shard) p.terms.push_back({"the head's gradient shard", head_shard});
       if (D.tied && embedding_bucket)
         p.terms.push_back({"the embedding's gradient bucket (tied, open since the head)", embedding_bucket});
+      if (D.shards_above)  // a routed model's dense first layers (MemoryTerms::dense_kind)
+        p.terms.push_back({"the routed layers' gradient shards, reduced before these", D.shards_above});
       // The phase is the top layer's; at layer i the L - 1 - i layers above have left their shards and the
       // device holds the inputs of layer i (offloaded: add_checkpoints' two in a layer's backward, one at
       // layer 0 or where x_0 is made again, whose prefetch has nothing below it). The highest layer wins;
       // when x_0 is kept on the device the change is linear in i, so one of the two ends.
       const int64_t top_inputs = on_device(D, layer_inputs_alive(D.L - 1, first), 2);
       int64_t best = 0, best_layer = D.L - 1, best_freed = 0;
-      for (int64_t i = D.L - 2; i >= 0; --i) {
+      // A routed model's layers down to its dense first ones, which have phases of their own.
+      for (int64_t i = D.L - 2; i >= D.dense_layers; --i) {
         const int64_t freed = top_inputs - on_device(D, layer_inputs_alive(i, first), 2);
         const int64_t down = (D.L - 1 - i) * layer_shard - freed * layer_input;
         if (down > best) best = down, best_layer = i, best_freed = freed;
@@ -207,7 +210,7 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
     p.add("the embedding's output, made again: N*T*d*s", layer_input);
     p.add("the embedding's dense gradient: V*d*s", D.V * D.d * D.s);
     p.add("the embedding's gradient bucket", embedding_bucket);
-    p.add("the head's and every layer's gradient shards", head_shard + D.L * layer_shard);
+    p.add("the head's and every layer's gradient shards", head_shard + D.layer_shards());
     phases.push_back(p.done());
   }
   return phases;

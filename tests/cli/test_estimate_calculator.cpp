@@ -221,7 +221,7 @@ TEST(EstimateCalculator, BadModelsAreOneLineErrorsNamingTheProblem) {
       one_line_error(with_model(tmp.file("mixed.json")))
           .find("mixes dense and mixture-of-experts layers (3 of 4 routed), whose memory the estimate does "
                 "not model with dense layers above routed ones (valid: every layer dense, every layer "
-                "routed, or the dense ones first in one process"),
+                "routed, or the dense ones first in one process or data parallel"),
       std::string::npos);
   // DeepSeek's latent attention: every one-process strategy is estimated (StreamBP through the latent);
   // the sequence-parallel ones, which exchange the expanded K and V, are refused by name.
@@ -234,9 +234,11 @@ TEST(EstimateCalculator, BadModelsAreOneLineErrorsNamingTheProblem) {
             2u);
   std::vector<std::string> ulysses = with_model(tmp.file("latent.json"));
   ulysses.insert(ulysses.end(), {"--impl", "ulysses", "--ranks", "2"});
-  EXPECT_NE(one_line_error(ulysses).find("(multi-head latent attention) is not estimated yet: the "
-                                         "sequence-parallel strategies' terms for it are not written"),
-            std::string::npos);
+  EXPECT_NE(
+      one_line_error(ulysses).find(
+          "(multi-head latent attention, DeepSeek's routing or shared experts, dense layers among routed "
+          "ones) is not estimated yet: the sequence-parallel strategies' terms for it are not written"),
+      std::string::npos);
   json gpt2 = hf_config_json(find_model_preset("small"));
   gpt2["architectures"] = {"GPT2LMHeadModel"};
   write_text(tmp.file("gpt2.json"), gpt2.dump());

@@ -133,8 +133,11 @@ TEST_F(PerRankPeaks, DataParallelPeakOfEveryRankMatchesItsEstimate) {
     int64_t seq_len, ranks;
   };
   // small-moe: routed layers (every expert's buffers at an even share of the rows, memory_terms.h).
-  for (const Case& k : {Case{"small", 128, 2}, Case{"small", 128, 4}, Case{"small-text", 2048, 2},
-                        Case{"small-moe", 128, 2}}) {
+  // tiny-glm4-moe: DeepSeek's routing, a shared expert, partial RoPE and a dense first layer, whose gradient
+  // group is smaller than a routed layer's. tiny-deepseek: StreamBP through the latent on each rank.
+  for (const Case& k :
+       {Case{"small", 128, 2}, Case{"small", 128, 4}, Case{"small-text", 2048, 2}, Case{"small-moe", 128, 2},
+        Case{"tiny-glm4-moe", 384, 2}, Case{"tiny-deepseek", 384, 2}}) {
     const json results =
         run(per_rank_scenario(k.model, {"streambp-dist", "checkpoint-dist"}, k.seq_len, k.ranks),
             fmt::format("{}-{}-{}", k.model, k.seq_len, k.ranks));
