@@ -716,28 +716,29 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
   auto y = torch::empty_like(x);
-  if (config.mla) {
-    // The latent rows of all T, K and V expanded a key block of `rows` at a time: no T-row K or V, which
-    // would hold 2 Hq hd values a token where StreamBP's backward holds r + dr (latent_attention.h).
-    const MlaLatent keys = latent_values(i, x, rows);
-    for (int64_t s = 0; s < T; s += rows) {
-      const int64_t c = std::min(rows, T - s), e = s + c;
-      auto x_rows = x.narrow(1, s, c);
-      auto q = project_q(i, attn_norm(i, x_rows), s, T);
-      const MlaLatent visible{keys.latent.narrow(1, 0, e), keys.k_rot.narrow(1, 0, e)};
-      y.narrow(1, s, c).copy_(
-          mlp_block(i, attention_output(i, x_rows, latent_attention_values(*this, i, q, visible, c))));
+  // The keys of all T rows as values, made chunk by chunk as the queries below: K and V (N, Hkv, T, hd), or
+  // MLA's latent rows (N, T, r + dr), from which K and V are expanded a key block of `rows` at a time (no
+  // T-row K or V, which would hold 2 Hq hd values a token where StreamBP's backward holds r + dr:
+  // latent_attention.h). Chunk [s, e)'s attention block sees the keys before e.
+  KV kv;
+  MlaLatent latent;
+  if (config.mla)
+    latent = latent_values(i, x, rows);
+  else
+    kv = kv_values(i, x, rows);
+  auto attention = [&](const torch::Tensor& x_rows, const torch::Tensor& q, int64_t s, int64_t e) {
+    if (config.mla) {
+      const MlaLatent visible{latent.latent.narrow(1, 0, e), latent.k_rot.narrow(1, 0, e)};
+      return attention_output(i, x_rows, latent_attention_values(*this, i, q, visible, e - s));
     }
-    return y;
-  }
-  const KV kv = kv_values(i, x, rows);  // (N, Hkv, T, hd), made chunk by chunk as the queries below
+    const int64_t k0 = config.first_visible_key(i, s);
+    return attention_block(i, x_rows, q, KV{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)});
+  };
   for (int64_t s = 0; s < T; s += rows) {
-    const int64_t c = std::min(rows, T - s), e = s + c;
+    const int64_t c = std::min(rows, T - s);
     auto x_rows = x.narrow(1, s, c);
     auto q = project_q(i, attn_norm(i, x_rows), s, T);
-    const int64_t k0 = config.first_visible_key(i, s);
-    KV visible{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)};
-    y.narrow(1, s, c).copy_(mlp_block(i, attention_block(i, x_rows, q, visible)));
+    y.narrow(1, s, c).copy_(mlp_block(i, attention(x_rows, q, s, s + c)));
   }
   return y;
 }
