@@ -509,17 +509,30 @@ KV Model::project_kv(int64_t i, const torch::Tensor& h, const std::vector<Positi
   return {k, v};
 }
 
+namespace {
+// Two per-row tensors of all T rows of x as values, into `first` and `second` (rows along `dim`), made `rows`
+// rows at a time by make(s, c) -> {first's rows, second's}: no T-row temporaries.
+template <class Make>
+void fill_in_chunks(int64_t T, int64_t rows, int64_t dim, const torch::Tensor& first,
+                    const torch::Tensor& second, Make&& make) {
+  for (int64_t s = 0; s < T; s += rows) {
+    const int64_t c = std::min(rows, T - s);
+    const auto [a, b] = make(s, c);
+    first.narrow(dim, s, c).copy_(a);
+    second.narrow(dim, s, c).copy_(b);
+  }
+}
+}  // namespace
+
 KV Model::kv_values(int64_t i, const torch::Tensor& x, int64_t rows) const {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
   auto k = torch::empty({x.size(0), config.kv_heads, T, config.head_dim}, x.options());
   auto v = torch::empty_like(k);
-  for (int64_t s = 0; s < T; s += rows) {
-    const int64_t c = std::min(rows, T - s);
+  fill_in_chunks(T, rows, 2, k, v, [&](int64_t s, int64_t c) {
     const KV part = project_kv(i, attn_norm(i, x.narrow(1, s, c)), s, T);
-    k.narrow(2, s, c).copy_(part.k);
-    v.narrow(2, s, c).copy_(part.v);
-  }
+    return std::pair{part.k, part.v};
+  });
   return {k, v};
 }
 
@@ -529,12 +542,10 @@ MlaLatent Model::latent_values(int64_t i, const torch::Tensor& x, int64_t rows) 
   const int64_t N = x.size(0), T = x.size(1);
   MlaLatent all{torch::empty({N, T, mla.kv_lora_rank}, x.options()),
                 torch::empty({N, T, mla.qk_rope_head_dim}, x.options())};
-  for (int64_t s = 0; s < T; s += rows) {
-    const int64_t c = std::min(rows, T - s);
+  fill_in_chunks(T, rows, 1, all.latent, all.k_rot, [&](int64_t s, int64_t c) {
     const MlaLatent part = project_latent(i, attn_norm(i, x.narrow(1, s, c)), s, T);
-    all.latent.narrow(1, s, c).copy_(part.latent);
-    all.k_rot.narrow(1, s, c).copy_(part.k_rot);
-  }
+    return std::pair{part.latent, part.k_rot};
+  });
   return all;
 }
 
