@@ -102,7 +102,13 @@ void read_deepseek_moe(const ConfigReader& r, ModelConfig& c, RoutedFamily famil
                                                    : glm_value;
   };
   c.experts = r.integer("n_routed_experts", by_family(64, 256, 64, 128));
-  // DeepseekV2Config leaves num_experts_per_tok null, which its router cannot run: required there.
+  // DeepseekV2Config leaves num_experts_per_tok null, which its router cannot run (transformers 5.17's
+  // DeepseekV2Moe takes topk of None): required there, and said so.
+  if (v2 && (!r.json().contains("num_experts_per_tok") || r.json()["num_experts_per_tok"].is_null()))
+    r.fail(
+        "\"num_experts_per_tok\" is not set (null is DeepseekV2Config's default, with which transformers' "
+        "own "
+        "router cannot run): set the experts a token, 6 for DeepSeek-V2 and V2-Lite");
   c.experts_per_token =
       v2 ? r.integer("num_experts_per_tok") : r.integer("num_experts_per_tok", by_family(0, 8, 4, 8));
   if (c.experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.experts)

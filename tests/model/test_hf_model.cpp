@@ -416,6 +416,11 @@ TEST(HfModel, MixtureOfExpertsConfigRules) {
     edited[key] = value;
     EXPECT_THAT(refusal(edited), HasSubstr(named)) << key;
   }
+  // DeepseekV2Config's own default, which transformers' router cannot run either: named, with what to set.
+  json v2 = hf_config_json(find_model_preset("deepseek-v2-lite"));
+  v2["num_experts_per_tok"] = nullptr;
+  EXPECT_THAT(refusal(v2),
+              HasSubstr("\"num_experts_per_tok\" is not set (null is DeepseekV2Config's default"));
   json mixtral = hf_config_json(find_model_preset("mixtral-8x7b"));
   mixtral["router_jitter_noise"] = 0.1;
   EXPECT_THAT(refusal(mixtral), HasSubstr("\"router_jitter_noise\" 0.1 is not supported"));
