@@ -178,15 +178,26 @@ void read_glm4_moe_attention(const ConfigReader& r, ModelConfig& c) {
     partial = (*where)["partial_rotary_factor"].get<double>();
     where->erase("partial_rotary_factor");
   }
-  const auto rotated = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
-  if (!(partial > 0 && partial <= 1) || rotated < 2 || rotated % 2 != 0)
-    r.fail(fmt::format("\"partial_rotary_factor\" {} must rotate an even number of the {} dims of a head",
+  // transformers spaces the frequencies over int(head_dim x factor) dims and rotates the even number its
+  // tables span, one more where that is odd (RopeConfig::frequency_dims).
+  const auto spaced = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  const int64_t rotated = spaced + spaced % 2;
+  if (!(partial > 0 && partial <= 1) || spaced < 1 || rotated > c.head_dim)
+    r.fail(fmt::format("\"partial_rotary_factor\" {} must rotate between 1 and the {} dims of a head",
                        partial, c.head_dim));
   c.rotary_dim = rotated < c.head_dim ? rotated : 0;
   try {
     c.rope = rope_from_hf_config(j, 131072);
   } catch (const std::invalid_argument& e) {
     r.fail(e.what());
+  }
+  if (spaced != rotated) {
+    if (c.rope.type != RopeType::kDefault && c.rope.type != RopeType::kLinear)
+      r.fail(
+          fmt::format("\"partial_rotary_factor\" {} spaces {} RoPE over an odd {} dims (valid with it: "
+                      "default, linear)",
+                      partial, rope_type_name(c.rope.type), spaced));
+    c.rope.frequency_dims = spaced;
   }
 }
 
@@ -222,8 +233,9 @@ void write_glm4_moe(const ModelConfig& c, json& j) {
   write_llama_like_fields(c, "Glm4MoeForCausalLM", "glm4_moe", j);
   j.erase("sliding_window");
   j["use_qk_norm"] = c.qk_norm;
+  const int64_t spaced = c.rope.frequency_dims > 0 ? c.rope.frequency_dims : c.rope_head_dim();
   j["rope_parameters"]["partial_rotary_factor"] =
-      static_cast<double>(c.rope_head_dim()) / static_cast<double>(c.head_dim);
+      static_cast<double>(spaced) / static_cast<double>(c.head_dim);
   write_deepseek_moe(c, j, "glm4_moe");
 }
 

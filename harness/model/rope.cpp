@@ -13,7 +13,7 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// theta^(-2k/hd) for k = 0 .. hd/2 - 1.
+// theta^(-2k/hd) for k = 0 .. ceil(hd/2) - 1.
 torch::Tensor default_frequencies(double theta, int64_t hd, const torch::TensorOptions& f64) {
   return 1.0 / torch::pow(theta, torch::arange(0, hd, 2, f64) / static_cast<double>(hd));
 }
@@ -55,11 +55,15 @@ torch::Tensor llama3_frequencies(const RopeConfig& r, int64_t hd, const torch::T
 torch::Tensor rope_inverse_frequencies(const RopeConfig& r, int64_t hd, int64_t seq_len,
                                        const torch::Device& device) {
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(device);
+  if (r.frequency_dims > 0 && (r.frequency_dims + 1) / 2 != hd / 2)
+    throw std::invalid_argument(fmt::format("rope: frequencies over {} dims for {} rotated (valid: {} or {})",
+                                            r.frequency_dims, hd, hd - 1, hd));
+  const int64_t spaced = r.frequency_dims > 0 ? r.frequency_dims : hd;
   switch (r.type) {
     case RopeType::kDefault:
-      return default_frequencies(r.theta, hd, f64);
+      return default_frequencies(r.theta, spaced, f64);
     case RopeType::kLinear:
-      return default_frequencies(r.theta, hd, f64) / r.factor;
+      return default_frequencies(r.theta, spaced, f64) / r.factor;
     case RopeType::kDynamic: {
       // transformers recomputes from the longest position seen, never below max_position_embeddings.
       const double length = static_cast<double>(std::max(seq_len, r.max_positions));

@@ -257,7 +257,7 @@ bool RopeConfig::operator==(const RopeConfig& o) const {
          original_max_positions == o.original_max_positions && attention_factor == o.attention_factor &&
          beta_fast == o.beta_fast && beta_slow == o.beta_slow && truncate == o.truncate &&
          low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor &&
-         short_factor == o.short_factor && long_factor == o.long_factor;
+         short_factor == o.short_factor && long_factor == o.long_factor && frequency_dims == o.frequency_dims;
 }
 
 const char* rope_type_name(RopeType type) {

@@ -44,6 +44,11 @@ struct RopeConfig {
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   // longrope: hd/2 factors each, short_factor up to original_max_positions tokens, long_factor past them.
   std::vector<double> short_factor, long_factor;
+  // default and linear: the dims the frequencies are spaced over, theta^(-2k/frequency_dims), where they are
+  // not the rotated ones (0). transformers' partial RoPE takes int(head_dim x partial_rotary_factor) there
+  // and rotates the 2 ceil(that / 2) dims its tables span: one more where the product is odd (GLM-4.5's
+  // config class at its defaults: 21 of a 42-dim head, 22 rotated).
+  int64_t frequency_dims = 0;
 
   bool operator==(const RopeConfig& other) const;
   bool operator!=(const RopeConfig& other) const { return !(*this == other); }

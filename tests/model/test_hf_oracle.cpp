@@ -73,6 +73,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"deepseek_v2", {"sft", "dpo"}},
     {"glm4_moe_lite", {"sft"}},
     {"glm4_moe", {"sft", "dpo"}},
+    {"glm4_moe_odd_rotary", {"sft"}},
 };
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 

@@ -297,6 +297,13 @@ CASES = {
         moe_intermediate_size=12, n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=1.5,
         first_k_dense_replace=1, pad_token_id=None, rope_parameters=dict(rope_type="default", rope_theta=1e6)),
         23, [23, 20], SFT_DPO),
+    # int(head_dim x partial_rotary_factor) odd, as Glm4MoeConfig's defaults make it (21 of 42): frequencies
+    # spaced over 3 dims, 4 rotated.
+    "glm4_moe_odd_rotary": Case(Glm4MoeForCausalLM, Glm4MoeConfig, dict(
+        QWEN3_GQA3, hidden_size=32, head_dim=6, num_attention_heads=4, num_hidden_layers=2,
+        partial_rotary_factor=0.5, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=12,
+        n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1, pad_token_id=None,
+        rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 20], SFT),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
