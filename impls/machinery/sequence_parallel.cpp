@@ -162,7 +162,65 @@ struct Exchange : public torch::autograd::Function<Exchange<kToHeads>> {
 using SeqToHeads = Exchange<true>;
 using HeadsToSeq = Exchange<false>;
 
+// Every rank's rows of a per-row tensor, gathered: x (N, Ts, w) -> (N, T', w), differentiable: its backward
+// reduce-scatters (sums) the gradient of all T' rows, each rank getting its own rows' sum over the ranks.
+struct GatherRows : public torch::autograd::Function<GatherRows> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* comm,
+                               std::string what) {
+    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
+    ctx->saved_data["what"] = what;
+    const int64_t P = comm->world_size(), N = x.size(0), Ts = x.size(1), w = x.size(2);
+    torch::Tensor all;
+    {
+      MemoryScope scope(Category::comm);
+      all = comm->all_gather(x.contiguous().view(-1), what);  // (P N Ts w): rank r's rows at block r
+    }
+    return all.view({P, N, Ts, w}).permute({1, 0, 2, 3}).reshape({N, P * Ts, w});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    const auto& g = grads[0];  // (N, T', w)
+    const int64_t P = comm->world_size(), N = g.size(0), w = g.size(2), Ts = g.size(1) / P;
+    torch::Tensor mine;
+    {
+      MemoryScope scope(Category::comm);
+      auto blocks = g.reshape({N, P, Ts, w}).permute({1, 0, 2, 3}).contiguous().view(-1);
+      mine =
+          comm->reduce_scatter(blocks, ReduceOp::sum, ctx->saved_data["what"].toStringRef() + " (backward)");
+    }
+    return {mine.view({N, Ts, w}), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// kv_b's rows of query heads [h0, h0 + heads), each head's nope key and value (`per_head` rows): LoRA's B
+// likewise, its A shared by every head.
+Linear kv_b_of_heads(const Linear& kv_b, int64_t h0, int64_t heads, int64_t per_head) {
+  Linear rows = kv_b;
+  auto narrow = [&](const torch::Tensor& t) {
+    return t.defined() ? t.narrow(0, h0 * per_head, heads * per_head) : t;
+  };
+  rows.weight = narrow(kv_b.weight);
+  rows.bias = narrow(kv_b.bias);
+  rows.lora_b = narrow(kv_b.lora_b);
+  return rows;
+}
+
 }  // namespace
+
+KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
+                        Communicator& comm) {
+  const auto& c = m.config;
+  const int64_t r = c.mla->kv_lora_rank, dr = c.mla->qk_rope_head_dim, dn = c.qk_nope_head_dim(),
+                dv = c.value_head_dim();
+  const MlaLatent rows =
+      m.project_latent(i, h, layout.first_row(), layout.seq_len);  // (N, Ts, r), (N, Ts, dr)
+  const auto all = GatherRows::apply(torch::cat({rows.latent, rows.k_rot}, -1), &comm,
+                                     fmt::format("layer {} latent", i));  // (N, T', r + dr)
+  const MlaLatent keys{all.narrow(-1, 0, r), all.narrow(-1, r, dr)};
+  return expand_mla_latent(
+      kv_b_of_heads(m.layers[static_cast<size_t>(i)].kv_b, layout.first_q_head(), layout.q_heads, dn + dv),
+      m.lora_enabled, keys, layout.q_heads, dn, dv, c.head_dim);
+}
 
 torch::Tensor seq_to_heads(const torch::Tensor& x, Communicator& comm, const std::string& what) {
   return SeqToHeads::apply(at::TensorList(x), &comm, what)[0];
@@ -211,7 +269,14 @@ torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& la
 torch::Tensor sequence_parallel_layer(const Model& m, int64_t i, const torch::Tensor& x,
                                       const SequenceLayout& layout, Communicator& comm) {
   HeadShards heads;
-  {
+  if (m.config.mla) {            // q to heads; the latent rows gathered, the rank's heads expanded from them
+    auto h = m.attn_norm(i, x);  // (N, Ts, d)
+    heads.q = seq_to_heads(m.project_q(i, h, layout.first_row(), layout.seq_len), comm,  // (N, Hq', T', hd)
+                           fmt::format("layer {} q", i));
+    const KV kv = latent_keys_of_heads(m, i, h, layout, comm);  // (N, Hq', T', hd)
+    heads.k = kv.k;
+    heads.v = kv.v;
+  } else {
     auto h = m.attn_norm(i, x);                                      // (N, Ts, d)
     auto q = m.project_q(i, h, layout.first_row(), layout.seq_len);  // (N, Hq, Ts, hd)
     KV kv = m.project_kv(i, h, layout.first_row(), layout.seq_len);  // (N, Hkv, Ts, hd)

@@ -118,9 +118,20 @@ torch::Tensor streamed_rows_step(DistStep& step, const StepInputs& in, const Row
 torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& layout, Communicator& comm,
                                 const std::string& what);
 
+// Multi-head latent attention: K and V (N, Hq', T', hd) of the rank's query heads from its rows' normed input
+// h (N, Ts, d), differentiable. Only the latent and the RoPE key travel, all-gathered: r + dr values a token
+// (576 for DeepSeek) where the expanded K and V of the rank's heads would be Hq' x 2 hd (6,144 for
+// DeepSeek-V3 on 8 ranks); each rank then expands its heads from all T' rows with its rows of kv_b (the same
+// FLOPs as every head of its Ts rows). The backward reduce-scatters the latent rows' gradient, summed over
+// the ranks' heads; kv_b's rows of each rank's heads get their gradient on that rank, summed with the others'
+// (zero there) by the gradient reduction.
+KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
+                        Communicator& comm);
+
 // Layer i on the rank's rows x (N, Ts, d) -> (N, Ts, d), differentiable (autograd runs the exchanges
 // backwards): norms and projections on the rows, attention of the rank's heads over all T' rows in one call,
-// o_proj and the MLP on the rows. DeepSpeed-Ulysses' layer.
+// o_proj and the MLP on the rows. DeepSpeed-Ulysses' layer. MLA: q exchanged, the latent gathered
+// (latent_keys_of_heads).
 torch::Tensor sequence_parallel_layer(const Model& model, int64_t i, const torch::Tensor& x,
                                       const SequenceLayout& layout, Communicator& comm);
 
