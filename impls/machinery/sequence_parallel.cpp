@@ -207,6 +207,10 @@ Linear kv_b_of_heads(const Linear& kv_b, int64_t h0, int64_t heads, int64_t per_
 
 }  // namespace
 
+bool latent_travels(const ModelConfig& c, const SequenceLayout& layout) {
+  return c.mla && c.mla->kv_lora_rank + c.mla->qk_rope_head_dim < 2 * layout.q_heads * c.head_dim;
+}
+
 KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
                         Communicator& comm) {
   const auto& c = m.config;
@@ -269,8 +273,9 @@ torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& la
 torch::Tensor sequence_parallel_layer(const Model& m, int64_t i, const torch::Tensor& x,
                                       const SequenceLayout& layout, Communicator& comm) {
   HeadShards heads;
-  if (m.config.mla) {            // q to heads; the latent rows gathered, the rank's heads expanded from them
-    auto h = m.attn_norm(i, x);  // (N, Ts, d)
+  if (latent_travels(m.config, layout)) {
+    // q to heads; the latent rows gathered, the rank's heads expanded from them.
+    auto h = m.attn_norm(i, x);                                                          // (N, Ts, d)
     heads.q = seq_to_heads(m.project_q(i, h, layout.first_row(), layout.seq_len), comm,  // (N, Hq', T', hd)
                            fmt::format("layer {} q", i));
     const KV kv = latent_keys_of_heads(m, i, h, layout, comm);  // (N, Hq', T', hd)

@@ -127,11 +127,15 @@ torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& la
 // (zero there) by the gradient reduction.
 KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
                         Communicator& comm);
+// Whether the latent is what travels: r + dr values a token fewer than the 2 Hq' hd of the rank's expanded
+// K and V (DeepSeek-V3, Hq = 128: up to 85 ranks; DeepSeek-V2-Lite, Hq = 16: up to 10). Else the expanded K
+// and V travel, as for every other model.
+bool latent_travels(const ModelConfig& c, const SequenceLayout& layout);
 
 // Layer i on the rank's rows x (N, Ts, d) -> (N, Ts, d), differentiable (autograd runs the exchanges
 // backwards): norms and projections on the rows, attention of the rank's heads over all T' rows in one call,
-// o_proj and the MLP on the rows. DeepSpeed-Ulysses' layer. MLA: q exchanged, the latent gathered
-// (latent_keys_of_heads).
+// o_proj and the MLP on the rows. DeepSpeed-Ulysses' layer. MLA, where latent_travels: q exchanged, the
+// latent gathered (latent_keys_of_heads).
 torch::Tensor sequence_parallel_layer(const Model& model, int64_t i, const torch::Tensor& x,
                                       const SequenceLayout& layout, Communicator& comm);
 

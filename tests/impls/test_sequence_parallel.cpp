@@ -138,7 +138,8 @@ TEST_P(SequenceParallelExactness, GatheredGradientsEqualPlainOnTheWholeSequences
   EXPECT_EQ(comm["all_to_all"]["calls"], 6 * L) << comm.dump();
   // ulysses on latent attention gathers each layer's latent rows in the forward and again in the backward's
   // recompute, and reduce-scatters their gradient (sequence_parallel.h, latent_keys_of_heads).
-  const int64_t latent = c.impl == "ulysses" && model.config.mla ? L : 0;
+  const dist::SequenceLayout layout = dist::sequence_layout(model.config, c.seq_len, c.world, 0);
+  const int64_t latent = c.impl == "ulysses" && dist::latent_travels(model.config, layout) ? L : 0;
   EXPECT_EQ(comm["reduce_scatter"]["calls"], (model.has_lora() ? L : L + 2) + latent) << comm.dump();
   // Loss normalisers and loss, DPO's sequence sums, the routers' counts where the load-balancing loss is on.
   EXPECT_EQ(comm["all_reduce"]["calls"], 2 + (c.objective == "dpo" ? 1 : 0) + (c.aux > 0 ? 1 : 0))
@@ -196,6 +197,20 @@ std::vector<SpCase> exactness_cases() {
     cases.push_back(shard);
   }
   return cases;
+}
+
+// Under MLA the latent travels where it is the smaller: r + dr = 576 values a token against 2 Hq' hd.
+TEST(SequenceParallelLatent, TheLatentTravelsWhereItIsTheSmaller) {
+  auto travels = [](const char* preset, int64_t ranks) {
+    const ModelConfig c = find_model_preset(preset);
+    return dist::latent_travels(c, dist::sequence_layout(c, 4096, ranks, 0));
+  };
+  EXPECT_TRUE(travels("deepseek-v3", 8));         // 16 heads a rank: 6,144 values
+  EXPECT_TRUE(travels("deepseek-v3", 64));        // 2 heads: 768
+  EXPECT_FALSE(travels("deepseek-v3", 128));      // 1 head: 384
+  EXPECT_TRUE(travels("deepseek-v2-lite", 8));    // 2 heads: 768
+  EXPECT_FALSE(travels("deepseek-v2-lite", 16));  // 1 head: 384
+  EXPECT_FALSE(travels("qwen3-8b", 8));           // no latent
 }
 
 // T not divisible by P (the ring: 2P) pads rows, which the load-balancing loss would count: such a cell is
