@@ -17,6 +17,7 @@
 #include "harness/model/flop_count.h"
 #include "harness/objectives/data_file.h"
 #include "harness/objectives/objective.h"
+#include "harness/run/allocation_failure.h"
 #include "harness/run/cell_steps.h"
 #include "harness/run/gpu_peak.h"
 #include "harness/run/grad_error.h"
@@ -266,14 +267,17 @@ CellResult run_cell(const CellJob& job) {
   } catch (const c10::OutOfMemoryError& e) {
     r.status = "oom";
     r.reason = one_line(e.what_without_backtrace());
+    r.oom_requested_bytes = requested_bytes(r.reason);
     // The step's tensors are gone with measure_cell's frame; give their cached blocks back so the next cell
     // (or grad-error reference) starts from an empty cache.
     profiles::recorder_for(job.settings.device).release_cached();
   } catch (const c10::Error& e) {
     const std::string msg = one_line(e.what_without_backtrace());
-    // The default CPU allocator reports a failed malloc as a plain c10::Error.
-    r.status = msg.find("not enough memory") != std::string::npos ? "oom" : "error";
+    // The default CPU allocator reports a failed malloc as a plain c10::Error: a result (oom), with the
+    // bytes it asked for.
+    r.status = is_allocation_failure(msg) ? "oom" : "error";
     r.reason = msg;
+    if (r.status == "oom") r.oom_requested_bytes = requested_bytes(msg);
   } catch (const std::bad_alloc& e) {
     r.status = "oom";
     r.reason = fmt::format("std::bad_alloc: {}", e.what());

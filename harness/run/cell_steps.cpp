@@ -138,20 +138,37 @@ void write_timeline(const CellJob& job, const profiles::Timeline& timeline, Memo
   namespace fs = std::filesystem;
   const fs::path dir = job.timeline_dir;
   const std::string name = own_timeline_name(job);
-  fs::create_directories((dir / name).parent_path());
+  std::error_code unmade;  // a folder that cannot be made: each file below then says why it was not written
+  fs::create_directories((dir / name).parent_path(), unmade);
   const std::string label = job.cell.label({"model", "impl", "objective", "seq_len", "partition"});
-  write_json_atomically(dir / (name + ".json"),
-                        json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
-  write_json_atomically(dir / (name + ".trace.json"), profiles::chrome_trace(timeline, label, device));
-  mem.timeline_file = name + ".json";
-  mem.trace_file = name + ".trace.json";
+  // A file that cannot be written (a full disk, a quota) is named with why; the measurement stands, and the
+  // write already removed its partial temporary (write_file_atomically).
+  auto written = [&](const std::string& file, const auto& write) {
+    try {
+      write(dir / file);
+      return true;
+    } catch (const std::exception& e) {
+      if (mem.files_not_written.is_null()) mem.files_not_written = json::object();
+      mem.files_not_written[file] = e.what();
+      return false;
+    }
+  };
+  if (written(name + ".json", [&](const fs::path& path) {
+        write_json_atomically(
+            path, json{{"cell", job.cell.axes()}, {"timeline", profiles::timeline_to_json(timeline)}});
+      }))
+    mem.timeline_file = name + ".json";
+  if (written(name + ".trace.json", [&](const fs::path& path) {
+        write_json_atomically(path, profiles::chrome_trace(timeline, label, device));
+      }))
+    mem.trace_file = name + ".trace.json";
   // The allocator's events as PyTorch's memory snapshot, with bpbench's phases as frames (memory_viz.h); it
   // replaces the allocator's own pickle of an OOM (the same file), which has no trace.
-  if (!timeline.events.empty()) {
-    const std::string pickle = name + ".memory_viz.pickle";
-    write_file_atomically(dir / pickle, profiles::memory_viz_pickle(timeline));
+  const std::string pickle = name + ".memory_viz.pickle";
+  if (!timeline.events.empty() && written(pickle, [&](const fs::path& path) {
+        write_file_atomically(path, profiles::memory_viz_pickle(timeline));
+      }))
     mem.snapshot_file = pickle;
-  }
 }
 
 // Every step starts from fresh gradients, and every rank starts it together (its clock included).

@@ -34,6 +34,7 @@ const JsonFields<MemoryResult>& memory_fields() {
       raw("device_activity", &M::device_activity, /*omit_null=*/true),
       when_set("host_peak_bytes", &M::host_peak_bytes),
       when_set("estimate_host_bytes", &M::estimate_host_bytes),
+      raw("files_not_written", &M::files_not_written, /*omit_null=*/true),
   };
   return fields;
 }
@@ -186,6 +187,7 @@ const JsonFields<CellResult>& cell_fields() {
       always("threads", &C::threads),
       always("status", &C::status, true),
       always("reason", &C::reason),
+      when_set("oom_requested_bytes", &C::oom_requested_bytes),
       nullable("loss", &C::loss),
       always("wall_s", &C::wall_s),
       always("uses_partition", &C::uses_partition),

@@ -298,6 +298,9 @@ std::string outcome_summary(const CellResult& r) {
                        r.max_len->max_seq_len, r.max_len->probes.size());
   if (r.memory) s += fmt::format(" {} MiB peak", format_mib(r.memory->peak_bytes));
   if (r.time) s += fmt::format("{} {:.3g} s", r.memory ? "," : "", r.time->median_s);
+  if (r.memory && r.memory->files_not_written.is_object() && !r.memory->files_not_written.empty())
+    s += fmt::format("; {} of its files not written ({})", r.memory->files_not_written.size(),
+                     r.memory->files_not_written.begin().value().get<std::string>());
   return s;
 }
 

@@ -53,6 +53,9 @@ struct MemoryResult {
   // offload: host bytes holding the layer checkpoints (profiles/host_memory.h), and their estimate; not part
   // of peak_bytes, which is the device's.
   std::optional<int64_t> host_peak_bytes, estimate_host_bytes;
+  // The cell's files that could not be written (a full disk, a quota), each with why: {"FILE": "reason"};
+  // the measurement stands without them. null: none failed.
+  nlohmann::json files_not_written;
 };
 
 // A max-sequence-length search's outcome with the settings it ran under (harness/run/maxlen.h).
@@ -95,6 +98,8 @@ struct CellResult {
   int64_t threads = 0;
   std::string status = "ok";  // ok | oom | skipped | error
   std::string reason;
+  // oom: the bytes the allocation that failed asked for, where the allocator said (allocation_failure.h).
+  std::optional<int64_t> oom_requested_bytes;
   std::optional<double> loss;
   double wall_s = 0;  // the whole cell: build, runs, reference
   bool uses_partition = false, uses_logits_partition = false;
