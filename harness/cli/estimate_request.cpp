@@ -226,11 +226,13 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
     throw std::invalid_argument(fmt::format("estimate: --ranks must be >= 1, got {}", in.ranks));
   if (impls.empty()) {
     // Those that can take the request (offload; the ranks splitting the heads, for sequence parallelism; an
-    // estimate that holds on the device; the model's blocks estimated for it: MLA not on the sequence-parallel
-    // strategies yet).
+    // estimate that holds on the device; the model's blocks estimated for it: MLA not on the
+    // sequence-parallel strategies yet).
     for (const auto& name : in.ranks > 1 ? estimated_data_parallel_impls() : estimated_impls()) {
       const auto strategy = make_strategy(name);
-      if (!estimated_for_model(in.config, name)) continue;
+      if (!estimated_for_model(in.config, name) ||
+          latent_attention_in_math(in.config, name, in.device, in.dtype))
+        continue;
       if ((!in.offload || strategy->uses_offload()) && (in.ulysses_degree == 1 || strategy->runs_on_mesh()) &&
           !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})) &&
           !strategy->estimate_gap(in.device, in.dtype, in.config))

@@ -176,6 +176,12 @@ std::string sequence_parallel_gap(const ModelConfig& c) {
 }
 }  // namespace
 
+bool latent_attention_in_math(const ModelConfig& c, const std::string& impl, const std::string& device,
+                              at::ScalarType dtype) {
+  return device == "cuda" && c.mla && impl != "plain" &&
+         partial_kernel_for(torch::Device(torch::kCUDA), dtype, c.head_dim) == PartialKernel::math;
+}
+
 bool estimated_for_model(const ModelConfig& c, const std::string& impl) {
   return !make_strategy(impl)->sequence_parallel() || sequence_parallel_gap(c).empty();
 }
@@ -307,8 +313,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
                     dtype_name(in.dtype), in.config.head_dim));
   // MLA's latent attention (every strategy's checkpointed forward, StreamBP's backward) runs attention by key
   // blocks through attention_partial.h, whose CUDA kernel is flash or the math form.
-  if (in.device == "cuda" && in.config.mla && in.impl != "plain" &&
-      partial_kernel_for(device, in.dtype, in.config.head_dim) == PartialKernel::math)
+  if (latent_attention_in_math(in.config, in.impl, in.device, in.dtype))
     throw std::invalid_argument(
         fmt::format("estimate: on cuda, {} on {} runs its latent attention by key blocks in the math form (N "
                     "x Hq x c x e "

@@ -97,9 +97,16 @@ bool estimate_bytes_fit_in_int64(const EstimateInput& in);
 // Throws std::invalid_argument naming what is wrong with `in` (unknown impl, objective, device or dtype,
 // non-positive sizes, offload with plain). Both estimates start with it.
 void check_estimate_input(const EstimateInput& in);
-// Whether `impl`'s estimate models `c`'s blocks (not yet: StreamBP's latent and the distributed strategies on
-// multi-head latent attention); check_estimate_input refuses the others by name.
+// Whether `impl`'s estimate models `c`'s blocks (not yet: the sequence-parallel strategies on multi-head
+// latent attention, DeepSeek's routing, shared experts, partial RoPE or dense layers among routed ones);
+// check_estimate_input refuses the others by name.
 bool estimated_for_model(const ModelConfig& c, const std::string& impl);
+// Whether `impl` on `c` runs MLA's latent attention by key blocks in the math form on `device` in `dtype`
+// (CUDA float32: scores materialised, which no estimate models; every strategy but plain runs the latent
+// path in its checkpointed forward). estimate_peak refuses it by name, `estimate`'s default table leaves it
+// out.
+bool latent_attention_in_math(const ModelConfig& c, const std::string& impl, const std::string& device,
+                              at::ScalarType dtype);
 
 // N for an objective: sft B, dpo 2B, grpo B*G.
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group);

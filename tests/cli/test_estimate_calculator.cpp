@@ -232,6 +232,16 @@ TEST(EstimateCalculator, BadModelsAreOneLineErrorsNamingTheProblem) {
                 .at("estimates")
                 .size(),
             2u);
+  // On CUDA in float32 the latent path's key blocks run the math form: every strategy but plain is refused
+  // by name, and left out of the default table.
+  const json float32 = estimate_doc(with_model(
+      "deepseek-v2-lite", {"--seq-len", "4k", "--device", "cuda", "--dtype", "float32", "--threads", "1"}));
+  ASSERT_EQ(float32.at("estimates").size(), 1u);
+  EXPECT_EQ(float32["estimates"][0]["impl"], "plain");
+  EXPECT_NE(one_line_error(with_model("deepseek-v2-lite", {"--seq-len", "4k", "--device", "cuda", "--dtype",
+                                                           "float32", "--impl", "streambp"}))
+                .find("runs its latent attention by key blocks in the math form"),
+            std::string::npos);
   std::vector<std::string> ulysses = with_model(tmp.file("latent.json"));
   ulysses.insert(ulysses.end(), {"--impl", "ulysses", "--ranks", "2"});
   EXPECT_NE(
