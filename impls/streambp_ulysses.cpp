@@ -26,6 +26,12 @@
 //     reduce_scatter(layer i)
 //   embedding backward; reduce_scatter(embedding)
 //
+// Multi-head latent attention, where the latent is the smaller to send (sequence_parallel.h, latent_travels):
+// a. sends q alone and all-gathers the latent rows (N, T', r + dr), from which the rank's heads' K and V are
+// expanded c rows at a time; f. backpropagates dK, dV through that expansion c key rows at a time (kv_b's rows
+// of the rank's heads accumulate) into the latent rows' gradient, reduce-scattered to the rank's rows, and
+// sends dq alone; g. runs the latent path (kv_a, its norm, RoPE) instead of the k and v projections.
+//
 // Never on a rank: a tensor of T rows of d or I, or of c x T' scores: everything is Ts rows of the
 // sequence, or T' rows of 1/P of the heads. The price: the attention's forward runs three times (the
 // forward, b., e.) and the q, k, v projections three times (the forward, a., g.), each once more than
@@ -110,15 +116,22 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
           .backward(d_out.narrow(2, s, c).transpose(1, 2).reshape({N, c, layout.q_heads * hd}));
       heads.q.narrow(2, s, c).copy_(q.grad());  // Q's rows are read by this block only
     }
-    grads = {heads.q, dk.to(heads.k.scalar_type()), dv.to(heads.v.scalar_type())};
+    grads = {heads.q, dk.to(heads.k.scalar_type()), dv.to(heads.v.scalar_type()), heads.latent};
     heads = HeadShards{};
   }
-  HeadShards d_rows;  // f.
+  HeadShards d_rows;       // f.
+  torch::Tensor d_latent;  // MLA where the latent travels: its rows' gradient (N, Ts, r + dr)
   {
     PhaseScope phase("q, k, v gradients to rows");
     MemoryScope scope(Category::kv);
-    torch::NoGradGuard no_grad;
-    d_rows = dist::heads_to_rows(grads, layout, comm, fmt::format("layer {} q, k, v (backward)", i));
+    if (grads.latent.defined()) {
+      d_latent = dist::latent_grads_to_rows(m, i, grads.latent, grads.k, grads.v, layout, comm, rows);
+      torch::NoGradGuard no_grad;
+      d_rows.q = dist::heads_to_seq(grads.q, comm, fmt::format("layer {} q (backward)", i));
+    } else {
+      torch::NoGradGuard no_grad;
+      d_rows = dist::heads_to_rows(grads, layout, comm, fmt::format("layer {} q, k, v (backward)", i));
+    }
     grads = HeadShards{};
   }
   {  // g.
@@ -127,10 +140,19 @@ torch::Tensor layer_backward(const Model& m, int64_t i, const torch::Tensor& x_i
     for_chunks(Ts, [&](int64_t s, int64_t c) {
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);
       auto h = m.attn_norm(i, x_rows);
-      const KV kv = m.project_kv(i, h, pos0 + s, T);
-      torch::autograd::backward(
-          {m.project_q(i, h, pos0 + s, T), kv.k, kv.v},
-          {d_rows.q.narrow(2, s, c), d_rows.k.narrow(2, s, c), d_rows.v.narrow(2, s, c)});
+      if (d_latent.defined()) {  // the latent path of the rows: kv_a, its norm, RoPE
+        const MlaLatent latent = m.project_latent(i, h, pos0 + s, T);
+        const auto d = d_latent.narrow(1, s, c);
+        const int64_t r = latent.latent.size(-1);
+        torch::autograd::backward(
+            {m.project_q(i, h, pos0 + s, T), latent.latent, latent.k_rot},
+            {d_rows.q.narrow(2, s, c), d.narrow(-1, 0, r), d.narrow(-1, r, latent.k_rot.size(-1))});
+      } else {
+        const KV kv = m.project_kv(i, h, pos0 + s, T);
+        torch::autograd::backward(
+            {m.project_q(i, h, pos0 + s, T), kv.k, kv.v},
+            {d_rows.q.narrow(2, s, c), d_rows.k.narrow(2, s, c), d_rows.v.narrow(2, s, c)});
+      }
       if (wants_dx) dy.narrow(1, s, c).add_(x_rows.grad());
     });
   }

@@ -211,6 +211,74 @@ bool latent_travels(const ModelConfig& c, const SequenceLayout& layout) {
   return c.mla && c.mla->kv_lora_rank + c.mla->qk_rope_head_dim < 2 * layout.q_heads * c.head_dim;
 }
 
+namespace {
+// The gathered latent rows (N, n, r + dr) as expand_mla_latent takes them.
+MlaLatent split_latent(const ModelConfig& c, const torch::Tensor& rows) {
+  const int64_t r = c.mla->kv_lora_rank, dr = c.mla->qk_rope_head_dim;
+  return {rows.narrow(-1, 0, r), rows.narrow(-1, r, dr)};
+}
+
+// K and V (N, Hq', n, hd) of the rank's heads from latent rows (N, n, r + dr).
+KV expand_heads(const Model& m, int64_t i, const torch::Tensor& rows, const SequenceLayout& layout) {
+  const auto& c = m.config;
+  const int64_t dn = c.qk_nope_head_dim(), dv = c.value_head_dim();
+  return expand_mla_latent(
+      kv_b_of_heads(m.layers[static_cast<size_t>(i)].kv_b, layout.first_q_head(), layout.q_heads, dn + dv),
+      m.lora_enabled, split_latent(c, rows), layout.q_heads, dn, dv, c.head_dim);
+}
+}  // namespace
+
+torch::Tensor gathered_latent_values(const Model& m, int64_t i, const torch::Tensor& x,
+                                     const SequenceLayout& layout, Communicator& comm, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const auto& c = m.config;
+  const int64_t r = c.mla->kv_lora_rank, Ts = layout.rows, pos0 = layout.first_row();
+  auto mine = torch::empty({x.size(0), Ts, r + c.mla->qk_rope_head_dim}, x.options());
+  for (int64_t s = 0; s < Ts; s += rows) {
+    const int64_t n = std::min(rows, Ts - s);
+    const MlaLatent part = m.project_latent(i, m.attn_norm(i, x.narrow(1, s, n)), pos0 + s, layout.seq_len);
+    mine.narrow(1, s, n).narrow(-1, 0, r).copy_(part.latent);
+    mine.narrow(1, s, n).narrow(-1, r, part.k_rot.size(-1)).copy_(part.k_rot);
+  }
+  return GatherRows::apply(mine, &comm, fmt::format("layer {} latent", i));
+}
+
+KV latent_heads_values(const Model& m, int64_t i, const torch::Tensor& latent, const SequenceLayout& layout,
+                       int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const int64_t N = latent.size(0), Tp = latent.size(1);
+  auto k = torch::empty({N, layout.q_heads, Tp, m.config.head_dim}, latent.options()),
+       v = torch::empty_like(k);
+  for (int64_t s = 0; s < Tp; s += rows) {
+    const int64_t n = std::min(rows, Tp - s);
+    const KV part = expand_heads(m, i, latent.narrow(1, s, n), layout);
+    k.narrow(2, s, n).copy_(part.k);
+    v.narrow(2, s, n).copy_(part.v);
+  }
+  return {k, v};
+}
+
+torch::Tensor latent_grads_to_rows(const Model& m, int64_t i, const torch::Tensor& latent,
+                                   const torch::Tensor& dk, const torch::Tensor& dv,
+                                   const SequenceLayout& layout, Communicator& comm, int64_t rows) {
+  const int64_t Tp = latent.size(1);
+  auto d_latent = torch::empty_like(latent);  // (N, T', r + dr): every row's, from the rank's heads
+  for (int64_t s = 0; s < Tp; s += rows) {
+    const int64_t n = std::min(rows, Tp - s);
+    auto leaf = latent.narrow(1, s, n).detach().requires_grad_(true);
+    const KV kv = expand_heads(m, i, leaf, layout);
+    torch::autograd::backward({kv.k, kv.v}, {dk.narrow(2, s, n), dv.narrow(2, s, n)});
+    d_latent.narrow(1, s, n).copy_(leaf.grad());
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t P = comm.world_size(), N = latent.size(0), w = latent.size(2), Ts = Tp / P;
+  MemoryScope scope(Category::comm);
+  auto blocks = d_latent.view({N, P, Ts, w}).permute({1, 0, 2, 3}).contiguous().view(-1);
+  d_latent = torch::Tensor();
+  return comm.reduce_scatter(blocks, ReduceOp::sum, fmt::format("layer {} latent (backward)", i))
+      .view({N, Ts, w});
+}
+
 KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
                         Communicator& comm) {
   const auto& c = m.config;
@@ -241,7 +309,7 @@ HeadShards exchange_qkv(const torch::Tensor& q, const torch::Tensor& k, const to
   };
   const std::vector<torch::Tensor> xs{q, repeated(k), repeated(v)};
   auto heads = SeqToHeads::apply(at::TensorList(xs), &comm, what);
-  return {heads[0], heads[1], heads[2]};
+  return {heads[0], heads[1], heads[2], {}};
 }
 
 HeadShards heads_to_rows(const HeadShards& grads, const SequenceLayout& layout, Communicator& comm,
@@ -252,7 +320,7 @@ HeadShards heads_to_rows(const HeadShards& grads, const SequenceLayout& layout, 
     if (layout.kv_repeat == 1) return g;
     return g.view({g.size(0), g.size(1) / layout.kv_repeat, layout.kv_repeat, g.size(2), g.size(3)}).sum(2);
   };
-  return {rows[0], copies_summed(rows[1]), copies_summed(rows[2])};
+  return {rows[0], copies_summed(rows[1]), copies_summed(rows[2]), {}};
 }
 
 torch::Tensor all_sequence_sums(const torch::Tensor& rank_sums, Communicator& comm) {
@@ -299,6 +367,21 @@ HeadShards qkv_to_heads(const Model& m, int64_t i, const torch::Tensor& x, const
   torch::NoGradGuard no_grad;
   const auto& c = m.config;
   const int64_t N = x.size(0), Ts = layout.rows, pos0 = layout.first_row();
+  if (latent_travels(c, layout)) {  // q to heads; the latent gathered and the rank's heads expanded
+    auto q = torch::empty({N, c.heads, Ts, c.head_dim}, x.options());
+    for (int64_t s = 0; s < Ts; s += rows) {
+      const int64_t n = std::min(rows, Ts - s);
+      q.narrow(2, s, n).copy_(m.project_q(i, m.attn_norm(i, x.narrow(1, s, n)), pos0 + s, layout.seq_len));
+    }
+    HeadShards heads;
+    heads.q = seq_to_heads(q, comm, fmt::format("layer {} q", i));
+    q = torch::Tensor();
+    heads.latent = gathered_latent_values(m, i, x, layout, comm, rows);
+    const KV kv = latent_heads_values(m, i, heads.latent, layout, rows);
+    heads.k = kv.k;
+    heads.v = kv.v;
+    return heads;
+  }
   auto q = torch::empty({N, c.heads, Ts, c.head_dim}, x.options());
   auto k = torch::empty({N, c.kv_heads, Ts, c.head_dim}, x.options()), v = torch::empty_like(k);
   for (int64_t s = 0; s < Ts; s += rows) {

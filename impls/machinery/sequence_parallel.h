@@ -87,6 +87,8 @@ torch::Tensor heads_to_seq(const torch::Tensor& y, Communicator& comm, const std
 // that Hk' = Hkv kv_repeat splits over the P ranks).
 struct HeadShards {
   torch::Tensor q, k, v;
+  torch::Tensor
+      latent;  // MLA where latent_travels: the gathered latent rows K and V came from (N, T', r + dr)
 };
 HeadShards exchange_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         int64_t kv_repeat, Communicator& comm, const std::string& what);
@@ -127,6 +129,20 @@ torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& la
 // (zero there) by the gradient reduction.
 KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
                         Communicator& comm);
+// StreamBP's pieces of the same (streambp_ulysses.cpp), values and their gradients `rows` rows at a time:
+//   gathered_latent_values: the latent rows of the rank's rows under no grad, gathered   (N, T', r + dr)
+//   latent_heads_values:    K, V of the rank's heads expanded from them                  (N, Hq', T', hd)
+//   latent_grads_to_rows:   dK, dV of the rank's heads back through the expansion (kv_b's rows of those heads
+//                           accumulate their .grad): the latent rows' gradient of all T', reduce-scattered
+//                           (summed over the ranks' heads) to the rank's rows             (N, Ts, r + dr)
+torch::Tensor gathered_latent_values(const Model& m, int64_t i, const torch::Tensor& x,
+                                     const SequenceLayout& layout, Communicator& comm, int64_t rows);
+KV latent_heads_values(const Model& m, int64_t i, const torch::Tensor& latent, const SequenceLayout& layout,
+                       int64_t rows);
+torch::Tensor latent_grads_to_rows(const Model& m, int64_t i, const torch::Tensor& latent,
+                                   const torch::Tensor& dk, const torch::Tensor& dv,
+                                   const SequenceLayout& layout, Communicator& comm, int64_t rows);
+
 // Whether the latent is what travels: r + dr values a token fewer than the 2 Hq' hd of the rank's expanded
 // K and V (DeepSeek-V3, Hq = 128: up to 85 ranks; DeepSeek-V2-Lite, Hq = 16: up to 10). Else the expanded K
 // and V travel, as for every other model.

@@ -136,10 +136,10 @@ TEST_P(SequenceParallelExactness, GatheredGradientsEqualPlainOnTheWholeSequences
   const int64_t L = model.config.layers;
   const json& comm = r0.at("comm");
   EXPECT_EQ(comm["all_to_all"]["calls"], 6 * L) << comm.dump();
-  // ulysses on latent attention gathers each layer's latent rows in the forward and again in the backward's
-  // recompute, and reduce-scatters their gradient (sequence_parallel.h, latent_keys_of_heads).
+  // On latent attention both gather each layer's latent rows in the forward and again in the backward, and
+  // reduce-scatter their gradient (sequence_parallel.h, latent_travels).
   const dist::SequenceLayout layout = dist::sequence_layout(model.config, c.seq_len, c.world, 0);
-  const int64_t latent = c.impl == "ulysses" && dist::latent_travels(model.config, layout) ? L : 0;
+  const int64_t latent = dist::latent_travels(model.config, layout) ? L : 0;
   EXPECT_EQ(comm["reduce_scatter"]["calls"], (model.has_lora() ? L : L + 2) + latent) << comm.dump();
   // Loss normalisers and loss, DPO's sequence sums, the routers' counts where the load-balancing loss is on.
   EXPECT_EQ(comm["all_reduce"]["calls"], 2 + (c.objective == "dpo" ? 1 : 0) + (c.aux > 0 ? 1 : 0))
