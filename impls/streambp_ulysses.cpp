@@ -28,9 +28,9 @@
 //
 // Multi-head latent attention, where the latent is the smaller to send (sequence_parallel.h, latent_travels):
 // a. sends q alone and all-gathers the latent rows (N, T', r + dr), from which the rank's heads' K and V are
-// expanded c rows at a time; f. backpropagates dK, dV through that expansion c key rows at a time (kv_b's rows
-// of the rank's heads accumulate) into the latent rows' gradient, reduce-scattered to the rank's rows, and
-// sends dq alone; g. runs the latent path (kv_a, its norm, RoPE) instead of the k and v projections.
+// expanded c rows at a time; f. backpropagates dK, dV through that expansion c key rows at a time (kv_b's
+// rows of the rank's heads accumulate) into the latent rows' gradient, reduce-scattered to the rank's rows,
+// and sends dq alone; g. runs the latent path (kv_a, its norm, RoPE) instead of the k and v projections.
 //
 // Never on a rank: a tensor of T rows of d or I, or of c x T' scores: everything is Ts rows of the
 // sequence, or T' rows of 1/P of the heads. The price: the attention's forward runs three times (the
