@@ -490,7 +490,7 @@ struct MemoryTerms {
   // The backward of that attention, block by block (LatentChunkAttention::backward): dO, dQ so far (float32
   // for bfloat16, from the second block on), the block's K and V with their graph from kv_b and, either, the
   // kernel's call (the block's dQ, dK, dV and its scratch) or the expansion's backward with the block's dQ,
-  // dK, dV still alive (expansion_backward).
+  // dK, dV still alive (latent_expansion_backward).
   int64_t latent_attn_backward(int64_t rows, int64_t keys) const {
     const int64_t dq_sum = keys > rows ? N * rows * Aq * (s == 2 ? 4 : s) : 0;
     // The block's latent rows are a strided slice when N > 1: kv_b's matmul saves a contiguous copy.
