@@ -176,6 +176,7 @@ CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
       if (r.status == "oom" || (r.status == "error" && merged.status != "oom")) {
         merged.status = r.status;
         merged.reason = r.reason;
+        merged.oom_requested_bytes = r.oom_requested_bytes;
       }
       merged.ranks.push_back(
           {{"status", r.status},

@@ -50,17 +50,15 @@ int run_bpbench(const std::string& prefix, const fs::path& scenario, const fs::p
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-void write_scenario(const fs::path& path, const json& grid, bool timeline) {
-  json s = {{"name", "lost-results"},
-            {"device", "cpu"},
-            {"threads", 1},
-            {"grid", grid},
-            {"measure", {{"memory", true}, {"timeline", timeline}}}};
+void write_scenario(const fs::path& path, const json& grid, bool timeline, int world_size = 1) {
+  json s = {{"name", "lost-results"}, {"device", "cpu"},
+            {"threads", 1},           {"world_size", world_size},
+            {"grid", grid},           {"measure", {{"memory", true}, {"timeline", timeline}}}};
   std::ofstream(path) << s.dump(2);
 }
 
 // seq_len 1e12: the batch alone asks the host for 8e12 bytes. The cell is oom with those bytes, the run
-// goes on to the next cell, measures it, and exits 0 (an oom cell is a result).
+// goes on to the next cell, measures it, and exits 0 (an oom cell is a result). One process and 2 ranks.
 TEST(LostResults, ASequenceNoHostHoldsIsStatusOomWithTheBytesAsked) {
   TempDir tmp;
   write_scenario(tmp.dir() / "s.json",
@@ -72,6 +70,22 @@ TEST(LostResults, ASequenceNoHostHoldsIsStatusOomWithTheBytesAsked) {
   EXPECT_EQ(cells[0]["oom_requested_bytes"], 8000000000000) << cells[0]["reason"];  // (1, T) int64 ids
   EXPECT_EQ(cells[1]["status"], "ok");
   EXPECT_GT(cells[1]["memory"]["peak_bytes"].get<int64_t>(), 0);
+
+  // Distributed: each of 2 ranks builds the global batch of 2 sequences (16e12 bytes); the merged cell keeps
+  // the bytes its ranks asked for.
+  write_scenario(tmp.dir() / "d.json",
+                 {{"model", "tiny"},
+                  {"impl", "streambp-dist"},
+                  {"seq_len", {1000000000000, 48}},
+                  {"partition", 32},
+                  {"logits_partition", 32}},
+                 false, 2);
+  ASSERT_EQ(run_bpbench("", tmp.dir() / "d.json", tmp.dir() / "dist"), 0) << tmp.file("dist.log");
+  const json dist = json_file(tmp.dir() / "dist" / "results.json").at("cells");
+  ASSERT_EQ(dist.size(), 2u);
+  EXPECT_EQ(dist[0]["status"], "oom") << dist[0]["reason"];
+  EXPECT_EQ(dist[0]["oom_requested_bytes"], 16000000000000) << dist[0]["reason"];
+  EXPECT_EQ(dist[1]["status"], "ok") << dist[1]["reason"];
 }
 
 // A tmpfs of 1 MiB as --out where this process may mount one (root with CAP_SYS_ADMIN), else a file-size
