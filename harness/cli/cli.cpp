@@ -23,6 +23,7 @@
 #include "harness/model/model_config.h"
 #include "harness/model/rope_config.h"
 #include "harness/objectives/objective.h"
+#include "harness/run/launcher_env.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
@@ -328,6 +329,15 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
                 "one of them");
   if (!scenario_path)
     usage_error("run: missing SCENARIO.json", "a scenario file, e.g. scenarios/quickstart.json");
+  // Under a launcher every rank would run the whole grid into one DIR. Until a grid runs over launched ranks
+  // (issue 77), each rank is told at once, before any of them touches DIR.
+  if (const auto launched = launched_rank())
+    usage_error(
+        fmt::format("run: started as rank {} of {} by {} ({}): `bpbench run` does not run a grid over "
+                    "launched ranks yet, and every rank would run all of it into one --out",
+                    launched->rank, launched->world, launched->launcher, launched->variables),
+        "one `bpbench run` per machine, whose scenario's world_size starts the distributed cells' "
+        "ranks; under a launcher, `bpbench run-cell JOB.json` per rank (docs/distributed.md)");
   const Scenario scenario = load_scenario(*scenario_path);
   opt.out_dir = out_dir.value_or("out/" + scenario.name);
   opt.argv = argv;
