@@ -1,13 +1,19 @@
 // test_launcher_env.cpp: `bpbench run` started by a launcher (torchrun, srun, mpirun) as one of several
 // ranks. A grid over launched ranks is not built yet (issue 77), so every rank refuses at once, in one line,
-// before any of them touches --out: against the project's own torchrun (.venv) too.
+// before any of them touches --out: against the project's own torchrun (.venv) too. And what a launcher runs
+// instead, `bpbench run-cell JOB.json` per rank, under that real torchrun.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "harness/run/dist_launch.h"
 #include "harness/run/launcher_env.h"
 #include "tests/support/test_support.h"
 
@@ -88,6 +94,55 @@ TEST(LauncherEnv, EveryRankUnderTorchrunRefusesBeforeTouchingOut) {
         std::string::npos)
         << text;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// What the docs give a launcher instead (docs/distributed.md, "Under torchrun"): `bpbench run-cell JOB.json`
+// on every rank joins the group from torchrun's own environment (its agent's store: rank 0's TCPStore server
+// yields to it) and prints its record; both ranks measure the cell, with one global loss.
+TEST(LauncherEnv, RunCellUnderTorchrunJoinsTheGroupFromItsEnvironment) {
+  const fs::path torchrun = fs::path(BPBENCH_SOURCE_DIR) / ".venv" / "bin" / "torchrun";
+  ASSERT_TRUE(fs::exists(torchrun)) << torchrun;
+  TempDir tmp;
+  // Every grid key, as `bpbench run` writes its ranks' jobs.
+  const nlohmann::json job = {{"axes",
+                               {{"model", "tiny"},
+                                {"impl", "streambp-dist"},
+                                {"objective", "sft"},
+                                {"seq_len", 48},
+                                {"batch", 1},
+                                {"dtype", "float32"},
+                                {"partition", 16},
+                                {"logits_partition", 16},
+                                {"offload", "none"},
+                                {"lora_rank", 0},
+                                {"lora_alpha", 64},
+                                {"group", 8},
+                                {"prompt_len", -1},
+                                {"padding", false},
+                                {"beta", 0.1},
+                                {"epsilon", 0.2},
+                                {"ulysses_degree", 1}}},
+                              {"device", "cpu"},
+                              {"seed", 0},
+                              {"threads", 1},
+                              {"measure", {{"memory", true}}}};
+  std::ofstream(tmp.file("job.json")) << job.dump();
+  const fs::path log = tmp.dir() / "torchrun.log";
+  const std::string cmd =
+      fmt::format("'{}' --nproc-per-node 2 --master-port {} --no-python '{}' run-cell '{}' > '{}' 2>&1",
+                  torchrun.string(), free_local_port(), BPBENCH_BINARY, tmp.file("job.json"), log.string());
+  const Env clean({});
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << file_text(log);
+  std::istringstream lines(file_text(log));
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("{\"axes\"", 0) == 0) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 2u) << file_text(log);
+  for (const auto& r : records) {
+    EXPECT_EQ(r["status"], "ok") << r["reason"];
+    EXPECT_GT(r["memory"]["peak_bytes"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(records[0]["loss"], records[1]["loss"]);  // the global loss, all-reduced
 }
 
 }  // namespace
