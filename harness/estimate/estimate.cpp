@@ -315,9 +315,9 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   // blocks through attention_partial.h, whose CUDA kernel is flash or the math form.
   if (latent_attention_in_math(in.config, in.impl, in.device, in.dtype))
     throw std::invalid_argument(
-        fmt::format("estimate: on cuda, {} on {} runs its latent attention by key blocks in the math form (N "
-                    "x Hq x c x e "
-                    "scores), which the estimate does not model (modelled: bfloat16 on flash, or plain)",
+        fmt::format("estimate: on cuda, {} on {} runs its latent attention by key blocks in the math form "
+                    "(N x Hq x c x e scores), which the estimate does not model (modelled: bfloat16 on "
+                    "flash, or plain)",
                     in.impl, dtype_name(in.dtype)));
   if (kernel == AttentionKernel::efficient && in.dtype != torch::kFloat)
     throw std::invalid_argument(

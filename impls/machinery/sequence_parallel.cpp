@@ -162,6 +162,14 @@ struct Exchange : public torch::autograd::Function<Exchange<kToHeads>> {
 using SeqToHeads = Exchange<true>;
 using HeadsToSeq = Exchange<false>;
 
+// The gradient of every rank's rows g (N, T', w) -> this rank's rows (N, Ts, w), summed over the ranks.
+torch::Tensor reduce_scatter_rows(const torch::Tensor& g, Communicator& comm, const std::string& what) {
+  const int64_t P = comm.world_size(), N = g.size(0), w = g.size(2), Ts = g.size(1) / P;
+  MemoryScope scope(Category::comm);
+  auto blocks = g.reshape({N, P, Ts, w}).permute({1, 0, 2, 3}).contiguous().view(-1);  // block r: rank r's
+  return comm.reduce_scatter(blocks, ReduceOp::sum, what).view({N, Ts, w});
+}
+
 // Every rank's rows of a per-row tensor, gathered: x (N, Ts, w) -> (N, T', w), differentiable: its backward
 // reduce-scatters (sums) the gradient of all T' rows, each rank getting its own rows' sum over the ranks.
 struct GatherRows : public torch::autograd::Function<GatherRows> {
@@ -179,16 +187,8 @@ struct GatherRows : public torch::autograd::Function<GatherRows> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
-    const auto& g = grads[0];  // (N, T', w)
-    const int64_t P = comm->world_size(), N = g.size(0), w = g.size(2), Ts = g.size(1) / P;
-    torch::Tensor mine;
-    {
-      MemoryScope scope(Category::comm);
-      auto blocks = g.reshape({N, P, Ts, w}).permute({1, 0, 2, 3}).contiguous().view(-1);
-      mine =
-          comm->reduce_scatter(blocks, ReduceOp::sum, ctx->saved_data["what"].toStringRef() + " (backward)");
-    }
-    return {mine.view({N, Ts, w}), torch::Tensor(), torch::Tensor()};
+    return {reduce_scatter_rows(grads[0], *comm, ctx->saved_data["what"].toStringRef() + " (backward)"),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -205,13 +205,6 @@ Linear kv_b_of_heads(const Linear& kv_b, int64_t h0, int64_t heads, int64_t per_
   return rows;
 }
 
-}  // namespace
-
-bool latent_travels(const ModelConfig& c, const SequenceLayout& layout) {
-  return c.mla && c.mla->kv_lora_rank + c.mla->qk_rope_head_dim < 2 * layout.q_heads * c.head_dim;
-}
-
-namespace {
 // The gathered latent rows (N, n, r + dr) as expand_mla_latent takes them.
 MlaLatent split_latent(const ModelConfig& c, const torch::Tensor& rows) {
   const int64_t r = c.mla->kv_lora_rank, dr = c.mla->qk_rope_head_dim;
@@ -226,7 +219,12 @@ KV expand_heads(const Model& m, int64_t i, const torch::Tensor& rows, const Sequ
       kv_b_of_heads(m.layers[static_cast<size_t>(i)].kv_b, layout.first_q_head(), layout.q_heads, dn + dv),
       m.lora_enabled, split_latent(c, rows), layout.q_heads, dn, dv, c.head_dim);
 }
+
 }  // namespace
+
+bool latent_travels(const ModelConfig& c, const SequenceLayout& layout) {
+  return c.mla && c.mla->kv_lora_rank + c.mla->qk_rope_head_dim < 2 * layout.q_heads * c.head_dim;
+}
 
 torch::Tensor gathered_latent_values(const Model& m, int64_t i, const torch::Tensor& x,
                                      const SequenceLayout& layout, Communicator& comm, int64_t rows) {
@@ -271,27 +269,16 @@ torch::Tensor latent_grads_to_rows(const Model& m, int64_t i, const torch::Tenso
     d_latent.narrow(1, s, n).copy_(leaf.grad());
   }
   torch::NoGradGuard no_grad;
-  const int64_t P = comm.world_size(), N = latent.size(0), w = latent.size(2), Ts = Tp / P;
-  MemoryScope scope(Category::comm);
-  auto blocks = d_latent.view({N, P, Ts, w}).permute({1, 0, 2, 3}).contiguous().view(-1);
-  d_latent = torch::Tensor();
-  return comm.reduce_scatter(blocks, ReduceOp::sum, fmt::format("layer {} latent (backward)", i))
-      .view({N, Ts, w});
+  return reduce_scatter_rows(d_latent, comm, fmt::format("layer {} latent (backward)", i));
 }
 
 KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
                         Communicator& comm) {
-  const auto& c = m.config;
-  const int64_t r = c.mla->kv_lora_rank, dr = c.mla->qk_rope_head_dim, dn = c.qk_nope_head_dim(),
-                dv = c.value_head_dim();
   const MlaLatent rows =
       m.project_latent(i, h, layout.first_row(), layout.seq_len);  // (N, Ts, r), (N, Ts, dr)
   const auto all = GatherRows::apply(torch::cat({rows.latent, rows.k_rot}, -1), &comm,
                                      fmt::format("layer {} latent", i));  // (N, T', r + dr)
-  const MlaLatent keys{all.narrow(-1, 0, r), all.narrow(-1, r, dr)};
-  return expand_mla_latent(
-      kv_b_of_heads(m.layers[static_cast<size_t>(i)].kv_b, layout.first_q_head(), layout.q_heads, dn + dv),
-      m.lora_enabled, keys, layout.q_heads, dn, dv, c.head_dim);
+  return expand_heads(m, i, all, layout);
 }
 
 torch::Tensor seq_to_heads(const torch::Tensor& x, Communicator& comm, const std::string& what) {
