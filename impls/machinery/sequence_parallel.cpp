@@ -226,21 +226,6 @@ bool latent_travels(const ModelConfig& c, const SequenceLayout& layout) {
   return c.mla && c.mla->kv_lora_rank + c.mla->qk_rope_head_dim < 2 * layout.q_heads * c.head_dim;
 }
 
-torch::Tensor gathered_latent_values(const Model& m, int64_t i, const torch::Tensor& x,
-                                     const SequenceLayout& layout, Communicator& comm, int64_t rows) {
-  torch::NoGradGuard no_grad;
-  const auto& c = m.config;
-  const int64_t r = c.mla->kv_lora_rank, Ts = layout.rows, pos0 = layout.first_row();
-  auto mine = torch::empty({x.size(0), Ts, r + c.mla->qk_rope_head_dim}, x.options());
-  for (int64_t s = 0; s < Ts; s += rows) {
-    const int64_t n = std::min(rows, Ts - s);
-    const MlaLatent part = m.project_latent(i, m.attn_norm(i, x.narrow(1, s, n)), pos0 + s, layout.seq_len);
-    mine.narrow(1, s, n).narrow(-1, 0, r).copy_(part.latent);
-    mine.narrow(1, s, n).narrow(-1, r, part.k_rot.size(-1)).copy_(part.k_rot);
-  }
-  return GatherRows::apply(mine, &comm, fmt::format("layer {} latent", i));
-}
-
 KV latent_heads_values(const Model& m, int64_t i, const torch::Tensor& latent, const SequenceLayout& layout,
                        int64_t rows) {
   torch::NoGradGuard no_grad;
@@ -354,32 +339,40 @@ HeadShards qkv_to_heads(const Model& m, int64_t i, const torch::Tensor& x, const
   torch::NoGradGuard no_grad;
   const auto& c = m.config;
   const int64_t N = x.size(0), Ts = layout.rows, pos0 = layout.first_row();
-  if (latent_travels(c, layout)) {  // q to heads; the latent gathered and the rank's heads expanded
-    auto q = torch::empty({N, c.heads, Ts, c.head_dim}, x.options());
-    for (int64_t s = 0; s < Ts; s += rows) {
-      const int64_t n = std::min(rows, Ts - s);
-      q.narrow(2, s, n).copy_(m.project_q(i, m.attn_norm(i, x.narrow(1, s, n)), pos0 + s, layout.seq_len));
-    }
-    HeadShards heads;
-    heads.q = seq_to_heads(q, comm, fmt::format("layer {} q", i));
-    q = torch::Tensor();
-    heads.latent = gathered_latent_values(m, i, x, layout, comm, rows);
-    const KV kv = latent_heads_values(m, i, heads.latent, layout, rows);
-    heads.k = kv.k;
-    heads.v = kv.v;
-    return heads;
-  }
+  // MLA where the latent is the smaller to send: q and the latent rows (N, Ts, r + dr), not k and v.
+  const bool latent = latent_travels(c, layout);
   auto q = torch::empty({N, c.heads, Ts, c.head_dim}, x.options());
-  auto k = torch::empty({N, c.kv_heads, Ts, c.head_dim}, x.options()), v = torch::empty_like(k);
+  torch::Tensor k, v, latent_rows;
+  if (latent) {
+    latent_rows = torch::empty({N, Ts, c.mla->kv_lora_rank + c.mla->qk_rope_head_dim}, x.options());
+  } else {
+    k = torch::empty({N, c.kv_heads, Ts, c.head_dim}, x.options());
+    v = torch::empty_like(k);
+  }
   for (int64_t s = 0; s < Ts; s += rows) {
     const int64_t n = std::min(rows, Ts - s);
     auto h = m.attn_norm(i, x.narrow(1, s, n));
     q.narrow(2, s, n).copy_(m.project_q(i, h, pos0 + s, layout.seq_len));
-    const KV kv = m.project_kv(i, h, pos0 + s, layout.seq_len);
-    k.narrow(2, s, n).copy_(kv.k);
-    v.narrow(2, s, n).copy_(kv.v);
+    if (latent) {
+      const MlaLatent part = m.project_latent(i, h, pos0 + s, layout.seq_len);
+      const MlaLatent into = split_latent(c, latent_rows.narrow(1, s, n));
+      into.latent.copy_(part.latent);
+      into.k_rot.copy_(part.k_rot);
+    } else {
+      const KV kv = m.project_kv(i, h, pos0 + s, layout.seq_len);
+      k.narrow(2, s, n).copy_(kv.k);
+      v.narrow(2, s, n).copy_(kv.v);
+    }
   }
-  return exchange_qkv(q, k, v, layout.kv_repeat, comm, fmt::format("layer {} q, k, v", i));
+  if (!latent) return exchange_qkv(q, k, v, layout.kv_repeat, comm, fmt::format("layer {} q, k, v", i));
+  HeadShards heads;
+  heads.q = seq_to_heads(q, comm, fmt::format("layer {} q", i));
+  q = torch::Tensor();
+  heads.latent = GatherRows::apply(latent_rows, &comm, fmt::format("layer {} latent", i));  // (N, T', r + dr)
+  const KV kv = latent_heads_values(m, i, heads.latent, layout, rows);
+  heads.k = kv.k;
+  heads.v = kv.v;
+  return heads;
 }
 
 torch::Tensor attention_rows(const Model& m, int64_t i, const HeadShards& heads, const SequenceLayout& layout,

@@ -129,14 +129,12 @@ torch::Tensor attention_to_rows(const torch::Tensor& o, const SequenceLayout& la
 // (zero there) by the gradient reduction.
 KV latent_keys_of_heads(const Model& m, int64_t i, const torch::Tensor& h, const SequenceLayout& layout,
                         Communicator& comm);
-// StreamBP's pieces of the same (streambp_ulysses.cpp), values and their gradients `rows` rows at a time:
-//   gathered_latent_values: the latent rows of the rank's rows under no grad, gathered   (N, T', r + dr)
-//   latent_heads_values:    K, V of the rank's heads expanded from them                  (N, Hq', T', hd)
+// StreamBP's pieces of the same (streambp_ulysses.cpp; qkv_to_heads gathers the latent rows), values and
+// their gradients `rows` rows at a time:
+//   latent_heads_values:    K, V of the rank's heads expanded from the gathered latent rows (N, Hq', T', hd)
 //   latent_grads_to_rows:   dK, dV of the rank's heads back through the expansion (kv_b's rows of those heads
 //                           accumulate their .grad): the latent rows' gradient of all T', reduce-scattered
 //                           (summed over the ranks' heads) to the rank's rows             (N, Ts, r + dr)
-torch::Tensor gathered_latent_values(const Model& m, int64_t i, const torch::Tensor& x,
-                                     const SequenceLayout& layout, Communicator& comm, int64_t rows);
 KV latent_heads_values(const Model& m, int64_t i, const torch::Tensor& latent, const SequenceLayout& layout,
                        int64_t rows);
 torch::Tensor latent_grads_to_rows(const Model& m, int64_t i, const torch::Tensor& latent,
