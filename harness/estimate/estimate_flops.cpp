@@ -179,10 +179,8 @@ FlopCounts estimate_flops(const EstimateInput& in) {
   // where the expanded form makes N T once. In StreamBP's backward each key row's expansion with a graph is
   // the model's work in its own chunk (the causal block) and recomputation, forward and backward, in every
   // later chunk.
-  const std::vector<LinearShape> kv_b =
-      c.mla ? std::vector<LinearShape>{attention_linears(c, false).kv.back()} : std::vector<LinearShape>{};
-  const std::vector<LinearShape> kv_a =
-      c.mla ? std::vector<LinearShape>{attention_linears(c, false).kv.front()} : std::vector<LinearShape>{};
+  const std::vector<LinearShape> kv = kv_linears(c);  // k, v; MLA: kv_a, kv_b (the two below: MLA only)
+  const std::vector<LinearShape> kv_a(kv.begin(), kv.begin() + 1), kv_b(kv.end() - 1, kv.end());
   auto expanded_key_rows = [&](int64_t block) {
     int64_t keys = 0;
     for (int64_t s = 0; s < T; s += block) keys += s + std::min(block, T - s);
@@ -203,7 +201,7 @@ FlopCounts estimate_flops(const EstimateInput& in) {
         L * (forward_matmul(kv_a, rows, r) + forward_matmul(kv_b, expanded, r) +
              forward_matmul(kv_b, expanded - rows, r) + backward_matmul(kv_b, expanded - rows, r));
   else if (schedule.recomputes_kv)
-    f.recompute_matmul += L * forward_matmul(kv_linears(c), rows, r);
+    f.recompute_matmul += L * forward_matmul(kv, rows, r);
   if (schedule.recomputes_q) f.recompute_matmul += L * forward_matmul(q_linears(c), rows, r);
   if (schedule.recomputes_attention)
     for (int64_t i = 0; i < L; ++i) attention_calls(i, grad_block, false);
