@@ -135,11 +135,10 @@ std::string describe(const CellSpec& c) {
                      c.lora_rank, c.offload ? " offloaded" : "");
 }
 
-// Measures the cell and checks the estimate's base exactly, its total and above-base peaks within
+// Checks the estimate of cell `c`, measured as `m`: its base exactly, its total and above-base peaks within
 // `tolerance`.
-void check_cell(const CellSpec& c, double tolerance) {
+void check_measured(const CellSpec& c, const Measured& m, double tolerance) {
   SCOPED_TRACE(describe(c));
-  const Measured m = measure_cell(c);
   const MemoryEstimate e = estimate_peak(estimate_input(c, m.sequences));
   EXPECT_EQ(e.base, m.base) << "params " << e.params << ", grads " << e.grads << ", batch " << e.batch;
   const double total = relative_error(e.peak_bytes, m.peak),
@@ -148,6 +147,11 @@ void check_cell(const CellSpec& c, double tolerance) {
   EXPECT_LE(std::abs(above), tolerance) << "peak above base: estimate " << e.peak_above_base << ", measured "
                                         << m.above_base() << " (estimated phase: " << e.dominant_phase << ")";
   EXPECT_EQ(e.host_bytes, m.host_peak) << "host bytes of the offloaded checkpoints";
+}
+
+// The same, measuring the cell.
+void check_cell(const CellSpec& c, double tolerance) {
+  check_measured(c, measure_cell(c), tolerance);
 }
 
 // A preset with a 512-token vocabulary ("<preset>-v512"): the layer phases dominate at small T.
@@ -367,10 +371,10 @@ TEST(Estimate, MatchesStreamBPThroughTheLatent) {
         const int64_t T1 = 192, T2 = 384;
         c.seq_len = T1;
         const Measured short_run = measure_cell(c);
-        check_cell(c, 0.002);
+        check_measured(c, short_run, 0.002);
         c.seq_len = T2;
         const Measured long_run = measure_cell(c);
-        check_cell(c, 0.002);
+        check_measured(c, long_run, 0.002);
         const int64_t s = c10::elementSize(dtype), acc = dtype == torch::kBFloat16 ? 4 : s;
         const ModelConfig::Mla& mla = *c.config.mla;
         const int64_t floor =
