@@ -329,18 +329,10 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
                 "one of them");
   if (!scenario_path)
     usage_error("run: missing SCENARIO.json", "a scenario file, e.g. scenarios/quickstart.json");
-  // Under a launcher every rank would run the whole grid into one DIR. Until a grid runs over launched ranks
-  // (issue 77), each rank is told at once, before any of them touches DIR.
-  if (const auto launched = launched_rank())
-    usage_error(
-        fmt::format("run: started as rank {} of {} by {} ({}): `bpbench run` does not run a grid over "
-                    "launched ranks yet, and every rank would run all of it into one --out",
-                    launched->rank, launched->world, launched->launcher, launched->variables),
-        "one `bpbench run` per machine, whose scenario's world_size starts the distributed cells' "
-        "ranks; under a launcher, `bpbench run-cell JOB.json` per rank (docs/distributed.md)");
   const Scenario scenario = load_scenario(*scenario_path);
   opt.out_dir = out_dir.value_or("out/" + scenario.name);
   opt.argv = argv;
+  opt.launched = launched_rank();  // one of a launcher's ranks: the grid runs over them (grid_ranks.h)
   opt.progress = quiet ? nullptr : &std::cerr;
   opt.table = &std::cout;
   const RunSummary summary = run_scenario(scenario, opt);

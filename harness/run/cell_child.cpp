@@ -124,6 +124,46 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
   return failed;
 }
 
+CellResult run_detail::merge_rank_results(const std::vector<CellResult>& ranks,
+                                          std::optional<size_t> first_failure) {
+  // Rank 0's record (loss, gradient error against plain BP on the global batch), every rank's measurements,
+  // and the worst status: a rank out of memory makes the cell oom even when the others only saw it fail;
+  // else the failure that came first, where the caller knows it (the others may only have seen it).
+  CellResult merged = ranks.at(0);
+  merged.world_size = static_cast<int64_t>(ranks.size());
+  merged.ranks = json::array();
+  auto take_status = [&](const CellResult& r) {
+    merged.status = r.status;
+    merged.reason = r.reason;
+    merged.oom_requested_bytes = r.oom_requested_bytes;
+  };
+  for (const auto& r : ranks) {
+    if (r.status == "oom" || (r.status == "error" && merged.status != "oom")) take_status(r);
+    merged.ranks.push_back(
+        {{"status", r.status},
+         {"peak_bytes", r.memory ? json(r.memory->peak_bytes) : json(nullptr)},
+         {"base_bytes", r.memory ? json(r.memory->base_bytes) : json(nullptr)},
+         {"time_median_s", r.time ? json(r.time->median_s) : json(nullptr)},
+         {"hardware_flops", r.compute ? json(r.compute->counts.hardware()) : json(nullptr)},
+         {"comm", r.comm}});
+    // The cell's peak is the highest rank's: what a per-device budget must hold.
+    if (r.memory && merged.memory && r.memory->peak_bytes > merged.memory->peak_bytes) {
+      merged.memory->peak_bytes = r.memory->peak_bytes;
+      merged.memory->base_bytes = r.memory->base_bytes;
+      merged.memory->peak_by_category = r.memory->peak_by_category;
+    }
+  }
+  if (first_failure && merged.status == "error" && ranks.at(*first_failure).status == "error")
+    take_status(ranks.at(*first_failure));
+  for (size_t r = 0; r < merged.ranks.size(); ++r) merged.ranks[r]["rank"] = r;
+  if (merged.status != "ok") {
+    merged.loss.reset();
+    merged.time.reset();
+    merged.grad_error.reset();
+  }
+  return merged;
+}
+
 CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
   CellResult merged = result_for(job, "error");
   merged.world_size = job.settings.world_size;
@@ -167,37 +207,7 @@ CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
       merged.wall_s = seconds_since(t0);
       return merged;
     }
-    // Rank 0's record (loss, gradient error against plain BP on the global batch), every rank's measurements,
-    // and the worst status: a rank out of memory makes the cell oom even when the others only saw it fail.
-    merged = ranks[0];
-    merged.world_size = world;
-    merged.ranks = json::array();
-    for (const auto& r : ranks) {
-      if (r.status == "oom" || (r.status == "error" && merged.status != "oom")) {
-        merged.status = r.status;
-        merged.reason = r.reason;
-        merged.oom_requested_bytes = r.oom_requested_bytes;
-      }
-      merged.ranks.push_back(
-          {{"status", r.status},
-           {"peak_bytes", r.memory ? json(r.memory->peak_bytes) : json(nullptr)},
-           {"base_bytes", r.memory ? json(r.memory->base_bytes) : json(nullptr)},
-           {"time_median_s", r.time ? json(r.time->median_s) : json(nullptr)},
-           {"hardware_flops", r.compute ? json(r.compute->counts.hardware()) : json(nullptr)},
-           {"comm", r.comm}});
-      // The cell's peak is the highest rank's: what a per-device budget must hold.
-      if (r.memory && merged.memory && r.memory->peak_bytes > merged.memory->peak_bytes) {
-        merged.memory->peak_bytes = r.memory->peak_bytes;
-        merged.memory->base_bytes = r.memory->base_bytes;
-        merged.memory->peak_by_category = r.memory->peak_by_category;
-      }
-    }
-    for (size_t r = 0; r < merged.ranks.size(); ++r) merged.ranks[r]["rank"] = r;
-    if (merged.status != "ok") {
-      merged.loss.reset();
-      merged.time.reset();
-      merged.grad_error.reset();
-    }
+    merged = merge_rank_results(ranks);
   } catch (const std::exception& e) {
     cleanup();
     merged.reason = one_line(e.what());

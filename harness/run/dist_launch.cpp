@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+std::string key_of(const std::string& entry) {
+  return entry.substr(0, entry.find('='));
+}
+
+void send(pid_t pid, int sig) {
+  if (pid > 0) kill(pid, sig);
+}
+
+}  // namespace
+
+std::vector<std::string> environment_with(const std::vector<std::pair<std::string, std::string>>& set,
+                                          const std::vector<std::string>& unset) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry(*e), key = key_of(entry);
+    bool replaced = std::find(unset.begin(), unset.end(), key) != unset.end();
+    for (const auto& [k, v] : set) replaced = replaced || k == key;
+    if (!replaced) env.push_back(entry);
+  }
+  for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  return env;
+}
+
 std::chrono::milliseconds launch_timeout(std::chrono::milliseconds requested) {
   if (requested.count() > 0) return requested;
   if (const char* v = std::getenv("BPBENCH_DIST_LAUNCH_TIMEOUT_S"); v && *v) {
@@ -36,29 +61,6 @@ std::chrono::milliseconds launch_timeout(std::chrono::milliseconds requested) {
   }
   return std::chrono::hours(24);
 }
-
-std::string key_of(const std::string& entry) {
-  return entry.substr(0, entry.find('='));
-}
-
-// This process's environment without the variables we set, plus ours.
-std::vector<std::string> child_environment(const std::vector<std::pair<std::string, std::string>>& ours) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry(*e), key = key_of(entry);
-    bool replaced = false;
-    for (const auto& [k, v] : ours) replaced = replaced || k == key;
-    if (!replaced) env.push_back(entry);
-  }
-  for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
-  return env;
-}
-
-void send(pid_t pid, int sig) {
-  if (pid > 0) kill(pid, sig);
-}
-
-}  // namespace
 
 std::string RankExit::describe() const {
   if (signal != 0)
@@ -127,7 +129,7 @@ LaunchResult launch_local_ranks(const LaunchOptions& options) {
       vars.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(R))));
     }
     for (const auto& kv : options.env) vars.push_back(kv);
-    std::vector<std::string> env = child_environment(vars);
+    std::vector<std::string> env = environment_with(vars);
     std::vector<std::string> args = {exe};
     args.insert(args.end(), options.args.begin(), options.args.end());
     std::vector<char*> argv, envp;

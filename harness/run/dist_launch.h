@@ -52,9 +52,17 @@ struct LaunchResult {
 
 LaunchResult launch_local_ranks(const LaunchOptions& options);
 
+// A launch's whole-run bound: `requested` when positive, else BPBENCH_DIST_LAUNCH_TIMEOUT_S, else 24 h.
+std::chrono::milliseconds launch_timeout(std::chrono::milliseconds requested);
+
 // launch_local_ranks with this binary and `child_args`; prints the error line to stderr; returns the exit
 // code.
 int run_local_ranks(int world_size, const std::vector<std::string>& child_args);
+
+// This process's environment with `set` added (or replacing) and the variables named in `unset` left out,
+// as "KEY=value" entries for posix_spawn.
+std::vector<std::string> environment_with(const std::vector<std::pair<std::string, std::string>>& set,
+                                          const std::vector<std::string>& unset = {});
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, closed).
 int free_local_port();

@@ -246,6 +246,8 @@ const JsonFields<CellResult>& cell_fields() {
          return r.world_size > 1 ? std::optional<json>(r.ranks) : std::nullopt;
        },
        [](C& r, const json& v, const json&) { r.ranks = v; }},
+      raw("measured_by", &C::measured_by, /*omit_null=*/true),
+      when_set("interrupted", &C::interrupted),
   };
   return fields;
 }

@@ -115,6 +115,12 @@ struct CellResult {
   int64_t world_size = 1;
   nlohmann::json comm;   // a distributed strategy's collectives in the measured step (comm.h), else null
   nlohmann::json ranks;  // world_size > 1: one record per rank (peak, base, time, comm), else null
+  // Under a launcher (harness/run/grid_ranks.h): the rank that measured a single-device cell,
+  // {"rank", "local_rank", "host", "device"}; null in a run on one machine.
+  nlohmann::json measured_by;
+  // Under a launcher, the record a cell holds while it runs (status error, its reason says where it runs):
+  // how many sittings have stopped during it. Absent from every finished record.
+  std::optional<int64_t> interrupted;
 
   nlohmann::json to_json() const;
   static CellResult from_json(const nlohmann::json& j);  // throws on a malformed record

@@ -52,9 +52,15 @@ json build_identity(const json& meta) {
   };
 }
 
+namespace {
+// A cell that this many sittings stopped during is not run again on a restart: it may be what stops them
+// (a process the OOM killer takes with its rank).
+constexpr int64_t kSittingsStoppedInACell = 2;
+}  // namespace
+
 std::optional<ResumeState> load_resume_state(const std::filesystem::path& results_path,
                                              const Scenario& scenario, const std::vector<Cell>& cells,
-                                             const json& meta, ResumeMode mode) {
+                                             const json& meta, ResumeMode mode, bool restarted) {
   if (mode == ResumeMode::off || !std::filesystem::exists(results_path)) return std::nullopt;
   const std::string where = results_path.string();
   json doc;
@@ -104,10 +110,22 @@ std::optional<ResumeState> load_resume_state(const std::filesystem::path& result
     const auto index = grid_index(cell.at("axes"));
     if (!index) continue;
     const std::string status = cell.value("status", std::string());
-    if ((status == "ok" || status == "oom") && !state.kept_cells.count(*index))
-      state.kept_cells.emplace(*index, cell);
-    else
+    const int64_t interrupted = cell.value("interrupted", int64_t{0});
+    if (interrupted > 0) state.interrupted[*index] = interrupted;
+    const bool keep = status == "ok" || status == "oom" ||
+                      (restarted && (interrupted == 0 || interrupted >= kSittingsStoppedInACell));
+    if (keep && !state.kept_cells.count(*index)) {
+      json kept = cell;
+      if (interrupted > 0) {
+        kept.erase("interrupted");
+        kept["reason"] = fmt::format(
+            "{} sittings stopped during this cell, which a restart does not run again (the last: {})",
+            interrupted, cell.value("reason", std::string()));
+      }
+      state.kept_cells.emplace(*index, kept);
+    } else {
       ++state.rerun_cells;
+    }
   }
   if (doc.contains("in_progress") && doc.at("in_progress").is_object()) {
     const json& p = doc.at("in_progress");

@@ -37,16 +37,22 @@ struct ResumeState {
   std::optional<size_t> search_index;           // the max-length search that was under way
   std::vector<Probe> search_probes;             // its probes: finished ("ok", "oom", "killed") or "started"
   size_t rerun_cells = 0;                       // records of this grid that run again
+  // Cells that earlier sittings stopped during (a grid over launched ranks marks a running cell so,
+  // grid_ranks.h): grid index -> how many sittings.
+  std::map<size_t, int64_t> interrupted;
 };
 
 // The part of a results file's meta that names the program that wrote it (see the header comment).
 nlohmann::json build_identity(const nlohmann::json& meta);
 
 // Reads `results_path` for a resumed run of `scenario` (whose grid is `cells`); `meta` is this sitting's
-// (collect_meta). Nullopt when there is no file: the run starts fresh. Throws InputError for a file that is
+// (collect_meta). `restarted`: the launcher started the job again (a torchrun restart, a requeued Slurm job):
+// every finished record is kept, failures included, so that no cell runs twice; a cell that one sitting
+// stopped during runs again, one that two sittings stopped during is kept as the failure it is. Nullopt when there is no file: the run starts fresh. Throws InputError for a file that is
 // not a results file, or (mode same) one of another scenario or build, naming the difference.
 std::optional<ResumeState> load_resume_state(const std::filesystem::path& results_path,
                                              const Scenario& scenario, const std::vector<Cell>& cells,
-                                             const nlohmann::json& meta, ResumeMode mode);
+                                             const nlohmann::json& meta, ResumeMode mode,
+                                             bool restarted = false);
 
 }  // namespace bpbench

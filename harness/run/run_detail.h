@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "harness/run/runner.h"
 #include "impls/strategy.h"
@@ -23,6 +24,11 @@ std::vector<std::string> distributed_strategy_names();
 // True for the "error" of a cell whose process (or one of whose ranks) died of SIGKILL, which the system's
 // OOM killer sends: run_cell_isolated's and run_cell_distributed's reasons say "by signal 9 (".
 bool killed_by_sigkill(const CellResult& r);
+// One distributed cell from its ranks' records (rank r's at r): rank 0's record, every rank's measurements
+// under "ranks", the highest rank's peak and the worst status. `first_failure`: the rank whose failure came
+// first, whose reason the cell takes when it failed (not out of memory) on several.
+CellResult merge_rank_results(const std::vector<CellResult>& ranks,
+                              std::optional<size_t> first_failure = std::nullopt);
 // A result for `job` before anything ran: its cell, threads and RoPE, status `status`.
 CellResult result_for(const CellJob& job, std::string status = "ok");
 // The cell's strategy: the registry's, a distributed one with the cell's ulysses_degree in its options.

@@ -21,6 +21,7 @@
 
 #include "harness/estimate/estimate.h"
 #include "harness/model/model.h"
+#include "harness/run/launcher_env.h"
 #include "harness/run/maxlen.h"
 #include "harness/run/results.h"
 #include "harness/run/resume.h"
@@ -97,6 +98,9 @@ struct RunOptions {
   std::ostream* table = nullptr;            // the final table (stdout in the CLI); null: none
   ResumeMode resume = ResumeMode::off;      // keep the finished cells of out_dir/results.json (resume.h)
   bool force = false;  // no resume: move an earlier out_dir/results.json aside rather than refuse (out_dir.h)
+  // Started by a launcher as one of its ranks (launcher_env.h): the grid runs over them (grid_ranks.h), rank
+  // 0 alone writing out_dir.
+  std::optional<LaunchedRank> launched;
 };
 
 struct RunSummary {
@@ -107,7 +111,9 @@ struct RunSummary {
 
 // Expands the grid, runs every cell (with options.resume, those not finished already), rewrites results.json
 // after each. Throws InputError for a bad output dir, one in use by another run, a results.json there without
-// resume or force (out_dir.h), a results file it cannot resume, or check_world_size.
+// resume or force (out_dir.h), a results file it cannot resume, or check_world_size. Under a launcher
+// (options.launched) every rank calls it: rank 0 returns the summary, the others an empty one; GridError
+// when a rank stopped answering (grid_ranks.h).
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& options);
 
 // NCCL runs one rank per GPU (two ranks on one GPU hang or fail inside NCCL): on device cuda, world_size

@@ -246,11 +246,13 @@ std::unique_ptr<Communicator> Communicator::create(const CommConfig& config) {
     if (config.store_file.empty()) {
       c10d::TCPStoreOptions o;
       o.port = static_cast<uint16_t>(config.master_port);
-      o.isServer = config.rank == 0;
-      o.numWorkers = static_cast<size_t>(config.world_size);
-      o.waitWorkers = true;
+      const bool served = !config.store_prefix.empty();
+      o.isServer = config.rank == 0 && !served;
+      o.numWorkers = served ? std::nullopt : std::optional<size_t>(static_cast<size_t>(config.world_size));
+      o.waitWorkers = !served;
       o.timeout = config.timeout;
       impl->store = c10::make_intrusive<c10d::TCPStore>(config.master_addr, o);
+      if (served) impl->store = c10::make_intrusive<c10d::PrefixStore>(config.store_prefix, impl->store);
     } else {
       impl->store = c10::make_intrusive<c10d::FileStore>(config.store_file, config.world_size);
     }

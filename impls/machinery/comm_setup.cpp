@@ -162,6 +162,7 @@ CommConfig CommConfig::from_env() {
   c.master_addr = env_or("MASTER_ADDR", "127.0.0.1");
   c.master_port = env_int("MASTER_PORT", 29500);
   c.store_file = env_or("BPBENCH_DIST_STORE_FILE", "");
+  c.store_prefix = env_or("BPBENCH_DIST_STORE_PREFIX", "");
   c.backend = env_or("BPBENCH_DIST_BACKEND", "auto");
   c.timeout = default_timeout();
   return c;
