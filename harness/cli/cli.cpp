@@ -339,7 +339,9 @@ int cmd_run(const std::vector<std::string>& args, const std::vector<std::string>
   if (summary.errors > 0) {
     std::cerr << fmt::format("bpbench: {} of {} cells failed with status \"error\" (see {})\n",
                              summary.errors, summary.cells.size(), summary.results_path);
-    return kExitCellErrors;
+    // Under a launcher a failing exit is a failed job, which torchrun --max-restarts and a requeue would
+    // start again: the grid finished, and its failed cells are results in the file.
+    if (!opt.launched) return kExitCellErrors;
   }
   return kExitOk;
 }
@@ -418,24 +420,29 @@ std::string single_line(std::string s) {
 
 int cli_main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
+  // One write per line: the ranks of a launched run share a terminal, and cerr writes each << at once.
+  auto error_line = [](const std::string& what) {
+    std::cerr << single_line("bpbench: error: " + what) + "\n";
+  };
   try {
     return dispatch(args);
   } catch (const Usage& u) {
-    std::cerr << single_line(fmt::format("bpbench: error: {} (valid: {})", u.problem, u.valid)) << "\n";
+    error_line(fmt::format("{} (valid: {})", u.problem, u.valid));
     return kExitUsage;
   } catch (const InputError& e) {
-    std::cerr << "bpbench: error: " << single_line(e.what()) << "\n";
+    error_line(e.what());
     return kExitUsage;
   } catch (const std::invalid_argument& e) {  // a library's own check of user input (unknown name, bad shape)
-    std::cerr << "bpbench: error: " << single_line(e.what()) << "\n";
+    error_line(e.what());
     return kExitUsage;
   } catch (const c10::Error& e) {
-    std::cerr << "bpbench: error: " << single_line(e.what_without_backtrace()) << "\n";
+    error_line(e.what_without_backtrace());
     return kExitCellErrors;
   } catch (const std::exception& e) {
-    std::cerr << "bpbench: error: " << single_line(e.what()) << "\n";
+    error_line(e.what());
     return kExitCellErrors;
   }
+}
 }
 
 }  // namespace bpbench

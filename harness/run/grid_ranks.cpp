@@ -68,7 +68,9 @@ std::string gpu_of_local_rank(int64_t local_rank, const std::string& visible) {
 class Peers {
  public:
   Peers(GridStore& store, int64_t world, std::chrono::milliseconds stale)
-      : store_(store), stale_(stale), last_(static_cast<size_t>(world), -1),
+      : store_(store),
+        stale_(stale),
+        last_(static_cast<size_t>(world), -1),
         changed_(static_cast<size_t>(world), Clock::now()) {}
 
   // GridError naming the first of `ranks` whose counter has not moved for the timeout.
@@ -166,7 +168,8 @@ CellResult run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStor
   if (visible_gpus.empty())
     unset.push_back("CUDA_VISIBLE_DEVICES");
   else
-    vars.emplace_back("CUDA_VISIBLE_DEVICES", visible_gpus);  // every GPU of the node: NCCL takes LOCAL_RANK's
+    vars.emplace_back("CUDA_VISIBLE_DEVICES",
+                      visible_gpus);  // every GPU of the node: NCCL takes LOCAL_RANK's
   std::vector<std::string> env = environment_with(vars, unset);
   std::string arg1 = "run-cell", binary = exe;
   std::error_code ec;
@@ -222,9 +225,9 @@ CellResult run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStor
     const int sig = WTERMSIG(status);
     failed.reason = fmt::format("rank {} (pid {}) {}: cell process killed by signal {} ({}){}", me.rank, pid,
                                 host_name(), sig, strsignal(sig),
-                                !stopped_why.empty()      ? ", " + stopped_why
-                                : sig == SIGKILL ? "; the system's out-of-memory killer sends this"
-                                                 : "");
+                                !stopped_why.empty() ? ", " + stopped_why
+                                : sig == SIGKILL     ? "; the system's out-of-memory killer sends this"
+                                                     : "");
   } else {
     failed.reason = fmt::format("rank {}: cell process exited with status {} and no result", me.rank,
                                 WEXITSTATUS(status));
@@ -236,7 +239,8 @@ CellResult run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStor
 }  // namespace
 
 json GridCell::to_json() const {
-  return {{"index", index}, {"job", job.to_json()}, {"distributed", distributed}, {"interrupted", interrupted}};
+  return {
+      {"index", index}, {"job", job.to_json()}, {"distributed", distributed}, {"interrupted", interrupted}};
 }
 
 GridCell GridCell::from_json(const json& j) {
@@ -262,8 +266,9 @@ struct GridSession::Impl {
                  GridStore& s) {
     Peers peers(s, me.world, timeout);
     const std::string host = host_name();
-    const std::string device =
-        plan.empty() || plan.front().job.settings.device != "cuda" ? "cpu" : fmt::format("cuda:{}", me.local_rank);
+    const std::string device = plan.empty() || plan.front().job.settings.device != "cuda"
+                                   ? "cpu"
+                                   : fmt::format("cuda:{}", me.local_rank);
     std::vector<const GridCell*> singles, dists;
     for (const auto& gc : plan) (gc.distributed ? dists : singles).push_back(&gc);
     auto send = [&](const char* kind, const GridCell& gc, json extra) {
@@ -284,9 +289,10 @@ struct GridSession::Impl {
       std::optional<AsideDir> aside;
       CellJob job = gc.job;
       if (me.rank != 0 && !job.timeline_name.empty()) job.timeline_dir = aside.emplace().path();
-      CellResult r = job.settings.measure.max_seq_len ? search_cell_max_seq_len(job, exe)
-                                                      : run_cell_isolated(job, exe);
+      CellResult r =
+          job.settings.measure.max_seq_len ? search_cell_max_seq_len(job, exe) : run_cell_isolated(job, exe);
       r.measured_by = {{"rank", me.rank}, {"local_rank", me.local_rank}, {"host", host}, {"device", device}};
+      if (r.status == "error") r.reason = fmt::format("rank {} ({}): {}", me.rank, host, r.reason);
       const json files = aside ? send_files(s, aside->path(), gc.index, me.rank) : json::array();
       send("record", gc, {{"record", r.to_json()}, {"files", files}});
     }
@@ -405,8 +411,8 @@ void GridSession::lead(const std::vector<GridCell>& cells, const std::string& ex
   auto place_files = [&](const json& msg, CellResult& r) {
     for (const auto& name : msg.value("files", json::array())) {
       const std::string rel = name.get<std::string>();
-      const std::string key = fmt::format("file/{}/{}/{}", msg.at("index").get<size_t>(),
-                                          msg.at("rank").get<int64_t>(), rel);
+      const std::string key =
+          fmt::format("file/{}/{}/{}", msg.at("index").get<size_t>(), msg.at("rank").get<int64_t>(), rel);
       try {
         const auto bytes = s.get_if_set(key);
         if (!bytes) throw std::runtime_error("it did not arrive from its rank");
@@ -467,7 +473,8 @@ void GridSession::lead(const std::vector<GridCell>& cells, const std::string& ex
     std::vector<CellResult> ranks;
     for (auto& [q, rr] : rank_records[index]) ranks.push_back(std::move(rr));
     CellResult merged = merge_rank_results(ranks, first_failure[index]);
-    for (size_t q = 0; q < merged.ranks.size(); ++q) merged.ranks[q].update(rank_places[index][static_cast<int64_t>(q)]);
+    for (size_t q = 0; q < merged.ranks.size(); ++q)
+      merged.ranks[q].update(rank_places[index][static_cast<int64_t>(q)]);
     rank_records.erase(index);
     finish(index, merged);
   };
@@ -520,9 +527,10 @@ void GridSession::lead(const std::vector<GridCell>& cells, const std::string& ex
       leader.finished(*by_index.at(index), r);
     }
     impl_->beating = false;  // the other ranks see rank 0 stop
-    throw GridError(fmt::format("run over {} ranks stopped: {}; {} of {} cells are not finished (a restart, "
-                                "or bpbench run --resume, runs them)",
-                                world, stop_why, unfinished, cells.size()));
+    throw GridError(
+        fmt::format("run over {} ranks stopped: {}; {} of {} cells are not finished (a restart, "
+                    "or bpbench run --resume, runs them)",
+                    world, stop_why, unfinished, cells.size()));
   }
   s.set("closed", "1");
 }

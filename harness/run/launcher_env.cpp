@@ -27,11 +27,11 @@ std::optional<LaunchedRank> launched_rank() {
   struct Kind {
     const char *launcher, *rank, *world, *local_rank, *local_world;
   };
-  for (const Kind& k : {Kind{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-                        Kind{"srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
-                             "SLURM_STEP_TASKS_PER_NODE"},
-                        Kind{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}}) {
+  for (const Kind& k :
+       {Kind{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+        Kind{"srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"},
+        Kind{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+             "OMPI_COMM_WORLD_LOCAL_SIZE"}}) {
     const auto rank = env_integer(k.rank), world = env_integer(k.world);
     if (!rank || !world || *world <= 1) continue;
     LaunchedRank r;
@@ -44,8 +44,10 @@ std::optional<LaunchedRank> launched_rank() {
     r.local_world = std::max<int64_t>(1, std::strtoll(env_text(k.local_world).c_str(), nullptr, 10));
     r.master_addr = env_text("MASTER_ADDR");
     r.master_port = static_cast<int>(env_integer("MASTER_PORT").value_or(0));
-    r.agent_store = k.launcher == std::string("torchrun") && env_text("TORCHELASTIC_USE_AGENT_STORE") == "True";
-    r.restart = env_integer("TORCHELASTIC_RESTART_COUNT").value_or(env_integer("SLURM_RESTART_COUNT").value_or(0));
+    r.agent_store =
+        k.launcher == std::string("torchrun") && env_text("TORCHELASTIC_USE_AGENT_STORE") == "True";
+    r.restart =
+        env_integer("TORCHELASTIC_RESTART_COUNT").value_or(env_integer("SLURM_RESTART_COUNT").value_or(0));
     return r;
   }
   return std::nullopt;

@@ -12,8 +12,8 @@ struct LaunchedRank {
   int64_t rank = 0, world = 1;
   int64_t local_rank = 0;   // this rank's index on its machine: which GPU it takes
   int64_t local_world = 1;  // the ranks on this machine, which share its cores
-  std::string launcher;    // "torchrun", "srun", "mpirun"
-  std::string variables;   // the variables that said so, "RANK, WORLD_SIZE"
+  std::string launcher;     // "torchrun", "srun", "mpirun"
+  std::string variables;    // the variables that said so, "RANK, WORLD_SIZE"
   // Where the ranks meet: MASTER_ADDR and MASTER_PORT (torchrun sets them; under srun or mpirun the job
   // script exports them). Empty and 0 when not set.
   std::string master_addr;
@@ -27,10 +27,10 @@ struct LaunchedRank {
 };
 
 // This process's rank where a launcher started more than one: torchrun's RANK and WORLD_SIZE (LOCAL_RANK),
-// Slurm's SLURM_PROCID and SLURM_STEP_NUM_TASKS (SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE; an srun step's: a batch script's own shell
-// has no step tasks), Open MPI's OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (OMPI_COMM_WORLD_LOCAL_RANK,
-// OMPI_COMM_WORLD_LOCAL_SIZE); torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE.
-// nullopt for one process.
+// Slurm's SLURM_PROCID and SLURM_STEP_NUM_TASKS (SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE; an srun step's: a
+// batch script's own shell has no step tasks), Open MPI's OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE
+// (OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE); torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE. nullopt
+// for one process.
 std::optional<LaunchedRank> launched_rank();
 
 }  // namespace bpbench

@@ -48,8 +48,9 @@ nlohmann::json build_identity(const nlohmann::json& meta);
 // Reads `results_path` for a resumed run of `scenario` (whose grid is `cells`); `meta` is this sitting's
 // (collect_meta). `restarted`: the launcher started the job again (a torchrun restart, a requeued Slurm job):
 // every finished record is kept, failures included, so that no cell runs twice; a cell that one sitting
-// stopped during runs again, one that two sittings stopped during is kept as the failure it is. Nullopt when there is no file: the run starts fresh. Throws InputError for a file that is
-// not a results file, or (mode same) one of another scenario or build, naming the difference.
+// stopped during runs again, one that two sittings stopped during is kept as the failure it is. Nullopt when
+// there is no file: the run starts fresh. Throws InputError for a file that is not a results file, or (mode
+// same) one of another scenario or build, naming the difference.
 std::optional<ResumeState> load_resume_state(const std::filesystem::path& results_path,
                                              const Scenario& scenario, const std::vector<Cell>& cells,
                                              const nlohmann::json& meta, ResumeMode mode,

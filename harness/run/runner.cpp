@@ -82,10 +82,11 @@ int64_t launched_world_size(const Scenario& scenario, const std::vector<Cell>& c
                             const LaunchedRank& launched) {
   const int64_t asked = scenario.settings.world_size;
   if (asked > 1 && asked != launched.world)
-    input_error(fmt::format("world_size: the scenario runs its distributed cells on {} ranks; {} started {} "
-                            "({})",
-                            asked, launched.launcher, launched.world, launched.variables),
-                fmt::format("world_size {}, or none (a grid under a launcher takes its ranks)", launched.world));
+    input_error(
+        fmt::format("world_size: the scenario runs its distributed cells on {} ranks; {} started {} "
+                    "({})",
+                    asked, launched.launcher, launched.world, launched.variables),
+        fmt::format("world_size {}, or none (a grid under a launcher takes its ranks)", launched.world));
   if (scenario.settings.measure.max_seq_len)
     for (const auto& c : cells)
       if (is_distributed(*make_strategy(c.impl)))
@@ -111,7 +112,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   MemoryRecorder::instance();  // installed before the first tensor, so every tensor of every cell is seen
   const auto& launched = options.launched;
   // Ranks that share a machine share its cores, as torchrun's OMP_NUM_THREADS does.
-  const int64_t default_share = std::max<int64_t>(1, default_threads() / (launched ? launched->local_world : 1));
+  const int64_t default_share =
+      std::max<int64_t>(1, default_threads() / (launched ? launched->local_world : 1));
   const int64_t threads =
       options.threads.value_or(scenario.settings.threads > 0 ? scenario.settings.threads : default_share);
   if (threads < 1) input_error(fmt::format("threads: {} is out of range", threads), "integers >= 1");
@@ -137,7 +139,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   if (launched) grid.emplace(*launched, settings.device);
   // A launcher that started the job again (launcher_env.h) resumes it, whatever its argv says.
   const bool restarted = launched && launched->restart > 0;
-  const ResumeMode resume_mode = restarted && options.resume == ResumeMode::off ? ResumeMode::same : options.resume;
+  const ResumeMode resume_mode =
+      restarted && options.resume == ResumeMode::off ? ResumeMode::same : options.resume;
   std::optional<OutDirClaim> claim;
   std::optional<ResumeState> resumed;
   try {
@@ -145,8 +148,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
                           : options.force                ? OutDirUse::force
                                                          : OutDirUse::fresh;
     claim.emplace(options.out_dir, use);  // held until the run returns
-    resumed = load_resume_state(std::filesystem::path(options.out_dir) / "results.json", scenario, cells, meta,
-                                resume_mode, restarted);
+    resumed = load_resume_state(std::filesystem::path(options.out_dir) / "results.json", scenario, cells,
+                                meta, resume_mode, restarted);
   } catch (const std::exception& e) {
     if (grid) grid->fail(one_line(e.what()));  // the other ranks end with the same line
     throw;
@@ -178,8 +181,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   if (resumed && options.progress)
     *options.progress << fmt::format(
         "resuming {}{}: {} of {} cells kept{}, {} to run\n", writer.path().string(),
-        restarted ? fmt::format(" (restart {} by {})", launched->restart, launched->launcher) : "", kept.size(),
-        cells.size(), resumed->search_index ? search_probes_kept(resumed->search_probes) : "",
+        restarted ? fmt::format(" (restart {} by {})", launched->restart, launched->launcher) : "",
+        kept.size(), cells.size(), resumed->search_index ? search_probes_kept(resumed->search_probes) : "",
         cells.size() - kept.size());
 
   std::vector<std::string> label_keys = {"model", "impl", "objective", "seq_len"};
@@ -245,10 +248,10 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
       if (options.progress)
         *options.progress << fmt::format("[{}/{}] {} ... ", gc.index + 1, cells.size(),
                                          cells[gc.index].label(label_keys));
-      const std::string where =
-          r.measured_by.is_object() ? fmt::format(" (rank {})", r.measured_by.value("rank", int64_t{0}))
-          : gc.distributed          ? fmt::format(" ({} ranks)", settings.world_size)
-                                    : "";
+      const std::string where = r.measured_by.is_object()
+                                    ? fmt::format(" (rank {})", r.measured_by.value("rank", int64_t{0}))
+                                : gc.distributed ? fmt::format(" ({} ranks)", settings.world_size)
+                                                 : "";
       progress_done(r, where);
       results.insert_or_assign(gc.index, r);
     };

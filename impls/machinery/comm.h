@@ -107,7 +107,7 @@ struct CommConfig {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string store_file;                    // non-empty: rendezvous through a c10d FileStore at this path
+  std::string store_file;  // non-empty: rendezvous through a c10d FileStore at this path
   // Non-empty: join a store that is already served at MASTER_ADDR:MASTER_PORT (every rank a client), under
   // this key prefix. A grid over launched ranks runs each distributed cell so (harness/run/grid_ranks.h).
   std::string store_prefix;
@@ -117,7 +117,8 @@ struct CommConfig {
 
   // From RANK, WORLD_SIZE, LOCAL_RANK (default RANK), MASTER_ADDR (default 127.0.0.1), MASTER_PORT
   // (default 29500), BPBENCH_DIST_TIMEOUT_S (default 60), BPBENCH_DIST_BACKEND (default auto),
-  // BPBENCH_DIST_STORE_FILE (default: TCPStore), BPBENCH_DIST_STORE_PREFIX (default: rank 0 serves). Throws CommError naming a missing or malformed variable.
+  // BPBENCH_DIST_STORE_FILE (default: TCPStore), BPBENCH_DIST_STORE_PREFIX (default: rank 0 serves). Throws
+  // CommError naming a missing or malformed variable.
   static CommConfig from_env();
   static bool env_present();  // RANK and WORLD_SIZE are both set
 };

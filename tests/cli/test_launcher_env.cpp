@@ -1,7 +1,6 @@
-// test_launcher_env.cpp: `bpbench run` started by a launcher (torchrun, srun, mpirun) as one of several
-// ranks. A grid over launched ranks is not built yet (issue 77), so every rank refuses at once, in one line,
-// before any of them touches --out: against the project's own torchrun (.venv) too. And what a launcher runs
-// instead, `bpbench run-cell JOB.json` per rank, under that real torchrun.
+// test_launcher_env.cpp: how bpbench knows it is one of a launcher's ranks (torchrun, srun, mpirun), and
+// `bpbench run-cell JOB.json` per rank under the project's own torchrun (.venv). The grid over launched ranks
+// is tests/run/test_grid_ranks.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -38,6 +37,15 @@ class Env {
  private:
   static constexpr const char* kAll[] = {"RANK",
                                          "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "TORCHELASTIC_USE_AGENT_STORE",
+                                         "TORCHELASTIC_RESTART_COUNT",
+                                         "SLURM_LOCALID",
+                                         "SLURM_STEP_TASKS_PER_NODE",
+                                         "SLURM_RESTART_COUNT",
                                          "SLURM_PROCID",
                                          "SLURM_NTASKS",
                                          "SLURM_STEP_NUM_TASKS",
@@ -55,9 +63,36 @@ TEST(LauncherEnv, ReadsEachLaunchersRankAndWorld) {
     EXPECT_EQ(r->launcher, "torchrun");
   }
   {
-    const Env env({{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}});
-    ASSERT_TRUE(launched_rank().has_value());
-    EXPECT_EQ(launched_rank()->launcher, "srun");
+    const Env env({{"RANK", "5"},
+                   {"WORLD_SIZE", "8"},
+                   {"LOCAL_RANK", "1"},
+                   {"LOCAL_WORLD_SIZE", "4"},
+                   {"MASTER_ADDR", "node0"},
+                   {"MASTER_PORT", "29400"},
+                   {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                   {"TORCHELASTIC_RESTART_COUNT", "2"}});
+    const auto r = launched_rank();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->local_rank, 1);
+    EXPECT_EQ(r->local_world, 4);
+    EXPECT_EQ(r->master_addr, "node0");
+    EXPECT_EQ(r->master_port, 29400);
+    EXPECT_TRUE(r->agent_store);
+    EXPECT_EQ(r->restart, 2);
+  }
+  {
+    const Env env({{"SLURM_PROCID", "1"},
+                   {"SLURM_STEP_NUM_TASKS", "8"},
+                   {"SLURM_LOCALID", "1"},
+                   {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
+                   {"SLURM_RESTART_COUNT", "1"}});
+    const auto r = launched_rank();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->launcher, "srun");
+    EXPECT_EQ(r->local_rank, 1);
+    EXPECT_EQ(r->local_world, 4);
+    EXPECT_FALSE(r->agent_store);  // rank 0 serves the grid's store
+    EXPECT_EQ(r->restart, 1);      // a requeued job
   }
   {
     const Env env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "8"}});
@@ -74,29 +109,7 @@ TEST(LauncherEnv, ReadsEachLaunchersRankAndWorld) {
   }
 }
 
-// torchrun --nproc-per-node 2 --no-python bpbench run: both ranks exit 2 with the line, --out never made.
-TEST(LauncherEnv, EveryRankUnderTorchrunRefusesBeforeTouchingOut) {
-  const fs::path torchrun = fs::path(BPBENCH_SOURCE_DIR) / ".venv" / "bin" / "torchrun";
-  ASSERT_TRUE(fs::exists(torchrun)) << torchrun << " (scripts/setup.sh installs torch into .venv)";
-  TempDir tmp;
-  const fs::path out = tmp.dir() / "out", log = tmp.dir() / "torchrun.log";
-  const std::string cmd = fmt::format(
-      "'{}' --nproc-per-node 2 --master-port 0 --no-python '{}' run '{}/scenarios/quickstart.json' --out "
-      "'{}' "
-      "> '{}' 2>&1",
-      torchrun.string(), BPBENCH_BINARY, BPBENCH_SOURCE_DIR, out.string(), log.string());
-  const Env clean({});
-  EXPECT_NE(std::system(cmd.c_str()), 0);
-  const std::string text = file_text(log);
-  for (const char* rank : {"rank 0 of 2", "rank 1 of 2"})
-    EXPECT_NE(
-        text.find(fmt::format("bpbench: error: run: started as {} by torchrun (RANK, WORLD_SIZE)", rank)),
-        std::string::npos)
-        << text;
-  EXPECT_FALSE(fs::exists(out));
-}
-
-// What the docs give a launcher instead (docs/distributed.md, "Under torchrun"): `bpbench run-cell JOB.json`
+// One cell by hand (docs/distributed.md, "Under torchrun"): `bpbench run-cell JOB.json`
 // on every rank joins the group from torchrun's own environment (its agent's store: rank 0's TCPStore server
 // yields to it) and prints its record; both ranks measure the cell, with one global loss.
 TEST(LauncherEnv, RunCellUnderTorchrunJoinsTheGroupFromItsEnvironment) {
