@@ -443,6 +443,5 @@ int cli_main(int argc, char** argv) {
     return kExitCellErrors;
   }
 }
-}
 
 }  // namespace bpbench
