@@ -4,6 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/build.sh"
+bash "$root/scripts/setup_test_tools.sh"  # the real Slurm that tests/slurm/check.sh starts
 cd "$root/build"
 rm -rf "$root/build/tests/shard-reports"  # this run's reports only
 log="$root/build/tests/ctest-last.log"

@@ -115,7 +115,12 @@ data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len 
   sequences); results record the file's name and SHA-256.
 world_size: ranks, started as local processes, for
   @DISTRIBUTED@;
-  other impls are skipped.
+  the other impls' cells run on one device.
+Under a launcher (torchrun, srun, mpirun): every rank runs `bpbench run` with the same arguments and the grid
+  runs over them: single-device cells one per rank at a time (each on its LOCAL_RANK's GPU), distributed cells
+  on all ranks (world_size: the launcher's, or none), global rank 0 alone writing DIR. A restarted job
+  (torchrun --max-restarts, a requeued Slurm job) resumes DIR by itself. docs/distributed.md, "A grid past one
+  machine".
 ulysses_degree: ring and streambp-ring on a 2-D mesh: Ulysses over groups of U ranks inside rings of
   world_size / U (U divides world_size and splits the model's heads; 1: the ring over every rank).
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
@@ -140,7 +145,8 @@ train: steps AdamW steps per cell instead of one measured step (warm-up then the
 
 Console: a progress line per cell on stderr, a table on stdout. Out-of-memory (a measure.budget_bytes overrun
 included) is recorded as status "oom"; an unsupported combination as "skipped".
-Exit status: 0 every cell ok/oom/skipped; 1 some cell has status "error"; 2 bad input.
+Exit status: 0 every cell ok/oom/skipped; 1 some cell has status "error" (under a launcher: 0, the failures
+being results; 1 when a rank stopped answering and the grid stopped); 2 bad input.
 )";
 
 // kRunHelp with the registry's names where it lists strategies (@OFFLOADING@, @DISTRIBUTED@).
