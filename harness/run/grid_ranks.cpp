@@ -140,11 +140,19 @@ json send_files(GridStore& store, const std::string& dir, size_t index, int64_t 
   return names;
 }
 
+// A rank's part of a distributed cell: its record, and whether its process died of a signal that no rank
+// sent (the cause of the cell's failure, where the others only saw a peer go).
+struct RankOutcome {
+  CellResult record;
+  bool died = false;
+};
+
 // One distributed cell's process on this rank, torchrun's way, its group meeting in the grid's store under
 // the cell's prefix. Bounded: stopped when rank 0 says the cell failed elsewhere, or after
 // BPBENCH_DIST_LAUNCH_TIMEOUT_S.
-CellResult run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStore& store,
-                            const std::string& exe, const std::string& visible_gpus, const std::string& dir) {
+RankOutcome run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStore& store,
+                             const std::string& exe, const std::string& visible_gpus,
+                             const std::string& dir) {
   CellResult failed = result_for(gc.job, "error");
   const auto t0 = Clock::now();
   CellJob job = gc.job;
@@ -183,7 +191,7 @@ CellResult run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStor
   if (rc != 0) {
     std::remove(job_path.c_str());
     failed.reason = fmt::format("rank {}: cannot start '{}': {}", me.rank, binary, std::strerror(rc));
-    return failed;
+    return {failed};
   }
   const auto deadline = t0 + launch_timeout(std::chrono::milliseconds(0));
   const std::string abort_key = fmt::format("dist/{}/abort", gc.index);
@@ -217,7 +225,7 @@ CellResult run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStor
     try {
       CellResult r = CellResult::from_json(json::parse(text));
       if (r.status != "ok" && !r.reason.empty()) r.reason = fmt::format("rank {}: {}", me.rank, r.reason);
-      return r;
+      return {r};
     } catch (const std::exception&) {
     }
   }
@@ -233,7 +241,7 @@ CellResult run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridStor
                                 WEXITSTATUS(status));
   }
   failed.wall_s = seconds_since(t0);
-  return failed;
+  return {failed, WIFSIGNALED(status) && stopped_why.empty()};
 }
 
 }  // namespace
@@ -307,9 +315,10 @@ struct GridSession::Impl {
       send("start", *gc, json::object());
       std::optional<AsideDir> aside;
       const std::string dir = me.rank == 0 ? gc->job.timeline_dir : aside.emplace().path();
-      const CellResult r = run_rank_of_cell(*gc, me, s, exe, visible_gpus, dir);
+      const RankOutcome outcome = run_rank_of_cell(*gc, me, s, exe, visible_gpus, dir);
       const json files = aside ? send_files(s, aside->path(), gc->index, me.rank) : json::array();
-      send("rank_record", *gc, {{"record", r.to_json()}, {"files", files}});
+      send("rank_record", *gc,
+           {{"record", outcome.record.to_json()}, {"files", files}, {"died", outcome.died}});
     }
     s.push("to_leader", json{{"kind", "done"}, {"rank", me.rank}}.dump());
   }
@@ -374,6 +383,7 @@ void GridSession::follow(const std::string& exe, std::ostream* progress) {
     peers.check({0});
     std::this_thread::sleep_for(kPoll);
   }
+  s.add("closed/read", 1);
 }
 
 void GridSession::lead(const std::vector<GridCell>& cells, const std::string& exe, GridLeader& leader) {
@@ -406,6 +416,7 @@ void GridSession::lead(const std::vector<GridCell>& cells, const std::string& ex
   std::map<size_t, std::map<int64_t, json>> running;  // cell -> rank -> where it runs (a start message)
   std::map<size_t, std::map<int64_t, CellResult>> rank_records;
   std::map<size_t, std::optional<size_t>> first_failure;
+  std::map<size_t, bool> cause_known;                     // first_failure's process died
   std::map<size_t, std::map<int64_t, json>> rank_places;  // cell -> rank -> {"host", "device"}
 
   auto place_files = [&](const json& msg, CellResult& r) {
@@ -464,9 +475,12 @@ void GridSession::lead(const std::vector<GridCell>& cells, const std::string& ex
     // A rank of a distributed cell: the cell is recorded once every rank's is in.
     rank_places[index][rank] = {{"host", msg.value("host", std::string())},
                                 {"device", msg.value("device", std::string())}};
-    if (r.status == "error" && !first_failure[index]) {
+    // The cell's reason: a rank whose process died, else the first rank that failed (the others may only
+    // have seen a peer go).
+    if (r.status == "error" && (!first_failure[index] || (msg.value("died", false) && !cause_known[index]))) {
+      if (!first_failure[index]) s.set(fmt::format("dist/{}/abort", index), "1");
       first_failure[index] = static_cast<size_t>(rank);
-      s.set(fmt::format("dist/{}/abort", index), "1");
+      cause_known[index] = msg.value("died", false);
     }
     rank_records[index].emplace(rank, std::move(r));
     if (static_cast<int64_t>(rank_records[index].size()) < world) return;
@@ -533,6 +547,9 @@ void GridSession::lead(const std::vector<GridCell>& cells, const std::string& ex
                     world, stop_why, unfinished, cells.size()));
   }
   s.set("closed", "1");
+  // Rank 0 may serve the store: it stays until every rank has seen the grid closed, or the timeout.
+  const auto until = Clock::now() + impl_->timeout;
+  while (s.add("closed/read", 0) < world - 1 && Clock::now() < until) std::this_thread::sleep_for(kPoll);
 }
 
 }  // namespace bpbench

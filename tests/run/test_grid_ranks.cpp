@@ -219,6 +219,19 @@ bool any_process(const Proc&) {
   return true;
 }
 
+// Whether DIR/results.json (rewritten atomically) holds a finished record of a killed cell.
+bool failure_recorded(const fs::path& out) {
+  try {
+    const json results = read_results(out);
+    for (const auto& c : results["cells"])
+      if (c["status"] == "error" && !c.contains("interrupted") &&
+          c.value("reason", std::string()).find("killed by signal 9") != std::string::npos)
+        return true;
+  } catch (const std::exception&) {  // not written yet
+  }
+  return false;
+}
+
 // A distributed cell's process of rank 1 is killed (SIGKILL, as the OOM killer does), later rank 1 itself:
 // the first is a record naming the rank and the signal, the second ends the sitting, and torchrun's restart
 // resumes it. Every cell is in the file exactly once, measured or failed with why.
@@ -231,7 +244,10 @@ TEST(GridRanks, AKilledCellProcessAndAKilledRankLeaveEveryCellOnceUnderMaxRestar
   int killed_cell = 0, killed_rank = 0;
   std::thread killer([&] {
     killed_cell = signal_when_seen("run-cell", "1", SIGKILL, distributed_cell, give_up);
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // Rank 1 itself once the killed cell is on record (before, the restart would run that cell again).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!give_up && std::chrono::steady_clock::now() < until && !failure_recorded(out))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     killed_rank = signal_when_seen("run", "1", SIGKILL, any_process, give_up);
   });
   const int rc = torchrun_nodes(1, 4, scenario, out, log, "--max-restarts 1");
