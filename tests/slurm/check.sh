@@ -40,7 +40,7 @@ node=$(hostname -s)
 mkdir -p "$tmp/state" "$tmp/spool" "$tmp/log"
 cat > "$tmp/slurm.conf" <<CONF
 ClusterName=bpbench
-SlurmctldHost=$node
+SlurmctldHost=$node(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 AuthInfo=socket=$tmp/munge.sock
@@ -60,7 +60,7 @@ SlurmctldPidFile=$tmp/slurmctld.pid
 SlurmdPidFile=$tmp/slurmd.pid
 SlurmctldLogFile=$tmp/log/slurmctld.log
 SlurmdLogFile=$tmp/log/slurmd.log
-NodeName=$node CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
 export SLURM_CONF=$tmp/slurm.conf
@@ -94,7 +94,7 @@ PY
 }
 
 cd "$root"
-GPUS_PER_NODE=2 MASTER_PORT=$(free_port) BPBENCH=$bpbench TORCHRUN=$root/.venv/bin/torchrun \
+GPUS_PER_NODE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) BPBENCH=$bpbench TORCHRUN=$root/.venv/bin/torchrun \
   timeout 240 sbatch --wait --chdir "$root" --output "$tmp/sbatch.log" \
   scripts/slurm/bpbench.sbatch "$tmp/grid.json" "$tmp/sbatch" >/dev/null || fail "sbatch failed"
 check "$tmp/sbatch"
