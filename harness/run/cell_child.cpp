@@ -3,10 +3,12 @@
 // distributed cell with rank 0's record and every rank's measurements merged.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -88,10 +90,23 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
     close(std::exchange(pipe_fd[1], -1));
     if (rc != 0) throw std::runtime_error(fmt::format("cannot start '{}': {}", binary, std::strerror(rc)));
 
+    // Bounded: a cell's process past BPBENCH_DIST_LAUNCH_TIMEOUT_S (default 24 h) is killed, so that no
+    // rank of a launched grid waits on a hung cell for ever.
+    const auto deadline = Clock::now() + launch_timeout(std::chrono::milliseconds(0));
+    bool timed_out = false;
     std::string out;
     char buf[65536];
     for (;;) {
-      const ssize_t n = read(pipe_fd[0], buf, sizeof buf);
+      pollfd readable{pipe_fd[0], POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const int ready = poll(&readable, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000)));
+      if (ready == 0) {
+        if (Clock::now() < deadline) continue;
+        timed_out = true;
+        kill(pid, SIGKILL);
+        break;
+      }
+      const ssize_t n = ready < 0 ? -1 : read(pipe_fd[0], buf, sizeof buf);
       if (n > 0) {
         out.append(buf, static_cast<size_t>(n));
       } else if (n == 0 || errno != EINTR) {
@@ -105,8 +120,11 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
     cleanup();
     if (WIFSIGNALED(status)) {
       const int sig = WTERMSIG(status);
-      failed.reason = fmt::format("cell process killed by signal {} ({}){}", sig, strsignal(sig),
-                                  sig == SIGKILL ? "; the system's out-of-memory killer sends this" : "");
+      failed.reason = fmt::format(
+          "cell process killed by signal {} ({}){}", sig, strsignal(sig),
+          timed_out        ? fmt::format(" after {:.0f} s (BPBENCH_DIST_LAUNCH_TIMEOUT_S)", seconds_since(t0))
+          : sig == SIGKILL ? "; the system's out-of-memory killer sends this"
+                           : "");
     } else {
       try {
         CellResult r = CellResult::from_json(json::parse(last_line(out)));

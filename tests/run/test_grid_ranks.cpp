@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -212,6 +213,18 @@ int signal_when_seen(const std::string& command, const std::string& rank, int si
   return 0;
 }
 
+int parent_of(int pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  const size_t close = text.rfind(')');  // pid (comm) state ppid ...
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string state;
+  int ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
 bool distributed_cell(const Proc& p) {
   return p.env.count("BPBENCH_DIST_STORE_PREFIX") > 0;
 }
@@ -312,6 +325,70 @@ TEST(GridRanks, AHungCellProcessIsStoppedWithinTheTimeout) {
   EXPECT_EQ(dist["status"], "error") << dist.dump();
   EXPECT_EQ(dist["ranks"][1]["status"], "error") << dist.dump();
   EXPECT_EQ(results["cells"][1]["status"], "ok") << results["cells"][1].dump();
+}
+
+// The grid process of srun's task 1 (SLURM_PROCID) that stops answering (SIGSTOP) while a distributed cell
+// runs: rank 0 notices within BPBENCH_DIST_TIMEOUT_S, records the cell as stopped during, and the sitting
+// ends non-zero. The job requeued (SLURM_RESTART_COUNT=1, the same argv) resumes by itself: every cell once,
+// the interrupted one measured.
+TEST(GridRanks, AStoppedRankEndsTheSittingAndTheRequeuedJobFinishesIt) {
+  TempDir tmp;
+  json s = grid_scenario("requeue", 20, {64, 96});
+  s["world_size"] = 2;
+  s["grid"]["impl"] = {"streambp", "streambp-dist"};
+  const std::string scenario = write_scenario(tmp, s);
+  const fs::path out = tmp.dir() / "out", log = tmp.dir() / "log";
+  const int port = free_local_port();
+  auto sitting = [&](int restart) {
+    std::string cmd;
+    for (int r = 1; r >= 0; --r)
+      cmd += fmt::format(
+          "{} SLURM_PROCID={} SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID={} SLURM_RESTART_COUNT={} "
+          "BPBENCH_DIST_TIMEOUT_S=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' --out '{}' "
+          "> '{}.{}.{}' 2>&1{}",
+          unset_launchers(), r, r, restart, port + restart, BPBENCH_BINARY, scenario, out.string(),
+          log.string(), restart, r, r > 0 ? " & " : "; rc=$?; kill -9 %1; exit $rc");
+    return run_script(fmt::format("{}.{}.sh", log.string(), restart), cmd);
+  };
+  std::atomic<bool> give_up{false};
+  int stopped = 0;
+  std::thread stopper([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!give_up && !stopped && std::chrono::steady_clock::now() < until) {
+      int cell_parent = 0;
+      for (const Proc& p : processes())  // task 1's distributed cell process: stop its parent, the rank
+        if (p.command == "run-cell" && distributed_cell(p) && p.env.count("SLURM_PROCID") &&
+            p.env.at("SLURM_PROCID") == "1")
+          cell_parent = parent_of(p.pid);
+      if (cell_parent > 0 && ::kill(cell_parent, SIGSTOP) == 0) stopped = cell_parent;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const int first = sitting(0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  give_up = true;
+  stopper.join();
+  const std::string rank0 = file_text(log.string() + ".0.0");
+  ASSERT_GT(stopped, 0) << rank0;
+  EXPECT_NE(first, 0) << rank0;
+  EXPECT_LT(seconds, 60) << rank0;
+  EXPECT_NE(rank0.find("rank 1 stopped answering"), std::string::npos) << rank0;
+  bool marked = false;
+  for (const auto& c : read_results(out)["cells"].get<std::vector<json>>())
+    marked = marked || (c.value("interrupted", 0) == 1 &&
+                        c.value("reason", std::string()).find("the grid stopped during this cell") == 0);
+  EXPECT_TRUE(marked) << file_text(out / "results.json");
+
+  ASSERT_EQ(sitting(1), 0) << file_text(log.string() + ".1.0");
+  const json results = read_results(out);
+  ASSERT_EQ(results["cells"].size(), 4u);
+  std::set<std::string> axes;
+  for (const auto& c : results["cells"]) {
+    EXPECT_TRUE(axes.insert(c["axes"].dump()).second) << "twice: " << c["axes"];
+    EXPECT_EQ(c["status"], "ok") << c.dump();
+  }
+  EXPECT_NE(file_text(log.string() + ".1.0").find("(restart 1 by srun)"), std::string::npos);
 }
 
 // srun and mpirun, one task per rank, with the variables each sets (and MASTER_ADDR/PORT, which a job script
