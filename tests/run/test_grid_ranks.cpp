@@ -391,6 +391,33 @@ TEST(GridRanks, AStoppedRankEndsTheSittingAndTheRequeuedJobFinishesIt) {
   EXPECT_NE(file_text(log.string() + ".1.0").find("(restart 1 by srun)"), std::string::npos);
 }
 
+// A single-device cell's process is bounded like a distributed cell's (BPBENCH_DIST_LAUNCH_TIMEOUT_S): past
+// it the process is killed and the cell recorded with why, so that no rank of a grid waits on it for ever.
+TEST(GridRanks, ACellProcessPastTheLaunchTimeoutIsKilledAndRecorded) {
+  TempDir tmp;
+  json s = grid_scenario("slow_cell", 200, {256});
+  s.erase("world_size");
+  s["isolate"] = true;
+  s["grid"]["impl"] = "plain";
+  s["grid"]["model"] = "small";
+  const std::string scenario = write_scenario(tmp, s);
+  const fs::path out = tmp.dir() / "out";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = std::system(
+      fmt::format("{} BPBENCH_DIST_LAUNCH_TIMEOUT_S=1 '{}' run --quiet '{}' --out '{}' > /dev/null "
+                  "2>&1",
+                  unset_launchers(), BPBENCH_BINARY, scenario, out.string())
+          .c_str());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30);
+  EXPECT_NE(rc, 0);  // one machine: a failed cell fails the run
+  const json cell = read_results(out)["cells"].at(0);
+  EXPECT_EQ(cell["status"], "error");
+  EXPECT_NE(cell["reason"].get<std::string>().find(
+                "killed by signal 9 (Killed) after 1 s (BPBENCH_DIST_LAUNCH_TIMEOUT_S)"),
+            std::string::npos)
+      << cell["reason"];
+}
+
 // srun and mpirun, one task per rank, with the variables each sets (and MASTER_ADDR/PORT, which a job script
 // exports): the grid runs over them as under torchrun.
 TEST(GridRanks, SrunAndMpirunEnvironmentsRunTheGrid) {
