@@ -412,10 +412,9 @@ TEST(GridRanks, ACellProcessPastTheLaunchTimeoutIsKilledAndRecorded) {
   EXPECT_NE(rc, 0);  // one machine: a failed cell fails the run
   const json cell = read_results(out)["cells"].at(0);
   EXPECT_EQ(cell["status"], "error");
-  EXPECT_NE(cell["reason"].get<std::string>().find(
-                "killed by signal 9 (Killed) after 1 s (BPBENCH_DIST_LAUNCH_TIMEOUT_S)"),
-            std::string::npos)
-      << cell["reason"];
+  const std::string reason = cell["reason"];
+  EXPECT_NE(reason.find("killed by signal 9 (Killed) after "), std::string::npos) << reason;
+  EXPECT_NE(reason.find(" s (BPBENCH_DIST_LAUNCH_TIMEOUT_S)"), std::string::npos) << reason;
 }
 
 // srun and mpirun, one task per rank, with the variables each sets (and MASTER_ADDR/PORT, which a job script
