@@ -127,8 +127,18 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   std::set<std::string> models;
   for (const auto& c : cells)
     if (models.insert(c.model).second) model_config_of(c.model, scenario.settings.rope);
-  check_world_size(settings.device, launched ? launched->local_world : settings.world_size,
-                   profiles::cuda_device_count());
+  if (!launched) {
+    check_world_size(settings.device, settings.world_size, profiles::cuda_device_count());
+  } else if (const int gpus = profiles::cuda_device_count();
+             settings.device == "cuda" && gpus > 0 && launched->local_world > gpus) {
+    input_error(
+        fmt::format("{} started {} ranks on this machine, and device cuda needs a GPU for each; {} {} "
+                    "visible",
+                    launched->launcher, launched->local_world, gpus, gpus == 1 ? "is" : "are"),
+        fmt::format("at most {} ranks a machine (torchrun --nproc-per-node; CUDA_VISIBLE_DEVICES shows "
+                    "the GPUs)",
+                    gpus));
+  }
   if (launched && launched->rank != 0) {  // every other rank: its share of the cells, and never DIR
     GridSession grid(*launched, settings.device);
     grid.follow(options.self_exe, options.progress);
