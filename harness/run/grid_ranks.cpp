@@ -45,6 +45,19 @@ std::string host_name() {
   return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("?");
 }
 
+// How long a rank may show no sign of life (and the grid's store calls may take): BPBENCH_GRID_TIMEOUT_S,
+// else BPBENCH_DIST_TIMEOUT_S (the collectives' bound), else 60 s; at least 2 s (four missed beats).
+std::chrono::milliseconds grid_timeout() {
+  std::chrono::milliseconds t = dist::default_timeout();
+  if (const char* v = std::getenv("BPBENCH_GRID_TIMEOUT_S"); v && *v) {
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    if (end != v && *end == '\0' && seconds > 0)
+      t = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+  return std::max<std::chrono::milliseconds>(t, std::chrono::seconds(2));
+}
+
 std::string prefix_of(const LaunchedRank& l) {
   return fmt::format("bpbench/grid/sitting-{}/", l.restart);
 }
@@ -86,7 +99,7 @@ class Peers {
         changed_[i] = now;
       } else if (now - changed_[i] > stale_) {
         throw GridError(fmt::format(
-            "rank {} stopped answering: no sign of life for {:.0f} s (BPBENCH_DIST_TIMEOUT_S); it died or "
+            "rank {} stopped answering: no sign of life for {:.0f} s (BPBENCH_GRID_TIMEOUT_S); it died or "
             "hangs",
             r, std::chrono::duration<double>(now - changed_[i]).count()));
       }
@@ -326,7 +339,7 @@ struct GridSession::Impl {
 
 GridSession::GridSession(const LaunchedRank& launched, const std::string& device)
     : launched_(launched), impl_(std::make_unique<Impl>()) {
-  impl_->timeout = std::max<std::chrono::milliseconds>(dist::default_timeout(), std::chrono::seconds(2));
+  impl_->timeout = grid_timeout();
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   impl_->visible_gpus = visible ? visible : "";
   // Before any thread: a single-device cell's process (and a search's probes) inherit it.

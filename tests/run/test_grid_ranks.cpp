@@ -306,13 +306,13 @@ TEST(GridRanks, AHungCellProcessIsStoppedWithinTheTimeout) {
       [&] { stopped = signal_when_seen("run-cell", "1", SIGSTOP, distributed_cell, give_up); });
   const auto t0 = std::chrono::steady_clock::now();
   const int port = free_local_port();
-  const int rc =
-      std::system(fmt::format("{} BPBENCH_DIST_TIMEOUT_S=4 '{}' --nproc-per-node 2 --master-addr "
-                              "127.0.0.1 --master-port {} --no-python '{}' run '{}' --out '{}' > '{}' "
-                              "2>&1",
-                              unset_launchers(), torchrun().string(), port, BPBENCH_BINARY, scenario,
-                              out.string(), log.string())
-                      .c_str());
+  const int rc = std::system(
+      fmt::format(
+          "{} BPBENCH_DIST_TIMEOUT_S=4 BPBENCH_GRID_TIMEOUT_S=60 '{}' --nproc-per-node 2 --master-addr "
+          "127.0.0.1 --master-port {} --no-python '{}' run '{}' --out '{}' > '{}' "
+          "2>&1",
+          unset_launchers(), torchrun().string(), port, BPBENCH_BINARY, scenario, out.string(), log.string())
+          .c_str());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   give_up = true;
   stopper.join();
@@ -328,9 +328,9 @@ TEST(GridRanks, AHungCellProcessIsStoppedWithinTheTimeout) {
 }
 
 // The grid process of srun's task 1 (SLURM_PROCID) that stops answering (SIGSTOP) while a distributed cell
-// runs: rank 0 notices within BPBENCH_DIST_TIMEOUT_S, records the cell as stopped during, and the sitting
-// ends non-zero. The job requeued (SLURM_RESTART_COUNT=1, the same argv) resumes by itself: every cell once,
-// the interrupted one measured.
+// runs: rank 0 notices within BPBENCH_GRID_TIMEOUT_S (the cell's own collectives wait their 60 s), records
+// the cell as stopped during, and the sitting ends non-zero. The job requeued (SLURM_RESTART_COUNT=1, the
+// same argv) resumes by itself: every cell once, the interrupted one measured.
 TEST(GridRanks, AStoppedRankEndsTheSittingAndTheRequeuedJobFinishesIt) {
   TempDir tmp;
   json s = grid_scenario("requeue", 20, {64, 96});
@@ -344,7 +344,7 @@ TEST(GridRanks, AStoppedRankEndsTheSittingAndTheRequeuedJobFinishesIt) {
     for (int r = 1; r >= 0; --r)
       cmd += fmt::format(
           "{} SLURM_PROCID={} SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID={} SLURM_RESTART_COUNT={} "
-          "BPBENCH_DIST_TIMEOUT_S=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' --out '{}' "
+          "BPBENCH_GRID_TIMEOUT_S=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' --out '{}' "
           "> '{}.{}.{}' 2>&1{}",
           unset_launchers(), r, r, restart, port + restart, BPBENCH_BINARY, scenario, out.string(),
           log.string(), restart, r, r > 0 ? " & " : "; rc=$?; kill -9 %1; exit $rc");
