@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "profiles/memory.h"
 
 namespace bpbench {

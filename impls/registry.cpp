@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "impls/machinery/dist_common.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "reports/sections.h"
 
 namespace bpbench::report_detail {

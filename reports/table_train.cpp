@@ -8,7 +8,7 @@
 #include <map>
 #include <vector>
 
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "reports/sections.h"
 
 namespace bpbench::report_detail {

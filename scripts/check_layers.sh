@@ -3,19 +3,23 @@
 #   0 profiles/            recorders: tracking allocator, memory categories, timelines, NVTX, traces
 #   1 harness/model/       config and presets, RoPE, ops, the model, the HF loader, safetensors
 #   2 harness/objectives/  batches, data files, SFT / DPO / GRPO losses
-#   3 impls/               the backward strategies and their registry; impls/machinery/ what they share
-#                          (communicator, distributed step, layerwise checkpoints, offload, sequence parallel)
-#   4 harness/estimate/    the memory and FLOPs estimate of a cell, and its inverse (the longest length)
-#   5 harness/run/         scenario -> cells, running a cell under a recorder, max-length, results
-#   6 reports/             results.json -> report.md and figures, compare
-#   7 harness/cli/         the `bpbench` command line
-# A file may include its own layer and any layer below it, never one above. Every source file under those
+#   3 impls/interface/     the interface every strategy implements (strategy.h) and the registry's declarations
+#   4 impls/machinery/     what the strategies share (communicator, distributed step, layerwise checkpoints,
+#                          offload, sequence parallel, the ring): the interface and below, never a strategy
+#   5 impls/               the backward strategies and their registry
+#   6 harness/estimate/    the memory and FLOPs estimate of a cell, and its inverse (the longest length)
+#   7 harness/run/         scenario -> cells, running a cell under a recorder, max-length, results
+#   8 reports/             results.json -> report.md and figures, compare
+#   9 harness/cli/         the `bpbench` command line
+# A file may include its own layer and any layer below it, never one above. A folder inside another layer's
+# (impls/machinery/ in impls/) is a layer of its own, listed first: a path takes the first layer it lies in. Every source file under those
 # folders must belong to a layer (a new folder gets a rank here first), and no source includes tests/. The
 # list must equal CMakeLists.txt's BPBENCH_LAYERS, which compiles the same folders.
 # Usage: bash scripts/check_layers.sh [ROOT]   (ROOT defaults to the repository; tests point it elsewhere)
 set -uo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-layers=(profiles harness/model harness/objectives impls harness/estimate harness/run reports harness/cli)
+layers=(profiles harness/model harness/objectives impls/interface impls/machinery impls harness/estimate harness/run
+  reports harness/cli)
 
 # rank_of PATH: sets `rank` to the rank of the layer PATH lies in, or to nothing (no subshell: the script
 # asks once per #include, about a thousand times)

@@ -36,6 +36,7 @@ ALLOWED = {
     "harness/run/schema_texts.h": None,  # configured from harness/run/schema_texts.h.in into build/generated/
     "reports/results/h100-sxm/": None,  # scripts/gpu/continue.sh: one folder per GPU it ran on
     "harness/stray.cpp": "tests/check_layers_refuses.sh",  # a file of tests/fixtures/layers
+    "impls/streambp.h": "tests/check_layers_refuses.sh",  # what a fixture of tests/fixtures/layers includes
     "harness/nothing.h": "tests/check_paths_refuses.sh",  # the missing path of its own fixture tree
 }
 # Placeholders written in capitals (impls/NAME.cpp, reports/results/h100/TABLE/): a template, not a path.

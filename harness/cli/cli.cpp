@@ -27,7 +27,7 @@
 #include "harness/run/run_detail.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "reports/compare.h"
 #include "reports/history.h"
 #include "reports/report.h"

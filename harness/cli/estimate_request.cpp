@@ -18,7 +18,7 @@
 #include "harness/model/model_config.h"
 #include "harness/run/runner.h"
 #include "impls/machinery/offload.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

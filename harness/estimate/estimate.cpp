@@ -21,7 +21,7 @@
 #include "harness/objectives/objective.h"
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/layerwise_estimate.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

@@ -27,7 +27,7 @@
 #include "harness/run/train_loop.h"
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/offload.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "profiles/chrome_trace.h"
 #include "profiles/cuda_build.h"
 #include "profiles/device_activity.h"

@@ -15,7 +15,7 @@
 #include "harness/run/results.h"
 #include "harness/run/runner.h"
 #include "impls/machinery/comm.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "profiles/recorder.h"
 #include "profiles/step_timer.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "harness/run/runner.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench::run_detail {
 

@@ -20,7 +20,7 @@
 #include "harness/objectives/objective.h"
 #include "harness/run/run_detail.h"
 #include "harness/run/scenario_read.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

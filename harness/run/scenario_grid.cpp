@@ -15,7 +15,7 @@
 #include "harness/run/scenario.h"
 #include "harness/run/scenario_read.h"
 #include "impls/machinery/offload.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

@@ -18,7 +18,7 @@
 #include "harness/model/model.h"
 #include "harness/objectives/objective.h"
 #include "harness/run/train_spec.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "impls/machinery/comm.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench::dist {
 

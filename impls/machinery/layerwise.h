@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "impls/machinery/offload.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

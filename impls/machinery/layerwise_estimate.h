@@ -7,7 +7,7 @@
 #include <string>
 
 #include "harness/model/memory_terms.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "harness/model/memory_terms.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

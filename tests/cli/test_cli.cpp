@@ -19,7 +19,7 @@
 #include "harness/model/model_config.h"
 #include "harness/objectives/objective.h"
 #include "harness/run/results.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "tests/support/test_support.h"
 
 namespace bpbench::test_cli {

@@ -32,7 +32,7 @@
 #include "harness/model/model.h"
 #include "harness/objectives/objective.h"
 #include "impls/machinery/offload.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
 #include "tests/support/test_support.h"

@@ -15,7 +15,7 @@
 #include "harness/estimate/estimate.h"
 #include "harness/model/model_config.h"
 #include "harness/objectives/objective.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench::test_estimate_analytic {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "impls/machinery/offload.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
 

@@ -20,7 +20,7 @@
 #include "harness/objectives/data_file.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "tests/support/test_support.h"
 
 namespace bpbench::test_runner_features {

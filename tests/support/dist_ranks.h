@@ -23,7 +23,7 @@
 
 #include "harness/run/dist_launch.h"
 #include "impls/machinery/comm.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 #include "tests/support/test_support.h"
 
 namespace bpbench::testing {

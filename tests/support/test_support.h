@@ -26,7 +26,7 @@
 #include "harness/model/safetensors.h"
 #include "harness/objectives/objective.h"
 #include "impls/machinery/offload.h"
-#include "impls/strategy.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench::testing {
 
