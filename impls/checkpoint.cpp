@@ -9,6 +9,7 @@
 //                       (x_{i-1} prefetched meanwhile)
 #include <fmt/format.h>
 
+#include "harness/model/phase_builder.h"
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/layerwise_estimate.h"
 #include "profiles/memory.h"

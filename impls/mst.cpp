@@ -21,6 +21,7 @@
 
 #include <algorithm>
 
+#include "harness/model/phase_builder.h"
 #include "harness/objectives/objective.h"
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/layerwise_estimate.h"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "harness/model/phase_builder.h"
 #include "impls/interface/strategy.h"
 #include "profiles/memory.h"
 

@@ -36,6 +36,7 @@
 // chunks).
 #include <fmt/format.h>
 
+#include "harness/model/phase_builder.h"
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/layerwise_estimate.h"
 #include "profiles/memory.h"

@@ -86,6 +86,13 @@ class CountedAsRecompute {
 
 // y = x W^T (the bias is not counted): x (..., K), weight (N, K), y (..., N).
 void count_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y);
+// Every matmul of the model goes through here: x W^T (+ bias), counted (the FLOP counter's seam).
+inline torch::Tensor counted_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                                    const torch::Tensor& bias = {}) {
+  auto y = torch::nn::functional::linear(x, weight, bias);
+  count_linear(x, weight, y);
+  return y;
+}
 
 // One attention call's (query, key) pairs per (sequence, query head).
 struct AttentionPairs {

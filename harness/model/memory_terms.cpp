@@ -1,5 +1,6 @@
 // memory_terms.cpp: memory_terms.h's shared phase pieces: the LM head and the attention backward.
 #include "harness/model/memory_terms.h"
+#include "harness/model/phase_builder.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,6 @@
 // layerwise_estimate.cpp: layerwise_estimate.h.
 #include "impls/machinery/layerwise_estimate.h"
+#include "harness/model/phase_builder.h"
 
 #include <fmt/format.h>
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "harness/model/memory_terms.h"
+#include "harness/model/phase_builder.h"
 #include "impls/interface/strategy.h"
 
 namespace bpbench {

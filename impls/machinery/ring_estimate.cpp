@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "harness/model/phase_builder.h"
 #include "impls/machinery/layerwise_estimate.h"
 #include "impls/machinery/sequence_parallel.h"
 

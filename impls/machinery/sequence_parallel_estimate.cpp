@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "harness/model/phase_builder.h"
 #include "impls/machinery/layerwise_estimate.h"
 #include "impls/machinery/sequence_parallel.h"
 
