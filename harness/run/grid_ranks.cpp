@@ -441,6 +441,7 @@ void GridSession::lead(const std::vector<GridCell>& cells, const std::string& ex
         const auto bytes = s.get_if_set(key);
         if (!bytes) throw std::runtime_error("it did not arrive from its rank");
         fs::create_directories((fs::path(leader.dir) / rel).parent_path());
+        s.erase(key);
         write_file_atomically(fs::path(leader.dir) / rel, *bytes);
       } catch (const GridError&) {
         throw;

@@ -80,6 +80,10 @@ std::optional<std::string> GridStore::get_if_set(const std::string& key) {
   });
 }
 
+void GridStore::erase(const std::string& key) {
+  guarded("delete", key, [&] { return impl_->store->deleteKey(key); });
+}
+
 int64_t GridStore::add(const std::string& key, int64_t delta) {
   return guarded("add", key, [&] { return impl_->store->add(key, delta); });
 }

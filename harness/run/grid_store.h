@@ -36,6 +36,7 @@ class GridStore {
 
   void set(const std::string& key, const std::string& value);
   std::optional<std::string> get_if_set(const std::string& key);
+  void erase(const std::string& key);  // what is read and placed leaves the store (a file can be large)
   int64_t add(const std::string& key, int64_t delta);
   void push(const std::string& queue, const std::string& value);
   std::optional<std::string> pop(const std::string& queue);  // never blocks: nullopt when empty

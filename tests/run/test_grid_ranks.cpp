@@ -20,6 +20,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "harness/run/dist_launch.h"
@@ -98,8 +100,7 @@ int run_script(const std::string& path, const std::string& script) {
 // torchrun NODES x PER_NODE ranks on 127.0.0.1 (a static rendezvous: node 0 serves the store), every node
 // started here at once; returns node 0's exit status, its log in LOG.
 int torchrun_nodes(int nodes, int per_node, const std::string& scenario, const fs::path& out,
-                   const fs::path& log, const std::string& extra = "") {
-  const int port = free_local_port();
+                   const fs::path& log, const std::string& extra = "", int port = free_local_port()) {
   std::string cmd;
   for (int node = nodes - 1; node >= 0; --node)
     cmd += fmt::format(
@@ -195,16 +196,19 @@ std::vector<Proc> processes() {
   return all;
 }
 
-// Waits (up to 120 s) for a process of this binary with `command` on rank `rank` of the first sitting that
-// `also` accepts, and sends it `sig`. Returns its pid, 0 when none came.
-int signal_when_seen(const std::string& command, const std::string& rank, int sig, bool (*also)(const Proc&),
-                     std::atomic<bool>& give_up) {
+// Waits (up to 120 s) for a process of this binary with `command` on rank `rank` of this test's run (its
+// MASTER_PORT: other tests run beside it) in the first sitting, that `also` accepts, and sends it `sig`.
+// Returns its pid, 0 when none came.
+int signal_when_seen(const std::string& command, const std::string& rank, int port, int sig,
+                     bool (*also)(const Proc&), std::atomic<bool>& give_up) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto is = [](const Proc& p, const char* key, const std::string& value) {
+    return p.env.count(key) && p.env.at(key) == value;
+  };
   while (!give_up && std::chrono::steady_clock::now() < until) {
     for (const Proc& p : processes())
-      if (p.command == command && p.env.count("RANK") && p.env.at("RANK") == rank &&
-          p.env.count("TORCHELASTIC_RESTART_COUNT") && p.env.at("TORCHELASTIC_RESTART_COUNT") == "0" &&
-          also(p)) {
+      if (p.command == command && is(p, "RANK", rank) && is(p, "MASTER_PORT", std::to_string(port)) &&
+          is(p, "TORCHELASTIC_RESTART_COUNT", "0") && also(p)) {
         ::kill(p.pid, sig);
         return p.pid;
       }
@@ -253,17 +257,18 @@ TEST(GridRanks, AKilledCellProcessAndAKilledRankLeaveEveryCellOnceUnderMaxRestar
   TempDir tmp;
   const std::string scenario = write_scenario(tmp, grid_scenario("faults", 30, {64, 96, 128}));
   const fs::path out = tmp.dir() / "out", log = tmp.dir() / "log";
+  const int port = free_local_port();
   std::atomic<bool> give_up{false};
   int killed_cell = 0, killed_rank = 0;
   std::thread killer([&] {
-    killed_cell = signal_when_seen("run-cell", "1", SIGKILL, distributed_cell, give_up);
+    killed_cell = signal_when_seen("run-cell", "1", port, SIGKILL, distributed_cell, give_up);
     // Rank 1 itself once the killed cell is on record (before, the restart would run that cell again).
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (!give_up && std::chrono::steady_clock::now() < until && !failure_recorded(out))
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    killed_rank = signal_when_seen("run", "1", SIGKILL, any_process, give_up);
+    killed_rank = signal_when_seen("run", "1", port, SIGKILL, any_process, give_up);
   });
-  const int rc = torchrun_nodes(1, 4, scenario, out, log, "--max-restarts 1");
+  const int rc = torchrun_nodes(1, 4, scenario, out, log, "--max-restarts 1", port);
   give_up = true;
   killer.join();
   const std::string text = file_text(log.string() + ".node0");
@@ -295,17 +300,17 @@ TEST(GridRanks, AKilledCellProcessAndAKilledRankLeaveEveryCellOnceUnderMaxRestar
 TEST(GridRanks, AHungCellProcessIsStoppedWithinTheTimeout) {
   ASSERT_TRUE(fs::exists(torchrun())) << torchrun();
   TempDir tmp;
-  json s = grid_scenario("hang", 1, {32});
+  json s = grid_scenario("hang", 30, {64});
   s["world_size"] = 2;
   s["grid"]["impl"] = {"streambp-dist", "streambp"};
   const std::string scenario = write_scenario(tmp, s);
   const fs::path out = tmp.dir() / "out", log = tmp.dir() / "log";
+  const int port = free_local_port();
   std::atomic<bool> give_up{false};
   int stopped = 0;
   std::thread stopper(
-      [&] { stopped = signal_when_seen("run-cell", "1", SIGSTOP, distributed_cell, give_up); });
+      [&] { stopped = signal_when_seen("run-cell", "1", port, SIGSTOP, distributed_cell, give_up); });
   const auto t0 = std::chrono::steady_clock::now();
-  const int port = free_local_port();
   const int rc = std::system(
       fmt::format(
           "{} BPBENCH_DIST_TIMEOUT_S=4 BPBENCH_GRID_TIMEOUT_S=60 '{}' --nproc-per-node 2 --master-addr "
@@ -316,6 +321,7 @@ TEST(GridRanks, AHungCellProcessIsStoppedWithinTheTimeout) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   give_up = true;
   stopper.join();
+  if (stopped > 0) ::kill(stopped, SIGKILL);  // its rank kills it; never leave a stopped process behind
   ASSERT_GT(stopped, 0) << file_text(log);
   EXPECT_EQ(rc, 0) << file_text(log);
   EXPECT_LT(seconds, 60) << "the timeout is 4 s";
@@ -358,7 +364,8 @@ TEST(GridRanks, AStoppedRankEndsTheSittingAndTheRequeuedJobFinishesIt) {
       int cell_parent = 0;
       for (const Proc& p : processes())  // task 1's distributed cell process: stop its parent, the rank
         if (p.command == "run-cell" && distributed_cell(p) && p.env.count("SLURM_PROCID") &&
-            p.env.at("SLURM_PROCID") == "1")
+            p.env.at("SLURM_PROCID") == "1" && p.env.count("MASTER_PORT") &&
+            p.env.at("MASTER_PORT") == std::to_string(port))
           cell_parent = parent_of(p.pid);
       if (cell_parent > 0 && ::kill(cell_parent, SIGSTOP) == 0) stopped = cell_parent;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -460,40 +467,67 @@ std::vector<std::string> error_lines(const std::string& text) {
 }
 
 // What every rank refuses, each in one line: a scenario world_size that is not the launcher's, and (from
-// rank 0, which alone looks at DIR) a results.json already there.
+// rank 0, which alone looks at DIR) a results.json already there, which rank 0 sends the other ranks. As srun
+// starts them, each task lives on its own and both lines are there; torchrun stops the other workers once
+// one fails, so some of the lines may not be printed, and those that are are the same line.
 TEST(GridRanks, EveryRankEndsWithOneLineWhenTheGridCannotStart) {
   ASSERT_TRUE(fs::exists(torchrun())) << torchrun();
   TempDir tmp;
-  json s = grid_scenario("refused", 1, {32});
+  json s = grid_scenario("mismatched", 1, {32});
   s["world_size"] = 3;
   const std::string mismatched = write_scenario(tmp, s);
+  s["world_size"] = 2;
+  s["name"] = "fine";
+  const std::string fine = write_scenario(tmp, s);
   const fs::path out = tmp.dir() / "out", log = tmp.dir() / "log";
-  auto run = [&](const std::string& scenario) {
-    return std::system(
-        fmt::format("{} '{}' --nproc-per-node 2 --master-port {} --no-python '{}' run '{}' --out "
-                    "'{}' > '{}' 2>&1",
-                    unset_launchers(), torchrun().string(), free_local_port(), BPBENCH_BINARY, scenario,
-                    out.string(), log.string())
-            .c_str());
+  auto srun_tasks = [&](const std::string& scenario) {
+    const int port = free_local_port();
+    std::string cmd;
+    for (int r = 1; r >= 0; --r)
+      cmd += fmt::format(
+          "{} SLURM_PROCID={} SLURM_STEP_NUM_TASKS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' "
+          "--out "
+          "'{}' > '{}.{}' 2>&1{}",
+          unset_launchers(), r, port, BPBENCH_BINARY, scenario, out.string(), log.string(), r,
+          r > 0 ? " & " : "; rc=$?; wait; exit $rc");
+    const int rc = run_script(log.string() + ".sh", cmd);
+    return std::make_pair(rc, error_lines(file_text(log.string() + ".0") + file_text(log.string() + ".1")));
   };
-  EXPECT_NE(run(mismatched), 0);
-  std::string text = file_text(log);
-  const std::string world_line =
-      "bpbench: error: world_size: the scenario runs its distributed cells on 3 ranks; torchrun started 2 "
-      "(RANK, WORLD_SIZE) (valid: world_size 2, or none (a grid under a launcher takes its ranks))";
-  EXPECT_EQ(error_lines(text), std::vector<std::string>(2, world_line)) << text;
+  auto torchrun_ranks = [&](const std::string& scenario) {
+    const int rc = std::system(
+        fmt::format(
+            "{} '{}' --nproc-per-node 2 --master-port {} --no-python '{}' run '{}' --out '{}' > '{}' 2>&1",
+            unset_launchers(), torchrun().string(), free_local_port(), BPBENCH_BINARY, scenario, out.string(),
+            log.string())
+            .c_str());
+    return std::make_pair(rc, error_lines(file_text(log)));
+  };
+  auto world_line = [](const char* launcher, const char* variables) {
+    return fmt::format(
+        "bpbench: error: world_size: the scenario runs its distributed cells on 3 ranks; {} started 2 ({}) "
+        "(valid: world_size 2, or none (a grid under a launcher takes its ranks))",
+        launcher, variables);
+  };
+  auto [rc, lines] = srun_tasks(mismatched);
+  EXPECT_NE(rc, 0);
+  EXPECT_EQ(lines, std::vector<std::string>(2, world_line("srun", "SLURM_PROCID, SLURM_STEP_NUM_TASKS")));
+  std::tie(rc, lines) = torchrun_ranks(mismatched);
+  EXPECT_NE(rc, 0);
+  ASSERT_FALSE(lines.empty()) << file_text(log);
+  for (const auto& line : lines) EXPECT_EQ(line, world_line("torchrun", "RANK, WORLD_SIZE"));
   EXPECT_FALSE(fs::exists(out));
 
-  s["world_size"] = 2;
-  const std::string fine = write_scenario(tmp, s);
   fs::create_directories(out);
   std::ofstream(out / "results.json") << "{}";
-  EXPECT_NE(run(fine), 0);
-  // Rank 0's line, and rank 1's copy of it.
-  const auto lines = error_lines(file_text(log));
-  ASSERT_EQ(lines.size(), 2u) << file_text(log);
-  EXPECT_EQ(lines[0], lines[1]);
-  EXPECT_NE(lines[0].find("results.json"), std::string::npos) << lines[0];
+  std::tie(rc, lines) = srun_tasks(fine);
+  EXPECT_NE(rc, 0);
+  ASSERT_EQ(lines.size(), 2u) << file_text(log.string() + ".0") << file_text(log.string() + ".1");
+  EXPECT_EQ(lines[0], lines[1]);  // rank 0's line, and rank 1's copy of it
+  EXPECT_NE(lines[0].find("already holds results"), std::string::npos) << lines[0];
+  std::tie(rc, lines) = torchrun_ranks(fine);
+  EXPECT_NE(rc, 0);
+  ASSERT_FALSE(lines.empty()) << file_text(log);
+  for (const auto& line : lines) EXPECT_NE(line.find("already holds results"), std::string::npos) << line;
   EXPECT_EQ(file_text(out / "results.json"), "{}");
 }
 
