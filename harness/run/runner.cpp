@@ -153,6 +153,9 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
       restarted && options.resume == ResumeMode::off ? ResumeMode::same : options.resume;
   std::optional<OutDirClaim> claim;
   std::optional<ResumeState> resumed;
+  std::optional<ResultsWriter> results_file;
+  std::map<size_t, json> kept;  // grid index -> the record of an earlier sitting that the run keeps
+  json run_meta;
   try {
     const OutDirUse use = resume_mode != ResumeMode::off ? OutDirUse::resume
                           : options.force                ? OutDirUse::force
@@ -160,23 +163,24 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
     claim.emplace(options.out_dir, use);  // held until the run returns
     resumed = load_resume_state(std::filesystem::path(options.out_dir) / "results.json", scenario, cells,
                                 meta, resume_mode, restarted);
+    if (resumed) kept = resumed->kept_cells;
+    run_meta = resumed ? resumed->meta : std::move(meta);
+    fix_host_budget(cells, run_meta, settings);
+    results_file.emplace(options.out_dir, run_meta, cells.size(), kept);
   } catch (const std::exception& e) {
     if (grid) grid->fail(one_line(e.what()));  // the other ranks end with the same line
     throw;
   }
+  ResultsWriter& writer = *results_file;
   if (!claim->moved_aside().empty() && options.progress)
     *options.progress << fmt::format("--force: the earlier results are kept as {}\n",
                                      claim->moved_aside().string());
-  std::map<size_t, json> kept = resumed ? resumed->kept_cells : std::map<size_t, json>{};
   // A kept cell's timeline files stay where they are; a new cell never writes over them (--resume-any of
   // another grid can give a new cell a kept cell's index).
   std::set<std::string> kept_timelines;
   for (const auto& [index, cell] : kept)
     if (cell.contains("memory") && cell.at("memory").is_object())
       kept_timelines.insert(cell.at("memory").value("timeline_file", std::string()));
-  json run_meta = resumed ? resumed->meta : std::move(meta);
-  fix_host_budget(cells, run_meta, settings);
-  ResultsWriter writer(options.out_dir, run_meta, cells.size(), kept);
   // The grid in order, but a search under way first: the file holds one search's probes in progress, so an
   // earlier cell that runs again (an "error") must not replace them before they are used, nor the starts they
   // count. Until it starts, the file keeps them as they were.
