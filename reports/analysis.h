@@ -118,10 +118,12 @@ inline bool is_offloaded(const CellView& c) {
 }
 inline constexpr const char* kOffloadTag = " +offload";
 // The ring strategies' 2-D mesh (the "ulysses_degree" axis): " U=2" for Ulysses over pairs inside the ring,
-// nothing for the plain ring (1).
+// nothing for the plain ring (1); and " zero3" for a distributed cell whose parameters are sharded too (the
+// "sharding" axis; nothing for zero2).
 inline std::string mesh_tag(const CellView& c) {
-  const std::string u = c.axis("ulysses_degree");
-  return u.empty() || u == "1" ? "" : " U=" + u;
+  const std::string u = c.axis("ulysses_degree"), sharding = c.axis("sharding");
+  return (u.empty() || u == "1" ? "" : " U=" + u) +
+         (sharding.empty() || sharding == "zero2" ? "" : " " + sharding);
 }
 
 // A strategy label: the impl, plus "ps=N" / "lps=N" where the same impl appears with several partition sizes

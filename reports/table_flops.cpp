@@ -19,7 +19,8 @@ std::string section_flops(const Analysis& a) {
        "Dense attention: the attention calls as a kernel that computes every score of its key range under a "
        "mask would run them, the paper's accounting, in which StreamBP saves about half.\n";
   const auto keys = a.heading_keys(
-      {"impl", "seq_len", "partition", "logits_partition", "offload", "ulysses_degree"}, {}, &cells);
+      {"impl", "seq_len", "partition", "logits_partition", "offload", "ulysses_degree", "sharding"}, {},
+      &cells);
   for (const auto& [id, group] :
        group_by(cells, [&](const CellView& c) { return axes_label(c.axes, keys); })) {
     s += fmt::format("\n### FLOPs: {}\n\n", heading(*group.front(), keys));

@@ -34,7 +34,8 @@ std::string section_grad_error(const Analysis& a) {
       "|loss_ref|.\n",
       reference.empty() ? "float64" : reference);
   const auto keys = a.heading_keys(
-      {"impl", "dtype", "partition", "logits_partition", "offload", "ulysses_degree"}, {"seq_len"}, &with);
+      {"impl", "dtype", "partition", "logits_partition", "offload", "ulysses_degree", "sharding"},
+      {"seq_len"}, &with);
   std::vector<std::string> notes;
   for (const auto& [id, cells] :
        group_by(with, [&](const CellView& c) { return axes_label(c.axes, keys); })) {

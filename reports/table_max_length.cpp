@@ -58,8 +58,8 @@ struct StrategyTable {
 
 std::string section_max_length(const Analysis& a) {
   std::string s = "\n## Maximum sequence length (Table 3)\n\n";
-  const std::vector<std::string> exclude = {"impl",    "seq_len",       "partition", "logits_partition",
-                                            "offload", "ulysses_degree"};
+  const std::vector<std::string> exclude = {"impl",    "seq_len",        "partition", "logits_partition",
+                                            "offload", "ulysses_degree", "sharding"};
   const Cells search = a.select(is_max_length_cell);
   if (!search.empty()) {
     // Rows: model, objective (+ whatever else varies); columns: strategies; value: the longest length that

@@ -27,7 +27,8 @@ std::string section_peak(const Analysis& a, bool plot_drawn) {
          "\"host\" "
          "is what the checkpoints took in host memory.\n";
   const auto keys = a.heading_keys(
-      {"impl", "seq_len", "partition", "logits_partition", "offload", "ulysses_degree"}, {}, &grid);
+      {"impl", "seq_len", "partition", "logits_partition", "offload", "ulysses_degree", "sharding"}, {},
+      &grid);
   for (const auto& [id, cells] :
        group_by(grid, [&](const CellView& c) { return axes_label(c.axes, keys); })) {
     s += fmt::format("\n### Peak memory: {}\n\n", heading(*cells.front(), keys));

@@ -34,7 +34,8 @@ std::string section_time(const Analysis& a) {
         "too wide to compare with another cell or run (rerun it with more repeats, on a quieter machine).\n",
         100 * kWideSpread);
   const auto keys = a.heading_keys(
-      {"impl", "seq_len", "partition", "logits_partition", "offload", "ulysses_degree"}, {}, &grid);
+      {"impl", "seq_len", "partition", "logits_partition", "offload", "ulysses_degree", "sharding"}, {},
+      &grid);
   for (const auto& [id, cells] :
        group_by(grid, [&](const CellView& c) { return axes_label(c.axes, keys); })) {
     s += fmt::format("\n### BP time (s): {}\n\n", heading(*cells.front(), keys));

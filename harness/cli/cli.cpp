@@ -106,8 +106,8 @@ Scenario file (see scenarios/quickstart.json):
                          "clip_grad_norm": 0, "eval_every": 0, "eval_batches": 1, "precision": "model"|"mixed"}}}
 grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
   model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
-  impl, partition [seq_len], logits_partition [seq_len], offload [none], ulysses_degree [1], lora_rank [0],
-  lora_alpha [64], group [8], prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
+  impl, partition [seq_len], logits_partition [seq_len], offload [none], ulysses_degree [1], sharding [zero2],
+  lora_rank [0], lora_alpha [64], group [8], prompt_len [-1 = T/8], padding [false], beta [0.1], epsilon [0.2]
 offload: "checkpoints" keeps the layer checkpoints of
   @OFFLOADING@ in host memory (pinned, copied on a side stream and prefetched a layer ahead on a GPU; the same code with
   synchronous copies on the CPU); results add memory.host_peak_bytes beside the device's peak_bytes.
@@ -121,6 +121,8 @@ Under a launcher (torchrun, srun, mpirun): every rank runs `bpbench run` with th
   on all ranks (world_size: the launcher's, or none), global rank 0 alone writing DIR. A restarted job
   (torchrun --max-restarts, a requeued Slurm job) resumes DIR by itself. docs/distributed.md, "A grid past one
   machine".
+sharding: the distributed impls' ZeRO stage: zero2 (each rank keeps a shard of the gradients) or zero3 (of the
+  parameters too, gathered per layer for its forward and again for its backward; no estimate yet).
 ulysses_degree: ring and streambp-ring on a 2-D mesh: Ulysses over groups of U ranks inside rings of
   world_size / U (U divides world_size and splits the model's heads; 1: the ring over every rank).
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,

@@ -69,6 +69,9 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
   if (!is_distributed(strategy) && job.settings.world_size > 1)
     return fmt::format("runs in one process; world_size {} is for the distributed strategies ({})",
                        job.settings.world_size, fmt::join(distributed_strategy_names(), ", "));
+  if (!is_distributed(strategy) && job.cell.sharding != "zero2")
+    return fmt::format("runs in one process; sharding {} is for the distributed strategies ({})",
+                       job.cell.sharding, fmt::join(distributed_strategy_names(), ", "));
   if (!is_distributed(strategy) && job.cell.ulysses_degree > 1)
     return fmt::format("runs in one process; ulysses_degree {} is the ring strategies' 2-D mesh",
                        job.cell.ulysses_degree);
@@ -97,9 +100,10 @@ CellResult result_for(const CellJob& job, std::string status) {
 
 std::unique_ptr<Strategy> strategy_of(const Cell& cell) {
   auto strategy = make_strategy(cell.impl);
-  if (cell.ulysses_degree == 1 || !is_distributed(*strategy)) return strategy;
+  if ((cell.ulysses_degree == 1 && cell.sharding == "zero2") || !is_distributed(*strategy)) return strategy;
   dist::DistOptions options = dist::default_dist_options();
   options.ulysses_degree = cell.ulysses_degree;
+  options.shard_params = cell.sharding == "zero3";
   return make_distributed_strategy(cell.impl, options);
 }
 
@@ -164,6 +168,7 @@ std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads, cons
     in.train = train;
     in.ranks = ranks;
     in.ulysses_degree = c.ulysses_degree;
+    if (c.sharding != "zero2" && ranks > 1) return std::nullopt;  // zero3 (shard_params) is not estimated
     return estimate_peak(in);
   } catch (const std::exception&) {  // a model that cannot be read, or a kernel the estimate does not model
     return std::nullopt;

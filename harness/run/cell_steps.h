@@ -14,8 +14,8 @@
 #include "harness/model/model.h"
 #include "harness/run/results.h"
 #include "harness/run/runner.h"
-#include "impls/machinery/comm.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/comm.h"
 #include "profiles/recorder.h"
 #include "profiles/step_timer.h"
 

@@ -17,12 +17,13 @@
 // - A cell's process that hangs: its peers' collectives fail within BPBENCH_DIST_TIMEOUT_S, rank 0 stops
 //   the rest, and the cell is recorded with each rank's outcome.
 // - A rank itself that dies or hangs (no sign of life within BPBENCH_GRID_TIMEOUT_S, by default
-//   BPBENCH_DIST_TIMEOUT_S: every rank beats its counter in the store each half second): the ranks that wait on it stop, rank 0 records the cells that
-//   were running as failed, and the sitting ends non-zero. Distributed cells cannot run on fewer ranks, and
-//   the launcher is the one that forms groups again: torchrun --max-restarts, or a requeued Slurm job,
-//   starts every rank anew. A restarted sitting (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT > 0)
-//   resumes by itself: it keeps every finished record, failures included, and runs the cells not finished,
-//   a cell that two sittings stopped during never a third time.
+//   BPBENCH_DIST_TIMEOUT_S: every rank beats its counter in the store each half second): the ranks that wait
+//   on it stop, rank 0 records the cells that were running as failed, and the sitting ends non-zero.
+//   Distributed cells cannot run on fewer ranks, and the launcher is the one that forms groups again:
+//   torchrun --max-restarts, or a requeued Slurm job, starts every rank anew. A restarted sitting
+//   (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT > 0) resumes by itself: it keeps every finished
+//   record, failures included, and runs the cells not finished, a cell that two sittings stopped during never
+//   a third time.
 #pragma once
 
 #include <cstddef>

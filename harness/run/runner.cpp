@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -110,6 +111,10 @@ void check_world_size(const std::string& device, int64_t world_size, int visible
 
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   MemoryRecorder::instance();  // installed before the first tensor, so every tensor of every cell is seen
+  if (const char* v = std::getenv("BPBENCH_DIST_SHARD_PARAMS"); v && *v)
+    input_error(
+        "BPBENCH_DIST_SHARD_PARAMS: parameter sharding is a grid axis now, not a variable of the run",
+        "unset it, and write \"sharding\": \"zero3\" (or [\"zero2\", \"zero3\"]) in the scenario's grid");
   const auto& launched = options.launched;
   // Ranks that share a machine share its cores, as torchrun's OMP_NUM_THREADS does.
   const int64_t default_share =

@@ -89,6 +89,10 @@ struct Cell {
   // The ring strategies' 2-D mesh: Ulysses over groups of this many ranks inside ring groups of world_size /
   // ulysses_degree (impls/machinery/ring_layer.h); 1: the ring over every rank. Other strategies: 1.
   int64_t ulysses_degree = 1;
+  // The distributed strategies' sharding (impls/machinery/dist_common.h): "zero2", each rank keeps a shard of
+  // the gradients; "zero3", of the parameters too, gathered per layer for its forward and again for its
+  // backward. Other strategies: "zero2" (nothing to shard).
+  std::string sharding = "zero2";
   int64_t lora_rank = 0;  // 0: full fine-tuning
   double lora_alpha = 64;
   int64_t group = 8;        // GRPO completions per prompt

@@ -14,8 +14,9 @@
 #include "harness/objectives/objective.h"
 #include "harness/run/scenario.h"
 #include "harness/run/scenario_read.h"
-#include "impls/machinery/offload.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/dist_common.h"
+#include "impls/machinery/offload.h"
 
 namespace bpbench {
 
@@ -151,6 +152,9 @@ const std::vector<AxisDef>& axis_table() {
     AxisDef ulysses_degree{"ulysses_degree", &Cell::ulysses_degree, false, 1, {}, 1};
     ulysses_degree.absent_in_old_results = true;
     add(ulysses_degree);
+    AxisDef sharding{"sharding", &Cell::sharding, false, "zero2", [] { return dist::sharding_names(); }};
+    sharding.absent_in_old_results = true;
+    add(sharding);
     add({"lora_rank", &Cell::lora_rank, false, 0, {}, 0});
     add({"lora_alpha", &Cell::lora_alpha, false, 64.0, {}, 0, true});
     add({"group", &Cell::group, false, 8, {}, 1});

@@ -48,14 +48,17 @@ int64_t layer_of(const std::string& name) {
 
 DistOptions DistOptions::from_env() {
   DistOptions o;
-  o.shard_params = env_flag("BPBENCH_DIST_SHARD_PARAMS");
   o.naive_comm = env_flag("BPBENCH_DIST_NAIVE_COMM");
   return o;
 }
 
 std::string DistOptions::label() const {
-  return std::string("zero2") + (shard_params ? "+shard_params" : "") + (naive_comm ? "+naive_comm" : "") +
+  return std::string(shard_params ? "zero3" : "zero2") + (naive_comm ? "+naive_comm" : "") +
          (ulysses_degree > 1 ? fmt::format("+ulysses_degree={}", ulysses_degree) : "");
+}
+
+std::vector<std::string> sharding_names() {
+  return {"zero2", "zero3"};
 }
 
 void set_default_dist_options(const DistOptions& options) {

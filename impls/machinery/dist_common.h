@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "impls/machinery/comm.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/comm.h"
 
 namespace bpbench::dist {
 
@@ -43,10 +43,14 @@ struct DistOptions {
   // world_size / U; 1: the ring over every rank. A cell's grid axis ulysses_degree.
   int64_t ulysses_degree = 1;
 
-  // BPBENCH_DIST_SHARD_PARAMS, BPBENCH_DIST_NAIVE_COMM: "1" / "true" to switch on.
+  // BPBENCH_DIST_NAIVE_COMM: "1" / "true" to switch on. Sharding is a cell's grid axis (`sharding`).
   static DistOptions from_env();
-  std::string label() const;  // "zero2", "zero2+naive_comm", "zero2+shard_params", "zero2+ulysses_degree=2"
+  std::string label() const;  // "zero2", "zero2+naive_comm", "zero3", "zero2+ulysses_degree=2"
 };
+
+// The grid axis `sharding`'s values: zero2 (gradients sharded), zero3 (parameters too: shard_params).
+// zero1 and none are not built yet.
+std::vector<std::string> sharding_names();
 
 // The options the registry's factories (`streambp-dist`, `checkpoint-dist`) use: set here, else from the env.
 void set_default_dist_options(const DistOptions& options);

@@ -199,6 +199,60 @@ TEST_F(RunnerFeatures, DistributedCellMatchesPlainOnTheGlobalBatch) {
   }
 }
 
+// The grid axis "sharding": zero3 shards the distributed strategies' parameters too, gathered per layer for
+// its forward and again for its backward (2 L all_gathers a step), and stays exact; zero2 gathers none. zero3
+// has no estimate yet (null, never zero2's figure), and a single-process strategy skips it with the reason.
+// The variable it replaced, BPBENCH_DIST_SHARD_PARAMS, is refused in one line.
+TEST_F(RunnerFeatures, ShardingIsAGridAxis) {
+  const json results = run({{"threads", 1},
+                            {"world_size", 2},
+                            {"grid",
+                             {{"model", "tiny"},
+                              {"impl", {"streambp-dist", "ulysses", "streambp"}},
+                              {"sharding", {"zero2", "zero3"}},
+                              {"dtype", "float64"},
+                              {"seq_len", 36},
+                              {"partition", 12},
+                              {"logits_partition", 12}}},
+                            {"measure", {{"time", {{"warmup", 1}, {"repeat", 1}}}}}});
+  const auto& cells = results["cells"];
+  ASSERT_EQ(cells.size(), 6u);
+  const int64_t layers = 2;  // tiny
+  for (const auto& c : cells) {
+    SCOPED_TRACE(c["axes"].dump());
+    const std::string impl = c["axes"]["impl"], sharding = c["axes"]["sharding"];
+    if (impl == "streambp") {
+      if (sharding == "zero2") {
+        EXPECT_EQ(c["status"], "ok") << c["reason"];
+      } else {
+        EXPECT_EQ(c["status"], "skipped");
+        EXPECT_NE(
+            c["reason"].get<std::string>().find("runs in one process; sharding zero3 is for the distributed "
+                                                "strategies"),
+            std::string::npos)
+            << c["reason"];
+      }
+      continue;
+    }
+    ASSERT_EQ(c["status"], "ok") << c["reason"];
+    EXPECT_LT(c["grad_error"]["groups"]["all"]["rel_l2"].get<double>(), 1e-10);
+    for (const auto& rank : c["ranks"])
+      EXPECT_EQ(rank["comm"]["all_gather"]["calls"].get<int64_t>(), sharding == "zero3" ? 2 * layers : 0);
+    EXPECT_EQ(c["memory"]["estimate_bytes"].is_null(), sharding == "zero3") << c["memory"].dump();
+  }
+  ::setenv("BPBENCH_DIST_SHARD_PARAMS", "1", 1);
+  std::string why;
+  try {
+    run({{"grid", tiny_grid({"plain"})}}, "refused");
+  } catch (const InputError& e) {
+    why = e.what();
+  }
+  ::unsetenv("BPBENCH_DIST_SHARD_PARAMS");
+  EXPECT_NE(why.find("BPBENCH_DIST_SHARD_PARAMS: parameter sharding is a grid axis now"), std::string::npos)
+      << why;
+  EXPECT_FALSE(fs::exists(dir_ / "refused"));
+}
+
 // "router_aux_loss_coef" turns the routers' load-balancing loss on for every mixture-of-experts cell: the
 // loss grows by it, StreamBP still equals the float64 plain reference (which has it on too), and a padded
 // batch, whose padding rows it would count, is a skipped cell with the reason. A negative weight is refused.

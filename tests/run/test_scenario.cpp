@@ -89,7 +89,7 @@ TEST(Scenario, ExpansionIsTheCartesianProductInKeyTableOrder) {
   for (const auto& c : cells) distinct.insert(key(c));
   EXPECT_EQ(distinct.size(), cells.size());
   EXPECT_EQ(grid_keys().front(), "model");
-  EXPECT_EQ(grid_keys().size(), 17u);  // offload the 16th, ulysses_degree the 17th
+  EXPECT_EQ(grid_keys().size(), 18u);  // offload the 16th, ulysses_degree the 17th, sharding the 18th
 }
 
 TEST(Scenario, DefaultsFillEveryKey) {
@@ -126,6 +126,7 @@ TEST(Scenario, DefaultsFillEveryKey) {
     EXPECT_DOUBLE_EQ(c.epsilon, 0.2);
     EXPECT_EQ(c.offload, "none");
     EXPECT_EQ(c.ulysses_degree, 1);
+    EXPECT_EQ(c.sharding, "zero2");
   }
   EXPECT_EQ(cells[0].partition, 40);
   EXPECT_EQ(cells[1].partition, 64);
@@ -139,7 +140,7 @@ TEST(Scenario, EveryKeyIsAccepted) {
     "grid": {"model": "tiny", "impl": "mst", "objective": "grpo", "seq_len": 1e2, "batch": 2, "dtype": "bfloat16",
              "partition": 1000, "logits_partition": [1, null], "lora_rank": 4, "lora_alpha": 8, "group": 3,
              "prompt_len": 10, "padding": true, "beta": 0, "epsilon": 0.1, "offload": "checkpoints",
-             "ulysses_degree": 1},
+             "ulysses_degree": 1, "sharding": "zero3"},
     "measure": {"memory": false, "budget_bytes": 12345, "time": false, "grad_error": false, "timeline": true}})");
   EXPECT_EQ(s.name, "all");
   EXPECT_EQ(s.settings.seed, 5u);
@@ -163,6 +164,7 @@ TEST(Scenario, EveryKeyIsAccepted) {
   EXPECT_TRUE(c.padding);
   EXPECT_DOUBLE_EQ(c.beta, 0.0);
   EXPECT_EQ(c.offload, "checkpoints");
+  EXPECT_EQ(c.sharding, "zero3");
 
   // Axes and measure round-trip through JSON: that is how an isolated cell travels to its child process.
   const Cell back = Cell::from_axes(c.axes());
@@ -268,17 +270,22 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
       scenario_text(R"("ulysses_degree": [2, 3])", R"("world_size": 4, )"),
       {"grid.ulysses_degree: 3 does not divide world_size 4", "divisors of world_size: 1, 2, 4"});
   expect_input_error(scenario_text(R"("ulysses_degree": 0)"), {"grid.ulysses_degree", ">= 1"});
+  // ZeRO-1 and no sharding are not built: refused, the built stages named.
+  expect_input_error(scenario_text(R"("sharding": ["zero2", "zero1"])"),
+                     {"grid.sharding[1]", "zero2, zero3"});
 }
 
-// Results written before the offload and ulysses_degree axes existed still read, as offload "none" and
-// ulysses_degree 1; other keys stay required.
+// Results written before the offload, ulysses_degree and sharding axes existed still read, as offload "none",
+// ulysses_degree 1 and sharding zero2; other keys stay required.
 TEST(Scenario, AxesFromOlderResultsWithoutOffload) {
   nlohmann::json axes =
       parse(R"({"grid": {"model": "tiny", "impl": "streambp", "seq_len": 40}})").expand()[0].axes();
   axes.erase("offload");
   axes.erase("ulysses_degree");
+  axes.erase("sharding");
   EXPECT_EQ(Cell::from_axes(axes).offload, "none");
   EXPECT_EQ(Cell::from_axes(axes).ulysses_degree, 1);
+  EXPECT_EQ(Cell::from_axes(axes).sharding, "zero2");
   axes.erase("lora_rank");
   try {
     Cell::from_axes(axes);
