@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "impls/machinery/dist_common.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/dist_common.h"
 
 namespace bpbench {
 

@@ -17,8 +17,8 @@
 #include "harness/model/hf_model.h"
 #include "harness/model/model_config.h"
 #include "harness/run/runner.h"
-#include "impls/machinery/offload.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/offload.h"
 
 namespace bpbench {
 

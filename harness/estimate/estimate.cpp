@@ -19,9 +19,9 @@
 #include "harness/model/attention_kernels.h"
 #include "harness/model/attention_partial.h"
 #include "harness/objectives/objective.h"
+#include "impls/interface/strategy.h"
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/layerwise_estimate.h"
-#include "impls/interface/strategy.h"
 
 namespace bpbench {
 

@@ -47,9 +47,9 @@ struct EstimateInput {
   int64_t partition = 0;         // c: rows per layer chunk (<= 0 or > T: T)
   int64_t logits_partition = 0;  // c_l: rows per LM-head chunk (<= 0 or > T: T)
   torch::ScalarType dtype = torch::kFloat;  // model dtype: float32, bfloat16 or float64
-  std::string impl;                         // a strategy whose estimated() is true (impls/interface/strategy.h)
-  std::string objective = "sft";            // sft | dpo | grpo
-  int64_t lora_rank = 0;                    // 0: full fine-tuning
+  std::string impl;               // a strategy whose estimated() is true (impls/interface/strategy.h)
+  std::string objective = "sft";  // sft | dpo | grpo
+  int64_t lora_rank = 0;          // 0: full fine-tuning
   int64_t threads = 1;   // CPU threads: the fused attention kernel allocates a scratch block per thread
   bool offload = false;  // layer checkpoints in host memory (impls/machinery/offload.h); not for plain
   // cpu | cuda: whose attention kernel the terms model. cuda takes bfloat16 (flash) and float32 (efficient)

@@ -1,7 +1,8 @@
 // estimate_flops.cpp: estimate_flops.h. Each strategy's FLOPs as the ops it runs, in its own order:
 //   model work (every strategy): one forward with grad of the L layers and the head, and its backward
-//   what the strategy runs again, as its flop_schedule() says (impls/interface/strategy.h, FlopSchedule: a no-grad
-//   forward of the layers, the head or the MLP once more, attention with grad in chunks of `partition`).
+//   what the strategy runs again, as its flop_schedule() says (impls/interface/strategy.h, FlopSchedule: a
+//   no-grad forward of the layers, the head or the MLP once more, attention with grad in chunks of
+//   `partition`).
 // Legend (model_config.h): N sequences, T tokens, d hidden, I intermediate, V vocab, L layers, Hq and Hkv
 // heads, hd head size, r LoRA rank, c partition rows; mixtures of experts: E experts, k a row, Ie.
 #include "harness/estimate/estimate_flops.h"
@@ -10,8 +11,8 @@
 
 #include "harness/model/attention_kernels.h"
 #include "harness/objectives/objective.h"
-#include "impls/machinery/ring_attention.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/ring_attention.h"
 
 namespace bpbench {
 

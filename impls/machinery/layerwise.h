@@ -8,8 +8,8 @@
 #include <functional>
 #include <vector>
 
-#include "impls/machinery/offload.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/offload.h"
 
 namespace bpbench {
 

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "impls/machinery/offload.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/offload.h"
 #include "profiles/host_memory.h"
 #include "profiles/memory.h"
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "harness/run/dist_launch.h"
-#include "impls/machinery/comm.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/comm.h"
 #include "tests/support/test_support.h"
 
 namespace bpbench::testing {

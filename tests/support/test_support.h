@@ -25,8 +25,8 @@
 #include "harness/model/model_config.h"
 #include "harness/model/safetensors.h"
 #include "harness/objectives/objective.h"
-#include "impls/machinery/offload.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/offload.h"
 
 namespace bpbench::testing {
 
