@@ -45,12 +45,6 @@ std::pair<std::string, int> make_temp(const char* stem) {
   return {path, fd};
 }
 
-std::string resolve_exe(const std::string& exe) {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink(exe, ec);  // /proc/self/exe must name *this* process's binary
-  return ec ? exe : p.string();
-}
-
 }  // namespace
 
 CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
@@ -81,7 +75,7 @@ CellResult run_cell_isolated(const CellJob& job, const std::string& exe) {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
-    const std::string binary = resolve_exe(exe);
+    const std::string binary = resolved_exe(exe);
     std::string arg0 = binary, arg1 = "run-cell";
     std::vector<char*> argv = {arg0.data(), arg1.data(), job_path.data(), nullptr};
     pid_t pid = -1;
@@ -204,7 +198,7 @@ CellResult run_cell_distributed(const CellJob& job, const std::string& exe) {
 
     LaunchOptions launch;
     launch.world_size = world;
-    launch.exe = resolve_exe(exe);
+    launch.exe = resolved_exe(exe);
     launch.args = {"run-cell", job_path};
     const LaunchResult lr = launch_local_ranks(launch);
 

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -52,14 +53,34 @@ std::vector<std::string> environment_with(const std::vector<std::pair<std::strin
   return env;
 }
 
+std::optional<std::chrono::milliseconds> env_seconds(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(s > 0)) return std::nullopt;
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+std::string resolved_exe(const std::string& exe) {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink(exe, ec);  // /proc/self/exe must name *this* process's binary
+  return ec ? exe : path.string();
+}
+
 std::chrono::milliseconds launch_timeout(std::chrono::milliseconds requested) {
   if (requested.count() > 0) return requested;
-  if (const char* v = std::getenv("BPBENCH_DIST_LAUNCH_TIMEOUT_S"); v && *v) {
-    char* end = nullptr;
-    const double s = std::strtod(v, &end);
-    if (end != v && *end == '\0' && s > 0) return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-  }
-  return std::chrono::hours(24);
+  return env_seconds("BPBENCH_DIST_LAUNCH_TIMEOUT_S").value_or(std::chrono::hours(24));
+}
+
+int spawn_process(const std::string& exe, std::vector<std::string> args, std::vector<std::string> env,
+                  pid_t& pid) {
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  return posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
 }
 
 std::string RankExit::describe() const {
@@ -93,9 +114,7 @@ LaunchResult launch_local_ranks(const LaunchOptions& options) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + launch_timeout(options.timeout);
 
-  std::error_code ec;
-  auto resolved = std::filesystem::read_symlink(options.exe, ec);  // /proc/self/exe: this very binary
-  const std::string exe = ec ? options.exe : resolved.string();
+  const std::string exe = resolved_exe(options.exe);
 
   const int R = options.world_size;
   result.ranks.resize(static_cast<size_t>(R));
@@ -129,17 +148,10 @@ LaunchResult launch_local_ranks(const LaunchOptions& options) {
       vars.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(R))));
     }
     for (const auto& kv : options.env) vars.push_back(kv);
-    std::vector<std::string> env = environment_with(vars);
     std::vector<std::string> args = {exe};
     args.insert(args.end(), options.args.begin(), options.args.end());
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
     pid_t pid = -1;
-    const int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
+    const int rc = spawn_process(exe, std::move(args), environment_with(vars), pid);
     if (rc != 0) {
       kill_all(SIGKILL);
       for (int q = 0; q < r; ++q) waitpid(result.ranks[q].pid, nullptr, 0);

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,8 +53,18 @@ struct LaunchResult {
 
 LaunchResult launch_local_ranks(const LaunchOptions& options);
 
+// The binary `exe` names: /proc/self/exe read as the file it links to, any other path as it is.
+std::string resolved_exe(const std::string& exe);
+
 // A launch's whole-run bound: `requested` when positive, else BPBENCH_DIST_LAUNCH_TIMEOUT_S, else 24 h.
 std::chrono::milliseconds launch_timeout(std::chrono::milliseconds requested);
+// A positive number of seconds in the environment variable `name`; nullopt when unset or not one.
+std::optional<std::chrono::milliseconds> env_seconds(const char* name);
+
+// posix_spawn of `exe` with argv `args` (argv[0] included) and environment `env` ("KEY=value", as
+// environment_with makes it): an exec at once, never a bare fork. Returns posix_spawn's error (0: started).
+int spawn_process(const std::string& exe, std::vector<std::string> args, std::vector<std::string> env,
+                  pid_t& pid);
 
 // launch_local_ranks with this binary and `child_args`; prints the error line to stderr; returns the exit
 // code.

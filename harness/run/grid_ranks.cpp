@@ -11,7 +11,6 @@
 
 #include <fmt/format.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,21 +39,10 @@ namespace {
 constexpr auto kBeat = std::chrono::milliseconds(500);
 constexpr auto kPoll = std::chrono::milliseconds(50);
 
-std::string host_name() {
-  char buf[256] = {};
-  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("?");
-}
-
 // How long a rank may show no sign of life (and the grid's store calls may take): BPBENCH_GRID_TIMEOUT_S,
 // else BPBENCH_DIST_TIMEOUT_S (the collectives' bound), else 60 s; at least 2 s (four missed beats).
 std::chrono::milliseconds grid_timeout() {
-  std::chrono::milliseconds t = dist::default_timeout();
-  if (const char* v = std::getenv("BPBENCH_GRID_TIMEOUT_S"); v && *v) {
-    char* end = nullptr;
-    const double seconds = std::strtod(v, &end);
-    if (end != v && *end == '\0' && seconds > 0)
-      t = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  }
+  const auto t = env_seconds("BPBENCH_GRID_TIMEOUT_S").value_or(dist::default_timeout());
   return std::max<std::chrono::milliseconds>(t, std::chrono::seconds(2));
 }
 
@@ -191,16 +179,9 @@ RankOutcome run_rank_of_cell(const GridCell& gc, const LaunchedRank& me, GridSto
   else
     vars.emplace_back("CUDA_VISIBLE_DEVICES",
                       visible_gpus);  // every GPU of the node: NCCL takes LOCAL_RANK's
-  std::vector<std::string> env = environment_with(vars, unset);
-  std::string arg1 = "run-cell", binary = exe;
-  std::error_code ec;
-  if (auto p = fs::read_symlink(exe, ec); !ec) binary = p.string();
-  std::vector<char*> argv = {binary.data(), arg1.data(), const_cast<char*>(job_path.c_str()), nullptr};
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  const std::string binary = resolved_exe(exe);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), envp.data());
+  const int rc = spawn_process(binary, {binary, "run-cell", job_path}, environment_with(vars, unset), pid);
   if (rc != 0) {
     std::remove(job_path.c_str());
     failed.reason = fmt::format("rank {}: cannot start '{}': {}", me.rank, binary, std::strerror(rc));

@@ -16,6 +16,7 @@
 
 #include "harness/run/json_schema.h"
 #include "harness/run/out_dir.h"
+#include "harness/run/run_detail.h"
 #include "profiles/cuda_build.h"
 #include "profiles/heap_policy.h"
 
@@ -82,11 +83,6 @@ std::string git_commit() {
   const int rc = pclose(p);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   return rc == 0 && out.size() == 40 ? out : "unknown";
-}
-
-std::string hostname() {
-  char buf[256] = {0};
-  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : "unknown";
 }
 
 }  // namespace
@@ -181,7 +177,7 @@ json collect_meta(const Scenario& scenario, const std::vector<std::string>& argv
       {"isolate", isolate},
       {"git_commit", git_commit()},
       {"start_time", iso8601_utc_now()},
-      {"hostname", hostname()},
+      {"hostname", run_detail::host_name()},
       {"scenario_name", scenario.name},
       {"scenario", scenario.source},
       {"memory_note", "peaks count LibTorch CPU tensors only, not BLAS scratch buffers (oneDNN is off)"},

@@ -1,6 +1,8 @@
 // run_detail.cpp: the small helpers the run layer's files share (run_detail.h).
 #include "harness/run/run_detail.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -23,6 +25,11 @@ std::string read_file(const std::string& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   return buf.str();
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : "unknown";
 }
 
 }  // namespace bpbench::run_detail

@@ -17,6 +17,7 @@ double seconds_since(Clock::time_point t0);
 // Results and the console are line-oriented: an exception message must not break a line.
 std::string one_line(std::string s);
 std::string read_file(const std::string& path);  // the whole file; "" when it cannot be read
+std::string host_name();                         // this machine's, "unknown" when it cannot be read
 
 bool is_distributed(const Strategy& strategy);
 // The registry's distributed strategies, for messages.

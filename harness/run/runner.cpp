@@ -101,8 +101,19 @@ int64_t launched_world_size(const Scenario& scenario, const std::vector<Cell>& c
 
 }  // namespace
 
-void check_world_size(const std::string& device, int64_t world_size, int visible_gpus) {
-  if (device != "cuda" || world_size <= 1 || visible_gpus == 0 || world_size <= visible_gpus) return;
+void check_world_size(const std::string& device, int64_t world_size, int visible_gpus,
+                      const LaunchedRank* launched) {
+  // Under a launcher, what must fit a machine's GPUs is the ranks it started there.
+  const int64_t ranks = launched ? launched->local_world : world_size;
+  if (device != "cuda" || ranks <= 1 || visible_gpus == 0 || ranks <= visible_gpus) return;
+  if (launched)
+    input_error(
+        fmt::format("{} started {} ranks on this machine, and device cuda needs a GPU for each; {} {} "
+                    "visible",
+                    launched->launcher, ranks, visible_gpus, visible_gpus == 1 ? "is" : "are"),
+        fmt::format("at most {} ranks a machine (torchrun --nproc-per-node; CUDA_VISIBLE_DEVICES shows "
+                    "the GPUs)",
+                    visible_gpus));
   input_error(fmt::format("world_size: {} ranks on device cuda need {} GPUs; {} {} visible (NCCL runs one "
                           "rank per GPU)",
                           world_size, world_size, visible_gpus, visible_gpus == 1 ? "is" : "are"),
@@ -132,18 +143,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options) {
   std::set<std::string> models;
   for (const auto& c : cells)
     if (models.insert(c.model).second) model_config_of(c.model, scenario.settings.rope);
-  if (!launched) {
-    check_world_size(settings.device, settings.world_size, profiles::cuda_device_count());
-  } else if (const int gpus = profiles::cuda_device_count();
-             settings.device == "cuda" && gpus > 0 && launched->local_world > gpus) {
-    input_error(
-        fmt::format("{} started {} ranks on this machine, and device cuda needs a GPU for each; {} {} "
-                    "visible",
-                    launched->launcher, launched->local_world, gpus, gpus == 1 ? "is" : "are"),
-        fmt::format("at most {} ranks a machine (torchrun --nproc-per-node; CUDA_VISIBLE_DEVICES shows "
-                    "the GPUs)",
-                    gpus));
-  }
+  check_world_size(settings.device, settings.world_size, profiles::cuda_device_count(),
+                   launched ? &*launched : nullptr);
   if (launched && launched->rank != 0) {  // every other rank: its share of the cells, and never DIR
     GridSession grid(*launched, settings.device);
     grid.follow(options.self_exe, options.progress);

@@ -118,8 +118,11 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& options);
 
 // NCCL runs one rank per GPU (two ranks on one GPU hang or fail inside NCCL): on device cuda, world_size
 // ranks need as many visible GPUs. Throws InputError naming both numbers. With no GPU at all nothing is
-// refused: every CUDA cell is skipped with the reason, as on any machine without one.
-void check_world_size(const std::string& device, int64_t world_size, int visible_gpus);
+// refused: every CUDA cell is skipped with the reason, as on any machine without one. Under a launcher
+// (`launched`), the ranks it started on this machine must fit its GPUs instead (single-device cells take one
+// each too), named as the launcher's.
+void check_world_size(const std::string& device, int64_t world_size, int visible_gpus,
+                      const LaunchedRank* launched = nullptr);
 
 // The hidden `run-cell` subcommand: reads a CellJob from `job_path` ("-": stdin), prints one JSON result.
 int run_cell_main(const std::string& job_path);

@@ -19,12 +19,6 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-void write_json(const std::string& path, const json& j) {
-  std::ofstream out(path);
-  out << j.dump(2);
-  ASSERT_TRUE(out.good()) << path;
-}
-
 // config.json objects read as files of their own: the ModelConfig, or the one-line refusal.
 class ConfigFiles {
  public:

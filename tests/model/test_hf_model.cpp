@@ -23,12 +23,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-void write_json(const std::string& path, const json& j) {
-  std::ofstream out(path);
-  out << j.dump(2);
-  ASSERT_TRUE(out.good()) << path;
-}
-
 // Every parameter of `got` has the name, dtype and value of `want`'s (converted to `got`'s dtype).
 void expect_same_weights(const Model& want, const Model& got) {
   const auto w = want.named_parameters(), g = got.named_parameters();

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -95,6 +96,19 @@ std::string unset_launchers() {
 int run_script(const std::string& path, const std::string& script) {
   std::ofstream(path) << script << "\n";
   return std::system(fmt::format("bash '{}'", path).c_str());
+}
+
+// Two ranks as srun or mpirun starts them, each a process of its own: `bpbench run SCENARIO --out OUT` with
+// `vars(r)` ("KEY=value ...") and MASTER_ADDR/PORT set, its output in LOG.r, rank 1 in the background and
+// rank 0 in the foreground, `after` (bash) once rank 0 has exited. Returns rank 0's exit status.
+int two_tasks(const std::function<std::string(int)>& vars, int port, const std::string& scenario,
+              const fs::path& out, const std::string& log, const char* after = "wait") {
+  std::string cmd;
+  for (int r = 1; r >= 0; --r)
+    cmd += fmt::format("{} {} MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' --out '{}' > '{}.{}' 2>&1{}",
+                       unset_launchers(), vars(r), port, BPBENCH_BINARY, scenario, out.string(), log, r,
+                       r > 0 ? " & " : fmt::format("; rc=$?; {}; exit $rc", after));
+  return run_script(log + ".sh", cmd);
 }
 
 // torchrun NODES x PER_NODE ranks on 127.0.0.1 (a static rendezvous: node 0 serves the store), every node
@@ -346,15 +360,14 @@ TEST(GridRanks, AStoppedRankEndsTheSittingAndTheRequeuedJobFinishesIt) {
   const fs::path out = tmp.dir() / "out", log = tmp.dir() / "log";
   const int port = free_local_port();
   auto sitting = [&](int restart) {
-    std::string cmd;
-    for (int r = 1; r >= 0; --r)
-      cmd += fmt::format(
-          "{} SLURM_PROCID={} SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID={} SLURM_RESTART_COUNT={} "
-          "BPBENCH_GRID_TIMEOUT_S=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' --out '{}' "
-          "> '{}.{}.{}' 2>&1{}",
-          unset_launchers(), r, r, restart, port + restart, BPBENCH_BINARY, scenario, out.string(),
-          log.string(), restart, r, r > 0 ? " & " : "; rc=$?; kill -9 %1; exit $rc");
-    return run_script(fmt::format("{}.{}.sh", log.string(), restart), cmd);
+    auto vars = [&](int r) {
+      return fmt::format(
+          "SLURM_PROCID={} SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID={} SLURM_RESTART_COUNT={} "
+          "BPBENCH_GRID_TIMEOUT_S=3",
+          r, r, restart);
+    };
+    return two_tasks(vars, port + restart, scenario, out, fmt::format("{}.{}", log.string(), restart),
+                     "kill -9 %1");
   };
   std::atomic<bool> give_up{false};
   int stopped = 0;
@@ -440,15 +453,8 @@ TEST(GridRanks, SrunAndMpirunEnvironmentsRunTheGrid) {
         Launcher{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}}) {
     SCOPED_TRACE(l.name);
     const fs::path out = tmp.dir() / l.name, log = tmp.dir() / (std::string(l.name) + ".log");
-    const int port = free_local_port();
-    std::string cmd;
-    for (int r = 1; r >= 0; --r)
-      cmd += fmt::format(
-          "{} {}={} {}=2 {}={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' --out '{}' > "
-          "'{}.{}' 2>&1{}",
-          unset_launchers(), l.rank, r, l.world, l.local_rank, r, port, BPBENCH_BINARY, scenario,
-          out.string(), log.string(), r, r > 0 ? " & " : "; rc=$?; wait; exit $rc");
-    ASSERT_EQ(run_script(log.string() + ".sh", cmd), 0)
+    auto vars = [&](int r) { return fmt::format("{}={} {}=2 {}={}", l.rank, r, l.world, l.local_rank, r); };
+    ASSERT_EQ(two_tasks(vars, free_local_port(), scenario, out, log.string()), 0)
         << file_text(log.string() + ".0") << file_text(log.string() + ".1");
     const json results = read_results(out);
     ASSERT_EQ(results["cells"].size(), 3u);
@@ -481,16 +487,8 @@ TEST(GridRanks, EveryRankEndsWithOneLineWhenTheGridCannotStart) {
   const std::string fine = write_scenario(tmp, s);
   const fs::path out = tmp.dir() / "out", log = tmp.dir() / "log";
   auto srun_tasks = [&](const std::string& scenario) {
-    const int port = free_local_port();
-    std::string cmd;
-    for (int r = 1; r >= 0; --r)
-      cmd += fmt::format(
-          "{} SLURM_PROCID={} SLURM_STEP_NUM_TASKS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} '{}' run '{}' "
-          "--out "
-          "'{}' > '{}.{}' 2>&1{}",
-          unset_launchers(), r, port, BPBENCH_BINARY, scenario, out.string(), log.string(), r,
-          r > 0 ? " & " : "; rc=$?; wait; exit $rc");
-    const int rc = run_script(log.string() + ".sh", cmd);
+    auto vars = [](int r) { return fmt::format("SLURM_PROCID={} SLURM_STEP_NUM_TASKS=2", r); };
+    const int rc = two_tasks(vars, free_local_port(), scenario, out, log.string());
     return std::make_pair(rc, error_lines(file_text(log.string() + ".0") + file_text(log.string() + ".1")));
   };
   auto torchrun_ranks = [&](const std::string& scenario) {

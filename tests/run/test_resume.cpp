@@ -326,6 +326,16 @@ TEST(WorldSize, MoreRanksThanVisibleGpusOnCudaIsAnInputErrorNamingBothNumbers) {
   EXPECT_NO_THROW(check_world_size("cuda", 1, 1));
   EXPECT_NO_THROW(check_world_size("cuda", 4, 0));  // no GPU: its cells are skipped, as every CUDA cell
   EXPECT_NO_THROW(check_world_size("cpu", 8, 0));   // Gloo runs any number of ranks on one host
+  // Under a launcher: the ranks it started on this machine, whatever the scenario's world_size.
+  LaunchedRank launched;
+  launched.launcher = "torchrun";
+  launched.world = 16;
+  launched.local_world = 8;
+  expect_input_error(
+      [&] { check_world_size("cuda", 16, 4, &launched); },
+      {"torchrun started 8 ranks on this machine", "4 are visible", "at most 4 ranks a machine"});
+  launched.local_world = 4;
+  EXPECT_NO_THROW(check_world_size("cuda", 16, 4, &launched));
 }
 
 }  // namespace

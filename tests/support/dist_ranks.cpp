@@ -23,10 +23,6 @@ namespace bpbench::testing {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-void write_json(const fs::path& p, const json& j) {
-  std::ofstream(p) << j.dump(2) << "\n";
-}
-
 StepResult rank0_step(const fs::path& dir) {
   const json r0 = json::parse(file_text(dir / "rank0.json"));
   StepResult got;

@@ -30,8 +30,6 @@ namespace bpbench::testing {
 
 inline constexpr int64_t kDistT = 13, kDistPartition = 4, kDistLogitsPartition = 3, kDistExamplesPerRank = 2;
 
-void write_json(const std::filesystem::path& p, const nlohmann::json& j);
-
 // The job's model (float64 "tiny" with its kv_heads / tied / LoRA, or a preset in its dtype) and the
 // strategy it names (distributed ones with the job's options).
 Model dist_job_model(const nlohmann::json& job);

@@ -67,6 +67,13 @@ inline std::string file_text(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// `j` as an indented JSON file at `path`; a failure when it cannot be written.
+inline void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  ASSERT_TRUE(out.good()) << path;
+}
+
 // The one-line message of the std::runtime_error `f` throws; a failure if it throws nothing, something
 // else, or a message of more than one line.
 template <class F>
