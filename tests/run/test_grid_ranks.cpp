@@ -269,7 +269,7 @@ bool failure_recorded(const fs::path& out) {
 TEST(GridRanks, AKilledCellProcessAndAKilledRankLeaveEveryCellOnceUnderMaxRestarts) {
   ASSERT_TRUE(fs::exists(torchrun())) << torchrun();
   TempDir tmp;
-  const std::string scenario = write_scenario(tmp, grid_scenario("faults", 30, {64, 96, 128}));
+  const std::string scenario = write_scenario(tmp, grid_scenario("faults", 5, {64, 96, 128}));
   const fs::path out = tmp.dir() / "out", log = tmp.dir() / "log";
   const int port = free_local_port();
   std::atomic<bool> give_up{false};
