@@ -41,6 +41,12 @@ class Ring final : public dist::RingStrategy {
     return ring_phases(D);
   }
 
+  dist::RowsForward no_grad_layer(dist::DistStep& step, const StepInputs& in) const override {
+    return [&m = in.model, place = place_of(step)](int64_t i, const torch::Tensor& x) {
+      return dist::ring_layer(m, i, x, place);
+    };
+  }
+
   torch::Tensor forward_backward(const StepInputs& in) const override {
     dist::DistStep step(*this, in);  // global normalisers: one all_reduce
     const dist::RingPlace place = place_of(step);

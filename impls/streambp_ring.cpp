@@ -171,6 +171,13 @@ class StreamBPRing final : public dist::RingStrategy {
   bool uses_offload() const override { return !options_.shard_params; }
   bool keeps_first_input() const override { return false; }
 
+  dist::RowsForward no_grad_layer(DistStep& step, const StepInputs& in) const override {
+    return
+        [&m = in.model, rows = in.partition.rows, place = place_of(step)](int64_t i, const torch::Tensor& x) {
+          return dist::ring_layer_in_chunks(m, i, x, place, rows);
+        };
+  }
+
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
     const Model& m = in.model;

@@ -190,6 +190,13 @@ class StreamBPUlysses final : public dist::DistStrategy {
   bool uses_offload() const override { return !options_.shard_params; }
   bool keeps_first_input() const override { return false; }
 
+  dist::RowsForward no_grad_layer(DistStep& step, const StepInputs& in) const override {
+    return
+        [&m = in.model, &comm = step.comm(), rows = in.partition.rows,
+         layout = dist::layout_of(in.model.config, step.batch(), step.comm())](
+            int64_t i, const torch::Tensor& x) { return dist::layer_in_chunks(m, i, x, layout, comm, rows); };
+  }
+
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
     const Model& m = in.model;

@@ -48,6 +48,14 @@ class Ulysses final : public dist::DistStrategy {
     return ulysses_phases(D);
   }
 
+  dist::RowsForward no_grad_layer(DistStep& step, const StepInputs& in) const override {
+    return [&m = in.model, &comm = step.comm(),
+            layout = dist::layout_of(in.model.config, step.batch(), step.comm())](int64_t i,
+                                                                                  const torch::Tensor& x) {
+      return dist::sequence_parallel_layer(m, i, x, layout, comm);
+    };
+  }
+
   torch::Tensor forward_backward(const StepInputs& in) const override {
     DistStep step(*this, in);  // global normalisers: one all_reduce
     auto& comm = step.comm();

@@ -72,12 +72,16 @@ int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
   return params;
 }
 
-// The most elements of one trainable tensor: AdamW's step holds two temporaries of that size.
-int64_t largest_trainable_numel(const MemoryTerms& D) {
+// The most elements of one trainable tensor of a layer, and of the model: AdamW's step holds two temporaries
+// of that size.
+int64_t largest_layer_numel(const MemoryTerms& D) {
   const int64_t mlp = D.moe() ? D.Ie : D.I;  // a routed MLP's widest is an expert's (the router: E x d)
   const int64_t widest = std::max({D.d, D.Aq, D.Akv, mlp});
   if (!D.full) return D.r * widest;  // a LoRA factor: (r, in) or (out, r)
-  return std::max({D.V * D.d, mlp * D.d, D.E * D.d, D.Aq * D.d, D.Akv * D.d});  // the embedding is V x d
+  return std::max({mlp * D.d, D.E * D.d, D.Aq * D.d, D.Akv * D.d});
+}
+int64_t largest_trainable_numel(const MemoryTerms& D) {
+  return D.full ? std::max(D.V * D.d, largest_layer_numel(D)) : largest_layer_numel(D);  // embedding: V x d
 }
 
 // A training run around the step (harness/run/train_loop.cpp), `P` trainable parameters, the largest tensor
@@ -115,6 +119,59 @@ void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, i
                         2 * largest * o});
   for (const auto& term : step.terms) step.bytes += term.bytes;
   e.phases.push_back(step);
+}
+
+// The same around one rank's step of a distributed strategy (harness/run/train_sharded.cpp), ZeRO-2: the
+// rank's AdamW updates its slice of every gradient group, rank 0's [0, padded / R) the largest (the last
+// rank's padding is nobody's), so its P is its shards' elements, `shards` bytes / s. The optimizer is made
+// after step 1 (its layout is step 1's shards): from step 2 on every phase runs with it alive. Then:
+// - the optimizer step: the step's shards, the optimizer's tensors and 2 x the largest slice AdamW updates
+//   at once (a parameter's part of a shard: the embedding's, else the untied head's, else at most a layer's
+//   widest tensor);
+// - the new weights all-gathered group by group: the rank's slice copied into a send buffer (padded / R)
+//   and the gathered group (padded), both in the model dtype, the largest group's; Gloo (CPU) gathers
+//   through one more flat copy.
+// The step's losses (0-dim, f bytes each) are alive through both.
+void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t shards,
+                              int64_t largest_in_layer, bool cuda, MemoryEstimate& e) {
+  e.batch *= t.batches;
+  e.base = e.params + e.grads + e.batch;
+  const int64_t P = shards / D.s, o = t.mixed ? 4 : D.s;
+  const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
+  e.optimizer = masters + moments;
+  if (t.steps >= 2)
+    for (auto& p : e.phases) {
+      p.terms.push_back(
+          {"the optimizer's tensors, alive from step 2 on (this rank's moments, masters)", e.optimizer});
+      p.bytes += e.optimizer;
+    }
+  const int64_t piece = std::min(D.layer_group ? D.shard(D.layer_group) / D.s : 0, largest_in_layer);
+  const int64_t largest_slice =
+      std::max({D.shard(D.embedding_group) / D.s,
+                D.shard(D.head_group) / D.s - (D.head_group > D.d ? D.d : 0), piece});
+  const EstimateTerm shards_term{"this rank's gradient shards of the step", shards};
+  // The micro-batches' losses (0-dim), read once the step is over.
+  const EstimateTerm losses_term{"the step's losses: grad_accum x f", t.grad_accum * D.f};
+  const EstimateTerm optimizer_term{
+      fmt::format("this rank's optimizer: 2 x P_r*{} moments{}", o, t.mixed ? " + 2 x P_r*4 masters" : ""),
+      e.optimizer};
+  PhaseEstimate step{"optimizer step", 0, {shards_term, optimizer_term, losses_term}};
+  step.terms.push_back(
+      {fmt::format("2 x the largest slice*{}: sqrt(exp_avg_sq) and its quotient", o), 2 * largest_slice * o});
+  PhaseEstimate gather{"weights all_gather", 0, {shards_term, optimizer_term, losses_term}};
+  int64_t group = 0;
+  for (const int64_t numel : {D.embedding_group, D.head_group, D.layer_group, D.dense_layer_group})
+    group = std::max(group, D.bucket(numel) / D.s);
+  gather.terms.push_back({fmt::format("the largest group's send buffer and gathered weights: "
+                                      "(padded / R + padded)*{}",
+                                      D.s),
+                          (group / D.ranks + group) * D.s});
+  if (!cuda)  // Gloo gathers a list of tensors through a flat output of its own, then copies it out
+    gather.terms.push_back({"Gloo's flat copy of the gathered weights: padded*s", group * D.s});
+  for (auto* p : {&step, &gather}) {
+    for (const auto& term : p->terms) p->bytes += term.bytes;
+    e.phases.push_back(*p);
+  }
 }
 
 std::string mib(int64_t bytes) {
@@ -210,9 +267,12 @@ void check_estimate_input(const EstimateInput& in) {
   if (data_parallel && in.ranks < 2)
     throw std::invalid_argument(
         fmt::format("estimate: {} is distributed: one rank of ranks >= 2 is estimated (--ranks)", in.impl));
-  if (data_parallel && in.train)
-    throw std::invalid_argument(fmt::format(
-        "estimate: a training run of {} is not estimated (valid: one step, no --train)", in.impl));
+  if (data_parallel && in.train && in.train->grad_accum > 1)
+    throw std::invalid_argument(
+        fmt::format("estimate: a training run of {} with grad_accum {} is not estimated yet (its "
+                    "micro-batches keep every "
+                    "gradient shard through the step; valid: grad_accum 1)",
+                    in.impl, in.train->grad_accum));
   if (data_parallel && in.config.has_sliding_layers())
     throw std::invalid_argument(fmt::format(
         "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
@@ -446,7 +506,9 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     else if (p.name.rfind("layer", 0) == 0)
       e.layer_working_set = std::max(e.layer_working_set, p.bytes - ckpt);
   }
-  if (in.train)
+  if (in.train && distributed(*strategy))
+    add_sharded_training_run(*in.train, D, e.grads, largest_layer_numel(D), in.device == "cuda", e);
+  else if (in.train)
     add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D), e);
   const PhaseEstimate* top = &e.phases.front();
   for (const auto& p : e.phases)

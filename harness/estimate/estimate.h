@@ -38,6 +38,7 @@ struct TrainEstimate {
   int64_t steps = 1;    // from step 2 on every forward + backward runs with the moments alive
   int64_t batches = 1;  // training + held-out batches, all alive through the run
   bool mixed = false;   // precision "mixed" (else "model": the moments in the model dtype)
+  int64_t grad_accum = 1;  // micro-batches per step: distributed, the first's gradient shards live on
 };
 
 struct EstimateInput {

@@ -107,18 +107,25 @@ torch::Tensor data_tokens(const CellJob& job, int64_t rows, int64_t vocab, CellR
 
 // measure.train: the cell's model trained for spec.steps AdamW steps (train_loop.h); the run's peak over
 // every step, its optimizer state under Category::optimizer, the time of each step.
+// A distributed strategy's rank builds the global batches and keeps its part of each (dist::local_batch).
 void measure_training(const CellJob& job, const Strategy& strategy, Model& model, const Objective& objective,
                       const BatchSpec& spec, const torch::Device& device, profiles::Recorder& rec,
-                      profiles::StepTimer& timer, CellResult& r) {
+                      profiles::StepTimer& timer, dist::Communicator* comm, CellResult& r) {
   const Cell& c = job.cell;
   const MeasureSpec& m = job.settings.measure;
+  const int world = comm ? comm->world_size() : 1;
   TrainData data;
+  int64_t step_tokens = 0;
   {
     MemoryScope scope(Category::other);
     json data_record;
     data = make_train_data(*m.train, spec, model, objective, c.logits_partition, job.settings.data_path,
                            data_record);
     if (!data_record.is_null()) r.data = data_record;
+    step_tokens = data.train.front().input_ids.numel() * m.train->grad_accum;  // the global micro-batches'
+    if (comm)
+      for (auto* batches : {&data.train, &data.eval})
+        for (auto& b : *batches) b = dist::local_batch(strategy, b, comm->rank(), world);
   }
   const auto store = make_checkpoint_store(parse_offload(c.offload), device);
   const bool offloads = store->offload() != Offload::none;
@@ -141,16 +148,21 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
   }
   if (m.memory) {
     const TrainEstimate run_shape{m.train->steps, static_cast<int64_t>(data.train.size() + data.eval.size()),
-                                  m.train->precision == "mixed"};
-    if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, run_shape))
+                                  m.train->precision == "mixed", m.train->grad_accum};
+    if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, run_shape, world))
       mem.estimate_bytes = e->peak_bytes;
     r.memory = mem;
   }
   std::vector<double> seconds;
   for (const auto& s : run.steps) seconds.push_back(s.time_s);
-  r.time = time_stats(seconds, 0, data.train.empty() ? 0 : data.train.front().input_ids.numel());
+  r.time = time_stats(seconds, 0, step_tokens);
   r.loss = run.steps.back().loss;
   r.train = run.to_json();
+  if (const auto* d = dynamic_cast<const dist::DistStrategy*>(&strategy)) {
+    r.comm = d->last_step_comm().to_json();
+    d->restore_parameters(model);  // collective: ZeRO-3's layers whole again for the fingerprint
+  }
+  r.train["final_weights"] = weights_fingerprint(model);
 }
 
 // Steps 2-6 of a cell; fills `r`. Everything it builds is freed when it returns or throws.
@@ -196,7 +208,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   spec.seed = job.settings.seed;
   spec.vocab = model.config.vocab;
   if (m.train) {  // its own batches, one per step (train_data.h)
-    measure_training(job, strategy, model, *objective, spec, device, rec, *timer, r);
+    measure_training(job, strategy, model, *objective, spec, device, rec, *timer, comm, r);
     return;
   }
   Batch batch;

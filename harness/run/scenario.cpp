@@ -364,24 +364,13 @@ Scenario parse_scenario(const json& j) {
                       fmt::format("divisors of world_size: {}", fmt::join(divisors, ", ")));
         }
   if (const auto& train = s.settings.measure.train) {
-    std::vector<std::string> trainers;  // every single-process strategy
-    for (const auto& name : strategy_names())
-      if (!run_detail::is_distributed(*make_strategy(name))) trainers.push_back(name);
-    for (const auto& a : s.grid) {
-      for (const auto& v : a.values) {
+    for (const auto& a : s.grid)
+      for (const auto& v : a.values)
         if (a.key == "dtype" && train->precision == "mixed" && v != "bfloat16")
           input_error(fmt::format("measure.train.precision 'mixed' keeps bfloat16 weights with float32 "
                                   "masters; the grid has dtype '{}'",
                                   v.get<std::string>()),
                       "dtype bfloat16 with precision mixed, or precision model");
-        if (a.key == "impl" && std::find(trainers.begin(), trainers.end(), v) == trainers.end())
-          input_error(fmt::format("measure.train: the distributed strategy '{}' does not train yet",
-                                  v.get<std::string>()),
-                      join(trainers));
-      }
-    }
-    if (s.settings.world_size > 1)
-      input_error("measure.train: world_size > 1 does not train yet", "world_size 1");
   }
   s.source = j;
   return s;

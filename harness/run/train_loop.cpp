@@ -1,18 +1,20 @@
 // train_loop.cpp: the training run of train_loop.h.
 #include "harness/run/train_loop.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <algorithm>
 #include <cmath>
+
 #include <memory>
 
 #include "harness/run/cell_steps.h"
+#include "harness/run/train_optimizer.h"
+#include "impls/machinery/dist_common.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
 
 using nlohmann::json;
-using profiles::Category;
-using profiles::MemoryScope;
 
 json TrainRun::to_json() const {
   json s = json::array(), e = json::array();
@@ -40,85 +42,37 @@ double eval_loss(const Model& model, const Batch& batch, const Objective& object
 }
 
 namespace {
+// FNV-1a: a seed from a name that every platform computes alike (std::hash is the library's choice).
+uint64_t name_seed(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+}  // namespace
 
-// The tensors the optimizer updates: the trainable weights themselves (precision "model"), or float32
-// master copies of them (precision "mixed"), whose gradients are the model's, upcast, each step.
-struct OptimizedParameters {
-  std::vector<NamedParameter> model;  // the model's trainable weights
-  std::vector<torch::Tensor> master;  // same order; the tensors the optimizer sees
-  bool mixed = false;
-
-  OptimizedParameters(const Model& m, bool mixed_precision)
-      : model(m.trainable_parameters()), mixed(mixed_precision) {
-    if (!mixed) {
-      for (const auto& p : model) master.push_back(p.tensor);
-      return;
-    }
-    MemoryScope scope(Category::optimizer);
-    torch::NoGradGuard no_grad;
-    for (const auto& p : model) {
-      auto w =
-          p.tensor.detach().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
-      w.mutable_grad() = torch::zeros_like(w);
-      master.push_back(w);
-    }
+json weights_fingerprint(const Model& model) {
+  torch::NoGradGuard no_grad;
+  json out = json::array();
+  for (const auto& p : model.trainable_parameters()) {
+    const auto w = p.tensor.detach().to(torch::kCPU, torch::kDouble);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(name_seed(p.name));
+    const auto probe = at::randn(w.sizes(), generator, torch::TensorOptions().dtype(torch::kDouble));
+    out.push_back(
+        {{"name", p.name}, {"l2", w.norm().item<double>()}, {"probe", (w * probe).sum().item<double>()}});
   }
-
-  // The model's gradients into the masters' (mixed); then the global L2 norm of the optimizer's gradients,
-  // and clipping to `max_norm` (> 0) as torch.nn.utils.clip_grad_norm_ does.
-  double gather_and_clip(double max_norm) {
-    torch::NoGradGuard no_grad;
-    if (mixed) {
-      MemoryScope scope(Category::optimizer);
-      for (size_t i = 0; i < model.size(); ++i) master[i].mutable_grad().copy_(model[i].tensor.grad());
-    }
-    const auto accumulate = master.front().scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-    std::vector<torch::Tensor> norms;
-    for (const auto& w : master)
-      norms.push_back(at::linalg_vector_norm(w.grad(), 2, c10::nullopt, false, accumulate));
-    const double total = at::linalg_vector_norm(torch::stack(norms), 2).item<double>();
-    if (max_norm > 0) {
-      const double coef = max_norm / (total + 1e-6);
-      if (coef < 1)
-        for (auto& w : master) w.mutable_grad().mul_(coef);
-    }
-    return total;
-  }
-
-  // The masters' new values rounded into the model's weights (mixed).
-  void write_back() {
-    if (!mixed) return;
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < model.size(); ++i) model[i].tensor.detach().copy_(master[i]);
-  }
-};
-
-// AdamW over the optimized tensors in two groups, as Hugging Face's Trainer makes them: norm weights and
-// biases without weight decay, every other weight with it.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainSpec& spec,
-                                                    const OptimizedParameters& params) {
-  std::vector<torch::Tensor> decayed, not_decayed;
-  for (size_t i = 0; i < params.model.size(); ++i) {
-    const auto& p = params.model[i];
-    const bool bias = p.name.size() >= 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-    (p.group == ParamGroup::norms || bias ? not_decayed : decayed).push_back(params.master[i]);
-  }
-  auto options = [&](double weight_decay) {
-    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(spec.lr)
-                                                            .betas({spec.beta1, spec.beta2})
-                                                            .eps(spec.eps)
-                                                            .weight_decay(weight_decay));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!decayed.empty()) groups.emplace_back(decayed, options(spec.weight_decay));
-  if (!not_decayed.empty()) groups.emplace_back(not_decayed, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(spec.lr));
+  return out;
 }
 
-double mean_eval_loss(const Model& model, const TrainData& data, const Objective& objective,
-                      Partitioning partition) {
+namespace {
+
+double mean_eval_loss(const Strategy& strategy, Model& model, const TrainData& data,
+                      const Objective& objective, Partitioning partition) {
+  const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(&strategy);
   double sum = 0;
-  for (const auto& b : data.eval) sum += eval_loss(model, b, objective, partition);
+  for (const auto& b : data.eval)
+    sum += dist_strategy
+               ? dist_strategy->held_out_loss(StepInputs{model, b, objective, partition}).item<double>()
+               : eval_loss(model, b, objective, partition);
   return sum / static_cast<double>(data.eval.size());
 }
 
@@ -129,33 +83,38 @@ TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& mod
                      CheckpointStore* checkpoints, const std::function<void()>& start_timer,
                      const std::function<double()>& stop_timer) {
   TORCH_CHECK(!data.train.empty(), "train_model: no training batches");
-  OptimizedParameters params(model, spec.precision == "mixed");
-  TORCH_CHECK(!params.model.empty(), "train_model: the model has no trainable parameters");
-  auto optimizer = make_optimizer(spec, params);
+  const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(&strategy);
+  // The sharded optimizer takes its layout from the first step's gradient shards: made after it.
+  std::unique_ptr<TrainOptimizer> optimizer;
+  if (!dist_strategy) optimizer = make_replicated_optimizer(spec, model);
   const bool evaluates = spec.eval_every > 0 && !data.eval.empty();
+  const int64_t accum = spec.grad_accum;
+  const auto trainable = model.trainable_parameters();
 
   TrainRun run;
-  if (evaluates) run.evals.push_back({0, mean_eval_loss(model, data, objective, partition)});
+  if (evaluates) run.evals.push_back({0, mean_eval_loss(strategy, model, data, objective, partition)});
   for (int64_t step = 1; step <= spec.steps; ++step) {
-    const Batch& batch = data.train[static_cast<size_t>(step - 1) % data.train.size()];
-    prepare_grads(params.model, /*distributed=*/false);  // as a single-step cell's steps start
     TrainStepRecord r;
     r.step = step;
     r.lr = spec.lr_at(step);
+    if (!dist_strategy)
+      prepare_grads(trainable, /*distributed=*/false);  // as a single-step cell's steps start
     start_timer();
-    const torch::Tensor loss = strategy.step(StepInputs{model, batch, objective, partition, checkpoints});
-    r.grad_norm = params.gather_and_clip(spec.clip_grad_norm);
-    for (auto& group : optimizer->param_groups()) group.options().set_lr(r.lr);
-    {
-      MemoryScope scope(Category::optimizer);  // AdamW's moments are made by its first step
-      optimizer->step();
+    std::vector<torch::Tensor> losses;  // read after the clock stops (a read waits for the device)
+    for (int64_t micro = 0; micro < accum; ++micro) {  // each adds its gradients to the step's
+      const size_t k = static_cast<size_t>((step - 1) * accum + micro) % data.train.size();
+      if (dist_strategy) dist_strategy->accumulate_gradients(micro > 0);
+      losses.push_back(strategy.step(StepInputs{model, data.train[k], objective, partition, checkpoints}));
     }
-    params.write_back();
+    if (dist_strategy) dist_strategy->accumulate_gradients(false);
+    if (!optimizer) optimizer = make_sharded_optimizer(spec, model, *dist_strategy);
+    r.grad_norm = optimizer->gather_and_clip(spec.clip_grad_norm, 1.0 / static_cast<double>(accum));
+    optimizer->step(r.lr);
     r.time_s = stop_timer();
-    r.loss = loss.item<double>();
+    for (const auto& loss : losses) r.loss += loss.item<double>() / static_cast<double>(accum);
     run.steps.push_back(r);
     if (evaluates && (step % spec.eval_every == 0 || step == spec.steps))
-      run.evals.push_back({step, mean_eval_loss(model, data, objective, partition)});
+      run.evals.push_back({step, mean_eval_loss(strategy, model, data, objective, partition)});
   }
   return run;
 }

@@ -55,6 +55,12 @@ TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& mod
                      CheckpointStore* checkpoints, const std::function<void()>& start_timer,
                      const std::function<double()>& stop_timer);
 
+// A fingerprint of the trainable weights, to compare two runs' final weights without writing them: for each
+// trainable parameter {"name", "l2": its L2 norm, "probe": its dot product with a fixed pseudo-random tensor
+// of its shape (seeded by the parameter's name)}, in float64. Two runs whose weights differ by a relative
+// error e differ in "probe" by about e as well.
+nlohmann::json weights_fingerprint(const Model& model);
+
 // The objective's loss of `batch` under no grad, streamed: layers with queries in chunks of `rows`, the head
 // in chunks of `logits_rows` (no T x T scores, no T x V logits).
 double eval_loss(const Model& model, const Batch& batch, const Objective& objective, Partitioning partition);

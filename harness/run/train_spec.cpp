@@ -78,6 +78,10 @@ const std::vector<TrainKey>& train_keys() {
        [](TrainSpec& t, const json& v) {
          t.eval_batches = read_int(v, where("eval_batches"), 1, "integers >= 1");
        }},
+      {"grad_accum",
+       [](TrainSpec& t, const json& v) {
+         t.grad_accum = read_int(v, where("grad_accum"), 1, "integers >= 1 (micro-batches per step)");
+       }},
       {"precision",
        [](TrainSpec& t, const json& v) {
          t.precision = read_choice(v, where("precision"), "precision", {"model", "mixed"},
@@ -104,18 +108,19 @@ double TrainSpec::lr_at(int64_t step) const {
 }
 
 json TrainSpec::to_json() const {
-  return {{"steps", steps},
-          {"lr", lr},
-          {"betas", {beta1, beta2}},
-          {"eps", eps},
-          {"weight_decay", weight_decay},
-          {"warmup_steps", warmup_steps},
-          {"schedule", schedule},
-          {"min_lr_ratio", min_lr_ratio},
-          {"clip_grad_norm", clip_grad_norm},
-          {"eval_every", eval_every},
-          {"eval_batches", eval_batches},
-          {"precision", precision}};
+  return json::object({{"steps", steps},
+                       {"lr", lr},
+                       {"betas", {beta1, beta2}},
+                       {"eps", eps},
+                       {"weight_decay", weight_decay},
+                       {"warmup_steps", warmup_steps},
+                       {"schedule", schedule},
+                       {"min_lr_ratio", min_lr_ratio},
+                       {"clip_grad_norm", clip_grad_norm},
+                       {"eval_every", eval_every},
+                       {"eval_batches", eval_batches},
+                       {"grad_accum", grad_accum},
+                       {"precision", precision}});
 }
 
 std::vector<std::string> TrainSpec::keys() {

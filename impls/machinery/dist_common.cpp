@@ -126,7 +126,8 @@ struct LayerParams {
 }  // namespace
 
 struct DistStrategy::State {
-  GradientShards shards;  // the last step's
+  GradientShards shards;    // the last step's
+  bool accumulate = false;  // the next step adds to `shards` (accumulate_gradients)
   CommStats last_comm;
   Communicator* comm = nullptr;  // the group of the last step
   std::vector<LayerParams> layers;
@@ -235,6 +236,15 @@ void DistStrategy::restore_parameters(Model& model) const {
   state_->layers.clear();
 }
 
+void DistStrategy::accumulate_gradients(bool on) const {
+  state_->accumulate = on;
+}
+
+torch::Tensor DistStrategy::layer_parameter_shard(int64_t i) const {
+  const auto& layers = state_->layers;
+  return i >= 0 && i < static_cast<int64_t>(layers.size()) ? layers[i].shard : torch::Tensor();
+}
+
 // ---- one step ---------------------------------------------------------------------------------------------
 
 struct DistStep::Group {
@@ -250,7 +260,10 @@ DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strateg
   comm_before_ = comm_->stats_with_subgroups();  // the 2-D mesh's groups carry some of a step
   const int R = comm_->world_size();
   auto& st = *strategy_.state_;
-  st.shards.clear();  // a step's shards replace the previous step's
+  // A step's shards replace the previous step's, or a micro-batch's add to them.
+  GradientShards previous = std::move(st.shards);
+  st.shards.clear();
+  if (!st.accumulate) previous.clear();
 
   // Global normalisers: [target tokens, examples, examples^2] summed over ranks.
   batch_ = in.batch;
@@ -338,6 +351,13 @@ DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strateg
     g.params.push_back(p.tensor);
   }
   for (auto& g : groups_) g.out.padded = round_up(g.out.numel, R);
+  for (auto& p : previous)
+    for (auto& g : groups_)
+      if (g.out.group == p.group) {
+        if (p.padded != g.out.padded)
+          throw std::logic_error(fmt::format("accumulating '{}': the model changed", p.group));
+        g.out.shard = std::move(p.shard);
+      }
 }
 
 void DistStep::shard_parameters() {
@@ -506,15 +526,17 @@ torch::Tensor DistStep::finish(const torch::Tensor& local_loss) {
     st.shards.push_back(std::move(g.out));
   }
   groups_.clear();
-  torch::Tensor loss;
-  {
-    MemoryScope scope(Category::comm);
-    loss = local_loss.detach().to(torch::kDouble).reshape({1}).clone();
-    comm_->all_reduce(loss, loss_op_, "loss");  // SFT: shares add up; others: mean of equal-sized means
-  }
+  const torch::Tensor loss = global_loss(local_loss);
   comm_->settle();  // nccl: the device seconds of the step's last collective (comm.h)
   st.last_comm = comm_->stats_with_subgroups().since(comm_before_);
   st.comm = comm_;
+  return loss;
+}
+
+torch::Tensor DistStep::global_loss(const torch::Tensor& local_loss) {
+  MemoryScope scope(Category::comm);
+  auto loss = local_loss.detach().to(torch::kDouble).reshape({1}).clone();
+  comm_->all_reduce(loss, loss_op_, "loss");  // SFT: shares add up; others: mean of equal-sized means
   return loss.reshape({}).to(local_loss.scalar_type());
 }
 

@@ -80,6 +80,11 @@ struct GradientShard {
 };
 using GradientShards = std::vector<GradientShard>;  // model order: embedding, layer 0..L-1, head
 
+// Layer i forward on this rank's rows (its examples, or its slice of every sequence).
+using RowsForward = std::function<torch::Tensor(int64_t i, const torch::Tensor& x)>;
+
+class DistStep;
+
 // A distributed strategy: ZeRO-2 data parallelism over the current process group (comm.h). After a step each
 // rank holds only its gradient shards (last_gradient_shards); the parameters' .grad are reset.
 class DistStrategy : public Strategy {
@@ -117,9 +122,24 @@ class DistStrategy : public Strategy {
   // are otherwise left sharded between steps: empty tensors whose values live in this strategy's shards).
   void restore_parameters(Model& model) const;
 
+  // Training (harness/run/train_sharded.h). With `on`, the next steps add their reduced gradients to the
+  // shards of the step before (a training step's micro-batches 2..k) instead of replacing them.
+  void accumulate_gradients(bool on) const;
+  // shard_params: layer i's flat parameter shard (padded / R elements of its parameters in model order),
+  // which every forward gathers and the optimizer updates in place; undefined before the first step.
+  torch::Tensor layer_parameter_shard(int64_t i) const;
+  // Collective: the objective's loss of in.batch (this rank's part of a held-out batch) without grad, the
+  // global loss on every rank. The layers as forward_backward's no-grad forward runs them on the rank's rows
+  // (no_grad_layer), the head in logits_partition rows: it holds a subset of what a step's forward holds.
+  torch::Tensor held_out_loss(const StepInputs& in) const;
+
  protected:
   // name: the registry's; schedule: what the strategy does, the description before the options label.
   DistStrategy(std::string name, std::string schedule, DistOptions options);
+
+  // Layer i forward without grad on this rank's rows, as forward_backward's forward runs it (default: the
+  // layer on the rank's examples, `partition` rows at a time).
+  virtual RowsForward no_grad_layer(DistStep& step, const StepInputs& in) const;
 
   struct State;
   friend class DistStep;
@@ -174,7 +194,7 @@ class DistStep {
   // layer's backward from dy, its group opened before and reduce-scattered after (and, under shard_params,
   // gathered around it). xs holds x_0..x_{L-1}; dy is taken, not shared (a caller's handle on it would keep
   // the head's gradient alive through every layer). Returns dL/dx_0.
-  using Layer = std::function<torch::Tensor(int64_t i, const torch::Tensor& x)>;
+  using Layer = RowsForward;
   torch::Tensor layers_backward(std::vector<torch::Tensor>& xs, torch::Tensor dy, const Layer& layer);
 
   // The embedding's backward with dL/dx_0 (N, T, d) (layerwise.h), its gradient reduced once and closed.
@@ -182,6 +202,8 @@ class DistStep {
 
   // Ends the step: shards published to the strategy, counters taken. Returns the global loss (all_reduce).
   torch::Tensor finish(const torch::Tensor& local_loss);
+  // The global loss from this rank's (one all_reduce: SFT's shares add up, the others' equal means average).
+  torch::Tensor global_loss(const torch::Tensor& local_loss);
 
  private:
   struct Group;

@@ -318,7 +318,7 @@ TEST(TrainScenario, BadTrainBlocksAreOneLineInputErrors) {
               HasSubstr("measure.grad_error: not with measure.train"));
   EXPECT_THAT(error(R"({"train": {"steps": 5}, "time": {"warmup": 1, "repeat": 2}})"),
               HasSubstr("measure.time: not with measure.train"));
-  EXPECT_THAT(error(R"({"train": {"steps": 5}})", "streambp-dist"), HasSubstr("does not train yet"));
+  EXPECT_THAT(error(R"({"train": {"steps": 5, "grad_accum": 0}})"), HasSubstr("measure.train.grad_accum"));
 }
 
 }  // namespace
