@@ -70,13 +70,18 @@ the setting (as a scenario's grid names it):
   --lora-rank R           LoRA adapters of rank R (default 0: full fine-tuning)
   --threads N             CPU threads of the run (default: every core, as `bpbench run`); the CPU attention
                           kernel keeps a scratch block per thread
-  --offload O             none | checkpoints: the layer checkpoints in pinned host memory; adds the host
-                          bytes and the bytes copied per step (default none)
+  --offload O             none | checkpoints | optimizer | checkpoints,optimizer: what goes to host memory,
+                          the layer checkpoints (pinned) and with --train AdamW's tensors and step (as
+                          DeepSpeed's CPU Adam); adds the host bytes and the bytes copied per step
+                          (default none)
   --device D              cpu | cuda: whose attention kernel the terms model (default cpu, measured to the
                           byte; --gpu: cuda). cuda: FlashAttention-2 for bfloat16, the memory-efficient
                           kernel for float32, as PyTorch 2.11 allocates them (not yet measured on a GPU)
   --train P               the peak of a training run with AdamW (measure.train): P = model (moments in the
-                          model dtype) or mixed (bfloat16 weights, float32 masters and moments)
+                          model dtype) or mixed (bfloat16 weights, float32 masters and moments); with
+                          --ranks, one rank's, its optimizer over its gradient shards (ZeRO-2)
+  --grad-accum K          with --train: K micro-batches a step (default 1; with --ranks only 1 is
+                          estimated yet)
 
 output:
   --verbose               every phase and term of each estimate

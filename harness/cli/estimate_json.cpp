@@ -39,7 +39,7 @@ json setting_json(const EstimateRequest& r) {
           {"ranks", in.ranks},
           {"ulysses_degree", in.ulysses_degree},
           {"device", in.device},
-          {"offload", in.offload ? "checkpoints" : "none"},
+          {"offload", offload_value(in)},
           {"train", in.train ? json(in.train->mixed ? "mixed" : "model") : json(nullptr)}};
 }
 

@@ -93,6 +93,8 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   std::string impls, gpu, device;
   std::optional<torch::ScalarType> dtype;
   std::optional<int64_t> budget, reserve, partition, logits_partition;
+  bool offload_optimizer = false;  // --offload ...optimizer: applied to --train once every flag is read
+  int64_t grad_accum = 1;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--verbose" || a == "--json") {
@@ -103,7 +105,8 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
           "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
-          "--device, --train, --ranks, --ulysses-degree, --budget, --gpu, --reserve, --host-budget, "
+          "--device, --train, --grad-accum, --ranks, --ulysses-degree, --budget, --gpu, --reserve, "
+          "--host-budget, "
           "--granularity, --upper, "
           "--plot, "
           "each with a value; --verbose, --json)",
@@ -133,8 +136,12 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       in.ranks = integer(a, v);
     else if (a == "--ulysses-degree")
       in.ulysses_degree = integer(a, v);
-    else if (a == "--offload")
-      in.offload = parse_offload(v) == Offload::checkpoints;
+    else if (a == "--offload") {
+      const OffloadPlan plan = parse_offload_plan(v);
+      in.offload = plan.checkpoints;
+      offload_optimizer = plan.optimizer;
+    } else if (a == "--grad-accum")
+      grad_accum = integer(a, v);
     else if (a == "--device") {
       if (v != "cpu" && v != "cuda")
         throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", v));
@@ -182,6 +189,17 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   in.config = model_of(r.model, r.source);
   std::tie(in.dtype, r.dtype_source) =
       dtype ? std::pair(*dtype, std::string("--dtype")) : default_dtype(r.model, r.source, in.device);
+  if (grad_accum < 1)
+    throw std::invalid_argument(fmt::format("estimate: --grad-accum must be >= 1, got {}", grad_accum));
+  if (offload_optimizer && !in.train)
+    throw std::invalid_argument(
+        "estimate: --offload optimizer moves a training run's AdamW tensors to the host (valid with it: "
+        "--train model|mixed)");
+  if (in.train) {
+    in.train->offload_optimizer = offload_optimizer;
+    in.train->grad_accum = grad_accum;
+    in.train->batches = grad_accum;  // one step's micro-batches
+  }
   if (in.train && in.train->mixed && in.dtype != torch::kBFloat16)
     throw std::invalid_argument(
         "estimate: --train mixed keeps float32 masters of bfloat16 weights (valid with "

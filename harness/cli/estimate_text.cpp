@@ -29,6 +29,7 @@ std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
     s += fmt::format(", a {} x {} mesh (Ulysses over {} ranks inside rings of {})", in.ulysses_degree,
                      in.ranks / in.ulysses_degree, in.ulysses_degree, in.ranks / in.ulysses_degree);
   if (in.offload) s += ", checkpoints offloaded";
+  if (in.train && in.train->offload_optimizer) s += ", optimizer offloaded";
   if (in.train) s += fmt::format(", training run (AdamW, precision {})", in.train->mixed ? "mixed" : "model");
   if (in.device == "cuda")
     s += fmt::format(", on cuda: {} attention (terms from PyTorch 2.11's source, not yet measured on a GPU)",
@@ -46,7 +47,7 @@ std::string longest_cell(const LongestLength& l) {
 }
 
 void print_lengths(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
-  const bool offload = r.in.offload;
+  const bool offload = offloads_to_host(r.in);
   if (r.verbose) {
     for (const auto& x : a.at_lengths) out << format_estimate(input_at(r, x.impl, x.seq_len), x.memory);
   } else {
@@ -104,7 +105,7 @@ void print_one_budget(const EstimateRequest& r, const EstimateAnswers& a, std::o
         format_gb(b.memory_bytes), format_gb(b.reserve_bytes), format_gb(b.bytes()), r.granularity);
   if (!b.note.empty()) out << fmt::format("  ({})\n", b.note);
   print_host_budget(r, out);
-  const bool offload = r.in.offload;
+  const bool offload = offloads_to_host(r.in);
   out << fmt::format("{:<24} {:>12} {:>16}{} {:>7}  {}\n", "impl", "longest T", "peak bytes",
                      offload ? fmt::format(" {:>16}", "host bytes") : "", "bound", "dominant phase at T");
   for (const auto& l : a.longest) {

@@ -84,6 +84,16 @@ int64_t largest_trainable_numel(const MemoryTerms& D) {
   return D.full ? std::max(D.V * D.d, largest_layer_numel(D)) : largest_layer_numel(D);  // embedding: V x d
 }
 
+// Offload optimizer (harness/run/train_optimizer.h): what AdamW sees is a host copy of each of the P weights
+// it updates, with a host gradient (o bytes each: float32 with "mixed", else the model's), its two moments,
+// and its step's two temporaries of the largest tensor, all in host memory; the device holds none of it.
+// Each step copies the P gradients out and the P new weights back (s bytes each).
+void offload_optimizer_to_host(int64_t P, int64_t largest, int64_t o, int64_t s, MemoryEstimate& e) {
+  e.optimizer = 4 * P * o;
+  e.host_bytes += e.optimizer + 2 * largest * o;
+  e.offload_traffic_bytes += 2 * P * s;
+}
+
 // A training run around the step (harness/run/train_loop.cpp), `P` trainable parameters, the largest tensor
 // of them `largest` elements:
 // - every batch of the run is built before it and kept;
@@ -94,11 +104,13 @@ int64_t largest_trainable_numel(const MemoryTerms& D) {
 // - the optimizer step itself: for each tensor, `(exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)`
 //   holds the square root and the quotient at once, two temporaries of the tensor's size. The gradients'
 //   norm and clipping run in place (the norms are scalars).
+// With the optimizer offloaded every one of these tensors is in host memory (offload_optimizer_to_host).
 void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, int64_t largest,
                       MemoryEstimate& e) {
   e.batch *= t.batches;
   e.base = e.params + e.grads + e.batch;
   const int64_t o = t.mixed ? 4 : D.s;  // element size of the optimized tensors and the moments
+  if (t.offload_optimizer) return offload_optimizer_to_host(P, largest, o, D.s, e);
   const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
   e.optimizer = masters + moments;
   const EstimateTerm masters_term{"2 x P*4: float32 master weights and their gradients (mixed)", masters};
@@ -128,6 +140,7 @@ void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, i
 // - the optimizer step: the step's shards, the optimizer's tensors and 2 x the largest slice AdamW updates
 //   at once (a parameter's part of a shard: the embedding's, else the untied head's, else at most a layer's
 //   widest tensor);
+// - offload optimizer: its tensors all in host memory (offload_optimizer_to_host), the step's on the host;
 // - the new weights all-gathered group by group: the rank's slice copied into a send buffer (padded / R)
 //   and the gathered group (padded), both in the model dtype, the largest group's; Gloo (CPU) gathers
 //   through one more flat copy.
@@ -139,26 +152,33 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
   const int64_t P = shards / D.s, o = t.mixed ? 4 : D.s;
   const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
   e.optimizer = masters + moments;
-  if (t.steps >= 2)
-    for (auto& p : e.phases) {
-      p.terms.push_back(
-          {"the optimizer's tensors, alive from step 2 on (this rank's moments, masters)", e.optimizer});
-      p.bytes += e.optimizer;
-    }
   const int64_t piece = std::min(D.layer_group ? D.shard(D.layer_group) / D.s : 0, largest_in_layer);
   const int64_t largest_slice =
       std::max({D.shard(D.embedding_group) / D.s,
                 D.shard(D.head_group) / D.s - (D.head_group > D.d ? D.d : 0), piece});
+  if (t.offload_optimizer) offload_optimizer_to_host(P, largest_slice, o, D.s, e);
+  const int64_t on_device = t.offload_optimizer ? 0 : e.optimizer;
+  if (t.steps >= 2 && on_device > 0)
+    for (auto& p : e.phases) {
+      p.terms.push_back(
+          {"the optimizer's tensors, alive from step 2 on (this rank's moments, masters)", on_device});
+      p.bytes += on_device;
+    }
   const EstimateTerm shards_term{"this rank's gradient shards of the step", shards};
   // The micro-batches' losses (0-dim), read once the step is over.
   const EstimateTerm losses_term{"the step's losses: grad_accum x f", t.grad_accum * D.f};
-  const EstimateTerm optimizer_term{
-      fmt::format("this rank's optimizer: 2 x P_r*{} moments{}", o, t.mixed ? " + 2 x P_r*4 masters" : ""),
-      e.optimizer};
+  const EstimateTerm optimizer_term{t.offload_optimizer
+                                        ? std::string("this rank's optimizer: in host memory")
+                                        : fmt::format("this rank's optimizer: 2 x P_r*{} moments{}", o,
+                                                      t.mixed ? " + 2 x P_r*4 masters" : ""),
+                                    on_device};
   PhaseEstimate step{"optimizer step", 0, {shards_term, optimizer_term, losses_term}};
-  step.terms.push_back(
-      {fmt::format("2 x the largest slice*{}: sqrt(exp_avg_sq) and its quotient", o), 2 * largest_slice * o});
+  if (!t.offload_optimizer)
+    step.terms.push_back({fmt::format("2 x the largest slice*{}: sqrt(exp_avg_sq) and its quotient", o),
+                          2 * largest_slice * o});
   PhaseEstimate gather{"weights all_gather", 0, {shards_term, optimizer_term, losses_term}};
+  // Offloaded, the shards' slices are copied into the host gradients and the new weights back: no device
+  // tensor beyond the step's.
   int64_t group = 0;
   for (const int64_t numel : {D.embedding_group, D.head_group, D.layer_group, D.dense_layer_group})
     group = std::max(group, D.bucket(numel) / D.s);
@@ -214,6 +234,16 @@ std::unique_ptr<Objective> estimated_objective(const std::string& name) {
   }
 }
 }  // namespace
+
+bool offloads_to_host(const EstimateInput& in) {
+  return in.offload || (in.train && in.train->offload_optimizer);
+}
+
+std::string offload_value(const EstimateInput& in) {
+  const bool optimizer = in.train && in.train->offload_optimizer;
+  return in.offload ? (optimizer ? "checkpoints,optimizer" : "checkpoints")
+                    : (optimizer ? "optimizer" : "none");
+}
 
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group) {
   return batch * estimated_objective(objective)->sequences_per_example(group);
@@ -522,8 +552,9 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     // One pinned buffer per stored layer input, reused every step.
     MemoryTerms rank_rows = D;  // a sequence-parallel rank's checkpoints are its rows'
     rank_rows.T = batch_rows;
-    e.host_bytes = checkpoints_bytes(rank_rows, strategy->keeps_first_input() ? D.L : D.L - 1);
-    e.offload_traffic_bytes = 2 * e.host_bytes;  // each checkpoint out in the forward, back in the backward
+    const int64_t checkpoints = checkpoints_bytes(rank_rows, strategy->keeps_first_input() ? D.L : D.L - 1);
+    e.host_bytes += checkpoints;                 // beside the optimizer's, where it is offloaded too
+    e.offload_traffic_bytes += 2 * checkpoints;  // each out in the forward, back in the backward
   }
   return e;
 }

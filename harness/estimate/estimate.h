@@ -39,6 +39,8 @@ struct TrainEstimate {
   int64_t batches = 1;  // training + held-out batches, all alive through the run
   bool mixed = false;   // precision "mixed" (else "model": the moments in the model dtype)
   int64_t grad_accum = 1;  // micro-batches per step: distributed, the first's gradient shards live on
+  // AdamW's tensors and its step in host memory (offload optimizer): host bytes, not device bytes.
+  bool offload_optimizer = false;
 };
 
 struct EstimateInput {
@@ -108,6 +110,11 @@ bool estimated_for_model(const ModelConfig& c, const std::string& impl);
 // out.
 bool latent_attention_in_math(const ModelConfig& c, const std::string& impl, const std::string& device,
                               at::ScalarType dtype);
+
+// Whether anything of `in` lives in host memory (checkpoints, or a training run's optimizer), and `in`'s
+// offload as a cell writes it ("none", "checkpoints", "optimizer", "checkpoints,optimizer").
+bool offloads_to_host(const EstimateInput& in);
+std::string offload_value(const EstimateInput& in);
 
 // N for an objective: sft B, dpo 2B, grpo B*G.
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group);

@@ -155,6 +155,8 @@ CellResult run_detail::merge_rank_results(const std::vector<CellResult>& ranks,
         {{"status", r.status},
          {"peak_bytes", r.memory ? json(r.memory->peak_bytes) : json(nullptr)},
          {"base_bytes", r.memory ? json(r.memory->base_bytes) : json(nullptr)},
+         {"host_peak_bytes",
+          r.memory && r.memory->host_peak_bytes ? json(*r.memory->host_peak_bytes) : json(nullptr)},
          {"time_median_s", r.time ? json(r.time->median_s) : json(nullptr)},
          {"hardware_flops", r.compute ? json(r.compute->counts.hardware()) : json(nullptr)},
          {"comm", r.comm}});

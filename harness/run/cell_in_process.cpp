@@ -127,18 +127,18 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
       for (auto* batches : {&data.train, &data.eval})
         for (auto& b : *batches) b = dist::local_batch(strategy, b, comm->rank(), world);
   }
+  const OffloadPlan offload = parse_offload_plan(c.offload);
   const auto store = make_checkpoint_store(parse_offload(c.offload), device);
-  const bool offloads = store->offload() != Offload::none;
-  prepare_grads(model.trainable_parameters(), /*distributed=*/false);  // allocated before: base
+  if (!comm) prepare_grads(model.trainable_parameters(), /*distributed=*/false);  // allocated before: base
   MemoryResult mem;
   TrainRun run;
   {
-    MeasuredRegion region(rec, m.budget_bytes, offloads, mem);
+    MeasuredRegion region(rec, m.budget_bytes, offload.any(), mem);
     try {
       run = train_model(
           *m.train, strategy, model, objective, data, Partitioning{c.partition, c.logits_partition},
-          strategy.uses_offload() ? store.get() : nullptr, [&] { start_clock(device, timer); },
-          [&] { return timer.stop_seconds(); });
+          strategy.uses_offload() ? store.get() : nullptr, offload.optimizer,
+          [&] { start_clock(device, timer); }, [&] { return timer.stop_seconds(); });
     } catch (...) {
       region.end();
       if (m.memory) r.memory = mem;
@@ -148,9 +148,11 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
   }
   if (m.memory) {
     const TrainEstimate run_shape{m.train->steps, static_cast<int64_t>(data.train.size() + data.eval.size()),
-                                  m.train->precision == "mixed", m.train->grad_accum};
-    if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, run_shape, world))
+                                  m.train->precision == "mixed", m.train->grad_accum, offload.optimizer};
+    if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, run_shape, world)) {
       mem.estimate_bytes = e->peak_bytes;
+      if (offload.any()) mem.estimate_host_bytes = e->host_bytes;
+    }
     r.memory = mem;
   }
   std::vector<double> seconds;

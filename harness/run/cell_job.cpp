@@ -63,6 +63,9 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
         "the routers' load-balancing loss counts every row, padding rows included, where transformers "
         "leaves the rows its attention mask drops out; with padding (padding: true, or a data file's short "
         "sequences) that is not implemented");
+  if (parse_offload_plan(job.cell.offload).optimizer && !job.settings.measure.train)
+    return std::string(
+        "offload optimizer moves a training run's AdamW tensors to the host (valid with it: measure.train)");
   if (parse_offload(job.cell.offload) != Offload::none && !strategy.uses_offload())
     return fmt::format("{} keeps no layer checkpoints in a store it could offload (offload applies to {})",
                        strategy.name(), fmt::join(offloading_strategy_names(), ", "));

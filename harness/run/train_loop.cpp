@@ -80,13 +80,13 @@ double mean_eval_loss(const Strategy& strategy, Model& model, const TrainData& d
 
 TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& model,
                      const Objective& objective, const TrainData& data, Partitioning partition,
-                     CheckpointStore* checkpoints, const std::function<void()>& start_timer,
-                     const std::function<double()>& stop_timer) {
+                     CheckpointStore* checkpoints, bool offload_optimizer,
+                     const std::function<void()>& start_timer, const std::function<double()>& stop_timer) {
   TORCH_CHECK(!data.train.empty(), "train_model: no training batches");
   const auto* dist_strategy = dynamic_cast<const dist::DistStrategy*>(&strategy);
   // The sharded optimizer takes its layout from the first step's gradient shards: made after it.
   std::unique_ptr<TrainOptimizer> optimizer;
-  if (!dist_strategy) optimizer = make_replicated_optimizer(spec, model);
+  if (!dist_strategy) optimizer = make_replicated_optimizer(spec, model, offload_optimizer);
   const bool evaluates = spec.eval_every > 0 && !data.eval.empty();
   const int64_t accum = spec.grad_accum;
   const auto trainable = model.trainable_parameters();
@@ -107,7 +107,7 @@ TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& mod
       losses.push_back(strategy.step(StepInputs{model, data.train[k], objective, partition, checkpoints}));
     }
     if (dist_strategy) dist_strategy->accumulate_gradients(false);
-    if (!optimizer) optimizer = make_sharded_optimizer(spec, model, *dist_strategy);
+    if (!optimizer) optimizer = make_sharded_optimizer(spec, model, *dist_strategy, offload_optimizer);
     r.grad_norm = optimizer->gather_and_clip(spec.clip_grad_norm, 1.0 / static_cast<double>(accum));
     optimizer->step(r.lr);
     r.time_s = stop_timer();

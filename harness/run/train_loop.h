@@ -48,12 +48,13 @@ struct TrainData {
   std::vector<Batch> train, eval;
 };
 
-// Trains `model` in place. start_timer / stop_timer time each step (the cell's device timer: stop waits for
-// the step's work and returns seconds). Throws what the strategy throws (an out-of-memory included).
+// Trains `model` in place. offload_optimizer: AdamW's tensors and step in host memory (train_optimizer.h).
+// start_timer / stop_timer time each step (the cell's device timer: stop waits for the step's work and
+// returns seconds). Throws what the strategy throws (an out-of-memory included).
 TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& model,
                      const Objective& objective, const TrainData& data, Partitioning partition,
-                     CheckpointStore* checkpoints, const std::function<void()>& start_timer,
-                     const std::function<double()>& stop_timer);
+                     CheckpointStore* checkpoints, bool offload_optimizer,
+                     const std::function<void()>& start_timer, const std::function<double()>& stop_timer);
 
 // A fingerprint of the trainable weights, to compare two runs' final weights without writing them: for each
 // trainable parameter {"name", "l2": its L2 norm, "probe": its dot product with a fixed pseudo-random tensor

@@ -1,6 +1,9 @@
 // train_optimizer.cpp: AdamW's groups, and the replicated placement of train_optimizer.h.
 #include "harness/run/train_optimizer.h"
 
+#include <optional>
+
+#include "profiles/host_memory.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -30,38 +33,49 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const TrainSpec& spec,
   return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(spec.lr));
 }
 
+torch::Tensor optimized_tensor(const torch::Tensor& value, bool mixed, bool offload) {
+  if (!mixed && !offload) return value;
+  MemoryScope scope(Category::optimizer);
+  std::optional<profiles::HostMemoryScope> host;
+  if (offload) host.emplace();
+  torch::NoGradGuard no_grad;
+  auto copy = value.detach().to(offload ? torch::Device(torch::kCPU) : value.device(),
+                                mixed ? torch::kFloat : value.scalar_type(), /*non_blocking=*/false,
+                                /*copy=*/true);
+  copy.mutable_grad() = torch::zeros_like(copy);
+  return copy;
+}
+
+void adamw_step(torch::optim::AdamW& adamw, double lr, bool offload) {
+  for (auto& group : adamw.param_groups()) group.options().set_lr(lr);
+  MemoryScope scope(Category::optimizer);  // AdamW's moments are made by its first step
+  std::optional<profiles::HostMemoryScope> host;
+  if (offload) host.emplace();
+  adamw.step();
+}
+
 namespace {
 
-// The tensors the optimizer updates: the trainable weights themselves (precision "model"), or float32
-// master copies of them (precision "mixed"), whose gradients are the model's, upcast, each step.
+// The tensors the optimizer updates: the trainable weights themselves (precision "model"), or copies of them
+// (optimized_tensor: float32 masters with "mixed", host copies when offloaded), whose gradients are the
+// model's, copied in each step.
 class ReplicatedOptimizer final : public TrainOptimizer {
  public:
-  ReplicatedOptimizer(const TrainSpec& spec, const Model& m)
-      : model_(m.trainable_parameters()), mixed_(spec.precision == "mixed") {
+  ReplicatedOptimizer(const TrainSpec& spec, const Model& m, bool offload)
+      : model_(m.trainable_parameters()), copies_(spec.precision == "mixed" || offload), offload_(offload) {
     if (model_.empty()) throw std::invalid_argument("train_model: the model has no trainable parameters");
     std::vector<bool> decays;
-    for (const auto& p : model_) decays.push_back(takes_weight_decay(p));
-    if (!mixed_) {
-      for (const auto& p : model_) master_.push_back(p.tensor);
-    } else {
-      MemoryScope scope(Category::optimizer);
-      torch::NoGradGuard no_grad;
-      for (const auto& p : model_) {
-        auto w =
-            p.tensor.detach().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
-        w.mutable_grad() = torch::zeros_like(w);
-        master_.push_back(w);
-      }
+    for (const auto& p : model_) {
+      decays.push_back(takes_weight_decay(p));
+      master_.push_back(optimized_tensor(p.tensor, spec.precision == "mixed", offload));
     }
     adamw_ = make_adamw(spec, master_, decays);
   }
 
   double gather_and_clip(double max_norm, double scale) override {
     torch::NoGradGuard no_grad;
-    if (mixed_) {
-      MemoryScope scope(Category::optimizer);
+    if (copies_)
       for (size_t i = 0; i < model_.size(); ++i) master_[i].mutable_grad().copy_(model_[i].tensor.grad());
-    }
     if (scale != 1.0)
       for (auto& w : master_) w.mutable_grad().mul_(scale);
     const auto accumulate = master_.front().scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
@@ -78,27 +92,24 @@ class ReplicatedOptimizer final : public TrainOptimizer {
   }
 
   void step(double lr) override {
-    for (auto& group : adamw_->param_groups()) group.options().set_lr(lr);
-    {
-      MemoryScope scope(Category::optimizer);  // AdamW's moments are made by its first step
-      adamw_->step();
-    }
-    if (!mixed_) return;
-    torch::NoGradGuard no_grad;  // the masters' new values rounded into the model's weights
+    adamw_step(*adamw_, lr, offload_);
+    if (!copies_) return;
+    torch::NoGradGuard no_grad;  // the copies' new values (rounded) into the model's weights
     for (size_t i = 0; i < model_.size(); ++i) model_[i].tensor.detach().copy_(master_[i]);
   }
 
  private:
   std::vector<NamedParameter> model_;  // the model's trainable weights
   std::vector<torch::Tensor> master_;  // same order; the tensors the optimizer sees
-  bool mixed_;
+  bool copies_, offload_;
   std::unique_ptr<torch::optim::AdamW> adamw_;
 };
 
 }  // namespace
 
-std::unique_ptr<TrainOptimizer> make_replicated_optimizer(const TrainSpec& spec, const Model& model) {
-  return std::make_unique<ReplicatedOptimizer>(spec, model);
+std::unique_ptr<TrainOptimizer> make_replicated_optimizer(const TrainSpec& spec, const Model& model,
+                                                          bool offload) {
+  return std::make_unique<ReplicatedOptimizer>(spec, model, offload);
 }
 
 }  // namespace bpbench

@@ -29,8 +29,8 @@ int64_t layer_of_group(const std::string& group) {
 
 class ShardedOptimizer final : public TrainOptimizer {
  public:
-  ShardedOptimizer(const TrainSpec& spec, Model& model, const dist::DistStrategy& strategy)
-      : strategy_(strategy), mixed_(spec.precision == "mixed") {
+  ShardedOptimizer(const TrainSpec& spec, Model& model, const dist::DistStrategy& strategy, bool offload)
+      : strategy_(strategy), copies_(spec.precision == "mixed" || offload), offload_(offload) {
     comm_ = dist::current_communicator();
     if (!comm_) throw std::logic_error("train: a sharded optimizer without a process group");
     std::map<std::string, NamedParameter> trainable;
@@ -59,14 +59,7 @@ class ShardedOptimizer final : public TrainOptimizer {
         // ZeRO-3: the layer's parameter shard has the gradient shard's layout (every weight trains).
         piece.value = layer_shard.defined() ? layer_shard.narrow(0, a - lo, b - a)
                                             : p.tensor.detach().view({-1}).narrow(0, a - first, b - a);
-        if (mixed_) {
-          MemoryScope scope(Category::optimizer);
-          torch::NoGradGuard no_grad;
-          piece.master = piece.value.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
-          piece.master.mutable_grad() = torch::zeros_like(piece.master);
-        } else {
-          piece.master = piece.value;
-        }
+        piece.master = optimized_tensor(piece.value, spec.precision == "mixed", offload);
         masters.push_back(piece.master);
         decays.push_back(takes_weight_decay(p));
         pieces_.push_back(std::move(piece));
@@ -84,7 +77,7 @@ class ShardedOptimizer final : public TrainOptimizer {
       for (const auto& s : shards) s.shard.mul_(scale);
     for (auto& p : pieces_) {
       auto grad = shards[p.group].shard.narrow(0, p.offset, p.length);
-      if (mixed_) {
+      if (copies_) {
         p.master.mutable_grad().copy_(grad);
       } else {
         p.master.mutable_grad() = grad;
@@ -101,7 +94,7 @@ class ShardedOptimizer final : public TrainOptimizer {
                        .to(torch::kDouble)
                        .square()
                        .cpu();
-      squares = squares.to(shards.front().shard.device());
+      squares = squares.to(shards.front().shard.device());  // nccl reduces device tensors
       comm_->all_reduce(squares, dist::ReduceOp::sum, "gradient norm");
     }
     const double total = std::sqrt(squares.item<double>());
@@ -115,16 +108,12 @@ class ShardedOptimizer final : public TrainOptimizer {
 
   void step(double lr) override {
     PhaseScope phase("optimizer step");
-    for (auto& group : adamw_->param_groups()) group.options().set_lr(lr);
-    {
-      MemoryScope scope(Category::optimizer);  // AdamW's moments are made by its first step
-      adamw_->step();
-    }
+    adamw_step(*adamw_, lr, offload_);
     torch::NoGradGuard no_grad;
     for (auto& p : pieces_) {
-      if (mixed_) p.value.copy_(p.master);
+      if (copies_) p.value.copy_(p.master);
       // The shard's views let go, so the step's shards are freed when the next step starts, as in one step.
-      if (!mixed_) p.master.mutable_grad().reset();
+      if (!copies_) p.master.mutable_grad().reset();
     }
     const auto& shards = strategy_.last_gradient_shards();
     const int64_t R = comm_->world_size();
@@ -149,7 +138,7 @@ class ShardedOptimizer final : public TrainOptimizer {
     size_t group;            // index of its gradient group in the strategy's shards
     int64_t offset, length;  // where it lies in the group's shard
     torch::Tensor value;     // the weights' slice it updates
-    torch::Tensor master;    // what AdamW sees: `value` ("model"), or a float32 copy of it ("mixed")
+    torch::Tensor master;    // what AdamW sees: `value`, or a copy of it (optimized_tensor)
   };
   struct Group {
     size_t shard;
@@ -171,7 +160,7 @@ class ShardedOptimizer final : public TrainOptimizer {
   }
 
   const dist::DistStrategy& strategy_;
-  bool mixed_;
+  bool copies_, offload_;  // AdamW updates copies (mixed: float32; offload: in host memory)
   dist::Communicator* comm_ = nullptr;
   std::vector<Group> groups_;
   std::vector<Piece> pieces_;
@@ -181,8 +170,8 @@ class ShardedOptimizer final : public TrainOptimizer {
 }  // namespace
 
 std::unique_ptr<TrainOptimizer> make_sharded_optimizer(const TrainSpec& spec, Model& model,
-                                                       const dist::DistStrategy& strategy) {
-  return std::make_unique<ShardedOptimizer>(spec, model, strategy);
+                                                       const dist::DistStrategy& strategy, bool offload) {
+  return std::make_unique<ShardedOptimizer>(spec, model, strategy, offload);
 }
 
 }  // namespace bpbench

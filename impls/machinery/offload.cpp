@@ -85,15 +85,21 @@ class HostCopyStore final : public CheckpointStore {
 }  // namespace
 
 const std::vector<std::string>& offload_names() {
-  static const std::vector<std::string> names = {"none", "checkpoints"};
+  static const std::vector<std::string> names = {"none", "checkpoints", "optimizer", "checkpoints,optimizer"};
   return names;
 }
 
-Offload parse_offload(const std::string& name) {
-  if (name == "none") return Offload::none;
-  if (name == "checkpoints") return Offload::checkpoints;
+OffloadPlan parse_offload_plan(const std::string& name) {
+  if (name == "none") return {};
+  if (name == "checkpoints") return {true, false};
+  if (name == "optimizer") return {false, true};
+  if (name == "checkpoints,optimizer") return {true, true};
   throw std::invalid_argument(
       fmt::format("unknown offload '{}' (valid: {})", name, fmt::join(offload_names(), ", ")));
+}
+
+Offload parse_offload(const std::string& name) {
+  return parse_offload_plan(name).checkpoints ? Offload::checkpoints : Offload::none;
 }
 
 const char* offload_name(Offload o) {

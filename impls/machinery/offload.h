@@ -37,8 +37,18 @@ namespace bpbench {
 
 enum class Offload { none, checkpoints };
 
-const std::vector<std::string>& offload_names();  // "none", "checkpoints"
-Offload parse_offload(const std::string& name);   // throws std::invalid_argument listing the valid names
+// A cell's `offload`: "none", or what goes to host memory as a comma-separated list: checkpoints (the layer
+// inputs, in a CheckpointStore below), optimizer (a training run's AdamW tensors and its step on the host's
+// CPU, harness/run/train_optimizer.h).
+struct OffloadPlan {
+  bool checkpoints = false, optimizer = false;
+  bool any() const { return checkpoints || optimizer; }
+};
+
+// "none", "checkpoints", "optimizer", "checkpoints,optimizer"
+const std::vector<std::string>& offload_names();
+OffloadPlan parse_offload_plan(const std::string& name);  // throws std::invalid_argument listing the names
+Offload parse_offload(const std::string& name);           // the checkpoints' part of the plan
 const char* offload_name(Offload o);
 
 class CheckpointStore {

@@ -19,13 +19,14 @@ namespace {
 using profiles::MemoryRecorder;
 
 TEST(Offload, NamesParseAndUnknownOnesAreRefused) {
-  EXPECT_EQ(offload_names(), (std::vector<std::string>{"none", "checkpoints"}));
+  EXPECT_EQ(offload_names(),
+            (std::vector<std::string>{"none", "checkpoints", "optimizer", "checkpoints,optimizer"}));
   for (const auto& name : offload_names()) EXPECT_EQ(offload_name(parse_offload(name)), name);
   try {
     parse_offload("activations");
     FAIL() << "accepted an unknown offload";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "unknown offload 'activations' (valid: none, checkpoints)");
+    EXPECT_EQ(std::string(e.what()), "unknown offload 'activations' (valid: none, checkpoints, optimizer, checkpoints,optimizer)");
   }
   EXPECT_EQ(offloading_strategy_names(),
             (std::vector<std::string>{"checkpoint", "checkpoint-chunked-head", "mst", "streambp",

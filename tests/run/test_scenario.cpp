@@ -241,7 +241,7 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
                      {"grid.seq_len", "32.5"});
   expect_input_error(scenario_text(R"("padding": "yes")"), {"grid.padding", "true, false"});
   expect_input_error(scenario_text(R"("offload": ["none", "activations"])"),
-                     {"grid.offload[1]", "unknown offload 'activations'", "none, checkpoints"});
+                     {"grid.offload[1]", "unknown offload 'activations'", "none, checkpoints, optimizer"});
   expect_input_error(scenario_text("", R"("device": "tpu", )"), {"unknown device 'tpu'", "cpu, cuda"});
   expect_input_error(scenario_text("", R"("rms_norm": "apex", )"), {"rms_norm", "'apex'", "hf, fused"});
   // CUPTI traces a CUDA step into its timeline's trace: without either there is nothing to put it in.

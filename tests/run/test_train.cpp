@@ -64,7 +64,7 @@ Trained train(const std::string& impl, const std::string& objective_name, const 
   auto strategy = make_strategy(impl);
   Trained out;
   out.run = train_model(
-      spec, *strategy, model, *objective, data, partition, nullptr, [] {}, [] { return 0.0; });
+      spec, *strategy, model, *objective, data, partition, nullptr, false, [] {}, [] { return 0.0; });
   for (const auto& p : model.trainable_parameters()) out.weights.push_back(p.tensor.detach().clone());
   return out;
 }
@@ -278,6 +278,51 @@ TEST(TrainEstimate, MatchesTheMeasuredPeakOfEveryRun) {
 }
 
 // A cell's job carries its measure block to a child process or a rank: with train it must read back.
+// offload optimizer in one process: AdamW's tensors and step in host memory. The trajectory is the same run's
+// bit for bit (the same float64 ops, on the host), the device's peak loses the optimizer's bytes and equals
+// the estimate, the host's holds them (within 2%: the step's temporaries are bounded by the widest tensor).
+TEST(TrainOffload, TheOptimizerInHostMemoryTrainsTheSameAndLeavesTheDevice) {
+  TempDir tmp;
+  RunOptions opt;
+  opt.out_dir = tmp.sub("out");
+  opt.self_exe = BPBENCH_BINARY;
+  opt.argv = {"test_train"};
+  for (const char* precision : {"model", "mixed"}) {
+    const bool mixed = std::string(precision) == "mixed";
+    const Scenario s = parse_scenario_text(fmt::format(R"({{"name": "offload", "seed": 1, "threads": 1,
+      "grid": {{"model": "tiny", "impl": ["plain", "streambp"], "dtype": "{}", "seq_len": 24, "partition": 8,
+               "logits_partition": 8, "offload": ["none", "optimizer", "checkpoints,optimizer"]}},
+      "measure": {{"train": {{"steps": 4, "lr": 0.003, "eval_every": 2, "precision": "{}"}}}}}})",
+                                                       mixed ? "bfloat16" : "float64", precision));
+    opt.out_dir = tmp.sub(precision);
+    const json cells = json_file(run_scenario(s, opt).results_path).at("cells");
+    ASSERT_EQ(cells.size(), 6u);  // plain skips checkpoints (it keeps none)
+    for (const auto& c : cells) {
+      SCOPED_TRACE(c.dump());
+      if (c["axes"]["offload"] == "checkpoints,optimizer" && c["axes"]["impl"] == "plain") {
+        EXPECT_EQ(c["status"], "skipped");
+        continue;
+      }
+      ASSERT_EQ(c["status"], "ok");
+      const json& m = c["memory"];
+      // Within the one-step estimate's 16 bytes of loss scalars (docs/estimate.md).
+      EXPECT_LE(std::abs(m["peak_bytes"].get<int64_t>() - m["estimate_bytes"].get<int64_t>()), 16);
+      const json& alone = cells[c["axes"]["impl"] == "plain" ? 0 : 3];  // the same strategy, offload none
+      if (c["axes"]["offload"] == "none") {
+        EXPECT_TRUE(m.value("host_peak_bytes", json()).is_null());
+        continue;
+      }
+      EXPECT_NEAR(m["host_peak_bytes"].get<double>() / m["estimate_host_bytes"].get<double>(), 1.0, 0.02);
+      EXPECT_EQ(m["peak_by_category"]["optimizer"], 0);
+      EXPECT_LT(m["peak_bytes"].get<int64_t>(), alone["memory"]["peak_bytes"].get<int64_t>());
+      ASSERT_EQ(c["train"]["steps"].size(), alone["train"]["steps"].size());
+      for (size_t k = 0; k < c["train"]["steps"].size(); ++k)
+        EXPECT_EQ(c["train"]["steps"][k]["loss"], alone["train"]["steps"][k]["loss"]) << k;
+      EXPECT_EQ(c["train"]["final_weights"], alone["train"]["final_weights"]);
+    }
+  }
+}
+
 TEST(TrainScenario, MeasureBlockRoundTrips) {
   const MeasureSpec m = MeasureSpec::from_json(json::parse(
       R"({"memory": true, "budget_bytes": 1000000, "train": {"steps": 7, "lr": 0.01, "eval_every": 2,

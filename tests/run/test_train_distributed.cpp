@@ -5,8 +5,9 @@
 // ranks, warm-up, cosine, weight decay, clipping that bites, held-out losses, 6 steps. Every strategy's
 // losses, gradient norms, held-out losses and final weights (their fingerprint: L2 norm and a seeded
 // projection per parameter) equal plain's on the global batch to 1e-10, with sharding zero2 and zero3 (the
-// ring strategies skip zero3, which they do not build), and on 2 ranks with 2 micro-batches a step. Every
-// rank's measured peak equals one rank's estimate within 64 bytes (zero2; zero3 and micro-batches have none).
+// ring strategies skip zero3, which they do not build), with and without the optimizer offloaded, and on 2
+// ranks with 2 micro-batches a step. Every rank's measured device peak equals one rank's estimate within 64
+// bytes, its host peak within 2% (zero2; zero3 and micro-batches have no estimate yet).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -75,9 +76,10 @@ class TrainDistributed : public ::testing::Test {
     return testing::json_file(out / "results.json");
   }
 
-  json grid(const json& impls, const json& shardings, int64_t batch) const {
-    return {{"model", model_}, {"dtype", "float64"}, {"impl", impls},         {"sharding", shardings},
-            {"seq_len", 13},   {"partition", 4},     {"logits_partition", 3}, {"batch", batch}};
+  json grid(const json& impls, const json& shardings, int64_t batch, const json& offload = "none") const {
+    return {{"model", model_},       {"dtype", "float64"},    {"impl", impls},
+            {"sharding", shardings}, {"offload", offload},    {"seq_len", 13},
+            {"partition", 4},        {"logits_partition", 3}, {"batch", batch}};
   }
 
   // Plain BP in one process on the global batch of `examples`.
@@ -133,23 +135,36 @@ void expect_peaks_at_estimate(const json& cell, int64_t grad_accum) {
     return;
   }
   const int64_t estimate = cell["memory"]["estimate_bytes"].get<int64_t>();
-  for (const auto& rank : cell["ranks"])
+  const bool offloaded = cell["axes"]["offload"] != "none";
+  for (const auto& rank : cell["ranks"]) {
     EXPECT_LE(std::abs(rank["peak_bytes"].get<int64_t>() - estimate), 64)
         << cell["axes"]["impl"] << " rank " << rank["rank"] << ": measured " << rank["peak_bytes"]
         << ", estimate " << estimate;
+    // The optimizer's host bytes within 2%: its step's two temporaries are bounded by a layer's widest
+    // tensor where the rank's slice holds a narrower one (docs/estimate.md, known gaps: 1.7% here).
+    if (offloaded) {
+      const auto host = rank["host_peak_bytes"].get<double>(),
+                 host_estimate = cell["memory"]["estimate_host_bytes"].get<double>();
+      EXPECT_NEAR(host / host_estimate, 1.0, 0.02)
+          << cell["axes"]["impl"] << " rank " << rank["rank"] << " host: measured " << host << ", estimate "
+          << host_estimate;
+    }
+  }
 }
 
 void TrainDistributed::expect_trajectories(int64_t ranks, int64_t grad_accum) {
   const json ref = reference(ranks, grad_accum);
   ASSERT_EQ(ref["status"], "ok") << ref.dump();
   // Data parallel: one example a rank. Sequence parallel: the ranks share the global batch.
+  // With and without the optimizer in host memory.
+  const json offload = {"none", "optimizer"};
   const json data_parallel =
-      run(fmt::format("dp-{}", ranks), grid({"streambp-dist", "checkpoint-dist"}, {"zero2", "zero3"}, 1),
-          ranks, grad_accum);
+      run(fmt::format("dp-{}", ranks),
+          grid({"streambp-dist", "checkpoint-dist"}, {"zero2", "zero3"}, 1, offload), ranks, grad_accum);
   const json sequence_parallel =
       run(fmt::format("sp-{}", ranks),
-          grid({"ulysses", "streambp-ulysses", "ring", "streambp-ring"}, {"zero2", "zero3"}, ranks), ranks,
-          grad_accum);
+          grid({"ulysses", "streambp-ulysses", "ring", "streambp-ring"}, {"zero2", "zero3"}, ranks, offload),
+          ranks, grad_accum);
   size_t ran = 0;
   for (const json* results : {&data_parallel, &sequence_parallel})
     for (const auto& cell : (*results)["cells"]) {
@@ -162,7 +177,7 @@ void TrainDistributed::expect_trajectories(int64_t ranks, int64_t grad_accum) {
       expect_same_run(cell, ref);
       expect_peaks_at_estimate(cell, grad_accum);
     }
-  EXPECT_EQ(ran, 10u);  // 2 x 2 data parallel, 4 + 2 sequence parallel
+  EXPECT_EQ(ran, 20u);  // (2 x 2 data parallel, 4 + 2 sequence parallel) x 2 offloads
 }
 
 TEST_F(TrainDistributed, EveryStrategyOnTwoRanksWithMicroBatchesFollowsOneProcess) {
