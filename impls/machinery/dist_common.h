@@ -122,7 +122,7 @@ class DistStrategy : public Strategy {
   // are otherwise left sharded between steps: empty tensors whose values live in this strategy's shards).
   void restore_parameters(Model& model) const;
 
-  // Training (harness/run/train_sharded.h). With `on`, the next steps add their reduced gradients to the
+  // Training (harness/run/train_optimizer.h). With `on`, the next steps add their reduced gradients to the
   // shards of the step before (a training step's micro-batches 2..k) instead of replacing them.
   void accumulate_gradients(bool on) const;
   // shard_params: layer i's flat parameter shard (padded / R elements of its parameters in model order),
