@@ -21,12 +21,18 @@ using profiles::MemoryRecorder;
 TEST(Offload, NamesParseAndUnknownOnesAreRefused) {
   EXPECT_EQ(offload_names(),
             (std::vector<std::string>{"none", "checkpoints", "optimizer", "checkpoints,optimizer"}));
-  for (const auto& name : offload_names()) EXPECT_EQ(offload_name(parse_offload(name)), name);
+  for (const auto& name : offload_names()) {  // the plan, and its checkpoints' part
+    const OffloadPlan plan = parse_offload_plan(name);
+    EXPECT_EQ(plan.checkpoints, name.find("checkpoints") != std::string::npos) << name;
+    EXPECT_EQ(plan.optimizer, name.find("optimizer") != std::string::npos) << name;
+    EXPECT_EQ(offload_name(parse_offload(name)), std::string(plan.checkpoints ? "checkpoints" : "none"));
+  }
   try {
     parse_offload("activations");
     FAIL() << "accepted an unknown offload";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "unknown offload 'activations' (valid: none, checkpoints, optimizer, checkpoints,optimizer)");
+    EXPECT_EQ(std::string(e.what()),
+              "unknown offload 'activations' (valid: none, checkpoints, optimizer, checkpoints,optimizer)");
   }
   EXPECT_EQ(offloading_strategy_names(),
             (std::vector<std::string>{"checkpoint", "checkpoint-chunked-head", "mst", "streambp",
