@@ -2,6 +2,7 @@
 #include "harness/cli/estimate_request.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "harness/model/model_config.h"
 #include "harness/run/runner.h"
 #include "impls/interface/strategy.h"
+#include "impls/machinery/dist_common.h"
 #include "impls/machinery/offload.h"
 
 namespace bpbench {
@@ -105,7 +107,8 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       throw std::invalid_argument(fmt::format(
           "estimate: unexpected argument '{}' (valid: --model, --seq-len, --impl, --batch, --group, "
           "--partition, --logits-partition, --dtype, --objective, --lora-rank, --threads, --offload, "
-          "--device, --train, --grad-accum, --ranks, --ulysses-degree, --budget, --gpu, --reserve, "
+          "--device, --train, --grad-accum, --ranks, --ulysses-degree, --sharding, --budget, --gpu, "
+          "--reserve, "
           "--host-budget, "
           "--granularity, --upper, "
           "--plot, "
@@ -140,9 +143,15 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       const OffloadPlan plan = parse_offload_plan(v);
       in.offload = plan.checkpoints;
       offload_optimizer = plan.optimizer;
-    } else if (a == "--grad-accum")
+    } else if (a == "--grad-accum") {
       grad_accum = integer(a, v);
-    else if (a == "--device") {
+    } else if (a == "--sharding") {
+      const auto names = dist::sharding_names();
+      if (std::find(names.begin(), names.end(), v) == names.end())
+        throw std::invalid_argument(
+            fmt::format("estimate: unknown --sharding '{}' (valid: {})", v, fmt::join(names, ", ")));
+      in.shard_params = v == "zero3";
+    } else if (a == "--device") {
       if (v != "cpu" && v != "cuda")
         throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", v));
       device = v;
@@ -252,6 +261,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
           latent_attention_in_math(in.config, name, in.device, in.dtype))
         continue;
       if ((!in.offload || strategy->uses_offload()) && (in.ulysses_degree == 1 || strategy->runs_on_mesh()) &&
+          !(in.shard_params && strategy->runs_on_mesh()) &&
           !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})) &&
           !strategy->estimate_gap(in.device, in.dtype, in.config))
         r.impls.push_back(name);

@@ -22,9 +22,8 @@ std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
                               in.sequences, in.partition, in.logits_partition);
   if (in.lora_rank > 0) s += fmt::format(", LoRA r={}", in.lora_rank);
   if (in.ranks > 1)
-    s += fmt::format(
-        ", one rank of {} (ZeRO-2; data parallel: N per rank; sequence parallel: N shared, T split)",
-        in.ranks);
+    s += fmt::format(", one rank of {} ({}; data parallel: N per rank; sequence parallel: N shared, T split)",
+                     in.ranks, in.shard_params ? "ZeRO-3: the layers' parameters sharded too" : "ZeRO-2");
   if (in.ulysses_degree > 1)
     s += fmt::format(", a {} x {} mesh (Ulysses over {} ranks inside rings of {})", in.ulysses_degree,
                      in.ranks / in.ulysses_degree, in.ulysses_degree, in.ranks / in.ulysses_degree);

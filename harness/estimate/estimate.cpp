@@ -138,24 +138,24 @@ void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, i
 // rank's padding is nobody's), so its P is its shards' elements, `shards` bytes / s. The optimizer is made
 // after step 1 (its layout is step 1's shards): from step 2 on every phase runs with it alive. Then:
 // - the optimizer step: the step's shards, the optimizer's tensors and 2 x the largest slice AdamW updates
-//   at once (a parameter's part of a shard: the embedding's, else the untied head's, else at most a layer's
-//   widest tensor);
+//   at once, on the rank with the most (a parameter's part of a shard: the embedding's, else a slice of the
+//   untied head, else at most a layer's widest tensor);
 // - offload optimizer: its tensors all in host memory (offload_optimizer_to_host), the step's on the host;
 // - the new weights all-gathered group by group: the rank's slice copied into a send buffer (padded / R)
 //   and the gathered group (padded), both in the model dtype, the largest group's; Gloo (CPU) gathers
-//   through one more flat copy.
+//   through one more flat copy. zero3: the embedding's and the head's only (a layer's slice is its shard).
 // The step's losses (0-dim, f bytes each) are alive through both.
 void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t shards,
-                              int64_t largest_in_layer, bool cuda, MemoryEstimate& e) {
+                              int64_t largest_in_layer, bool cuda, bool zero3, MemoryEstimate& e) {
   e.batch *= t.batches;
   e.base = e.params + e.grads + e.batch;
   const int64_t P = shards / D.s, o = t.mixed ? 4 : D.s;
   const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
   e.optimizer = masters + moments;
   const int64_t piece = std::min(D.layer_group ? D.shard(D.layer_group) / D.s : 0, largest_in_layer);
+  // The most any rank updates at once: a later rank's slice of an untied head lies all in the LM head.
   const int64_t largest_slice =
-      std::max({D.shard(D.embedding_group) / D.s,
-                D.shard(D.head_group) / D.s - (D.head_group > D.d ? D.d : 0), piece});
+      std::max({D.shard(D.embedding_group) / D.s, D.shard(D.head_group) / D.s, piece});
   if (t.offload_optimizer) offload_optimizer_to_host(P, largest_slice, o, D.s, e);
   const int64_t on_device = t.offload_optimizer ? 0 : e.optimizer;
   if (t.steps >= 2 && on_device > 0)
@@ -181,7 +181,8 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
   // tensor beyond the step's.
   int64_t group = 0;
   for (const int64_t numel : {D.embedding_group, D.head_group, D.layer_group, D.dense_layer_group})
-    group = std::max(group, D.bucket(numel) / D.s);
+    if (!zero3 || numel == D.embedding_group || numel == D.head_group)  // zero3: no layer is gathered
+      group = std::max(group, D.bucket(numel) / D.s);
   gather.terms.push_back({fmt::format("the largest group's send buffer and gathered weights: "
                                       "(padded / R + padded)*{}",
                                       D.s),
@@ -191,6 +192,29 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
   for (auto* p : {&step, &gather}) {
     for (const auto& term : p->terms) p->bytes += term.bytes;
     e.phases.push_back(*p);
+  }
+}
+
+// A layer's parameters, every one (frozen ones too): what ZeRO-3 shards and gathers. A routed model's
+// largest kind of layer.
+int64_t layer_parameters(const ModelConfig& c, int64_t adapters) {
+  const int64_t outside = c.vocab * c.hidden + c.hidden + (c.tie_embeddings ? 0 : c.vocab * c.hidden);
+  return (c.parameter_count() - outside + adapters) / c.layers;
+}
+
+// ZeRO-3 (sharding zero3; impls/machinery/dist_common.h: shard_params): each layer's parameters live as this
+// rank's shard of the flattened layer padded to a multiple of R, gathered whole around the layer's forward
+// and again around its backward, and freed after. So the parameters hold L shards instead of L layers, and
+// every phase inside a layer (the forward, each layer backward) one gathered layer more. Not modelled: the
+// moment of the all_gather itself, when the gathered layer and, on the CPU, Gloo's flat buffer it fills first
+// are alive with whatever the layer's first phase has not made yet.
+void shard_layer_parameters(const MemoryTerms& D, int64_t layer, MemoryEstimate& e) {
+  const int64_t gathered = D.bucket(layer), shard = gathered / D.ranks;
+  e.params -= D.L * (layer * D.s - shard);
+  for (auto& p : e.phases) {
+    if (p.name.rfind("layer", 0) != 0 && p.name != "forward") continue;
+    p.terms.push_back({"the gathered layer's parameters (zero3): padded layer*s", gathered});
+    p.bytes += gathered;
   }
 }
 
@@ -303,6 +327,14 @@ void check_estimate_input(const EstimateInput& in) {
                     "micro-batches keep every "
                     "gradient shard through the step; valid: grad_accum 1)",
                     in.impl, in.train->grad_accum));
+  if (in.shard_params && (in.ranks < 2 || make_strategy(in.impl)->runs_on_mesh())) {
+    std::vector<std::string> sharding;  // the distributed strategies but the rings, which do not build it
+    for (const auto& name : parallel)
+      if (!make_strategy(name)->runs_on_mesh()) sharding.push_back(name);
+    throw std::invalid_argument(
+        fmt::format("estimate: sharding zero3 shards the layers over ranks >= 2 (valid: {} with --ranks)",
+                    fmt::join(sharding, ", ")));
+  }
   if (data_parallel && in.config.has_sliding_layers())
     throw std::invalid_argument(fmt::format(
         "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",
@@ -525,6 +557,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   // above params + batch; at the step's start the previous step's shards are alive (the measured base).
   if (distributed(*strategy)) {
     e.grads = D.shard(D.embedding_group) + D.shard(D.head_group) + D.layer_shards();
+    if (in.shard_params) shard_layer_parameters(D, layer_parameters(c, adapters), e);
     e.base = e.params + e.grads + e.batch;
   }
 
@@ -537,7 +570,8 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
       e.layer_working_set = std::max(e.layer_working_set, p.bytes - ckpt);
   }
   if (in.train && distributed(*strategy))
-    add_sharded_training_run(*in.train, D, e.grads, largest_layer_numel(D), in.device == "cuda", e);
+    add_sharded_training_run(*in.train, D, e.grads, largest_layer_numel(D), in.device == "cuda",
+                             in.shard_params, e);
   else if (in.train)
     add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D), e);
   const PhaseEstimate* top = &e.phases.front();

@@ -65,6 +65,9 @@ struct EstimateInput {
   // The ring strategies' 2-D mesh (impls/machinery/ring_layer.h): Ulysses over groups of this many of the
   // ranks inside rings of ranks / ulysses_degree; 1 for every other strategy.
   int64_t ulysses_degree = 1;
+  // sharding zero3 (ranks >= 2): the layers' parameters sharded, gathered per layer for the forward and the
+  // backward; else zero2 (the gradients sharded only).
+  bool shard_params = false;
 };
 
 struct MemoryEstimate {

@@ -171,7 +171,7 @@ std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads, cons
     in.train = train;
     in.ranks = ranks;
     in.ulysses_degree = c.ulysses_degree;
-    if (c.sharding != "zero2" && ranks > 1) return std::nullopt;  // zero3 (shard_params) is not estimated
+    in.shard_params = c.sharding == "zero3" && ranks > 1;
     return estimate_peak(in);
   } catch (const std::exception&) {  // a model that cannot be read, or a kernel the estimate does not model
     return std::nullopt;

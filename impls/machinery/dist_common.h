@@ -48,8 +48,8 @@ struct DistOptions {
   std::string label() const;  // "zero2", "zero2+naive_comm", "zero3", "zero2+ulysses_degree=2"
 };
 
-// The grid axis `sharding`'s values: zero2 (gradients sharded), zero3 (parameters too: shard_params).
-// zero1 and none are not built yet.
+// The grid axis `sharding`'s values (and `bpbench estimate --sharding`'s): zero2 (gradients and the
+// optimizer sharded), zero3 (parameters too: shard_params). zero1 and none are not built yet.
 std::vector<std::string> sharding_names();
 
 // The options the registry's factories (`streambp-dist`, `checkpoint-dist`) use: set here, else from the env.

@@ -7,7 +7,8 @@
 // projection per parameter) equal plain's on the global batch to 1e-10, with sharding zero2 and zero3 (the
 // ring strategies skip zero3, which they do not build), with and without the optimizer offloaded, and on 2
 // ranks with 2 micro-batches a step. Every rank's measured device peak equals one rank's estimate within 64
-// bytes, its host peak within 2% (zero2; zero3 and micro-batches have no estimate yet).
+// bytes, its host peak within 2% (micro-batches have no estimate yet). And one step under zero3 where a
+// layer's backward sets the peak, with its gathered parameters.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -125,19 +126,22 @@ void expect_same_run(const json& cell, const json& ref) {
   }
 }
 
-// Every rank's peak against the estimate the cell records (one rank's, rank 0's: zero2, one micro-batch a
-// step). Measured: rank 0 to the byte for the data-parallel and the StreamBP strategies, 8 bytes above for
-// ulysses and ring (a loss scalar of their step's peak phase); the last rank 32 bytes below (its padding
-// elements have no moments).
+// Every rank's peak against the estimate the cell records (one rank's, the most: zero2 and zero3, one
+// micro-batch a step). Measured: rank 0 to the byte for the data-parallel and the StreamBP strategies, 8
+// bytes above for ulysses and ring (a loss scalar of their step's peak phase); the last rank 32 bytes below
+// (its padding elements have no moments).
 void expect_peaks_at_estimate(const json& cell, int64_t grad_accum) {
-  if (cell["axes"]["sharding"] != "zero2" || grad_accum > 1) {
-    EXPECT_TRUE(cell["memory"]["estimate_bytes"].is_null()) << "zero3 and micro-batches have none yet";
+  if (grad_accum > 1) {
+    EXPECT_TRUE(cell["memory"]["estimate_bytes"].is_null()) << "micro-batches have none yet";
     return;
   }
   const int64_t estimate = cell["memory"]["estimate_bytes"].get<int64_t>();
   const bool offloaded = cell["axes"]["offload"] != "none";
   for (const auto& rank : cell["ranks"]) {
-    EXPECT_LE(std::abs(rank["peak_bytes"].get<int64_t>() - estimate), 64)
+    // zero3: within 2% (streambp-ulysses reads 0.5% to 1.0% above, not yet explained: docs/estimate.md's
+    // known gaps; the others within 64 bytes).
+    const int64_t slack = cell["axes"]["sharding"] == "zero3" ? estimate / 50 : 64;
+    EXPECT_LE(std::abs(rank["peak_bytes"].get<int64_t>() - estimate), slack)
         << cell["axes"]["impl"] << " rank " << rank["rank"] << ": measured " << rank["peak_bytes"]
         << ", estimate " << estimate;
     // The optimizer's host bytes within 2%: its step's two temporaries are bounded by a layer's widest
@@ -198,6 +202,36 @@ TEST_F(TrainDistributed, TheMeshFollowsOneProcess) {
   for (const auto& cell : cells) {
     expect_same_run(cell, ref);
     expect_peaks_at_estimate(cell, 1);
+  }
+}
+
+// One step (no training) under zero3 at a length where a layer's backward sets each rank's peak (small-text,
+// T = 2048): the gathered layer's parameters in every layer phase, the layers' shards in base; zero2 beside.
+TEST_F(TrainDistributed, ZeroThreeStepPeaksAreTheEstimateWithTheGatheredLayer) {
+  const json scenario = {{"name", "zero3-step"},
+                         {"threads", 1},
+                         {"world_size", 2},
+                         {"grid",
+                          {{"model", "small-text"},
+                           {"impl", {"streambp-dist", "streambp-ulysses"}},
+                           {"sharding", {"zero2", "zero3"}},
+                           {"seq_len", 2048},
+                           {"partition", 128},
+                           {"logits_partition", 128}}},
+                         {"measure", {{"time", {{"warmup", 1}, {"repeat", 0}}}, {"grad_error", false}}}};
+  const fs::path file = tmp_.dir() / "zero3-step.json", out = tmp_.dir() / "zero3-step";
+  testing::write_json(file, scenario);
+  ASSERT_EQ(std::system(fmt::format("'{}' run '{}' --out '{}' >/dev/null 2>&1", BPBENCH_BINARY, file.string(),
+                                    out.string())
+                            .c_str()),
+            0);
+  const json cells = testing::json_file(out / "results.json")["cells"];
+  ASSERT_EQ(cells.size(), 4u);
+  for (const auto& cell : cells) {
+    ASSERT_EQ(cell["status"], "ok") << cell.dump();
+    expect_peaks_at_estimate(cell, 1);
+    if (cell["axes"]["sharding"] == "zero3")  // less than zero2's: L - 1 layers' parameters are shards
+      EXPECT_LT(cell["memory"]["peak_bytes"].get<int64_t>(), cells[0]["memory"]["peak_bytes"].get<int64_t>());
   }
 }
 
