@@ -5,6 +5,7 @@
 
 #include "harness/cli/estimate_output.h"
 #include "harness/cli/quantities.h"
+#include "harness/estimate/deepspeed_states.h"
 
 namespace bpbench {
 
@@ -148,6 +149,31 @@ void print_budget_table(const EstimateRequest& r, const EstimateAnswers& a, std:
   for (const auto& n : notes) out << n << "\n";
 }
 
+// A mixed-precision training run's model states, bpbench's (weights, gradients, optimizer of one rank) beside
+// DeepSpeed's calculator for the same ranks, sharding and offload (harness/estimate/deepspeed_states.h).
+void print_model_states(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  if (!r.in.train || !r.in.train->mixed || r.in.lora_rank > 0 || a.at_lengths.empty()) return;
+  const ModelConfig& c = r.in.config;
+  const bool offloaded = r.in.train->offload_optimizer;
+  const auto ds = deepspeed_model_states(r.in.shard_params ? 3 : 2, c.parameter_count(),
+                                         std::max(c.vocab, c.intermediate) * c.hidden, r.in.ranks, offloaded);
+  const MemoryEstimate& e = a.at_lengths.front().memory;
+  out << fmt::format(
+      "\nmodel states of one rank (they do not depend on T), beside DeepSpeed's calculator, which knows no "
+      "sequence length:\n"
+      "  bpbench ({}): weights {} + gradients {} + optimizer {} on the device{}\n"
+      "  DeepSpeed 0.19.8 {} ({}, P = {}, N = {}): {} a GPU; host {} a node (its 1.5 x buffer factor)\n"
+      "  the same bytes a parameter: 2 of 16-bit weights, and over the N ranks 2 of 16-bit gradients, 4 + 4 "
+      "of float32 masters and their gradients, 8 of moments (DeepSpeed's 18P/N); DeepSpeed's host bytes "
+      "carry "
+      "its 1.5 x factor, and offloaded it keeps no 16-bit gradients on the GPU, where one bpbench process "
+      "keeps the model's .grad\n",
+      a.at_lengths.front().impl, format_gb(e.params), format_gb(e.grads),
+      format_gb(offloaded ? 0 : e.optimizer),
+      offloaded ? fmt::format(", {} on the host", format_gb(e.optimizer)) : "", ds.function, ds.formula,
+      c.parameter_count(), r.in.ranks, format_gb(ds.gpu_bytes), format_gb(ds.cpu_bytes));
+}
+
 }  // namespace
 
 void print_estimate_text(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
@@ -158,6 +184,7 @@ void print_estimate_text(const EstimateRequest& r, const EstimateAnswers& a, std
   if (!a.at_lengths.empty()) {
     out << "\n";
     print_lengths(r, a, out);
+    print_model_states(r, a, out);
   }
   if (r.budgets.empty()) return;
   out << "\n";
