@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "harness/model/flop_count.h"
+#include "harness/model/latent_attention.h"
 #include "harness/model/model.h"
 #include "harness/model/ops.h"
 #include "harness/model/router_balance.h"

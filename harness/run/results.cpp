@@ -326,9 +326,13 @@ std::string render_table(const std::vector<CellResult>& cells) {
     const std::string length =
         r.max_len ? fmt::format("max {}{}", r.max_len->hit_upper ? ">=" : "", r.max_len->max_seq_len)
                   : std::to_string(c.seq_len);
-    // The ring strategies' 2-D mesh beside the plain ring: "ring U=2"; offloaded: "+offload".
+    // The ring strategies' 2-D mesh beside the plain ring: "ring U=2"; ZeRO-3: "zero3"; offloaded:
+    // "+offload" (the checkpoints), "+offload optimizer", "+offload checkpoints,optimizer".
     const std::string impl = c.impl + (c.ulysses_degree > 1 ? fmt::format(" U={}", c.ulysses_degree) : "") +
-                             (c.offload == "none" ? "" : " +offload");
+                             (c.sharding == "zero3" ? " zero3" : "") +
+                             (c.offload == "none"          ? ""
+                              : c.offload == "checkpoints" ? " +offload"
+                                                           : " +offload " + c.offload);
     rows.push_back({c.model, impl, c.objective, length, part, r.status,
                     r.memory ? format_mib(r.memory->peak_bytes) : "-",
                     r.memory ? format_mib(r.memory->peak_bytes - r.memory->base_bytes) : "-",
