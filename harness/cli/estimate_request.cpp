@@ -261,7 +261,6 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
           latent_attention_in_math(in.config, name, in.device, in.dtype))
         continue;
       if ((!in.offload || strategy->uses_offload()) && (in.ulysses_degree == 1 || strategy->runs_on_mesh()) &&
-          !(in.shard_params && strategy->runs_on_mesh()) &&
           !(in.ranks > 1 && strategy->unsupported(CellTraits{in.objective, in.ranks, &in.config})) &&
           !strategy->estimate_gap(in.device, in.dtype, in.config))
         r.impls.push_back(name);

@@ -184,14 +184,10 @@ void check_estimate_input(const EstimateInput& in) {
                     "micro-batches keep every "
                     "gradient shard through the step; valid: grad_accum 1)",
                     in.impl, in.train->grad_accum));
-  if (in.shard_params && (in.ranks < 2 || make_strategy(in.impl)->runs_on_mesh())) {
-    std::vector<std::string> sharding;  // the distributed strategies but the rings, which do not build it
-    for (const auto& name : parallel)
-      if (!make_strategy(name)->runs_on_mesh()) sharding.push_back(name);
+  if (in.shard_params && in.ranks < 2)
     throw std::invalid_argument(
         fmt::format("estimate: sharding zero3 shards the layers over ranks >= 2 (valid: {} with --ranks)",
-                    fmt::join(sharding, ", ")));
-  }
+                    fmt::join(parallel, ", ")));
   if (data_parallel && in.config.has_sliding_layers())
     throw std::invalid_argument(fmt::format(
         "estimate: {} on a model with sliding-window layers is not estimated (valid: a model without them)",

@@ -43,8 +43,6 @@ Batch RingStrategy::local_slice(const Batch& global, int rank, int world) const 
 }
 
 std::optional<std::string> RingStrategy::unsupported(const CellTraits& traits) const {
-  if (options_.shard_params)
-    return fmt::format("{}: shard_params is not implemented on the ring yet", name());
   if (options_.ulysses_degree > 1 && traits.model)
     if (auto why = mesh_refusal(*traits.model, traits.world_size, options_.ulysses_degree))
       return fmt::format("{}: {}", name(), *why);

@@ -24,8 +24,8 @@ class RingStrategy : public DistStrategy {
   std::optional<std::string> estimate_gap(const std::string& device, at::ScalarType dtype,
                                           const ModelConfig& model) const override;
   Batch local_slice(const Batch& global, int rank, int world) const override;
-  // shard_params, a ulysses_degree that does not divide the ranks or split the model's heads: a skipped cell
-  // with the reason; else DistStrategy's.
+  // A ulysses_degree that does not divide the ranks or split the model's heads: a skipped cell with the
+  // reason; else DistStrategy's.
   std::optional<std::string> unsupported(const CellTraits& traits) const override;
 
  protected:
