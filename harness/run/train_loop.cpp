@@ -2,9 +2,9 @@
 #include "harness/run/train_loop.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <cmath>
-
 #include <memory>
 
 #include "harness/run/cell_steps.h"

@@ -2,7 +2,9 @@
 // the strategy's forward + backward, gradient clipping and the optimizer's update, with a held-out loss every
 // eval_every steps. Every strategy trains the same way, so their trajectories can be compared step by step:
 // in float64 they must agree to round-off (tests/run/test_train.cpp), in bfloat16 the report shows how far
-// they drift.
+// they drift. A distributed strategy's rank trains on its part of each global batch, its AdamW over its
+// gradient shards (train_optimizer.h), so R ranks follow one process on the global batch
+// (tests/run/test_train_distributed.cpp).
 //
 // Memory: the optimizer's state (AdamW's two moments per trainable parameter) and, for precision "mixed",
 // the float32 master weights and their gradients are allocated under profiles::Category::optimizer, so a
