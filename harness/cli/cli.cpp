@@ -103,7 +103,8 @@ Scenario file (see scenarios/quickstart.json):
                "max_seq_len": {"budget_bytes": N, "granularity": 256, "upper": N, "host_budget_bytes": N},
                "train": {"steps": N, "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01,
                          "warmup_steps": 0, "schedule": "cosine"|"constant", "min_lr_ratio": 0,
-                         "clip_grad_norm": 0, "eval_every": 0, "eval_batches": 1, "precision": "model"|"mixed"}}}
+                         "clip_grad_norm": 0, "eval_every": 0, "eval_batches": 1, "grad_accum": 1,
+                         "precision": "model"|"mixed"}}}
 grid keys (required: model, impl, and seq_len unless measure.max_seq_len searches for it):
   model (a preset, or a Hugging Face model directory), objective [sft], dtype [float32], batch [1], seq_len,
   impl, partition [seq_len], logits_partition [seq_len], offload [none], ulysses_degree [1], sharding [zero2],
@@ -111,6 +112,8 @@ grid keys (required: model, impl, and seq_len unless measure.max_seq_len searche
 offload: "checkpoints" keeps the layer checkpoints of
   @OFFLOADING@ in host memory (pinned, copied on a side stream and prefetched a layer ahead on a GPU; the same code with
   synchronous copies on the CPU); results add memory.host_peak_bytes beside the device's peak_bytes.
+  "optimizer" (a training run's): AdamW's tensors and its step in host memory, on the host's CPU;
+  "checkpoints,optimizer": both.
 data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
   sequences); results record the file's name and SHA-256.
 world_size: ranks, started as local processes, for
@@ -121,8 +124,9 @@ Under a launcher (torchrun, srun, mpirun): every rank runs `bpbench run` with th
   on all ranks (world_size: the launcher's, or none), global rank 0 alone writing DIR. A restarted job
   (torchrun --max-restarts, a requeued Slurm job) resumes DIR by itself. docs/distributed.md, "A grid past one
   machine".
-sharding: the distributed impls' ZeRO stage: zero2 (each rank keeps a shard of the gradients) or zero3 (of the
-  parameters too, gathered per layer for its forward and again for its backward; no estimate yet).
+sharding: the distributed impls' ZeRO stage: none (whole gradients on every rank, and in training the whole
+  optimizer: DDP), zero1 (whole gradients, the optimizer sharded), zero2 (a shard of the gradients and of the
+  optimizer) or zero3 (of the parameters too, gathered per layer for its forward and again for its backward).
 ulysses_degree: ring and streambp-ring on a 2-D mesh: Ulysses over groups of U ranks inside rings of
   world_size / U (U divides world_size and splits the model's heads; 1: the ring over every rank).
 rope: replaces every model's RoPE (transformers' rope_parameters form; types default, linear, dynamic, yarn,
@@ -141,9 +145,11 @@ max_seq_len: per cell, the largest multiple of granularity that completes a step
   run. A probe started twice without finishing (the run killed meanwhile), or killed by SIGKILL, is "killed".
 train: steps AdamW steps per cell instead of one measured step (warm-up then the schedule, clipping to
   clip_grad_norm, the held-out loss of eval_batches batches every eval_every steps); precision "mixed": bfloat16
-  weights with float32 master weights and optimizer state (dtype bfloat16). Each cell records every step's
-  loss, lr, gradient norm and time, the evaluations, and the run's peak with the optimizer's bytes in their own
-  category. Not with time, grad_error, max_seq_len, timeline or the distributed impls.
+  weights with float32 master weights and optimizer state (dtype bfloat16); grad_accum micro-batches a step.
+  Each cell records every step's loss, lr, gradient norm and time, the evaluations, the final weights'
+  fingerprint, and the run's peak with the optimizer's bytes in their own category. The distributed impls
+  train on each rank's part of the global batch, AdamW over the rank's shards. Not with time, grad_error,
+  max_seq_len or timeline.
 
 Console: a progress line per cell on stderr, a table on stdout. Out-of-memory (a measure.budget_bytes overrun
 included) is recorded as status "oom"; an unsupported combination as "skipped".

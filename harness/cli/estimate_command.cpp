@@ -82,8 +82,9 @@ the setting (as a scenario's grid names it):
                           --ranks, one rank's, its optimizer over its gradient shards (ZeRO-2)
   --grad-accum K          with --train: K micro-batches a step (default 1; with --ranks only 1 is
                           estimated yet)
-  --sharding S            with --ranks: zero2 (the gradients and the optimizer sharded; default) or zero3
-                          (the layers' parameters too, gathered per layer; not the ring strategies)
+  --sharding S            with --ranks: none (whole gradients and optimizer on every rank, as DDP), zero1
+                          (the optimizer sharded), zero2 (the gradients too; default) or zero3 (the layers'
+                          parameters too, gathered per layer)
 
 output:
   --verbose               every phase and term of each estimate

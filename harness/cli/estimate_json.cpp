@@ -40,7 +40,7 @@ json setting_json(const EstimateRequest& r) {
           {"ulysses_degree", in.ulysses_degree},
           {"device", in.device},
           {"offload", offload_value(in)},
-          {"sharding", in.shard_params ? "zero3" : "zero2"},
+          {"sharding", in.sharding},
           {"train", in.train ? json(in.train->mixed ? "mixed" : "model") : json(nullptr)}};
 }
 

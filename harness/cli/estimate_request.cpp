@@ -150,7 +150,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       if (std::find(names.begin(), names.end(), v) == names.end())
         throw std::invalid_argument(
             fmt::format("estimate: unknown --sharding '{}' (valid: {})", v, fmt::join(names, ", ")));
-      in.shard_params = v == "zero3";
+      in.sharding = v;
     } else if (a == "--device") {
       if (v != "cpu" && v != "cuda")
         throw std::invalid_argument(fmt::format("estimate: unknown device '{}' (valid: cpu, cuda)", v));

@@ -11,6 +11,13 @@ namespace bpbench {
 
 namespace {
 
+std::string sharding_words(const std::string& sharding) {
+  if (sharding == "none") return "no sharding: whole gradients and optimizer on every rank";
+  if (sharding == "zero1") return "ZeRO-1: the optimizer sharded";
+  if (sharding == "zero3") return "ZeRO-3: the layers' parameters sharded too";
+  return "ZeRO-2";
+}
+
 std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
   const EstimateInput& in = r.in;
   // On CUDA a dtype not given is the model's or bfloat16 (estimate_request.cpp): the line says which.
@@ -24,7 +31,7 @@ std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
   if (in.lora_rank > 0) s += fmt::format(", LoRA r={}", in.lora_rank);
   if (in.ranks > 1)
     s += fmt::format(", one rank of {} ({}; data parallel: N per rank; sequence parallel: N shared, T split)",
-                     in.ranks, in.shard_params ? "ZeRO-3: the layers' parameters sharded too" : "ZeRO-2");
+                     in.ranks, sharding_words(in.sharding));
   if (in.ulysses_degree > 1)
     s += fmt::format(", a {} x {} mesh (Ulysses over {} ranks inside rings of {})", in.ulysses_degree,
                      in.ranks / in.ulysses_degree, in.ulysses_degree, in.ranks / in.ulysses_degree);
@@ -153,9 +160,10 @@ void print_budget_table(const EstimateRequest& r, const EstimateAnswers& a, std:
 // DeepSpeed's calculator for the same ranks, sharding and offload (harness/estimate/deepspeed_states.h).
 void print_model_states(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
   if (!r.in.train || !r.in.train->mixed || r.in.lora_rank > 0 || a.at_lengths.empty()) return;
+  if (r.in.ranks > 1 && r.in.sharding != "zero2" && r.in.sharding != "zero3") return;  // DeepSpeed's two
   const ModelConfig& c = r.in.config;
   const bool offloaded = r.in.train->offload_optimizer;
-  const auto ds = deepspeed_model_states(r.in.shard_params ? 3 : 2, c.parameter_count(),
+  const auto ds = deepspeed_model_states(r.in.sharding == "zero3" ? 3 : 2, c.parameter_count(),
                                          std::max(c.vocab, c.intermediate) * c.hidden, r.in.ranks, offloaded);
   const MemoryEstimate& e = a.at_lengths.front().memory;
   out << fmt::format(

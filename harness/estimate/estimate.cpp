@@ -184,7 +184,11 @@ void check_estimate_input(const EstimateInput& in) {
                     "micro-batches keep every "
                     "gradient shard through the step; valid: grad_accum 1)",
                     in.impl, in.train->grad_accum));
-  if (in.shard_params && in.ranks < 2)
+  if (const auto names = dist::sharding_names();
+      std::find(names.begin(), names.end(), in.sharding) == names.end())
+    throw std::invalid_argument(
+        fmt::format("estimate: unknown sharding '{}' (valid: {})", in.sharding, fmt::join(names, ", ")));
+  if (in.sharding == "zero3" && in.ranks < 2)
     throw std::invalid_argument(
         fmt::format("estimate: sharding zero3 shards the layers over ranks >= 2 (valid: {} with --ranks)",
                     fmt::join(parallel, ", ")));
@@ -357,6 +361,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     }
   // Data parallel: the trainable elements of each gradient group (impls/machinery/dist_common.h).
   D.ranks = in.ranks;
+  D.whole_gradients = dist::DistOptions::of_sharding(in.sharding).whole_gradients;
   D.ulysses = in.ulysses_degree;
   D.tied = c.tie_embeddings;
   if (D.full) {
@@ -410,7 +415,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   // above params + batch; at the step's start the previous step's shards are alive (the measured base).
   if (distributed(*strategy)) {
     e.grads = D.shard(D.embedding_group) + D.shard(D.head_group) + D.layer_shards();
-    if (in.shard_params) shard_layer_parameters(D, layer_parameters(c, adapters), e);
+    if (in.sharding == "zero3") shard_layer_parameters(D, layer_parameters(c, adapters), e);
     e.base = e.params + e.grads + e.batch;
   }
 
@@ -424,7 +429,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   }
   if (in.train && distributed(*strategy))
     add_sharded_training_run(*in.train, D, e.grads, largest_layer_numel(D), in.device == "cuda",
-                             in.shard_params, e);
+                             dist::DistOptions::of_sharding(in.sharding), e);
   else if (in.train)
     add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D), e);
   const PhaseEstimate* top = &e.phases.front();

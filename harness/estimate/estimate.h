@@ -35,9 +35,9 @@ namespace bpbench {
 // A training run (measure.train, harness/run/train_loop.h) around the step: AdamW's moments, with precision
 // "mixed" float32 master weights and their gradients, and every batch of the run built before it.
 struct TrainEstimate {
-  int64_t steps = 1;    // from step 2 on every forward + backward runs with the moments alive
-  int64_t batches = 1;  // training + held-out batches, all alive through the run
-  bool mixed = false;   // precision "mixed" (else "model": the moments in the model dtype)
+  int64_t steps = 1;       // from step 2 on every forward + backward runs with the moments alive
+  int64_t batches = 1;     // training + held-out batches, all alive through the run
+  bool mixed = false;      // precision "mixed" (else "model": the moments in the model dtype)
   int64_t grad_accum = 1;  // micro-batches per step: distributed, the first's gradient shards live on
   // AdamW's tensors and its step in host memory (offload optimizer): host bytes, not device bytes.
   bool offload_optimizer = false;
@@ -65,9 +65,10 @@ struct EstimateInput {
   // The ring strategies' 2-D mesh (impls/machinery/ring_layer.h): Ulysses over groups of this many of the
   // ranks inside rings of ranks / ulysses_degree; 1 for every other strategy.
   int64_t ulysses_degree = 1;
-  // sharding zero3 (ranks >= 2): the layers' parameters sharded, gathered per layer for the forward and the
-  // backward; else zero2 (the gradients sharded only).
-  bool shard_params = false;
+  // With ranks >= 2, impls/machinery/dist_common.h: sharding_names(). none: whole gradients and optimizer on
+  // every rank; zero1: the optimizer sharded; zero2: the gradients too; zero3: the layers' parameters too,
+  // gathered per layer for the forward and the backward.
+  std::string sharding = "zero2";
 };
 
 struct MemoryEstimate {

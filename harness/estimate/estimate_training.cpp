@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 namespace bpbench::estimate_detail {
 
@@ -86,16 +87,26 @@ void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, i
 //   through one more flat copy. zero3: the embedding's and the head's only (a layer's slice is its shard).
 // The step's losses (0-dim, f bytes each) are alive through both.
 void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t shards,
-                              int64_t largest_in_layer, bool cuda, bool zero3, MemoryEstimate& e) {
+                              int64_t largest_in_layer, bool cuda, const dist::DistOptions& sharding,
+                              MemoryEstimate& e) {
   e.batch *= t.batches;
   e.base = e.params + e.grads + e.batch;
-  const int64_t P = shards / D.s, o = t.mixed ? 4 : D.s;
+  // The elements of rank 0's slice of a group (from zero1 on), or of the whole group (none).
+  const bool everything = !sharding.shard_optimizer;
+  auto slice = [&](int64_t numel) { return everything ? numel : D.bucket(numel) / D.ranks / D.s; };
+  const int64_t routed = D.L - D.dense_layers;
+  const int64_t P = slice(D.embedding_group) + slice(D.head_group) + routed * slice(D.layer_group) +
+                    D.dense_layers * slice(D.dense_layer_group);
+  const int64_t o = t.mixed ? 4 : D.s;
   const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
   e.optimizer = masters + moments;
-  const int64_t piece = std::min(D.layer_group ? D.shard(D.layer_group) / D.s : 0, largest_in_layer);
-  // The most any rank updates at once: a later rank's slice of an untied head lies all in the LM head.
+  const int64_t piece = std::min(D.layer_group ? slice(D.layer_group) : 0, largest_in_layer);
+  // The most any rank updates at once: a later rank's slice of an untied head lies all in the LM head; none:
+  // the embedding, else the LM head (its group less the final norm), else a layer's widest tensor.
   const int64_t largest_slice =
-      std::max({D.shard(D.embedding_group) / D.s, D.shard(D.head_group) / D.s, piece});
+      everything
+          ? std::max({D.embedding_group, D.head_group > D.d ? D.head_group - D.d : D.head_group, piece})
+          : std::max({slice(D.embedding_group), slice(D.head_group), piece});
   if (t.offload_optimizer) offload_optimizer_to_host(P, largest_slice, o, D.s, e);
   const int64_t on_device = t.offload_optimizer ? 0 : e.optimizer;
   if (t.steps >= 2 && on_device > 0)
@@ -104,7 +115,9 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
           {"the optimizer's tensors, alive from step 2 on (this rank's moments, masters)", on_device});
       p.bytes += on_device;
     }
-  const EstimateTerm shards_term{"this rank's gradient shards of the step", shards};
+  const EstimateTerm shards_term{sharding.whole_gradients ? "this rank's whole gradients of the step"
+                                                          : "this rank's gradient shards of the step",
+                                 shards};
   // The micro-batches' losses (0-dim), read once the step is over.
   const EstimateTerm losses_term{"the step's losses: grad_accum x f", t.grad_accum * D.f};
   const EstimateTerm optimizer_term{t.offload_optimizer
@@ -116,20 +129,23 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
   if (!t.offload_optimizer)
     step.terms.push_back({fmt::format("2 x the largest slice*{}: sqrt(exp_avg_sq) and its quotient", o),
                           2 * largest_slice * o});
-  PhaseEstimate gather{"weights all_gather", 0, {shards_term, optimizer_term, losses_term}};
+  std::vector<PhaseEstimate*> added = {&step};
   // Offloaded, the shards' slices are copied into the host gradients and the new weights back: no device
-  // tensor beyond the step's.
-  int64_t group = 0;
-  for (const int64_t numel : {D.embedding_group, D.head_group, D.layer_group, D.dense_layer_group})
-    if (!zero3 || numel == D.embedding_group || numel == D.head_group)  // zero3: no layer is gathered
-      group = std::max(group, D.bucket(numel) / D.s);
-  gather.terms.push_back({fmt::format("the largest group's send buffer and gathered weights: "
-                                      "(padded / R + padded)*{}",
-                                      D.s),
-                          (group / D.ranks + group) * D.s});
-  if (!cuda)  // Gloo gathers a list of tensors through a flat output of its own, then copies it out
-    gather.terms.push_back({"Gloo's flat copy of the gathered weights: padded*s", group * D.s});
-  for (auto* p : {&step, &gather}) {
+  // tensor beyond the step's. none: every rank has every new weight, nothing is gathered.
+  PhaseEstimate gather{"weights all_gather", 0, {shards_term, optimizer_term, losses_term}};
+  if (!everything) {
+    int64_t group = std::max(D.bucket(D.embedding_group), D.bucket(D.head_group)) / D.s;
+    if (!sharding.shard_params)  // zero3: a layer's slice is its parameter shard, not gathered
+      group = std::max({group, D.bucket(D.layer_group) / D.s, D.bucket(D.dense_layer_group) / D.s});
+    gather.terms.push_back({fmt::format("the largest group's send buffer and gathered weights: "
+                                        "(padded / R + padded)*{}",
+                                        D.s),
+                            (group / D.ranks + group) * D.s});
+    if (!cuda)  // Gloo gathers a list of tensors through a flat output of its own, then copies it out
+      gather.terms.push_back({"Gloo's flat copy of the gathered weights: padded*s", group * D.s});
+    added.push_back(&gather);
+  }
+  for (auto* p : added) {
     for (const auto& term : p->terms) p->bytes += term.bytes;
     e.phases.push_back(*p);
   }

@@ -8,6 +8,7 @@
 #include "harness/estimate/estimate.h"
 #include "harness/model/memory_terms.h"
 #include "harness/model/model_config.h"
+#include "impls/machinery/dist_common.h"
 
 namespace bpbench::estimate_detail {
 
@@ -17,10 +18,11 @@ int64_t largest_trainable_numel(const MemoryTerms& D);
 // One process: `P` trainable parameters, the largest of them `largest` elements.
 void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, int64_t largest,
                       MemoryEstimate& e);
-// One rank of a distributed strategy: `shards` bytes of its gradient shards; zero3: no layer gathered after
-// the update; cuda: no Gloo flat copy.
+// One rank of a distributed strategy: `shards` bytes of its gradients (shards, or whole under none and
+// zero1); `sharding` says where its optimizer and parameters live; cuda: no Gloo flat copy.
 void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t shards,
-                              int64_t largest_in_layer, bool cuda, bool zero3, MemoryEstimate& e);
+                              int64_t largest_in_layer, bool cuda, const dist::DistOptions& sharding,
+                              MemoryEstimate& e);
 // A layer's parameters, every one (frozen ones too), and ZeRO-3's sharding of them in `e`.
 int64_t layer_parameters(const ModelConfig& c, int64_t adapters);
 void shard_layer_parameters(const MemoryTerms& D, int64_t layer, MemoryEstimate& e);

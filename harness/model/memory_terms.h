@@ -207,7 +207,9 @@ struct MemoryTerms {
   }
   // A group's gradient bucket (flat, padded to a multiple of ranks, model dtype) and one rank's shard of it.
   int64_t bucket(int64_t numel) const { return (numel + ranks - 1) / ranks * ranks * s; }
-  int64_t shard(int64_t numel) const { return bucket(numel) / ranks; }
+  int64_t shard(int64_t numel) const { return whole_gradients ? bucket(numel) : bucket(numel) / ranks; }
+  // sharding none and zero1: each rank keeps every group's whole reduced gradient, not a shard.
+  bool whole_gradients = false;
 
   // dK/dV accumulators of streambp: float32 for a bfloat16 model, else the model dtype.
   int64_t acc() const { return s == 2 ? 4 : s; }

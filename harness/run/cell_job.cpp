@@ -106,7 +106,10 @@ std::unique_ptr<Strategy> strategy_of(const Cell& cell) {
   if ((cell.ulysses_degree == 1 && cell.sharding == "zero2") || !is_distributed(*strategy)) return strategy;
   dist::DistOptions options = dist::default_dist_options();
   options.ulysses_degree = cell.ulysses_degree;
-  options.shard_params = cell.sharding == "zero3";
+  const dist::DistOptions sharding = dist::DistOptions::of_sharding(cell.sharding);
+  options.shard_params = sharding.shard_params;
+  options.whole_gradients = sharding.whole_gradients;
+  options.shard_optimizer = sharding.shard_optimizer;
   return make_distributed_strategy(cell.impl, options);
 }
 
@@ -171,7 +174,7 @@ std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads, cons
     in.train = train;
     in.ranks = ranks;
     in.ulysses_degree = c.ulysses_degree;
-    in.shard_params = c.sharding == "zero3" && ranks > 1;
+    if (ranks > 1) in.sharding = c.sharding;
     return estimate_peak(in);
   } catch (const std::exception&) {  // a model that cannot be read, or a kernel the estimate does not model
     return std::nullopt;

@@ -3,12 +3,14 @@
 // One interface, two placements:
 // - replicated (train_optimizer.cpp): one process; the optimizer sees the model's trainable weights, or with
 //   precision "mixed" float32 master copies of them, whole.
-// - sharded (train_sharded.cpp): a distributed strategy over R ranks (ZeRO-2, and ZeRO-3 with shard_params).
-//   Its step leaves each rank the shard [r padded/R, (r+1) padded/R) of every flattened gradient group
-//   (impls/machinery/dist_common.h); the rank's AdamW updates the matching slice of the weights, so its
-//   moments (and masters) are 1/R of the replicated ones. ZeRO-2: the new slices are all-gathered, group by
-//   group, into every rank's full weights. ZeRO-3: a layer's slice IS the rank's parameter shard, which the
-//   next forward gathers; the embedding and the head, never sharded, are gathered as ZeRO-2's.
+// - sharded (train_sharded.cpp): a distributed strategy over R ranks. Its step leaves each rank the shard
+//   [r padded/R, (r+1) padded/R) of every flattened gradient group (zero2, zero3), or the whole reduced group
+//   (none, zero1; impls/machinery/dist_common.h). From zero1 on, the rank's AdamW updates the slice
+//   [r padded/R, (r+1) padded/R) of the weights, so its moments (and masters) are 1/R of the replicated
+//   ones, and the new slices are all-gathered, group by group, into every rank's full weights. zero3: a
+//   layer's slice IS the rank's parameter shard, which the next forward gathers; the embedding and the head,
+//   never sharded, are gathered as zero2's. none: every rank updates every weight from the whole gradients,
+//   as DDP does.
 // With `offload` (offload optimizer, as DeepSpeed's CPU Adam) the tensors AdamW sees are always copies in
 // host memory (the weights' dtype, float32 with "mixed"), their moments and its step on the host's CPU: each
 // step copies the gradients to the host and the new weights back. On the CPU they are allocated under a

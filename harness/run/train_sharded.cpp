@@ -1,4 +1,4 @@
-// train_sharded.cpp: the sharded placement of train_optimizer.h (ZeRO-2; ZeRO-3 with shard_params).
+// train_sharded.cpp: the distributed placement of train_optimizer.h (sharding none, zero1, zero2, zero3).
 //
 // A rank's shard of a gradient group is a run of flat elements [lo, hi) of the group (its parameters
 // flattened in model order, zero-padded to a multiple of R). It cuts each parameter it overlaps into one
@@ -40,22 +40,27 @@ class ShardedOptimizer final : public TrainOptimizer {
     const int64_t R = comm_->world_size(), rank = comm_->rank();
     std::vector<torch::Tensor> masters;
     std::vector<bool> decays;
+    // sharding none: the rank updates every element; else its slice [lo, hi). The gradient tensor starts at
+    // `base` of the flat group: 0 where it is whole (none, zero1), else lo.
+    const bool everything = !strategy.options().shard_optimizer;
+    reduces_norm_ = !everything;
     for (size_t g = 0; g < shards.size(); ++g) {
       const auto& shard = shards[g];
-      const int64_t per = shard.padded / R, lo = rank * per, hi = lo + per;
+      const int64_t per = everything ? shard.padded : shard.padded / R, lo = everything ? 0 : rank * per,
+                    hi = lo + per, base = shard.whole ? 0 : lo;
       const int64_t layer = layer_of_group(shard.group);
       const torch::Tensor layer_shard = layer >= 0 && strategy.options().shard_params
                                             ? strategy.layer_parameter_shard(layer)
                                             : torch::Tensor();
       if (layer_shard.defined()) check_whole_layer_trains(model, layer, shard);
-      Group group{g, !layer_shard.defined(), {}};
+      Group group{g, !layer_shard.defined() && !everything, {}};
       for (size_t k = 0; k < shard.names.size(); ++k) {
         const NamedParameter& p = trainable.at(shard.names[k]);
         group.params.push_back(p.tensor);
         const int64_t first = shard.offsets[k], n = c10::multiply_integers(shard.shapes[k]);
         const int64_t a = std::max(lo, first), b = std::min(hi, first + n);
         if (a >= b) continue;
-        Piece piece{g, a - lo, b - a, {}, {}};
+        Piece piece{g, a - base, a - lo, b - a, {}, {}};
         // ZeRO-3: the layer's parameter shard has the gradient shard's layout (every weight trains).
         piece.value = layer_shard.defined() ? layer_shard.narrow(0, a - lo, b - a)
                                             : p.tensor.detach().view({-1}).narrow(0, a - first, b - a);
@@ -83,7 +88,8 @@ class ShardedOptimizer final : public TrainOptimizer {
         p.master.mutable_grad() = grad;
       }
     }
-    // The global norm: every rank's sum of squares, all-reduced (the padding elements are no piece's).
+    // The global norm: every rank's sum of squares, all-reduced (the padding elements are no piece's); under
+    // sharding none each rank's pieces are all of it.
     const auto accumulate =
         shards.front().shard.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
     torch::Tensor squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble));
@@ -95,7 +101,7 @@ class ShardedOptimizer final : public TrainOptimizer {
                        .square()
                        .cpu();
       squares = squares.to(shards.front().shard.device());  // nccl reduces device tensors
-      comm_->all_reduce(squares, dist::ReduceOp::sum, "gradient norm");
+      if (reduces_norm_) comm_->all_reduce(squares, dist::ReduceOp::sum, "gradient norm");
     }
     const double total = std::sqrt(squares.item<double>());
     if (max_norm > 0) {
@@ -124,7 +130,7 @@ class ShardedOptimizer final : public TrainOptimizer {
       MemoryScope scope(Category::comm);
       auto send = torch::zeros({shard.padded / R}, group.params.front().options().requires_grad(false));
       for (const auto& p : pieces_)
-        if (p.group == group.shard) send.narrow(0, p.offset, p.length).copy_(p.value);
+        if (p.group == group.shard) send.narrow(0, p.slot, p.length).copy_(p.value);
       const auto full = comm_->all_gather(send, shard.group + " weights");  // (padded)
       send = torch::Tensor();
       for (size_t k = 0; k < group.params.size(); ++k)
@@ -135,10 +141,11 @@ class ShardedOptimizer final : public TrainOptimizer {
 
  private:
   struct Piece {
-    size_t group;            // index of its gradient group in the strategy's shards
-    int64_t offset, length;  // where it lies in the group's shard
-    torch::Tensor value;     // the weights' slice it updates
-    torch::Tensor master;    // what AdamW sees: `value`, or a copy of it (optimized_tensor)
+    size_t group;          // index of its gradient group in the strategy's shards
+    int64_t offset;        // where it lies in the group's gradient tensor (a shard, or whole)
+    int64_t slot, length;  // where it lies in the rank's slice [lo, hi) of the group
+    torch::Tensor value;   // the weights' slice it updates
+    torch::Tensor master;  // what AdamW sees: `value`, or a copy of it (optimized_tensor)
   };
   struct Group {
     size_t shard;
@@ -160,7 +167,8 @@ class ShardedOptimizer final : public TrainOptimizer {
   }
 
   const dist::DistStrategy& strategy_;
-  bool copies_, offload_;  // AdamW updates copies (mixed: float32; offload: in host memory)
+  bool copies_, offload_;     // AdamW updates copies (mixed: float32; offload: in host memory)
+  bool reduces_norm_ = true;  // the ranks' squares summed (not under sharding none)
   dist::Communicator* comm_ = nullptr;
   std::vector<Group> groups_;
   std::vector<Piece> pieces_;

@@ -52,13 +52,27 @@ DistOptions DistOptions::from_env() {
   return o;
 }
 
+DistOptions DistOptions::of_sharding(const std::string& sharding) {
+  DistOptions o = from_env();
+  o.shard_params = sharding == "zero3";
+  o.whole_gradients = sharding == "none" || sharding == "zero1";
+  o.shard_optimizer = sharding != "none";
+  return o;
+}
+
+std::string DistOptions::sharding() const {
+  if (shard_params) return "zero3";
+  if (!whole_gradients) return "zero2";
+  return shard_optimizer ? "zero1" : "none";
+}
+
 std::string DistOptions::label() const {
-  return std::string(shard_params ? "zero3" : "zero2") + (naive_comm ? "+naive_comm" : "") +
+  return sharding() + (naive_comm ? "+naive_comm" : "") +
          (ulysses_degree > 1 ? fmt::format("+ulysses_degree={}", ulysses_degree) : "");
 }
 
 std::vector<std::string> sharding_names() {
-  return {"zero2", "zero3"};
+  return {"none", "zero1", "zero2", "zero3"};
 }
 
 void set_default_dist_options(const DistOptions& options) {
@@ -202,7 +216,7 @@ std::vector<NamedParameter> DistStrategy::gather_full_gradients() const {
   std::vector<NamedParameter> out;
   for (const auto& g : state_->shards) {
     MemoryScope scope(Category::grads);
-    auto full = state_->comm->all_gather(g.shard, g.group + " gradients (gather)");  // (padded)
+    auto full = g.whole ? g.shard : state_->comm->all_gather(g.shard, g.group + " gradients (gather)");
     for (size_t k = 0; k < g.names.size(); ++k) {
       const int64_t n = c10::multiply_integers(g.shapes[k]);
       out.push_back({g.names[k], g.kinds[k], full.narrow(0, g.offsets[k], n).view(g.shapes[k]).clone()});
@@ -260,6 +274,11 @@ DistStep::DistStep(const DistStrategy& strategy, const StepInputs& in) : strateg
   comm_before_ = comm_->stats_with_subgroups();  // the 2-D mesh's groups carry some of a step
   const int R = comm_->world_size();
   auto& st = *strategy_.state_;
+  if (strategy.options_.whole_gradients && strategy.options_.naive_comm)
+    throw std::invalid_argument(fmt::format(
+        "{}: BPBENCH_DIST_NAIVE_COMM reduces a layer between its chunks, which only sharded gradients take "
+        "(valid: sharding zero2 or zero3)",
+        strategy.name()));
   // A step's shards replace the previous step's, or a micro-batch's add to them.
   GradientShards previous = std::move(st.shards);
   st.shards.clear();
@@ -435,9 +454,21 @@ void DistStep::reduce(int group) {
   Group& g = groups_.at(group);
   if (g.params.empty()) return;
   if (!g.bucket.defined()) throw std::logic_error(fmt::format("reduce of closed group '{}'", g.out.group));
-  PhaseScope phase(fmt::format("{} reduce_scatter", g.out.group));
   MemoryScope scope(Category::grads);
   torch::NoGradGuard no_grad;
+  if (strategy_.options_.whole_gradients) {  // all_reduce in place: the bucket becomes the group's gradient
+    PhaseScope phase(fmt::format("{} all_reduce", g.out.group));
+    comm_->all_reduce(g.bucket, grad_op_, g.out.group + " gradients");  // (padded)
+    g.out.whole = true;
+    if (!g.out.shard.defined()) {
+      g.out.shard = g.bucket;  // close() lets the bucket's handle go; the gradient keeps its memory
+      return;
+    }
+    g.out.shard.add_(g.bucket);  // a later micro-batch's
+    g.bucket.zero_();
+    return;
+  }
+  PhaseScope phase(fmt::format("{} reduce_scatter", g.out.group));
   auto part = comm_->reduce_scatter(g.bucket, grad_op_, g.out.group + " gradients");  // (padded / R)
   if (g.out.shard.defined())
     g.out.shard.add_(part);

@@ -38,18 +38,28 @@ std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t multiple)
 
 struct DistOptions {
   bool shard_params = false;  // ZeRO-3-style: a layer's parameters live as shards, gathered around each use
-  bool naive_comm = false;    // streambp-dist: reduce a layer after every chunk (D times the calls)
+  // sharding none and zero1: every rank all-reduces each gradient group whole and keeps all of it (DDP's
+  // gradients); zero2 and zero3 reduce-scatter it and keep one shard.
+  bool whole_gradients = false;
+  // sharding none: a training run's AdamW on every rank updates every weight; else the rank's slice of each
+  // group, all-gathered after (ZeRO-1 on).
+  bool shard_optimizer = true;
+  bool naive_comm = false;  // streambp-dist: reduce a layer after every chunk (D times the calls)
   // The ring strategies' 2-D mesh (mesh_attention.h): Ulysses over groups of U ranks inside ring groups of
   // world_size / U; 1: the ring over every rank. A cell's grid axis ulysses_degree.
   int64_t ulysses_degree = 1;
 
   // BPBENCH_DIST_NAIVE_COMM: "1" / "true" to switch on. Sharding is a cell's grid axis (`sharding`).
   static DistOptions from_env();
-  std::string label() const;  // "zero2", "zero2+naive_comm", "zero3", "zero2+ulysses_degree=2"
+  // The grid axis `sharding` (sharding_names) to options, and back.
+  static DistOptions of_sharding(const std::string& sharding);
+  std::string sharding() const;  // "none" | "zero1" | "zero2" | "zero3"
+  std::string label() const;     // "zero2", "zero2+naive_comm", "zero3", "zero2+ulysses_degree=2"
 };
 
-// The grid axis `sharding`'s values (and `bpbench estimate --sharding`'s): zero2 (gradients and the
-// optimizer sharded), zero3 (parameters too: shard_params). zero1 and none are not built yet.
+// The grid axis `sharding`'s values (and `bpbench estimate --sharding`'s), as DeepSpeed's stages: none (DDP:
+// whole gradients and optimizer on every rank), zero1 (the optimizer sharded), zero2 (the gradients too),
+// zero3 (the parameters too: shard_params).
 std::vector<std::string> sharding_names();
 
 // The options the registry's factories (`streambp-dist`, `checkpoint-dist`) use: set here, else from the env.
@@ -77,6 +87,7 @@ struct GradientShard {
   int64_t numel = 0;                         // elements of the group
   int64_t padded = 0;                        // numel rounded up to a multiple of the world size
   torch::Tensor shard;                       // (padded / R): flat elements [rank padded/R, (rank+1) padded/R)
+  bool whole = false;                        // whole_gradients: `shard` is the whole reduced group (padded)
 };
 using GradientShards = std::vector<GradientShard>;  // model order: embedding, layer 0..L-1, head
 

@@ -483,9 +483,18 @@ TEST(EstimateCalculator, TheTrainingJobOfOneRankWithShardingAndTheOptimizerOfflo
   EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--offload", "optimizer"})
                 .find("--offload optimizer moves a training run's AdamW tensors"),
             std::string::npos);
-  EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--sharding", "zero1"})
-                .find("unknown --sharding 'zero1' (valid: zero2, zero3)"),
+  EXPECT_NE(one_line_error({"--model", "small", "--seq-len", "2k", "--ranks", "2", "--sharding", "zero4"})
+                .find("unknown --sharding 'zero4' (valid: none, zero1, zero2, zero3)"),
             std::string::npos);
+  // none and zero1 keep whole gradients: more than zero2 on the device; zero1's optimizer is zero2's.
+  const json none = with({"--sharding", "none"}), zero1 = with({"--sharding", "zero1"});
+  for (size_t k = 0; k < 6; ++k) {
+    const json &n = none["estimates"][k]["memory"], &one = zero1["estimates"][k]["memory"],
+               &two = zero2["estimates"][k]["memory"];
+    EXPECT_GT(one["grads_bytes"].get<int64_t>(), two["grads_bytes"].get<int64_t>());
+    EXPECT_EQ(one["optimizer_bytes"], two["optimizer_bytes"]);
+    EXPECT_GT(n["optimizer_bytes"].get<int64_t>(), one["optimizer_bytes"].get<int64_t>());
+  }
 }
 
 TEST(EstimateCalculator, JsonMatchesItsSchemaAndTheText) {

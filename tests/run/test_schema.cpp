@@ -23,6 +23,7 @@
 #include "harness/run/results.h"
 #include "harness/run/scenario.h"
 #include "harness/run/train_spec.h"
+#include "impls/machinery/dist_common.h"
 #include "impls/machinery/offload.h"
 #include "reports/compare.h"
 #include "reports/report.h"
@@ -103,7 +104,11 @@ TEST(Schemas, TheScenarioSchemaListsExactlyTheKeysTheParserTakes) {
   // The results' axes are the grid's keys.
   EXPECT_EQ(property_names(results_schema().at("$defs").at("axes")),
             std::set<std::string>(grid.begin(), grid.end()));
-  // The offload values both schemas list are the registry's.
+  // The sharding values both schemas list are the registry's, and the offload values.
+  const json shardings = dist::sharding_names();
+  EXPECT_EQ(schema.at("$defs").at("grid").at("properties").at("sharding").at("anyOf")[0].at("enum"),
+            shardings);
+  EXPECT_EQ(results_schema().at("$defs").at("axes").at("properties").at("sharding").at("enum"), shardings);
   const json offloads = offload_names();
   EXPECT_EQ(schema.at("$defs").at("offload").at("enum"), offloads);
   EXPECT_EQ(results_schema().at("$defs").at("axes").at("properties").at("offload").at("enum"), offloads);
