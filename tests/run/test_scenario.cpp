@@ -270,9 +270,9 @@ TEST(Scenario, ErrorsNameTheProblemAndTheValidChoices) {
       scenario_text(R"("ulysses_degree": [2, 3])", R"("world_size": 4, )"),
       {"grid.ulysses_degree: 3 does not divide world_size 4", "divisors of world_size: 1, 2, 4"});
   expect_input_error(scenario_text(R"("ulysses_degree": 0)"), {"grid.ulysses_degree", ">= 1"});
-  // ZeRO-1 and no sharding are not built: refused, the built stages named.
-  expect_input_error(scenario_text(R"("sharding": ["zero2", "zero1"])"),
-                     {"grid.sharding[1]", "zero2, zero3"});
+  // An unknown stage: refused, every stage named.
+  expect_input_error(scenario_text(R"("sharding": ["zero2", "zero4"])"),
+                     {"grid.sharding[1]", "none, zero1, zero2, zero3"});
 }
 
 // Results written before the offload, ulysses_degree and sharding axes existed still read, as offload "none",
