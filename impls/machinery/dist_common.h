@@ -2,7 +2,8 @@
 // ulysses and streambp-ulysses use the buckets too: sequence_parallel.h) share: options, the
 // rank's slice of a global batch, the loss normalisation across ranks, ZeRO-2 gradient buckets (flatten a
 // parameter group's gradients, pad to a multiple of the world size, reduce-scatter, keep the shard, free the
-// full buffer), ZeRO-3-style layer parameter shards, and the gathering of full gradients for checks.
+// full buffer; under sharding none and zero1 all-reduce it and keep it whole), ZeRO-3-style layer parameter
+// shards, and the gathering of full gradients for checks.
 //
 // Parameter groups, in model order: "embedding" (embed_tokens), "layer i" (every trainable weight of layer
 // i), "head" (final norm, and lm_head when it is not tied). With tied embeddings the lm_head IS embed_tokens:
