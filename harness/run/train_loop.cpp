@@ -10,6 +10,7 @@
 #include "harness/run/cell_steps.h"
 #include "harness/run/train_optimizer.h"
 #include "impls/machinery/dist_common.h"
+#include "impls/machinery/layerwise.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -32,13 +33,8 @@ double eval_loss(const Model& model, const Batch& batch, const Objective& object
   const int64_t logits_rows = partition.logits_rows > 0 ? std::min(partition.logits_rows, T) : T;
   auto x = model.embed(batch.input_ids);  // (N, T, d)
   for (int64_t i = 0; i < model.config.layers; ++i) x = model.layer_in_chunks(i, x, rows);
-  torch::Tensor sums;  // (N) in the compute dtype
-  for (int64_t s = 0; s < T; s += logits_rows) {
-    const int64_t c = std::min(logits_rows, T - s);
-    auto part = objective.token_sums(model.head_logits(x.narrow(1, s, c)), batch, s);
-    sums = sums.defined() ? sums + part : part;
-  }
-  return objective.outer(sums, batch).item<double>();
+  return objective.outer(streamed_sequence_sums(model, x, batch, objective, logits_rows), batch)
+      .item<double>();
 }
 
 namespace {

@@ -46,6 +46,14 @@ torch::Tensor optimized_tensor(const torch::Tensor& value, bool mixed, bool offl
   return copy;
 }
 
+void clip_gradients(const std::vector<torch::Tensor>& tensors, double max_norm, double total) {
+  if (max_norm <= 0) return;
+  const double coef = max_norm / (total + 1e-6);
+  if (coef >= 1) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& w : tensors) w.grad().mul_(coef);
+}
+
 void adamw_step(torch::optim::AdamW& adamw, double lr, bool offload) {
   for (auto& group : adamw.param_groups()) group.options().set_lr(lr);
   MemoryScope scope(Category::optimizer);  // AdamW's moments are made by its first step
@@ -83,11 +91,7 @@ class ReplicatedOptimizer final : public TrainOptimizer {
     for (const auto& w : master_)
       norms.push_back(at::linalg_vector_norm(w.grad(), 2, c10::nullopt, false, accumulate));
     const double total = at::linalg_vector_norm(torch::stack(norms), 2).item<double>();
-    if (max_norm > 0) {
-      const double coef = max_norm / (total + 1e-6);
-      if (coef < 1)
-        for (auto& w : master_) w.mutable_grad().mul_(coef);
-    }
+    clip_gradients(master_, max_norm, total);
     return total;
   }
 

@@ -62,6 +62,10 @@ torch::Tensor optimized_tensor(const torch::Tensor& value, bool mixed, bool offl
 // AdamW's step, its moments made by the first, under the optimizer's category (offload: in host memory).
 void adamw_step(torch::optim::AdamW& adamw, double lr, bool offload);
 
+// torch.nn.utils.clip_grad_norm_'s scaling: the gradients of `tensors` times max_norm / (total + 1e-6) where
+// that is below 1 (total: their global norm; max_norm <= 0: no clipping).
+void clip_gradients(const std::vector<torch::Tensor>& tensors, double max_norm, double total);
+
 // Whether a trainable parameter takes weight decay (make_adamw's decays): not a norm's weight, not a bias.
 bool takes_weight_decay(const NamedParameter& p);
 

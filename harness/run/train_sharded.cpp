@@ -72,6 +72,7 @@ class ShardedOptimizer final : public TrainOptimizer {
       groups_.push_back(std::move(group));
     }
     adamw_ = make_adamw(spec, masters, decays);
+    masters_ = std::move(masters);
   }
 
   double gather_and_clip(double max_norm, double scale) override {
@@ -104,11 +105,7 @@ class ShardedOptimizer final : public TrainOptimizer {
       if (reduces_norm_) comm_->all_reduce(squares, dist::ReduceOp::sum, "gradient norm");
     }
     const double total = std::sqrt(squares.item<double>());
-    if (max_norm > 0) {
-      const double coef = max_norm / (total + 1e-6);
-      if (coef < 1)
-        for (auto& p : pieces_) p.master.mutable_grad().mul_(coef);
-    }
+    clip_gradients(masters_, max_norm, total);
     return total;
   }
 
@@ -172,6 +169,7 @@ class ShardedOptimizer final : public TrainOptimizer {
   dist::Communicator* comm_ = nullptr;
   std::vector<Group> groups_;
   std::vector<Piece> pieces_;
+  std::vector<torch::Tensor> masters_;  // pieces_' masters, in order: what AdamW and clipping see
   std::unique_ptr<torch::optim::AdamW> adamw_;
 };
 

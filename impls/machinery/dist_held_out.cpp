@@ -6,6 +6,7 @@
 // peak, as on one process (docs/estimate.md, "Training runs"). The global loss is combined as a step's:
 // DistStep's normalisers, DPO's sequence sums all-reduced before its f.
 #include "impls/machinery/dist_common.h"
+#include "impls/machinery/layerwise.h"
 #include "impls/machinery/sequence_parallel.h"
 #include "profiles/memory.h"
 
@@ -38,15 +39,10 @@ torch::Tensor DistStrategy::held_out_loss(const StepInputs& in) const {
       step.release_layer(i);
     }
   }
-  MemoryScope scope(Category::logits);
   const int64_t rows = x.size(1);
-  const int64_t c = in.partition.logits_rows > 0 ? std::min(in.partition.logits_rows, rows) : rows;
-  torch::Tensor sums;  // (N)
-  for (int64_t s = 0; s < rows; s += c) {
-    const int64_t n = std::min(c, rows - s);
-    auto part = in.objective.token_sums(m.head_logits(x.narrow(1, s, n)), batch, s);
-    sums = sums.defined() ? sums + part : part;
-  }
+  auto sums =
+      streamed_sequence_sums(m, x, batch, in.objective,
+                             in.partition.logits_rows > 0 ? std::min(in.partition.logits_rows, rows) : rows);
   if (sequence_parallel() && !in.objective.outer_is_linear()) sums = all_sequence_sums(sums, step.comm());
   return step.global_loss(in.objective.outer(sums, batch));
 }

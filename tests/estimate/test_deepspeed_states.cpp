@@ -1,6 +1,7 @@
 // test_deepspeed_states.cpp: harness/estimate/deepspeed_states.h against DeepSpeed's own functions, run from
 // the pinned peer install (.peers/deepspeed, scripts/setup_peers.sh) in the project's Python: every stage and
-// offload for 1, 8 and 32 GPUs of Llama-3.1-8B's counts. Skipped, saying so, where the peers are not installed.
+// offload for 1, 8 and 32 GPUs of Llama-3.1-8B's counts. Skipped, saying so, where the peers are not
+// installed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -44,8 +45,8 @@ json.dump(rows, open(sys.argv[1], "w"))
                f);
     std::fclose(f);
   }
-  const std::string cmd = fmt::format("PYTHONPATH='{}' '{}' '{}' '{}' >'{}' 2>&1", peer.string(), BPBENCH_PYTHON,
-                                      script, out, tmp.file("log"));
+  const std::string cmd = fmt::format("PYTHONPATH='{}' '{}' '{}' '{}' >'{}' 2>&1", peer.string(),
+                                      BPBENCH_PYTHON, script, out, tmp.file("log"));
   ASSERT_EQ(std::system(cmd.c_str()), 0) << testing::file_text(tmp.file("log"));
   const json rows = testing::json_file(out);
   ASSERT_EQ(rows.size(), 15u);

@@ -218,7 +218,7 @@ TEST_F(RunnerFeatures, ShardingIsAGridAxis) {
                             {"measure", {{"time", {{"warmup", 1}, {"repeat", 1}}}}}});
   const auto& cells = results["cells"];
   ASSERT_EQ(cells.size(), 6u);
-  const int64_t layers = 2;                               // tiny
+  const int64_t layers = 2;  // tiny
   for (const auto& c : cells) {
     SCOPED_TRACE(c["axes"].dump());
     const std::string impl = c["axes"]["impl"], sharding = c["axes"]["sharding"];

@@ -169,12 +169,18 @@ TEST(TrainPrecision, MixedKeepsFloat32MastersInTheOptimizerCategory) {
 // ---- through the runner
 // ---------------------------------------------------------------------------------------
 
-TEST(TrainRunner, ScenarioRecordsEveryStepAndTheOptimizerPeak) {
-  TempDir tmp;
+// The runner's options for this file's scenarios: results under tmp/out, child processes of bpbench.
+RunOptions run_options(TempDir& tmp) {
   RunOptions opt;
   opt.out_dir = tmp.sub("out");
   opt.self_exe = BPBENCH_BINARY;
   opt.argv = {"test_train"};
+  return opt;
+}
+
+TEST(TrainRunner, ScenarioRecordsEveryStepAndTheOptimizerPeak) {
+  TempDir tmp;
+  RunOptions opt = run_options(tmp);
   const Scenario s = parse_scenario_text(R"({"name": "train", "seed": 1, "threads": 1,
     "grid": {"model": "tiny", "impl": ["plain", "streambp"], "seq_len": 24, "partition": 8,
              "logits_partition": 8, "batch": 2},
@@ -283,10 +289,7 @@ TEST(TrainEstimate, MatchesTheMeasuredPeakOfEveryRun) {
 // the estimate, the host's holds them (within 2%: the step's temporaries are bounded by the widest tensor).
 TEST(TrainOffload, TheOptimizerInHostMemoryTrainsTheSameAndLeavesTheDevice) {
   TempDir tmp;
-  RunOptions opt;
-  opt.out_dir = tmp.sub("out");
-  opt.self_exe = BPBENCH_BINARY;
-  opt.argv = {"test_train"};
+  RunOptions opt = run_options(tmp);
   for (const char* precision : {"model", "mixed"}) {
     const bool mixed = std::string(precision) == "mixed";
     const Scenario s = parse_scenario_text(fmt::format(R"({{"name": "offload", "seed": 1, "threads": 1,
