@@ -36,6 +36,7 @@ class Ring final : public dist::RingStrategy {
     f.ring_attention = true;
     return f;
   }
+  CommSchedule comm_schedule() const override { return {CommSchedule::Exchange::ring}; }
   // One rank's phases (ring_estimate.h).
   std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning&) const override {
     return ring_phases(D);

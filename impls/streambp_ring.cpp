@@ -161,6 +161,8 @@ class StreamBPRing final : public dist::RingStrategy {
     f.ring_attention = true;
     return f;
   }
+  // b. and d. in passes of one K/V head (G = Hkv on the plain ring).
+  CommSchedule comm_schedule() const override { return {CommSchedule::Exchange::ring, true}; }
   // One rank's phases (ring_estimate.h).
   std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D,
                                            const Partitioning& partition) const override {

@@ -185,6 +185,7 @@ class StreamBPUlysses final : public dist::DistStrategy {
     f.recomputes_attention = true;
     return f;
   }
+  CommSchedule comm_schedule() const override { return {CommSchedule::Exchange::ulysses}; }
   bool uses_partition() const override { return true; }
   bool uses_logits_partition() const override { return true; }
   bool uses_offload() const override { return !options_.shard_params; }

@@ -40,6 +40,7 @@ class Ulysses final : public dist::DistStrategy {
     f.recomputes_layers = true;
     return f;
   }
+  CommSchedule comm_schedule() const override { return {CommSchedule::Exchange::ulysses}; }
   bool data_parallel() const override { return false; }
   bool sequence_parallel() const override { return true; }
   // One rank's phases (sequence_parallel_estimate.h); shard_params is not estimated.

@@ -17,6 +17,7 @@
 #include "harness/estimate/estimate_flops.h"
 #include "harness/model/hf_model.h"
 #include "harness/model/model_config.h"
+#include "harness/run/gpu_peak.h"
 #include "harness/run/runner.h"
 #include "impls/interface/strategy.h"
 #include "impls/machinery/dist_common.h"
@@ -40,6 +41,33 @@ int64_t integer(const std::string& flag, const std::string& v) {
   }
   if (used != v.size() || v.empty())
     throw std::invalid_argument(fmt::format("estimate: {} expects an integer, got '{}'", flag, v));
+  return x;
+}
+
+double number(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty())
+    throw std::invalid_argument(fmt::format("estimate: {} expects a number, got '{}'", flag, v));
+  return x;
+}
+
+double positive(const std::string& flag, const std::string& v) {
+  const double x = number(flag, v);
+  if (!(x > 0)) throw std::invalid_argument(fmt::format("estimate: {} must be above 0, got {}", flag, v));
+  return x;
+}
+
+// A utilisation: above 0, at most 1.
+double fraction(const std::string& flag, const std::string& v) {
+  const double x = number(flag, v);
+  if (!(x > 0 && x <= 1))
+    throw std::invalid_argument(fmt::format("estimate: {} must be in (0, 1], got {}", flag, v));
   return x;
 }
 
@@ -97,6 +125,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
   std::optional<int64_t> budget, reserve, partition, logits_partition;
   bool offload_optimizer = false;  // --offload ...optimizer: applied to --train once every flag is read
   int64_t grad_accum = 1;
+  TimeAssumptions rates;  // --hfu and the links; the peak from the GPU
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--verbose" || a == "--json") {
@@ -111,7 +140,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
           "--reserve, "
           "--host-budget, "
           "--granularity, --upper, "
-          "--plot, "
+          "--plot, --hfu, --nvlink-gbps, --ib-gbps, --pcie-gbps, --gpus-per-node, "
           "each with a value; --verbose, --json)",
           a));
     const std::string& v = args[++i];
@@ -176,6 +205,16 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       r.upper = parse_token_count(a, v);
     else if (a == "--plot")
       r.plot_file = v;
+    else if (a == "--hfu")
+      rates.hfu = fraction(a, v);
+    else if (a == "--nvlink-gbps")
+      rates.nvlink_gbps = positive(a, v);
+    else if (a == "--ib-gbps")
+      rates.ib_gbps = positive(a, v);
+    else if (a == "--pcie-gbps")
+      rates.pcie_gbps = positive(a, v);
+    else if (a == "--gpus-per-node")
+      rates.gpus_per_node = integer(a, v);
     else
       throw std::invalid_argument(fmt::format("estimate: unknown option '{}'", a));
   }
@@ -238,6 +277,16 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
           fmt::format("estimate: nothing is left of {} ({} bytes) after --reserve {} (valid: "
                       "a reserve below the memory)",
                       b.label, b.memory_bytes, b.reserve_bytes));
+  if (rates.gpus_per_node < 1)
+    throw std::invalid_argument(
+        fmt::format("estimate: --gpus-per-node must be >= 1, got {}", rates.gpus_per_node));
+  // The time per step: one GPU of the table, whose peak for the dtype is known.
+  if (r.budgets.size() == 1 && r.budgets.front().key != "budget")
+    if (const auto peak = gpu_peak(r.budgets.front().label, in.dtype)) {
+      rates.gpu = fmt::format("{}, {}", peak->gpu, peak->precision);
+      rates.peak_tflops = peak->tflops;
+      r.time = rates;
+    }
   if (!in.offload) {
     r.host_budget.reset();
     r.host_budget_source.clear();
@@ -280,7 +329,9 @@ bool flops_fit_in_int64(const EstimateInput& in) {
   // (x 2); every parameter's multiply-add per row in the same four passes.
   const double attention = 32.0 * N * T * T * static_cast<double>(c.heads * c.head_dim) * c.layers;
   const double matmuls = 8.0 * N * T * static_cast<double>(c.parameter_count());
-  return attention + matmuls < 4.6e18;
+  // A sequence-parallel rank counts its share: its rows, and its heads' (or its ring pairs') attention.
+  const double P = make_strategy(in.impl)->sequence_parallel() ? static_cast<double>(in.ranks) : 1.0;
+  return (attention + matmuls) / P < 4.6e18;
 }
 
 const char* dtype_flag_name(torch::ScalarType dtype) {
@@ -299,9 +350,16 @@ EstimateAnswers answer_estimate(const EstimateRequest& request) {
   for (int64_t T : request.seq_lens)
     for (const auto& impl : request.impls) {
       const EstimateInput in = input_at(request, impl, T);
-      a.at_lengths.push_back(
-          {impl, T, estimate_peak(in),
-           flops_fit_in_int64(in) ? std::optional<FlopCounts>(estimate_flops(in)) : std::nullopt});
+      EstimateAtLength x;
+      x.impl = impl;
+      x.seq_len = T;
+      x.memory = estimate_peak(in);
+      if (flops_fit_in_int64(in)) x.flops = estimate_flops(in);
+      x.comm = estimate_step_comm(in);
+      if (in.train) x.optimizer_comm = estimate_optimizer_comm(in);
+      if (request.time && x.flops)
+        x.time = estimate_step_time(in, *x.flops, x.comm, x.optimizer_comm, x.memory, *request.time);
+      a.at_lengths.push_back(std::move(x));
     }
   for (size_t b = 0; b < request.budgets.size(); ++b)
     for (const auto& impl : request.impls) {

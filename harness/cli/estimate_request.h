@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "harness/estimate/estimate.h"
+#include "harness/estimate/estimate_comm.h"
 #include "harness/estimate/estimate_inverse.h"
+#include "harness/estimate/estimate_time.h"
 #include "harness/model/flop_count.h"
 
 namespace bpbench {
@@ -39,6 +41,9 @@ struct EstimateRequest {
   int64_t granularity = 1024, upper = int64_t{1} << 24;
   bool verbose = false, json = false;
   std::string plot_file;  // --plot FILE.png ("" none)
+  // One --gpu whose peak is known (harness/run/gpu_peak.h): the rates the time per step is estimated at
+  // (--hfu, --nvlink-gbps, --ib-gbps, --pcie-gbps, --gpus-per-node); none: no time estimate.
+  std::optional<TimeAssumptions> time;
 };
 
 // Reads the flags (estimate_command.cpp's help lists them). Throws std::invalid_argument, one line naming the
@@ -50,6 +55,9 @@ struct EstimateAtLength {
   int64_t seq_len = 0;
   MemoryEstimate memory;
   std::optional<FlopCounts> flops;  // none where the counts would pass int64 (flops_fit_in_int64)
+  CommEstimate comm;                // one rank's collectives a micro-batch (empty: one process)
+  CommEstimate optimizer_comm;      // a training step's optimizer's, once a step
+  std::optional<StepTime> time;     // with EstimateRequest::time and the FLOPs counted
 };
 
 struct LongestFor {

@@ -1,6 +1,7 @@
 // estimate_text.cpp: print_estimate_text (estimate_output.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ostream>
 
 #include "harness/cli/estimate_output.h"
@@ -81,6 +82,60 @@ void print_lengths(const EstimateRequest& r, const EstimateAnswers& a, std::ostr
                        f.hardware(), overhead, f.attention_dense);
   }
   if (beyond) out << "-: FLOPs not counted at this length (the counts would pass int64)\n";
+}
+
+const char* group_name(CommGroup g) {
+  return g == CommGroup::ulysses ? "ulysses group" : g == CommGroup::ring ? "ring group" : "all ranks";
+}
+
+// One rank's collectives a micro-batch (and the optimizer's once a step), in comm.h's conventions.
+void print_collectives(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  bool any = false;
+  for (const auto& x : a.at_lengths) any = any || !x.comm.collectives.empty();
+  if (!any) return;
+  out << fmt::format(
+      "\ncollectives of one rank{} (bytes: each call's full buffer, comm.h; wire: what the rank sends with "
+      "NCCL's ring algorithms)\n",
+      r.in.train ? " a micro-batch, and the optimizer's once a step" : " a step");
+  out << fmt::format("{:<24} {:>9}  {:<14} {:<36} {:<13} {:>6} {:>16} {:>16}\n", "impl", "seq_len", "kind",
+                     "what", "over", "calls", "bytes", "wire bytes");
+  for (const auto& x : a.at_lengths)
+    for (const CommEstimate* comm : {&x.comm, &x.optimizer_comm})
+      for (const auto& c : comm->collectives)
+        out << fmt::format(
+            "{:<24} {:>9}  {:<14} {:<36} {:<13} {:>6} {:>16} {:>16.0f}\n", x.impl, x.seq_len,
+            dist::collective_name(c.kind), comm == &x.optimizer_comm ? "optimizer: " + c.what : c.what,
+            fmt::format("{} ({})", group_name(c.group), c.group_ranks), c.calls, c.bytes, c.wire_bytes());
+}
+
+// The time per step at the request's stated rates (estimate_time.h): every assumption in the heading.
+void print_step_time(const EstimateRequest& r, const EstimateAnswers& a, std::ostream& out) {
+  if (!r.time || a.at_lengths.empty()) return;
+  const TimeAssumptions& t = *r.time;
+  out << fmt::format(
+      "\ntime per step by estimate on {} GPU{}: FLOPs run at {:.0f}% of {} TFLOP/s ({}, --hfu); collectives "
+      "at {} GB/s within a node (NVLink, --nvlink-gbps) and {} GB/s across nodes (InfiniBand, --ib-gbps) "
+      "a GPU, {} GPUs a node (--gpus-per-node); offload copies at {} GB/s (PCIe, --pcie-gbps). Not "
+      "modelled: each call's latency, the optimizer step's own time, the host's side of a copy\n",
+      std::max<int64_t>(r.in.ranks, 1), r.in.ranks > 1 ? "s" : "", 100 * t.hfu, t.peak_tflops, t.gpu,
+      t.nvlink_gbps, t.ib_gbps, t.gpus_per_node, t.pcie_gbps);
+  out << fmt::format("{:<24} {:>9} {:>11} {:>10} {:>10} {:>10} {:>11} {:>11} {:>15} {:>6}\n", "impl",
+                     "seq_len", "compute s", "NVLink s", "IB s", "PCIe s", "serial s", "overlap s",
+                     "tokens/s a GPU", "MFU");
+  for (const auto& x : a.at_lengths) {
+    if (!x.time) {
+      out << fmt::format("{:<24} {:>9} {:>11}\n", x.impl, x.seq_len, "-");
+      continue;
+    }
+    const StepTime& s = *x.time;
+    out << fmt::format(
+        "{:<24} {:>9} {:>11.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>11.3f} {:>15.0f} "
+        "{:>5.1f}%\n",
+        x.impl, x.seq_len, s.compute_s, s.nvlink_s, s.ib_s, s.pcie_s, s.serial_s(), s.overlapped_s(),
+        s.tokens_per_s_per_gpu(), 100 * s.mfu(t));
+  }
+  out << "serial: the terms one after another; overlap: all of it hidden under the longest term (a lower "
+         "bound)\n";
 }
 
 void print_host_budget(const EstimateRequest& r, std::ostream& out) {
@@ -192,6 +247,8 @@ void print_estimate_text(const EstimateRequest& r, const EstimateAnswers& a, std
   if (!a.at_lengths.empty()) {
     out << "\n";
     print_lengths(r, a, out);
+    print_collectives(r, a, out);
+    print_step_time(r, a, out);
     print_model_states(r, a, out);
   }
   if (r.budgets.empty()) return;

@@ -259,52 +259,11 @@ void add_dense_layer_phases(const Strategy& strategy, const MemoryTerms& D, cons
 }
 }  // namespace
 
-MemoryEstimate estimate_peak(const EstimateInput& in) {
-  check_estimate_input(in);
-  // Dense layers in a routed model: the first ones only (DeepSeek's first_k_dense_replace), one process.
-  const int64_t dense_layers = in.config.is_moe() ? in.config.layers - in.config.moe_layer_count() : 0;
-  bool dense_first = true;
-  for (int64_t i = 0; i < dense_layers; ++i) dense_first = dense_first && !in.config.is_moe_layer(i);
-  if (dense_layers > 0 && !dense_first)
-    throw std::invalid_argument(fmt::format(
-        "estimate: {} mixes dense and mixture-of-experts layers ({} of {} routed), whose memory the estimate "
-        "does not model with dense layers above routed ones (valid: every layer dense, every layer routed, "
-        "or the dense ones first in one process or data parallel; such a cell is measured, not estimated)",
-        in.config.name, in.config.moe_layer_count(), in.config.layers));
-
-  // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
-  // layer may get another one (float32 on CUDA: math).
-  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const bool sinks = in.config.attention_sinks;
-  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, in.config.head_dim, 0, sinks);
-  if (in.config.has_sliding_layers() &&
-      attention_kernel_for(device, in.dtype, in.config.head_dim, in.config.sliding_window, sinks) != kernel)
-    throw std::invalid_argument(fmt::format(
-        "estimate: on cuda, {} sliding-window layers run the math attention kernel (N x Hq x c x e scores; "
-        "the memory-efficient kernel's backward drops the window), which the estimate does not model "
-        "(modelled: bfloat16 on flash)",
-        dtype_name(in.dtype)));
-  if (in.device == "cuda" && kernel == AttentionKernel::math)
-    throw std::invalid_argument(
-        fmt::format("estimate: on cuda, {} with head dim {} runs the math attention kernel (N x Hq x c x e "
-                    "scores), which the estimate does not model (modelled on cuda: bfloat16 on flash, "
-                    "float32 on the memory-efficient kernel, head dim a multiple of 8)",
-                    dtype_name(in.dtype), in.config.head_dim));
-  // MLA's latent attention (every strategy's checkpointed forward, StreamBP's backward) runs attention by key
-  // blocks through attention_partial.h, whose CUDA kernel is flash or the math form.
-  if (latent_attention_in_math(in.config, in.impl, in.device, in.dtype))
-    throw std::invalid_argument(
-        fmt::format("estimate: on cuda, {} on {} runs its latent attention by key blocks in the math form "
-                    "(N x Hq x c x e scores), which the estimate does not model (modelled: bfloat16 on "
-                    "flash, or plain)",
-                    in.impl, dtype_name(in.dtype)));
-  if (kernel == AttentionKernel::efficient && in.dtype != torch::kFloat)
-    throw std::invalid_argument(
-        fmt::format("estimate: on cuda, {} with head dim {} runs the memory-efficient kernel in half "
-                    "precision, which the estimate does not model (flash takes head dims up to 256)",
-                    dtype_name(in.dtype), in.config.head_dim));
-
+MemoryTerms estimate_terms(const EstimateInput& in) {
   const ModelConfig& c = in.config;
+  const int64_t dense_layers = c.is_moe() ? c.layers - c.moe_layer_count() : 0;
+  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, 0, c.attention_sinks);
   MemoryTerms D{};
   D.N = in.sequences;
   D.T = in.seq_len;
@@ -386,6 +345,56 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   }
   D.flash = kernel == AttentionKernel::flash;
   D.efficient = kernel == AttentionKernel::efficient;
+  return D;
+}
+
+MemoryEstimate estimate_peak(const EstimateInput& in) {
+  check_estimate_input(in);
+  // Dense layers in a routed model: the first ones only (DeepSeek's first_k_dense_replace), one process.
+  const int64_t dense_layers = in.config.is_moe() ? in.config.layers - in.config.moe_layer_count() : 0;
+  bool dense_first = true;
+  for (int64_t i = 0; i < dense_layers; ++i) dense_first = dense_first && !in.config.is_moe_layer(i);
+  if (dense_layers > 0 && !dense_first)
+    throw std::invalid_argument(fmt::format(
+        "estimate: {} mixes dense and mixture-of-experts layers ({} of {} routed), whose memory the estimate "
+        "does not model with dense layers above routed ones (valid: every layer dense, every layer routed, "
+        "or the dense ones first in one process or data parallel; such a cell is measured, not estimated)",
+        in.config.name, in.config.moe_layer_count(), in.config.layers));
+
+  // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
+  // layer may get another one (float32 on CUDA: math).
+  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const bool sinks = in.config.attention_sinks;
+  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, in.config.head_dim, 0, sinks);
+  if (in.config.has_sliding_layers() &&
+      attention_kernel_for(device, in.dtype, in.config.head_dim, in.config.sliding_window, sinks) != kernel)
+    throw std::invalid_argument(fmt::format(
+        "estimate: on cuda, {} sliding-window layers run the math attention kernel (N x Hq x c x e scores; "
+        "the memory-efficient kernel's backward drops the window), which the estimate does not model "
+        "(modelled: bfloat16 on flash)",
+        dtype_name(in.dtype)));
+  if (in.device == "cuda" && kernel == AttentionKernel::math)
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} with head dim {} runs the math attention kernel (N x Hq x c x e "
+                    "scores), which the estimate does not model (modelled on cuda: bfloat16 on flash, "
+                    "float32 on the memory-efficient kernel, head dim a multiple of 8)",
+                    dtype_name(in.dtype), in.config.head_dim));
+  // MLA's latent attention (every strategy's checkpointed forward, StreamBP's backward) runs attention by key
+  // blocks through attention_partial.h, whose CUDA kernel is flash or the math form.
+  if (latent_attention_in_math(in.config, in.impl, in.device, in.dtype))
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} on {} runs its latent attention by key blocks in the math form "
+                    "(N x Hq x c x e scores), which the estimate does not model (modelled: bfloat16 on "
+                    "flash, or plain)",
+                    in.impl, dtype_name(in.dtype)));
+  if (kernel == AttentionKernel::efficient && in.dtype != torch::kFloat)
+    throw std::invalid_argument(
+        fmt::format("estimate: on cuda, {} with head dim {} runs the memory-efficient kernel in half "
+                    "precision, which the estimate does not model (flash takes head dims up to 256)",
+                    dtype_name(in.dtype), in.config.head_dim));
+
+  const ModelConfig& c = in.config;
+  const MemoryTerms D = estimate_terms(in);
   const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
 
   MemoryEstimate e;
@@ -446,7 +455,8 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     rank_rows.T = batch_rows;
     const int64_t checkpoints = checkpoints_bytes(rank_rows, strategy->keeps_first_input() ? D.L : D.L - 1);
     e.host_bytes += checkpoints;                 // beside the optimizer's, where it is offloaded too
-    e.offload_traffic_bytes += 2 * checkpoints;  // each out in the forward, back in the backward
+    e.checkpoint_traffic_bytes = 2 * checkpoints;  // each out in the forward, back in the backward
+    e.offload_traffic_bytes += e.checkpoint_traffic_bytes;
   }
   return e;
 }

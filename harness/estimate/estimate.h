@@ -88,7 +88,14 @@ struct MemoryEstimate {
   std::vector<PhaseEstimate> phases;  // every phase considered, in the order the strategy runs them
   int64_t host_bytes = 0;             // offload: the host buffers of the layer checkpoints (else 0)
   int64_t offload_traffic_bytes = 0;  // offload: bytes copied between device and host per step (PCIe)
+  int64_t checkpoint_traffic_bytes = 0;  // of them, the checkpoints' (each micro-batch's; the rest: the
+                                         // optimizer's, once a step)
 };
+
+// The model's terms for `in` (memory_terms.h), as estimate_peak takes them: the whole step's (T, N as given,
+// ranks, sharding's whole_gradients, the gradient groups) with the attention kernel of `in.device`. The
+// collective estimate (estimate_comm.h) reads the same groups.
+MemoryTerms estimate_terms(const EstimateInput& in);
 
 // Throws std::invalid_argument for an impl without an estimate, a bad dtype or device, non-positive T / N, or
 // a CUDA cell whose attention kernel is not modelled (math: float64 or a head dim not a multiple of 8).

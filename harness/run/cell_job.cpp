@@ -153,29 +153,34 @@ ModelConfig model_config_of(const std::string& name, const json& rope) {
   return config;
 }
 
+EstimateInput estimate_input_of(const Cell& c, int64_t threads, const std::string& device,
+                                const std::optional<TrainEstimate>& train, int64_t ranks) {
+  EstimateInput in;
+  in.config = model_config_of(c.model);
+  in.seq_len = c.seq_len;
+  in.sequences = sequences_for(c.objective, c.batch, c.group);
+  in.partition = c.partition;
+  in.logits_partition = c.logits_partition;
+  in.dtype = parse_dtype(c.dtype);
+  in.impl = c.impl;
+  in.objective = c.objective;
+  in.lora_rank = c.lora_rank;
+  in.threads = threads;
+  in.offload = parse_offload(c.offload) != Offload::none;
+  in.device = device;  // cuda: the CUDA attention kernels' terms (float64 there: no estimate)
+  in.train = train;
+  in.ranks = ranks;
+  in.ulysses_degree = c.ulysses_degree;
+  if (ranks > 1) in.sharding = c.sharding;
+  return in;
+}
+
 std::optional<MemoryEstimate> estimate_cell(const Cell& c, int64_t threads, const std::string& device,
                                             const std::optional<TrainEstimate>& train, int64_t ranks) {
   const auto& known = ranks > 1 ? estimated_data_parallel_impls() : estimated_impls();
   if (c.seq_len < 1 || std::find(known.begin(), known.end(), c.impl) == known.end()) return std::nullopt;
   try {
-    EstimateInput in;
-    in.config = model_config_of(c.model);
-    in.seq_len = c.seq_len;
-    in.sequences = sequences_for(c.objective, c.batch, c.group);
-    in.partition = c.partition;
-    in.logits_partition = c.logits_partition;
-    in.dtype = parse_dtype(c.dtype);
-    in.impl = c.impl;
-    in.objective = c.objective;
-    in.lora_rank = c.lora_rank;
-    in.threads = threads;
-    in.offload = parse_offload(c.offload) != Offload::none;
-    in.device = device;  // cuda: the CUDA attention kernels' terms (float64 there: no estimate)
-    in.train = train;
-    in.ranks = ranks;
-    in.ulysses_degree = c.ulysses_degree;
-    if (ranks > 1) in.sharding = c.sharding;
-    return estimate_peak(in);
+    return estimate_peak(estimate_input_of(c, threads, device, train, ranks));
   } catch (const std::exception&) {  // a model that cannot be read, or a kernel the estimate does not model
     return std::nullopt;
   }

@@ -57,6 +57,10 @@ std::optional<MemoryEstimate> estimate_cell(const Cell& cell, int64_t threads,
                                             const std::string& device = "cpu",
                                             const std::optional<TrainEstimate>& train = std::nullopt,
                                             int64_t ranks = 1);
+// What estimate_cell estimates: the cell's axes as an EstimateInput (also the collectives' estimate's,
+// harness/estimate/estimate_comm.h). Throws InputError for a model or dtype it cannot read.
+EstimateInput estimate_input_of(const Cell& cell, int64_t threads, const std::string& device = "cpu",
+                                const std::optional<TrainEstimate>& train = std::nullopt, int64_t ranks = 1);
 torch::ScalarType parse_dtype(const std::string& name);  // float32 | bfloat16 | float64; throws InputError
 int64_t default_threads();                               // every core
 

@@ -67,6 +67,20 @@ struct FlopSchedule {
                                 // (impls/machinery/ring_attention.h: ring_attention_pairs)
 };
 
+// What a distributed strategy sends besides its gradient groups and ZeRO-3's layer gathers, for the
+// collective estimate (harness/estimate/estimate_comm.h). Each layer's attention runs three times on a rank:
+// the no-grad forward, again with grad, and its backward.
+struct CommSchedule {
+  enum class Exchange {
+    none,     // data parallel: nothing but the gradients (and zero3's gathers)
+    ulysses,  // q, k, v to the heads and o back to the rows, around each of the three (all_to_all)
+    ring      // the K/V pair round the ring in each, and the backward's dK/dV (send_recv)
+  };
+  Exchange exchange = Exchange::none;
+  bool ring_per_kv_head = false;  // streambp-ring: the with-grad run and the backward one call per K/V head
+                                  // on the plain ring (the same bytes, Hkv times the calls)
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -114,6 +128,7 @@ class Strategy {
   // point above base (memory_terms.h's terms for `D`; `partition` rows per chunk, clamped to 1..T).
   virtual std::vector<PhaseEstimate> memory_phases(const MemoryTerms& D, const Partitioning& partition) const;
   virtual FlopSchedule flop_schedule() const { return {}; }
+  virtual CommSchedule comm_schedule() const { return {}; }
 };
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name);  // throws listing the valid names

@@ -314,6 +314,13 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   return out;
 }
 
+RingSends ring_sends(const ZigzagLayout& layout, int64_t window) {
+  const Schedule schedule(needed_steps(layout, window), layout);
+  const auto steps = static_cast<int64_t>(schedule.steps.size());
+  if (!schedule.hops) return {steps, steps, steps};
+  return {steps, steps, layout.ranks > 1 ? steps + 1 : 0};
+}
+
 AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Device& device,
                                     at::ScalarType dtype, int64_t head_dim, int64_t tile, int64_t window) {
   const PartialKernel kernel = partial_kernel_for(device, dtype, head_dim);

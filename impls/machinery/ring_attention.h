@@ -80,6 +80,15 @@ AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Dev
                                     at::ScalarType dtype, int64_t head_dim, int64_t tile = 0,
                                     int64_t window = 0);
 
+// The sends of one ring_attention call on a rank, as its schedule picks them under `window` (0: none):
+// the forward's K/V pairs, and its backward's K/V pairs and dK/dV accumulators. Round the ring P - 1, then
+// P - 1 and P (the last one home); where a window leaves steps that no rank needs, 1, 1 and 1 per needed
+// step. The collective estimate's (harness/estimate/estimate_comm.h).
+struct RingSends {
+  int64_t forward = 0, backward_pairs = 0, backward_grads = 0;
+};
+RingSends ring_sends(const ZigzagLayout& layout, int64_t window = 0);
+
 // Rank `rank`'s zigzag rows of `global` (whole sequences of T tokens), as shard_batch slices them for
 // Ulysses: each per-position tensor's two blocks (past T: token 0, ignored targets, zero log-probs), the
 // per-sequence tensors whole, loss_tokens its own rows' targets, whole_seq_len T. first_position stays 0: the

@@ -11,7 +11,8 @@
 //                   step, exactly: L (4P - 3) send_recvs (a windowed layer that skips steps: 4 a needed
 //                   step), no all_to_all, L + 2 reduce_scatters (LoRA: L), 2 all_reduces (DPO: 3; the
 //                   load-balancing loss: one more); streambp-ring's forward with grad and backward once per
-//                   K/V head (its passes), so L (P - 1 + Hkv (3P - 2)) send_recvs.
+//                   K/V head (its passes), so L (P - 1 + Hkv (3P - 2)) send_recvs. Every kind's calls and
+//                   bytes equal the collectives' estimate (estimate_comm.h).
 //                   The 2-D mesh on 4 ranks as 2 x 2 (ulysses_degree 2): the same, with 6 all_to_alls a
 //                   layer.
 //   RingRefusal     shard_params, a ulysses_degree that does not divide the ranks or split the heads, and a
@@ -166,10 +167,11 @@ TEST_P(RingExactness, GatheredGradientsEqualPlainOnTheWholeSequences) {
   const fs::path dir = launch.dir_of(name);
   const Model model = expect_plain_on_whole_sequences(ring_job(c), dir, c.world, kTol, label(c));
   const json r0 = json::parse(file_text(dir / "rank0.json"));
+  const json& comm = r0.at("comm");  // the step's, its mesh subgroups' included
+  expect_collectives_as_estimated(comm, ring_job(c), model, c.world, label(c));
+  // By hand, per layer: the no-grad forward, the forward with grad and the backward; streambp-ring's last
+  // two in one pass a K/V head on the plain ring (G = Hkv passes), ring's and the mesh's in one.
   const int64_t L = model.config.layers, R = c.world / c.ulysses;  // R: ranks round a ring
-  const json& comm = r0.at("comm");                                // the step's, its mesh subgroups' included
-  // Per layer: the no-grad forward, the forward with grad and the backward; streambp-ring's last two in one
-  // pass a K/V head on the plain ring (G = Hkv passes), ring's and the mesh's in one.
   const int64_t G = c.impl == "streambp-ring" && c.ulysses == 1 ? model.config.kv_heads : 1;
   int64_t exchanges = 0;
   for (int64_t i = 0; i < L; ++i) {
@@ -181,9 +183,6 @@ TEST_P(RingExactness, GatheredGradientsEqualPlainOnTheWholeSequences) {
   EXPECT_EQ(comm["send_recv"]["calls"], exchanges) << comm.dump();
   // The mesh: into and out of each of the layer's three attention calls (two forward, one backward).
   EXPECT_EQ(comm["all_to_all"]["calls"], c.ulysses > 1 ? 6 * L : 0) << comm.dump();
-  EXPECT_EQ(comm["reduce_scatter"]["calls"], model.has_lora() ? L : L + 2) << comm.dump();
-  EXPECT_EQ(comm["all_reduce"]["calls"], 2 + (c.objective == "dpo" ? 1 : 0) + (c.aux > 0 ? 1 : 0))
-      << comm.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(Gloo, RingExactness, ::testing::ValuesIn(ring_cases()),

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "harness/estimate/estimate_comm.h"
 #include "harness/estimate/estimate_flops.h"
 #include "harness/estimate/estimate_inverse.h"
 #include "harness/model/hf_model.h"
@@ -80,7 +81,8 @@ void expect_every_rank_near(const json& cell, const MemoryEstimate& e, const cha
   }
 }
 
-// One rank's FLOPs as counted in its step (the cell's record, rank 0's) equal the estimate's per rank.
+// One rank's FLOPs as counted in its step (the cell's record, rank 0's) equal the estimate's per rank, and
+// so do its collectives (estimate_comm.h).
 void expect_flops_of_one_rank(const json& cell, const ModelConfig& config, int64_t seq_len, int64_t ranks,
                               int64_t ulysses_degree = 1) {
   EstimateInput in;
@@ -92,9 +94,20 @@ void expect_flops_of_one_rank(const json& cell, const ModelConfig& config, int64
   in.partition = 128;
   in.logits_partition = 128;
   in.ranks = ranks;
-  const FlopCounts flops = estimate_flops(in);
-  EXPECT_EQ(cell["compute"]["hardware_flops"].get<int64_t>(), flops.hardware()) << in.impl;
-  EXPECT_EQ(cell["compute"]["model_flops"].get<int64_t>(), flops.model()) << in.impl;
+  in.dtype = cell["axes"].value("dtype", "float32") == "bfloat16" ? torch::kBFloat16 : torch::kFloat;
+  if (in.dtype == torch::kFloat) {  // FLOPs are counted in float32 only
+    const FlopCounts flops = estimate_flops(in);
+    EXPECT_EQ(cell["compute"]["hardware_flops"].get<int64_t>(), flops.hardware()) << in.impl;
+    EXPECT_EQ(cell["compute"]["model_flops"].get<int64_t>(), flops.model()) << in.impl;
+  }
+  // The step's collectives (rank 0's, its mesh subgroups' included): every kind's calls and bytes.
+  const CommEstimate comm = estimate_step_comm(in);
+  for (int k = 0; k < dist::kCollectiveCount; ++k) {
+    const auto kind = static_cast<dist::Collective>(k);
+    const char* name = dist::collective_name(kind);
+    EXPECT_EQ(cell["comm"][name]["calls"].get<int64_t>(), comm.calls(kind)) << in.impl << " " << name;
+    EXPECT_EQ(cell["comm"][name]["bytes"].get<int64_t>(), comm.bytes(kind)) << in.impl << " " << name;
+  }
 }
 
 // small-text (d = 128, 4 heads of 32, 4 layers) reshaped, 3 layers and V = 256: attention-heavy (6 query
@@ -150,6 +163,7 @@ TEST_F(PerRankPeaks, DataParallelPeakOfEveryRankMatchesItsEstimate) {
       const auto e = estimate_cell(Cell::from_axes(c["axes"]), 1, "cpu", std::nullopt, k.ranks);
       ASSERT_TRUE(e.has_value()) << c["axes"]["impl"];
       EXPECT_EQ(c["memory"]["estimate_bytes"].get<int64_t>(), e->peak_bytes);  // the cell records it
+      expect_flops_of_one_rank(c, config_of(k.model), k.seq_len, k.ranks);
       expect_every_rank_near(c, *e, k.model, k.seq_len, k.ranks);
     }
   }
@@ -255,8 +269,7 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
     if (std::string(k.offload) == "checkpoints") {
       EXPECT_EQ(c["memory"]["host_peak_bytes"].get<int64_t>(), e->host_bytes);
     }
-    if (std::string(k.dtype) == "float32")
-      expect_flops_of_one_rank(c, config, k.seq_len, k.ranks, k.ulysses_degree);
+    expect_flops_of_one_rank(c, config, k.seq_len, k.ranks, k.ulysses_degree);
     expect_every_rank_near(c, *e, config.name.c_str(), k.seq_len, k.ranks);
   }
 }

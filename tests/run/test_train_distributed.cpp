@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "harness/estimate/estimate_comm.h"
 #include "harness/model/hf_model.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
@@ -156,6 +157,20 @@ void expect_peaks_at_estimate(const json& cell, int64_t grad_accum) {
   }
 }
 
+// The last micro-batch's collectives (rank 0's) as the collectives' estimate says, every sharding's.
+void expect_collectives_at_estimate(const json& cell) {
+  const CommEstimate e = estimate_step_comm(estimate_input_of(
+      Cell::from_axes(cell["axes"]), 1, "cpu", std::nullopt, cell["world_size"].get<int64_t>()));
+  for (int k = 0; k < dist::kCollectiveCount; ++k) {
+    const auto kind = static_cast<dist::Collective>(k);
+    const char* name = dist::collective_name(kind);
+    EXPECT_EQ(cell["comm"][name]["calls"].get<int64_t>(), e.calls(kind))
+        << cell["axes"]["impl"] << " " << cell["axes"]["sharding"] << " " << name;
+    EXPECT_EQ(cell["comm"][name]["bytes"].get<int64_t>(), e.bytes(kind))
+        << cell["axes"]["impl"] << " " << cell["axes"]["sharding"] << " " << name;
+  }
+}
+
 void TrainDistributed::expect_trajectories(int64_t ranks, int64_t grad_accum, const json& shardings,
                                            const json& offload) {
   const json ref = reference(ranks, grad_accum);
@@ -175,6 +190,7 @@ void TrainDistributed::expect_trajectories(int64_t ranks, int64_t grad_accum, co
       EXPECT_EQ(cell["world_size"], ranks);
       expect_same_run(cell, ref);
       expect_peaks_at_estimate(cell, grad_accum);
+      expect_collectives_at_estimate(cell);
     }
   EXPECT_EQ(ran, 6 * shardings.size() * offload.size());  // 2 data parallel + 4 sequence parallel
 }
@@ -200,6 +216,7 @@ TEST_F(TrainDistributed, TheMeshUnderEveryShardingFollowsOneProcess) {
   for (const auto& cell : cells) {
     expect_same_run(cell, ref);
     expect_peaks_at_estimate(cell, 1);
+    expect_collectives_at_estimate(cell);
   }
 }
 

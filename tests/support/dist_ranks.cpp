@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "harness/estimate/estimate_comm.h"
 #include "harness/run/runner.h"
 #include "impls/machinery/dist_common.h"
 #include "profiles/memory.h"
@@ -251,6 +252,31 @@ TEST(DistChild, RankBody) {
 // ---- the parent side --------------------------------------------------------------------------------------
 
 }  // namespace
+
+void expect_collectives_as_estimated(const json& comm, const json& job, const Model& model, int world,
+                                     const std::string& label) {
+  EstimateInput in;
+  in.config = model.config;
+  in.impl = job.at("impl").get<std::string>();
+  in.objective = job.at("objective").get<std::string>();
+  in.seq_len = job.value("seq_len", kDistT);
+  const auto strategy = make_strategy(in.impl);
+  in.sequences = sequences_for(in.objective, job.value("examples_per_rank", kDistExamplesPerRank), 3);
+  in.dtype = model.dtype();
+  in.lora_rank = job.value("lora_rank", int64_t{0});
+  in.ranks = world;
+  in.ulysses_degree = job.value("ulysses_degree", int64_t{1});
+  in.sharding = job.value("shard_params", false) ? "zero3" : "zero2";
+  const CommEstimate e = estimate_step_comm(in);
+  const bool balance = job.value("router_aux_loss_coef", 0.0) > 0;
+  for (int k = 0; k < dist::kCollectiveCount; ++k) {
+    const auto kind = static_cast<dist::Collective>(k);
+    const char* name = dist::collective_name(kind);
+    const bool counts = kind == dist::Collective::all_reduce && balance;  // the routers' counts
+    EXPECT_EQ(comm[name]["calls"].get<int64_t>(), e.calls(kind) + (counts ? 1 : 0)) << label << " " << name;
+    if (!counts) EXPECT_EQ(comm[name]["bytes"].get<int64_t>(), e.bytes(kind)) << label << " " << name;
+  }
+}
 
 Model expect_plain_on_whole_sequences(const json& job, const fs::path& dir, int world, double tol,
                                       const std::string& label) {

@@ -47,6 +47,13 @@ StepResult rank0_step(const std::filesystem::path& dir);
 Model expect_plain_on_whole_sequences(const nlohmann::json& job, const std::filesystem::path& dir, int world,
                                       double tol, const std::string& label);
 
+// A rank's step's collectives ("comm" of rank<r>.json) against the collectives' estimate
+// (harness/estimate/estimate_comm.h) of the job on `world` ranks, 3 GRPO completions an example: every
+// kind's calls and bytes equal, but for the one all_reduce of the routers' counts, which it leaves out, where
+// the job's load-balancing loss is on.
+void expect_collectives_as_estimated(const nlohmann::json& comm, const nlohmann::json& job,
+                                     const Model& model, int world, const std::string& label);
+
 // A rank's body for a job with "piece": NAME in place of a strategy's steps: a test file registers its own
 // (`const bool registered = register_rank_piece("name", &body);`) and its ranks run it on the launch's
 // group, writing rank<r>.json (the launch's sign of a finished job) and whatever else into `out`.
