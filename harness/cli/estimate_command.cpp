@@ -25,8 +25,9 @@ weights are read): base (parameters, gradients, batch) plus the largest phase ab
 layer's MLP or attention backward), counted as bpbench's allocators count tensors (allocated bytes; on CUDA
 what torch.cuda.max_memory_allocated reports). Then the step's FLOPs: model (the network's own forward +
 backward), hardware (recomputation and the attention kernel's rescoring included), and attention as a kernel
-that computes every score of its key range would run it. With a memory budget, the longest sequence length
-per strategy that fits it. Formulas: docs/estimate.md.
+that computes every score of its key range would run it; with --ranks, one rank's collectives a step. With a
+memory budget, the longest sequence length per strategy that fits it; on one GPU, the time per step.
+Formulas: docs/estimate.md.
 
 model and lengths:
   --model M               a preset (bpbench list models), a Hugging Face model directory, or its config.json
@@ -37,10 +38,10 @@ model and lengths:
                           (default: all; with --offload checkpoints: those that keep layer checkpoints);
                           with --ranks: @RANK_IMPLS@
                           (those whose heads split over the ranks)
-  --ranks R               R ranks (a scenario's world_size): one rank's peak of streambp-dist and
-                          checkpoint-dist (data parallel, ZeRO-2 gradient buckets and shards; --batch is
-                          per rank, as in a scenario) or of ulysses and streambp-ulysses (the sequence split
-                          over the ranks: --seq-len is the whole sequence, --batch shared by the ranks)
+  --ranks R               R ranks (a scenario's world_size): one rank's peak and collectives of
+                          streambp-dist and checkpoint-dist (data parallel; --batch is per rank, as in a
+                          scenario) or of the sequence-parallel ulysses, streambp-ulysses, ring and
+                          streambp-ring (--seq-len is the whole sequence, --batch shared by the ranks)
   --ulysses-degree U      ring and streambp-ring on the 2-D mesh (a cell's ulysses_degree): Ulysses over
                           groups of U ranks inside rings of R / U (default 1: the ring over every rank)
 
@@ -80,11 +81,21 @@ the setting (as a scenario's grid names it):
   --train P               the peak of a training run with AdamW (measure.train): P = model (moments in the
                           model dtype) or mixed (bfloat16 weights, float32 masters and moments); with
                           --ranks, one rank's, its optimizer over its gradient shards (ZeRO-2)
-  --grad-accum K          with --train: K micro-batches a step (default 1; with --ranks only 1 is
-                          estimated yet)
+  --grad-accum K          with --train: K micro-batches a step (default 1; with --ranks the peak of only 1
+                          is estimated yet)
   --sharding S            with --ranks: none (whole gradients and optimizer on every rank, as DDP), zero1
                           (the optimizer sharded), zero2 (the gradients too; default) or zero3 (the layers'
                           parameters too, gathered per layer)
+
+the time per step (with --seq-len and one --gpu whose peak FLOP/s is known: A100, H100, H200): the FLOPs
+the strategy runs at a fraction of the peak, plus its collectives' bytes over the links, plus the offload
+copies over PCIe, each term printed; nothing of it is measured (docs/estimate.md, "Time per step"):
+  --hfu F                 the fraction of the dense peak the kernels reach on every FLOP they run (default
+                          0.4); MFU is printed from it
+  --nvlink-gbps B         GB/s a GPU sends within its node (default 450: NVLink 4, per direction)
+  --ib-gbps B             GB/s a GPU sends to other nodes (default 50: one 400 Gb/s NDR port a GPU)
+  --pcie-gbps B           GB/s between a GPU and its host (default 64: PCIe 5.0 x16, per direction)
+  --gpus-per-node G       ranks a node (default 8); a collective whose ranks span nodes runs at --ib-gbps
 
 output:
   --verbose               every phase and term of each estimate

@@ -67,6 +67,28 @@ json memory_json(const MemoryEstimate& e) {
           {"phases", phases}};
 }
 
+const char* comm_group_name(CommGroup g) {
+  return g == CommGroup::ulysses ? "ulysses" : g == CommGroup::ring ? "ring" : "world";
+}
+
+json time_json(const StepTime& t, const TimeAssumptions& a) {
+  return {{"gpu", a.gpu},
+          {"peak_tflops", a.peak_tflops},
+          {"hfu", a.hfu},
+          {"nvlink_gbps", a.nvlink_gbps},
+          {"ib_gbps", a.ib_gbps},
+          {"pcie_gbps", a.pcie_gbps},
+          {"gpus_per_node", a.gpus_per_node},
+          {"compute_s", t.compute_s},
+          {"nvlink_s", t.nvlink_s},
+          {"ib_s", t.ib_s},
+          {"pcie_s", t.pcie_s},
+          {"serial_s", t.serial_s()},
+          {"overlapped_s", t.overlapped_s()},
+          {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu()},
+          {"mfu", t.mfu(a)}};
+}
+
 }  // namespace
 
 json estimate_json(const EstimateRequest& r, const EstimateAnswers& a) {
@@ -80,6 +102,19 @@ json estimate_json(const EstimateRequest& r, const EstimateAnswers& a) {
                                   {"hardware", x.flops->hardware()},
                                   {"attention_dense", x.flops->attention_dense}}
                            : json(nullptr);
+    json comm = json::array();
+    for (const CommEstimate* c : {&x.comm, &x.optimizer_comm})
+      for (const auto& k : c->collectives)
+        comm.push_back({{"kind", dist::collective_name(k.kind)},
+                        {"what", k.what},
+                        {"per", c == &x.optimizer_comm ? "step" : "micro-batch"},
+                        {"group", comm_group_name(k.group)},
+                        {"group_ranks", k.group_ranks},
+                        {"calls", k.calls},
+                        {"bytes", k.bytes},
+                        {"wire_bytes", k.wire_bytes()}});
+    row["comm"] = comm;
+    row["time"] = x.time && r.time ? time_json(*x.time, *r.time) : json(nullptr);
     at.push_back(row);
   }
   doc["estimates"] = at;
