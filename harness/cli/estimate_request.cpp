@@ -172,6 +172,7 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
       const OffloadPlan plan = parse_offload_plan(v);
       in.offload = plan.checkpoints;
       offload_optimizer = plan.optimizer;
+      in.offload_params = plan.parameters;
     } else if (a == "--grad-accum") {
       grad_accum = integer(a, v);
     } else if (a == "--sharding") {

@@ -38,6 +38,7 @@ std::string setting_line(const EstimateRequest& r, const std::string& kernel) {
                      in.ranks / in.ulysses_degree, in.ulysses_degree, in.ranks / in.ulysses_degree);
   if (in.offload) s += ", checkpoints offloaded";
   if (in.train && in.train->offload_optimizer) s += ", optimizer offloaded";
+  if (in.offload_params) s += ", parameters offloaded";
   if (in.train) s += fmt::format(", training run (AdamW, precision {})", in.train->mixed ? "mixed" : "model");
   if (in.device == "cuda")
     s += fmt::format(", on cuda: {} attention (terms from PyTorch 2.11's source, not yet measured on a GPU)",
@@ -219,7 +220,8 @@ void print_model_states(const EstimateRequest& r, const EstimateAnswers& a, std:
   const ModelConfig& c = r.in.config;
   const bool offloaded = r.in.train->offload_optimizer;
   const auto ds = deepspeed_model_states(r.in.sharding == "zero3" ? 3 : 2, c.parameter_count(),
-                                         std::max(c.vocab, c.intermediate) * c.hidden, r.in.ranks, offloaded);
+                                         std::max(c.vocab, c.intermediate) * c.hidden, r.in.ranks, offloaded,
+                                         r.in.offload_params);
   const MemoryEstimate& e = a.at_lengths.front().memory;
   out << fmt::format(
       "\nmodel states of one rank (they do not depend on T), beside DeepSpeed's calculator, which knows no "

@@ -117,13 +117,15 @@ std::unique_ptr<Objective> estimated_objective(const std::string& name) {
 }  // namespace
 
 bool offloads_to_host(const EstimateInput& in) {
-  return in.offload || (in.train && in.train->offload_optimizer);
+  return in.offload || (in.train && in.train->offload_optimizer) || in.offload_params;
 }
 
 std::string offload_value(const EstimateInput& in) {
-  const bool optimizer = in.train && in.train->offload_optimizer;
-  return in.offload ? (optimizer ? "checkpoints,optimizer" : "checkpoints")
-                    : (optimizer ? "optimizer" : "none");
+  std::vector<std::string> parts;
+  if (in.offload) parts.push_back("checkpoints");
+  if (in.train && in.train->offload_optimizer) parts.push_back("optimizer");
+  if (in.offload_params) parts.push_back("parameters");
+  return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, ","));
 }
 
 int64_t sequences_for(const std::string& objective, int64_t batch, int64_t group) {
@@ -188,6 +190,15 @@ void check_estimate_input(const EstimateInput& in) {
       std::find(names.begin(), names.end(), in.sharding) == names.end())
     throw std::invalid_argument(
         fmt::format("estimate: unknown sharding '{}' (valid: {})", in.sharding, fmt::join(names, ", ")));
+  if (in.offload_params && (in.sharding != "zero3" || in.ranks < 2))
+    throw std::invalid_argument(
+        fmt::format("estimate: offload parameters keeps ZeRO-3's layer shards in host memory (valid with it: "
+                    "{} with ranks >= 2 and sharding zero3)",
+                    fmt::join(parallel, ", ")));
+  if (in.offload_params && in.train && !in.train->offload_optimizer)
+    throw std::invalid_argument(
+        "estimate: offload parameters in a training run updates the host shards with the host's optimizer "
+        "(valid: optimizer,parameters or checkpoints,optimizer,parameters)");
   if (in.sharding == "zero3" && in.ranks < 2)
     throw std::invalid_argument(
         fmt::format("estimate: sharding zero3 shards the layers over ranks >= 2 (valid: {} with --ranks)",
@@ -425,6 +436,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   if (distributed(*strategy)) {
     e.grads = D.shard(D.embedding_group) + D.shard(D.head_group) + D.layer_shards();
     if (in.sharding == "zero3") shard_layer_parameters(D, layer_parameters(c, adapters), e);
+    if (in.offload_params) offload_layer_shards(D, layer_parameters(c, adapters), in.train.has_value(), e);
     e.base = e.params + e.grads + e.batch;
   }
 
@@ -454,9 +466,9 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     MemoryTerms rank_rows = D;  // a sequence-parallel rank's checkpoints are its rows'
     rank_rows.T = batch_rows;
     const int64_t checkpoints = checkpoints_bytes(rank_rows, strategy->keeps_first_input() ? D.L : D.L - 1);
-    e.host_bytes += checkpoints;                 // beside the optimizer's, where it is offloaded too
-    e.checkpoint_traffic_bytes = 2 * checkpoints;  // each out in the forward, back in the backward
-    e.offload_traffic_bytes += e.checkpoint_traffic_bytes;
+    e.host_bytes += checkpoints;                    // beside the optimizer's, where it is offloaded too
+    e.micro_batch_traffic_bytes += 2 * checkpoints;  // each out in the forward, back in the backward
+    e.offload_traffic_bytes += 2 * checkpoints;
   }
   return e;
 }

@@ -69,6 +69,9 @@ struct EstimateInput {
   // every rank; zero1: the optimizer sharded; zero2: the gradients too; zero3: the layers' parameters too,
   // gathered per layer for the forward and the backward.
   std::string sharding = "zero2";
+  // offload parameters (ZeRO-Infinity's offload_param), with sharding zero3: the layer shards in host memory,
+  // each copied to the device for its gather; in a training run with the optimizer offloaded too.
+  bool offload_params = false;
 };
 
 struct MemoryEstimate {
@@ -88,8 +91,8 @@ struct MemoryEstimate {
   std::vector<PhaseEstimate> phases;  // every phase considered, in the order the strategy runs them
   int64_t host_bytes = 0;             // offload: the host buffers of the layer checkpoints (else 0)
   int64_t offload_traffic_bytes = 0;  // offload: bytes copied between device and host per step (PCIe)
-  int64_t checkpoint_traffic_bytes = 0;  // of them, the checkpoints' (each micro-batch's; the rest: the
-                                         // optimizer's, once a step)
+  int64_t micro_batch_traffic_bytes = 0;  // of them, each micro-batch's (the checkpoints', the parameter
+                                          // shards'); the rest, the optimizer's, once a step
 };
 
 // The model's terms for `in` (memory_terms.h), as estimate_peak takes them: the whole step's (T, N as given,

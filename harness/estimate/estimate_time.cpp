@@ -35,7 +35,7 @@ StepTime estimate_step_time(const EstimateInput& in, const FlopCounts& flops, co
   add(step_comm, micro);
   add(optimizer_comm, 1.0);
   const double copies = static_cast<double>(memory.offload_traffic_bytes) +
-                        (micro - 1) * static_cast<double>(memory.checkpoint_traffic_bytes);
+                        (micro - 1) * static_cast<double>(memory.micro_batch_traffic_bytes);
   t.pcie_s = copies / (a.pcie_gbps * 1e9);
   const bool splits_sequence = make_strategy(in.impl)->sequence_parallel() && in.ranks > 1;
   t.tokens_per_gpu =

@@ -174,4 +174,17 @@ void shard_layer_parameters(const MemoryTerms& D, int64_t layer, MemoryEstimate&
   }
 }
 
+// ZeRO-Infinity's offload_param (dist_common.h: offload_params): the shards leave the device's base for the
+// host. A gather copies the shard to the device and all-gathers from that copy, which dies with the gather:
+// the moment shard_layer_parameters leaves out, so no phase changes. Each step copies every shard in twice.
+// Offloaded, the optimizer's copy-back of a layer slice's new weights (offload_optimizer_to_host's second
+// P s) lands in the host shard.
+void offload_layer_shards(const MemoryTerms& D, int64_t layer, bool training, MemoryEstimate& e) {
+  const int64_t shards = D.L * (D.bucket(layer) / D.ranks);
+  e.params -= shards;
+  e.host_bytes += shards;
+  e.micro_batch_traffic_bytes += 2 * shards;
+  e.offload_traffic_bytes += 2 * shards - (training ? shards : 0);
+}
+
 }  // namespace bpbench::estimate_detail

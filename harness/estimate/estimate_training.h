@@ -26,5 +26,8 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
 // A layer's parameters, every one (frozen ones too), and ZeRO-3's sharding of them in `e`.
 int64_t layer_parameters(const ModelConfig& c, int64_t adapters);
 void shard_layer_parameters(const MemoryTerms& D, int64_t layer, MemoryEstimate& e);
+// offload parameters: those L shards in host memory; each layer's gather, forward and backward, copies its
+// shard in. `training` (the optimizer offloaded too): the new weights of the layer slices stay on the host.
+void offload_layer_shards(const MemoryTerms& D, int64_t layer, bool training, MemoryEstimate& e);
 
 }  // namespace bpbench::estimate_detail

@@ -229,7 +229,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
   // One checkpoint store for every step of the cell: offloaded, its host buffers are allocated by the first
   // step (warm-up) and reused.
   const auto store = make_checkpoint_store(parse_offload(c.offload), device);
-  const bool offloads = store->offload() != Offload::none;
+  const bool offloads = parse_offload_plan(c.offload).any();  // checkpoints, or ZeRO-3's shards
   const StepInputs in{model, batch, *objective, Partitioning{c.partition, c.logits_partition},
                       strategy.uses_offload() ? store.get() : nullptr};
   const CellStep step{strategy, in, model.trainable_parameters(), device, *timer, dist_strategy != nullptr,

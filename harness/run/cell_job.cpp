@@ -66,6 +66,16 @@ std::optional<std::string> skip_reason(const Strategy& strategy, const CellJob& 
   if (parse_offload_plan(job.cell.offload).optimizer && !job.settings.measure.train)
     return std::string(
         "offload optimizer moves a training run's AdamW tensors to the host (valid with it: measure.train)");
+  if (const OffloadPlan plan = parse_offload_plan(job.cell.offload); plan.parameters) {
+    if (!is_distributed(strategy) || job.cell.sharding != "zero3")
+      return std::string(
+          "offload parameters keeps ZeRO-3's layer shards in host memory (valid with it: a distributed "
+          "strategy with sharding zero3)");
+    if (job.settings.measure.train && !plan.optimizer)
+      return std::string(
+          "offload parameters in a training run updates the host shards with the host's optimizer (valid: "
+          "optimizer,parameters or checkpoints,optimizer,parameters)");
+  }
   if (parse_offload(job.cell.offload) != Offload::none && !strategy.uses_offload())
     return fmt::format("{} keeps no layer checkpoints in a store it could offload (offload applies to {})",
                        strategy.name(), fmt::join(offloading_strategy_names(), ", "));
@@ -103,13 +113,16 @@ CellResult result_for(const CellJob& job, std::string status) {
 
 std::unique_ptr<Strategy> strategy_of(const Cell& cell) {
   auto strategy = make_strategy(cell.impl);
-  if ((cell.ulysses_degree == 1 && cell.sharding == "zero2") || !is_distributed(*strategy)) return strategy;
+  const bool offload_params = parse_offload_plan(cell.offload).parameters;
+  if ((cell.ulysses_degree == 1 && cell.sharding == "zero2" && !offload_params) || !is_distributed(*strategy))
+    return strategy;
   dist::DistOptions options = dist::default_dist_options();
   options.ulysses_degree = cell.ulysses_degree;
   const dist::DistOptions sharding = dist::DistOptions::of_sharding(cell.sharding);
   options.shard_params = sharding.shard_params;
   options.whole_gradients = sharding.whole_gradients;
   options.shard_optimizer = sharding.shard_optimizer;
+  options.offload_params = offload_params && sharding.shard_params;
   return make_distributed_strategy(cell.impl, options);
 }
 
@@ -167,6 +180,7 @@ EstimateInput estimate_input_of(const Cell& c, int64_t threads, const std::strin
   in.lora_rank = c.lora_rank;
   in.threads = threads;
   in.offload = parse_offload(c.offload) != Offload::none;
+  in.offload_params = parse_offload_plan(c.offload).parameters;
   in.device = device;  // cuda: the CUDA attention kernels' terms (float64 there: no estimate)
   in.train = train;
   in.ranks = ranks;

@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/sequence_parallel.h"
+#include "profiles/host_memory.h"
 #include "profiles/memory.h"
 
 namespace bpbench::dist {
@@ -133,7 +135,8 @@ struct LayerParams {
   std::vector<std::vector<int64_t>> shapes;
   std::vector<int64_t> offsets;
   int64_t numel = 0, padded = 0;
-  torch::Tensor shard;  // (padded / R)
+  torch::Tensor shard;   // (padded / R)
+  bool on_host = false;  // offload parameters: the shard in host memory
   bool gathered = false;
 };
 
@@ -166,6 +169,13 @@ bool holds_sharded(const std::vector<LayerParams>& layers, const Model& m) {
   for (size_t i = 0; i < layers.size(); ++i)
     if (seen[i] != layers[i].params.size()) return false;
   return true;
+}
+
+// What a layer's all_gather sends: its shard, or (offload parameters) a copy of it on the layer's device,
+// made in the same code on the CPU as on a GPU so that its bytes are the device's.
+torch::Tensor on_device(const LayerParams& lp) {
+  if (!lp.on_host) return lp.shard;
+  return lp.shard.to(lp.params.front().device(), /*non_blocking=*/false, /*copy=*/true);
 }
 
 }  // namespace
@@ -242,7 +252,7 @@ void DistStrategy::restore_parameters(Model& model) const {
   MemoryScope scope(Category::params);
   for (size_t i = 0; i < state_->layers.size(); ++i) {
     auto& lp = state_->layers[i];
-    auto full = comm->all_gather(lp.shard, fmt::format("layer {} parameters (restore)", i));
+    auto full = comm->all_gather(on_device(lp), fmt::format("layer {} parameters (restore)", i));
     for (size_t k = 0; k < lp.params.size(); ++k)
       lp.params[k].set_data(
           full.narrow(0, lp.offsets[k], c10::multiply_integers(lp.shapes[k])).view(lp.shapes[k]).clone());
@@ -398,10 +408,17 @@ void DistStep::shard_parameters() {
     lp.numel += p.tensor.numel();
   }
   const int64_t rank = comm_->rank();
+  const bool host = strategy_.options_.offload_params;
   for (auto& lp : st.layers) {
     lp.padded = round_up(lp.numel, R);
     const int64_t per_rank = lp.padded / R;
-    lp.shard = torch::zeros({per_rank}, lp.params.front().options().requires_grad(false));
+    {
+      std::optional<profiles::HostMemoryScope> on_host;
+      if (host) on_host.emplace();
+      auto options = lp.params.front().options().requires_grad(false);
+      lp.shard = torch::zeros({per_rank}, host ? options.device(torch::kCPU) : options);
+      lp.on_host = host;
+    }
     // Elements [rank per_rank, (rank+1) per_rank) of the flat layer, copied parameter by parameter.
     const int64_t lo = rank * per_rank, hi = lo + per_rank;
     for (size_t k = 0; k < lp.params.size(); ++k) {
@@ -489,7 +506,7 @@ void DistStep::gather_layer(int64_t i) {
   if (lp.gathered) return;
   PhaseScope phase(fmt::format("layer {} all_gather", i));
   MemoryScope scope(Category::params);
-  auto full = comm_->all_gather(lp.shard, fmt::format("layer {} parameters", i));  // (padded)
+  auto full = comm_->all_gather(on_device(lp), fmt::format("layer {} parameters", i));  // (padded)
   for (size_t k = 0; k < lp.params.size(); ++k)
     lp.params[k].set_data(
         full.narrow(0, lp.offsets[k], c10::multiply_integers(lp.shapes[k])).view(lp.shapes[k]));

@@ -39,6 +39,9 @@ std::string sequence_parallel_balance_refusal(int64_t seq_len, int64_t multiple)
 
 struct DistOptions {
   bool shard_params = false;  // ZeRO-3-style: a layer's parameters live as shards, gathered around each use
+  // offload parameters (ZeRO-Infinity's offload_param), with shard_params: the shards live in host memory
+  // (profiles/host_memory.h), each copied to the device before its all_gather.
+  bool offload_params = false;
   // sharding none and zero1: every rank all-reduces each gradient group whole and keeps all of it (DDP's
   // gradients); zero2 and zero3 reduce-scatter it and keep one shard.
   bool whole_gradients = false;

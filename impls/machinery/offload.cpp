@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -85,17 +86,27 @@ class HostCopyStore final : public CheckpointStore {
 }  // namespace
 
 const std::vector<std::string>& offload_names() {
-  static const std::vector<std::string> names = {"none", "checkpoints", "optimizer", "checkpoints,optimizer"};
+  static const std::vector<std::string> names = {"none",
+                                                 "checkpoints",
+                                                 "optimizer",
+                                                 "parameters",
+                                                 "checkpoints,optimizer",
+                                                 "checkpoints,parameters",
+                                                 "optimizer,parameters",
+                                                 "checkpoints,optimizer,parameters"};
   return names;
 }
 
 OffloadPlan parse_offload_plan(const std::string& name) {
-  if (name == "none") return {};
-  if (name == "checkpoints") return {true, false};
-  if (name == "optimizer") return {false, true};
-  if (name == "checkpoints,optimizer") return {true, true};
-  throw std::invalid_argument(
-      fmt::format("unknown offload '{}' (valid: {})", name, fmt::join(offload_names(), ", ")));
+  const auto& names = offload_names();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw std::invalid_argument(
+        fmt::format("unknown offload '{}' (valid: {})", name, fmt::join(offload_names(), ", ")));
+  OffloadPlan plan;
+  plan.checkpoints = name.find("checkpoints") != std::string::npos;
+  plan.optimizer = name.find("optimizer") != std::string::npos;
+  plan.parameters = name.find("parameters") != std::string::npos;
+  return plan;
 }
 
 Offload parse_offload(const std::string& name) {

@@ -37,15 +37,16 @@ namespace bpbench {
 
 enum class Offload { none, checkpoints };
 
-// A cell's `offload`: "none", or what goes to host memory as a comma-separated list: checkpoints (the layer
-// inputs, in a CheckpointStore below), optimizer (a training run's AdamW tensors and its step on the host's
-// CPU, harness/run/train_optimizer.h).
+// A cell's `offload`: "none", or what goes to host memory as a comma-separated list, in this order:
+// checkpoints (the layer inputs, in a CheckpointStore below), optimizer (a training run's AdamW tensors and
+// its step on the host's CPU, harness/run/train_optimizer.h), parameters (ZeRO-3's layer shards, each copied
+// to the device for its gather, as ZeRO-Infinity's offload_param: dist_common.h).
 struct OffloadPlan {
-  bool checkpoints = false, optimizer = false;
-  bool any() const { return checkpoints || optimizer; }
+  bool checkpoints = false, optimizer = false, parameters = false;
+  bool any() const { return checkpoints || optimizer || parameters; }
 };
 
-// "none", "checkpoints", "optimizer", "checkpoints,optimizer"
+// "none", then every non-empty list of checkpoints, optimizer, parameters in that order.
 const std::vector<std::string>& offload_names();
 OffloadPlan parse_offload_plan(const std::string& name);  // throws std::invalid_argument listing the names
 Offload parse_offload(const std::string& name);           // the checkpoints' part of the plan

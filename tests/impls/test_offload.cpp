@@ -20,11 +20,14 @@ using profiles::MemoryRecorder;
 
 TEST(Offload, NamesParseAndUnknownOnesAreRefused) {
   EXPECT_EQ(offload_names(),
-            (std::vector<std::string>{"none", "checkpoints", "optimizer", "checkpoints,optimizer"}));
+            (std::vector<std::string>{"none", "checkpoints", "optimizer", "parameters",
+                                      "checkpoints,optimizer", "checkpoints,parameters",
+                                      "optimizer,parameters", "checkpoints,optimizer,parameters"}));
   for (const auto& name : offload_names()) {  // the plan, and its checkpoints' part
     const OffloadPlan plan = parse_offload_plan(name);
     EXPECT_EQ(plan.checkpoints, name.find("checkpoints") != std::string::npos) << name;
     EXPECT_EQ(plan.optimizer, name.find("optimizer") != std::string::npos) << name;
+    EXPECT_EQ(plan.parameters, name.find("parameters") != std::string::npos) << name;
     EXPECT_EQ(offload_name(parse_offload(name)), std::string(plan.checkpoints ? "checkpoints" : "none"));
   }
   try {
@@ -32,8 +35,11 @@ TEST(Offload, NamesParseAndUnknownOnesAreRefused) {
     FAIL() << "accepted an unknown offload";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()),
-              "unknown offload 'activations' (valid: none, checkpoints, optimizer, checkpoints,optimizer)");
+              "unknown offload 'activations' (valid: none, checkpoints, optimizer, parameters, "
+              "checkpoints,optimizer, checkpoints,parameters, optimizer,parameters, "
+              "checkpoints,optimizer,parameters)");
   }
+  EXPECT_THROW(parse_offload_plan("parameters,optimizer"), std::invalid_argument);  // one spelling a plan
   EXPECT_EQ(offloading_strategy_names(),
             (std::vector<std::string>{"checkpoint", "checkpoint-chunked-head", "mst", "streambp",
                                       "streambp-ulysses", "streambp-ring"}));

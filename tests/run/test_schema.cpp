@@ -112,6 +112,8 @@ TEST(Schemas, TheScenarioSchemaListsExactlyTheKeysTheParserTakes) {
   const json offloads = offload_names();
   EXPECT_EQ(schema.at("$defs").at("offload").at("enum"), offloads);
   EXPECT_EQ(results_schema().at("$defs").at("axes").at("properties").at("offload").at("enum"), offloads);
+  EXPECT_EQ(estimate_schema().at("properties").at("setting").at("properties").at("offload").at("enum"),
+            offloads);
 }
 
 TEST(Schemas, TheCommittedResultsFixturesValidate) {

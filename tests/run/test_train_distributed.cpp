@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -205,6 +206,12 @@ TEST_F(TrainDistributed, EveryStrategyOnThreeRanksWithAndWithoutTheOptimizerOffl
   expect_trajectories(3, 1, {"zero2", "zero3"}, {"none", "optimizer"});
 }
 
+// ZeRO-Infinity's offload: zero3's layer shards in host memory beside the optimizer, each copied to the
+// device for its gather; every strategy on 2 ranks, the device and host peaks against the estimate.
+TEST_F(TrainDistributed, EveryStrategyWithTheParametersOffloadedFollowsOneProcess) {
+  expect_trajectories(2, 1, {"zero3"}, {"optimizer,parameters"});
+}
+
 // The ring strategies' 2-D mesh (Ulysses over the 2 ranks inside a ring of one) under every sharding, one
 // micro-batch a step: the trajectories, and none's and zero1's peaks against their estimate too.
 TEST_F(TrainDistributed, TheMeshUnderEveryShardingFollowsOneProcess) {
@@ -230,6 +237,7 @@ TEST_F(TrainDistributed, ZeroThreeStepPeaksAreTheEstimateWithTheGatheredLayer) {
                           {{"model", "small-text"},
                            {"impl", {"streambp-dist", "streambp-ulysses"}},
                            {"sharding", {"zero2", "zero3"}},
+                           {"offload", {"none", "parameters"}},
                            {"seq_len", 2048},
                            {"partition", 128},
                            {"logits_partition", 128}}},
@@ -241,12 +249,31 @@ TEST_F(TrainDistributed, ZeroThreeStepPeaksAreTheEstimateWithTheGatheredLayer) {
                             .c_str()),
             0);
   const json cells = testing::json_file(out / "results.json")["cells"];
-  ASSERT_EQ(cells.size(), 4u);
+  ASSERT_EQ(cells.size(), 8u);
+  std::map<std::string, int64_t> peak;  // by impl, sharding and offload
   for (const auto& cell : cells) {
+    const auto& a = cell["axes"];
+    if (a["sharding"] == "zero2" && a["offload"] == "parameters") {  // nothing sharded to offload
+      EXPECT_EQ(cell["status"], "skipped");
+      EXPECT_EQ(cell["reason"],
+                "offload parameters keeps ZeRO-3's layer shards in host memory (valid with it: a distributed "
+                "strategy with sharding zero3)");
+      continue;
+    }
     ASSERT_EQ(cell["status"], "ok") << cell.dump();
     expect_peaks_at_estimate(cell, 1);
-    if (cell["axes"]["sharding"] == "zero3")  // less than zero2's: L - 1 layers' parameters are shards
-      EXPECT_LT(cell["memory"]["peak_bytes"].get<int64_t>(), cells[0]["memory"]["peak_bytes"].get<int64_t>());
+    const std::string key = a["impl"].get<std::string>() + " " + a["sharding"].get<std::string>();
+    peak[key + " " + a["offload"].get<std::string>()] = cell["memory"]["peak_bytes"];
+    if (a["offload"] == "parameters") {
+      // The L layer shards are the host's, to the byte; the device has each copy only during its gather.
+      EXPECT_EQ(cell["ranks"][0]["host_peak_bytes"], cell["memory"]["estimate_host_bytes"]) << key;
+      EXPECT_GT(cell["memory"]["estimate_host_bytes"].get<int64_t>(), 0);
+    }
+  }
+  for (const std::string impl : {"streambp-dist", "streambp-ulysses"}) {
+    // zero3 below zero2 (L - 1 layers' parameters are shards), and below that with the shards on the host.
+    EXPECT_LT(peak[impl + " zero3 none"], peak[impl + " zero2 none"]);
+    EXPECT_LT(peak[impl + " zero3 parameters"], peak[impl + " zero3 none"]);
   }
 }
 
