@@ -113,7 +113,9 @@ offload: "checkpoints" keeps the layer checkpoints of
   @OFFLOADING@ in host memory (pinned, copied on a side stream and prefetched a layer ahead on a GPU; the same code with
   synchronous copies on the CPU); results add memory.host_peak_bytes beside the device's peak_bytes.
   "optimizer" (a training run's): AdamW's tensors and its step in host memory, on the host's CPU;
-  "checkpoints,optimizer": both.
+  "parameters" (sharding zero3; in a training run with "optimizer"): the layers' parameter shards in host
+  memory, copied to the device for each gather (ZeRO-Infinity's offload_param); a list takes several, in the
+  order checkpoints,optimizer,parameters.
 data: a JSON list of token-id lists for SFT cells, cropped or padded to seq_len (needs batch x world_size
   sequences); results record the file's name and SHA-256.
 world_size: ranks, started as local processes, for

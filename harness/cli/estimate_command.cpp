@@ -71,10 +71,12 @@ the setting (as a scenario's grid names it):
   --lora-rank R           LoRA adapters of rank R (default 0: full fine-tuning)
   --threads N             CPU threads of the run (default: every core, as `bpbench run`); the CPU attention
                           kernel keeps a scratch block per thread
-  --offload O             none | checkpoints | optimizer | checkpoints,optimizer: what goes to host memory,
-                          the layer checkpoints (pinned) and with --train AdamW's tensors and step (as
-                          DeepSpeed's CPU Adam); adds the host bytes and the bytes copied per step
-                          (default none)
+  --offload O             none, or a list of checkpoints, optimizer, parameters in that order: what goes
+                          to host memory: the layer checkpoints (pinned); with --train AdamW's tensors and
+                          step (as DeepSpeed's CPU Adam); with --ranks and --sharding zero3 the layers'
+                          parameter shards, copied in for each gather (ZeRO-Infinity's offload_param; in a
+                          training run with the optimizer). Adds the host bytes and the bytes copied per
+                          step (default none)
   --device D              cpu | cuda: whose attention kernel the terms model (default cpu, measured to the
                           byte; --gpu: cuda). cuda: FlashAttention-2 for bfloat16, the memory-efficient
                           kernel for float32, as PyTorch 2.11 allocates them (not yet measured on a GPU)

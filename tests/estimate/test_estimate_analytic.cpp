@@ -263,6 +263,50 @@ int64_t cpu_backward_scratch(int64_t T, int64_t s) {
 // (N, round128(T), Hq, hd_r) and softmax_d (N, Hq, round128(T)) float32, and with GQA dK/dV expanded to Hq
 // heads (N, T, Hq, hd) each; it has no per-thread scratch. Flash saves what the CPU kernel saves, so nothing
 // else changes.
+// offload parameters (ZeRO-Infinity): zero3's L layer shards move from the device's base to the host, and
+// every step copies each in twice (its two gathers); refused outside zero3 and, training, without the
+// optimizer offloaded.
+TEST(Estimate, OffloadedParametersMoveTheLayerShardsToTheHost) {
+  EstimateInput in;
+  in.config = find_model_preset("small");
+  in.seq_len = 512;
+  in.impl = "streambp-ring";
+  in.partition = 128;
+  in.logits_partition = 128;
+  in.ranks = 3;
+  in.sharding = "zero3";
+  const MemoryEstimate kept = estimate_peak(in);
+  in.offload_params = true;
+  const MemoryEstimate offloaded = estimate_peak(in);
+  const ModelConfig& c = in.config;
+  const int64_t layer = (c.parameter_count() - 2 * c.vocab * c.hidden - c.hidden) / c.layers;  // untied
+  const int64_t shards = c.layers * (layer + 2) / 3 * 4;  // padded to a multiple of 3, float32
+  EXPECT_EQ(kept.peak_bytes - offloaded.peak_bytes, shards);
+  EXPECT_EQ(kept.base - offloaded.base, shards);
+  EXPECT_EQ(offloaded.host_bytes, shards);
+  EXPECT_EQ(offloaded.offload_traffic_bytes, 2 * shards);
+  EXPECT_EQ(offloaded.dominant_phase, kept.dominant_phase);
+  in.sharding = "zero2";
+  EXPECT_THROW(estimate_peak(in), std::invalid_argument);
+  in.sharding = "zero3";
+  in.train = TrainEstimate{};
+  try {
+    estimate_peak(in);
+    ADD_FAILURE() << "a training run with the parameters offloaded and the optimizer on the device";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "estimate: offload parameters in a training run updates the host shards with the host's "
+              "optimizer (valid: optimizer,parameters or checkpoints,optimizer,parameters)");
+  }
+  in.train->offload_optimizer = true;
+  const MemoryEstimate run = estimate_peak(in);
+  EXPECT_EQ(run.host_bytes - shards, [&] {
+    EstimateInput optimizer_only = in;
+    optimizer_only.offload_params = false;
+    return estimate_peak(optimizer_only).host_bytes;
+  }());
+}
+
 TEST(EstimateCuda, FlashBackwardHoldsDqAccumulatorAndExpandedDkDv) {
   const int64_t N = 2, T = 200, T128 = 256, Hq = 4, hd = 64, Aq = 256, s = 2;
   const MemoryEstimate cpu = estimate_peak(small_cell(torch::kBFloat16, "checkpoint", T, "cpu"));
