@@ -83,8 +83,8 @@ the setting (as a scenario's grid names it):
   --train P               the peak of a training run with AdamW (measure.train): P = model (moments in the
                           model dtype) or mixed (bfloat16 weights, float32 masters and moments); with
                           --ranks, one rank's, its optimizer over its gradient shards (ZeRO-2)
-  --grad-accum K          with --train: K micro-batches a step (default 1; with --ranks the peak of only 1
-                          is estimated yet)
+  --grad-accum K          with --train: K micro-batches a step (default 1); with --ranks every gradient
+                          shard is alive from the second micro-batch on
   --sharding S            with --ranks: none (whole gradients and optimizer on every rank, as DDP), zero1
                           (the optimizer sharded), zero2 (the gradients too; default) or zero3 (the layers'
                           parameters too, gathered per layer)

@@ -180,12 +180,6 @@ void check_estimate_input(const EstimateInput& in) {
   if (data_parallel && in.ranks < 2)
     throw std::invalid_argument(
         fmt::format("estimate: {} is distributed: one rank of ranks >= 2 is estimated (--ranks)", in.impl));
-  if (data_parallel && in.train && in.train->grad_accum > 1)
-    throw std::invalid_argument(
-        fmt::format("estimate: a training run of {} with grad_accum {} is not estimated yet (its "
-                    "micro-batches keep every "
-                    "gradient shard through the step; valid: grad_accum 1)",
-                    in.impl, in.train->grad_accum));
   if (const auto names = dist::sharding_names();
       std::find(names.begin(), names.end(), in.sharding) == names.end())
     throw std::invalid_argument(
@@ -332,6 +326,7 @@ MemoryTerms estimate_terms(const EstimateInput& in) {
   // Data parallel: the trainable elements of each gradient group (impls/machinery/dist_common.h).
   D.ranks = in.ranks;
   D.whole_gradients = dist::DistOptions::of_sharding(in.sharding).whole_gradients;
+  D.accumulating = in.train && in.train->grad_accum > 1 && in.ranks > 1;
   D.ulysses = in.ulysses_degree;
   D.tied = c.tie_embeddings;
   if (D.full) {
@@ -466,7 +461,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     MemoryTerms rank_rows = D;  // a sequence-parallel rank's checkpoints are its rows'
     rank_rows.T = batch_rows;
     const int64_t checkpoints = checkpoints_bytes(rank_rows, strategy->keeps_first_input() ? D.L : D.L - 1);
-    e.host_bytes += checkpoints;                    // beside the optimizer's, where it is offloaded too
+    e.host_bytes += checkpoints;                     // beside the optimizer's, where it is offloaded too
     e.micro_batch_traffic_bytes += 2 * checkpoints;  // each out in the forward, back in the backward
     e.offload_traffic_bytes += 2 * checkpoints;
   }

@@ -210,6 +210,9 @@ struct MemoryTerms {
   int64_t shard(int64_t numel) const { return whole_gradients ? bucket(numel) : bucket(numel) / ranks; }
   // sharding none and zero1: each rank keeps every group's whole reduced gradient, not a shard.
   bool whole_gradients = false;
+  // A training step of several micro-batches (grad_accum > 1): from the second on, every phase holds every
+  // gradient shard of the step so far, which each group's reduction adds into (dist_common.h).
+  bool accumulating = false;
 
   // dK/dV accumulators of streambp: float32 for a bfloat16 model, else the model dtype.
   int64_t acc() const { return s == 2 ? 4 : s; }

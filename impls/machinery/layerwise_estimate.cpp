@@ -160,8 +160,21 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
   const int64_t embedding_bucket = D.embedding_group ? D.bucket(D.embedding_group) : 0;
   const int64_t layer_input = D.N * D.T * D.d * D.s;  // one (N, T, d) checkpoint
   auto starts = [](const std::string& name, const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  const int64_t embedding_shard = D.embedding_group ? D.shard(D.embedding_group) : 0;
+  const int64_t every_shard = embedding_shard + head_shard + D.layer_shards();
   for (auto& p : phases) {
-    if (starts(p.name, "head")) {  // open_head: the head's bucket; tied, the embedding's (the LM head's) too
+    if (D.accumulating) {
+      // A later micro-batch: every shard alive through it, beside the buckets its phase has open.
+      p.terms.push_back({"every gradient shard of the step's earlier micro-batches", every_shard});
+      if (starts(p.name, "head") && D.head_group)
+        p.terms.push_back({"the head group's gradient bucket", D.bucket(D.head_group)});
+      if ((starts(p.name, "head") || starts(p.name, "layer")) && D.tied && embedding_bucket)
+        p.terms.push_back(
+            {"the embedding's gradient bucket (tied: open from the head on)", embedding_bucket});
+      if (starts(p.name, "layer") && layer_bucket)
+        p.terms.push_back({"this layer's gradient bucket", layer_bucket});
+    } else if (starts(p.name,
+                      "head")) {  // open_head: the head's bucket; tied, the embedding's (the LM head's) too
       if (D.head_group) p.terms.push_back({"the head group's gradient bucket", D.bucket(D.head_group)});
       if (D.tied && embedding_bucket)
         p.terms.push_back(
@@ -212,6 +225,7 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
     p.add("the embedding's dense gradient: V*d*s", D.V * D.d * D.s);
     p.add("the embedding's gradient bucket", embedding_bucket);
     p.add("the head's and every layer's gradient shards", head_shard + D.layer_shards());
+    if (D.accumulating) p.add("the embedding's gradient shard (the earlier micro-batches')", embedding_shard);
     phases.push_back(p.done());
   }
   return phases;

@@ -128,24 +128,24 @@ void expect_same_run(const json& cell, const json& ref) {
   }
 }
 
-// Every rank's peak against the estimate the cell records (one rank's, the most: zero2 and zero3, one
-// micro-batch a step). Measured: rank 0 to the byte for the data-parallel and the StreamBP strategies, 8
-// bytes above for ulysses and ring (a loss scalar of their step's peak phase); the last rank 32 bytes below
-// (its padding elements have no moments).
-void expect_peaks_at_estimate(const json& cell, int64_t grad_accum) {
-  if (grad_accum > 1) {
-    EXPECT_TRUE(cell["memory"]["estimate_bytes"].is_null()) << "micro-batches have none yet";
-    return;
-  }
+// Every rank's peak against the estimate the cell records (one rank's, the most). Measured: rank 0 to the
+// byte for the data-parallel and the StreamBP strategies, 8 bytes above for ulysses and ring (a loss scalar
+// of their step's peak phase); the last rank 32 bytes below (its padding elements have no moments); with
+// micro-batches (every shard alive from the second on) within 20 bytes (their loss scalars).
+void expect_peaks_at_estimate(const json& cell, int64_t grad_accum = 1) {
   const int64_t estimate = cell["memory"]["estimate_bytes"].get<int64_t>();
   const bool offloaded = cell["axes"]["offload"] != "none";
   for (const auto& rank : cell["ranks"]) {
     // zero3: within 2% (streambp-ulysses reads 0.5% to 1.0% above, not yet explained: docs/estimate.md's
-    // known gaps; the others within 64 bytes).
-    const int64_t slack = cell["axes"]["sharding"] == "zero3" ? estimate / 50 : 64;
+    // known gaps); so is streambp-ulysses under sharding none with micro-batches (0.27% above here: one
+    // (N, c, d) tensor more in its MLP chunks); the others within 64 bytes.
+    const bool gap =
+        cell["axes"]["sharding"] == "zero3" ||
+        (cell["axes"]["sharding"] == "none" && cell["axes"]["impl"] == "streambp-ulysses" && grad_accum > 1);
+    const int64_t slack = gap ? estimate / 50 : 64;
     EXPECT_LE(std::abs(rank["peak_bytes"].get<int64_t>() - estimate), slack)
-        << cell["axes"]["impl"] << " rank " << rank["rank"] << ": measured " << rank["peak_bytes"]
-        << ", estimate " << estimate;
+        << cell["axes"]["impl"] << " " << cell["axes"]["sharding"] << " " << cell["axes"]["offload"]
+        << " rank " << rank["rank"] << ": measured " << rank["peak_bytes"] << ", estimate " << estimate;
     // The optimizer's host bytes within 2%: its step's two temporaries are bounded by a layer's widest
     // tensor where the rank's slice holds a narrower one (docs/estimate.md, known gaps: 1.7% here).
     if (offloaded) {
@@ -196,7 +196,7 @@ void TrainDistributed::expect_trajectories(int64_t ranks, int64_t grad_accum, co
   EXPECT_EQ(ran, 6 * shardings.size() * offload.size());  // 2 data parallel + 4 sequence parallel
 }
 
-// Every sharding, 2 micro-batches a step (no estimate yet: the test holds it null).
+// Every sharding, 2 micro-batches a step: the gradient shards accumulate from the second on.
 TEST_F(TrainDistributed, EveryStrategyAndShardingOnTwoRanksWithMicroBatchesFollowsOneProcess) {
   expect_trajectories(2, 2, {"none", "zero1", "zero2", "zero3"}, {"none"});
 }
@@ -222,7 +222,7 @@ TEST_F(TrainDistributed, TheMeshUnderEveryShardingFollowsOneProcess) {
   ASSERT_EQ(cells.size(), 8u);
   for (const auto& cell : cells) {
     expect_same_run(cell, ref);
-    expect_peaks_at_estimate(cell, 1);
+    expect_peaks_at_estimate(cell);
     expect_collectives_at_estimate(cell);
   }
 }
@@ -261,7 +261,7 @@ TEST_F(TrainDistributed, ZeroThreeStepPeaksAreTheEstimateWithTheGatheredLayer) {
       continue;
     }
     ASSERT_EQ(cell["status"], "ok") << cell.dump();
-    expect_peaks_at_estimate(cell, 1);
+    expect_peaks_at_estimate(cell);
     const std::string key = a["impl"].get<std::string>() + " " + a["sharding"].get<std::string>();
     peak[key + " " + a["offload"].get<std::string>()] = cell["memory"]["peak_bytes"];
     if (a["offload"] == "parameters") {
