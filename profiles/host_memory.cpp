@@ -12,6 +12,7 @@ namespace {
 std::atomic<bool> g_host_scope{false};
 std::atomic<int64_t> g_live{0};
 std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_transfers{0};
 
 }  // namespace
 
@@ -45,6 +46,18 @@ int64_t host_peak_bytes() {
 
 void reset_host_peak() {
   g_peak.store(g_live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void count_host_transfer(int64_t bytes) {
+  g_transfers.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+int64_t host_transfer_bytes() {
+  return g_transfers.load(std::memory_order_relaxed);
+}
+
+void reset_host_transfers() {
+  g_transfers.store(0, std::memory_order_relaxed);
 }
 
 std::optional<int64_t> host_available_bytes() {

@@ -36,6 +36,14 @@ int64_t host_live_bytes();
 int64_t host_peak_bytes();  // since the last reset_host_peak()
 void reset_host_peak();     // peak := live
 
+// Bytes copied between the device and host memory by offload (each copy counted once, at the device tensor's
+// size: what PCIe carries on a GPU): the checkpoint stores' puts and fetches, the offloaded optimizer's
+// gradients out and weights back, the offloaded parameter shards copied in for their gathers. Counted the
+// same on the CPU, where "device" and host are one memory, so the estimate's traffic is checked there.
+void count_host_transfer(int64_t bytes);
+int64_t host_transfer_bytes();  // since the last reset_host_transfers()
+void reset_host_transfers();
+
 // The machine's available memory now (MemAvailable of /proc/meminfo: free memory plus what the page cache
 // would give back); nullopt where it cannot be read.
 std::optional<int64_t> host_available_bytes();

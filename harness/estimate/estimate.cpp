@@ -465,6 +465,8 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     e.micro_batch_traffic_bytes += 2 * checkpoints;  // each out in the forward, back in the backward
     e.offload_traffic_bytes += 2 * checkpoints;
   }
+  // A training step's micro-batches each copy their checkpoints and shards; the optimizer's copies are once.
+  if (in.train) e.offload_traffic_bytes += (in.train->grad_accum - 1) * e.micro_batch_traffic_bytes;
   return e;
 }
 

@@ -90,7 +90,9 @@ struct MemoryEstimate {
   std::string attention_kernel;       // what the attention terms model: cpu-fused, flash or efficient
   std::vector<PhaseEstimate> phases;  // every phase considered, in the order the strategy runs them
   int64_t host_bytes = 0;             // offload: the host buffers of the layer checkpoints (else 0)
-  int64_t offload_traffic_bytes = 0;  // offload: bytes copied between device and host per step (PCIe)
+  // offload: bytes copied between device and host per step (PCIe; a training step's, its micro-batches'
+  // included), what a cell measures as memory.host_copy_bytes (profiles/host_memory.h)
+  int64_t offload_traffic_bytes = 0;
   int64_t micro_batch_traffic_bytes = 0;  // of them, each micro-batch's (the checkpoints', the parameter
                                           // shards'); the rest, the optimizer's, once a step
 };

@@ -34,9 +34,7 @@ StepTime estimate_step_time(const EstimateInput& in, const FlopCounts& flops, co
   };
   add(step_comm, micro);
   add(optimizer_comm, 1.0);
-  const double copies = static_cast<double>(memory.offload_traffic_bytes) +
-                        (micro - 1) * static_cast<double>(memory.micro_batch_traffic_bytes);
-  t.pcie_s = copies / (a.pcie_gbps * 1e9);
+  t.pcie_s = static_cast<double>(memory.offload_traffic_bytes) / (a.pcie_gbps * 1e9);  // micro-batches in
   const bool splits_sequence = make_strategy(in.impl)->sequence_parallel() && in.ranks > 1;
   t.tokens_per_gpu =
       static_cast<int64_t>(micro) * in.sequences * in.seq_len / (splits_sequence ? in.ranks : 1);

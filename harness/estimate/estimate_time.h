@@ -34,10 +34,11 @@ struct StepTime {
 };
 
 // A training step of `in` (its grad_accum micro-batches; in.train unset: one forward + backward): `flops`
-// and `step_comm` of one micro-batch, `optimizer_comm` once, the offload copies of `memory` (the checkpoints'
-// each micro-batch). A collective crosses nodes where its group does: the world and the mesh's rings when
-// ranks > gpus_per_node, a Ulysses group when it is larger than a node. Not modelled: each call's latency,
-// the optimizer step's own time (on the host's CPU when offloaded), the host's side of a copy.
+// and `step_comm` of one micro-batch, `optimizer_comm` once, the offload copies of `memory`
+// (offload_traffic_bytes, every micro-batch's). A collective crosses nodes where its group does: the world
+// and the mesh's rings when ranks > gpus_per_node, a Ulysses group when it is larger than a node. Not
+// modelled: each call's latency, the optimizer step's own time (on the host's CPU when offloaded), the host's
+// side of a copy.
 StepTime estimate_step_time(const EstimateInput& in, const FlopCounts& flops, const CommEstimate& step_comm,
                             const CommEstimate& optimizer_comm, const MemoryEstimate& memory,
                             const TimeAssumptions& a);

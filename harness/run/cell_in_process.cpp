@@ -152,7 +152,9 @@ void measure_training(const CellJob& job, const Strategy& strategy, Model& model
     if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, run_shape, world)) {
       mem.estimate_bytes = e->peak_bytes;
       if (offload.any()) mem.estimate_host_bytes = e->host_bytes;
+      if (offload.any()) mem.estimate_host_copy_bytes = e->offload_traffic_bytes;
     }
+    if (offload.any() && !run.steps.empty()) mem.host_copy_bytes = run.steps.back().host_copy_bytes;
     r.memory = mem;
   }
   std::vector<double> seconds;
@@ -247,6 +249,7 @@ void measure_cell(const CellJob& job, const Strategy& strategy, CellResult& r) {
     if (auto e = estimate_cell(c, at::get_num_threads(), job.settings.device, std::nullopt, world)) {
       mem.estimate_bytes = e->peak_bytes;
       if (offloads) mem.estimate_host_bytes = e->host_bytes;
+      if (offloads) mem.estimate_host_copy_bytes = e->offload_traffic_bytes;
     }
     r.memory = mem;
   }

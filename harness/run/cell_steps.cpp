@@ -236,6 +236,7 @@ MeasuredRegion::MeasuredRegion(profiles::Recorder& recorder, std::optional<int64
   recorder_.release_cached();
   recorder_.reset_peak();
   profiles::reset_host_peak();
+  profiles::reset_host_transfers();
   mem_.base_bytes = recorder_.live_bytes();
   if (budgeted_) recorder_.set_budget(budget_bytes);
 }
@@ -250,6 +251,7 @@ void MeasuredRegion::end() {
   mem_.reserved_peak_bytes = recorder_.reserved_peak_bytes();
   mem_.alloc_retries = recorder_.alloc_retries();
   if (offloads_) mem_.host_peak_bytes = profiles::host_peak_bytes();
+  if (offloads_) mem_.host_copy_bytes = profiles::host_transfer_bytes();
 }
 
 void start_clock(const torch::Device& device, profiles::StepTimer& timer) {

@@ -34,6 +34,8 @@ const JsonFields<MemoryResult>& memory_fields() {
       raw("device_activity", &M::device_activity, /*omit_null=*/true),
       when_set("host_peak_bytes", &M::host_peak_bytes),
       when_set("estimate_host_bytes", &M::estimate_host_bytes),
+      when_set("host_copy_bytes", &M::host_copy_bytes),
+      when_set("estimate_host_copy_bytes", &M::estimate_host_copy_bytes),
       raw("files_not_written", &M::files_not_written, /*omit_null=*/true),
   };
   return fields;

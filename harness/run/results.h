@@ -53,6 +53,9 @@ struct MemoryResult {
   // offload: host bytes holding the layer checkpoints (profiles/host_memory.h), and their estimate; not part
   // of peak_bytes, which is the device's.
   std::optional<int64_t> host_peak_bytes, estimate_host_bytes;
+  // offload: the bytes copied between the device and host memory in the measured step (a training run's last
+  // step), counted by each copy (profiles/host_memory.h: what PCIe carries on a GPU), and their estimate.
+  std::optional<int64_t> host_copy_bytes, estimate_host_copy_bytes;
   // The cell's files that could not be written (a full disk, a quota), each with why: {"FILE": "reason"};
   // the measurement stands without them. null: none failed.
   nlohmann::json files_not_written;

@@ -11,6 +11,7 @@
 #include "harness/run/train_optimizer.h"
 #include "impls/machinery/dist_common.h"
 #include "impls/machinery/layerwise.h"
+#include "profiles/host_memory.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -19,9 +20,11 @@ using nlohmann::json;
 
 json TrainRun::to_json() const {
   json s = json::array(), e = json::array();
-  for (const auto& r : steps)
+  for (const auto& r : steps) {
     s.push_back(
         {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}, {"time_s", r.time_s}});
+    if (r.host_copy_bytes > 0) s.back()["host_copy_bytes"] = r.host_copy_bytes;  // offload's
+  }
   for (const auto& r : evals) e.push_back({{"step", r.step}, {"loss", r.loss}});
   return {{"steps", s}, {"eval", e}};
 }
@@ -95,6 +98,7 @@ TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& mod
     r.lr = spec.lr_at(step);
     if (!dist_strategy)
       prepare_grads(trainable, /*distributed=*/false);  // as a single-step cell's steps start
+    profiles::reset_host_transfers();
     start_timer();
     std::vector<torch::Tensor> losses;  // read after the clock stops (a read waits for the device)
     for (int64_t micro = 0; micro < accum; ++micro) {  // each adds its gradients to the step's
@@ -107,6 +111,7 @@ TrainRun train_model(const TrainSpec& spec, const Strategy& strategy, Model& mod
     r.grad_norm = optimizer->gather_and_clip(spec.clip_grad_norm, 1.0 / static_cast<double>(accum));
     optimizer->step(r.lr);
     r.time_s = stop_timer();
+    r.host_copy_bytes = profiles::host_transfer_bytes();
     for (const auto& loss : losses) r.loss += loss.item<double>() / static_cast<double>(accum);
     run.steps.push_back(r);
     if (evaluates && (step % spec.eval_every == 0 || step == spec.steps))

@@ -25,11 +25,12 @@
 namespace bpbench {
 
 struct TrainStepRecord {
-  int64_t step = 0;      // 1-based
-  double loss = 0;       // the training batch's loss, as the strategy computed it
-  double lr = 0;         // the learning rate the update used
-  double grad_norm = 0;  // global L2 norm of the gradients before clipping
-  double time_s = 0;     // forward + backward + clipping + update
+  int64_t step = 0;             // 1-based
+  double loss = 0;              // the training batch's loss, as the strategy computed it
+  double lr = 0;                // the learning rate the update used
+  double grad_norm = 0;         // global L2 norm of the gradients before clipping
+  double time_s = 0;            // forward + backward + clipping + update
+  int64_t host_copy_bytes = 0;  // offload's copies between device and host in it (profiles/host_memory.h)
 };
 
 struct EvalRecord {
@@ -40,8 +41,8 @@ struct EvalRecord {
 struct TrainRun {
   std::vector<TrainStepRecord> steps;
   std::vector<EvalRecord> evals;
-  nlohmann::json to_json()
-      const;  // {"steps": [{"step", "loss", "lr", "grad_norm", "time_s"}], "eval": [...]}
+  nlohmann::json to_json() const;  // {"steps": [{"step", "loss", "lr", "grad_norm", "time_s"[,
+                                   // "host_copy_bytes"]}], "eval": [...]}
 };
 
 // The batches a run sees, built before it starts (DPO's and GRPO's reference values from the initial

@@ -83,7 +83,11 @@ class ReplicatedOptimizer final : public TrainOptimizer {
   double gather_and_clip(double max_norm, double scale) override {
     torch::NoGradGuard no_grad;
     if (copies_)
-      for (size_t i = 0; i < model_.size(); ++i) master_[i].mutable_grad().copy_(model_[i].tensor.grad());
+      for (size_t i = 0; i < model_.size(); ++i) {
+        const auto& grad = model_[i].tensor.grad();
+        master_[i].mutable_grad().copy_(grad);
+        if (offload_) profiles::count_host_transfer(static_cast<int64_t>(grad.nbytes()));  // out to the host
+      }
     if (scale != 1.0)
       for (auto& w : master_) w.mutable_grad().mul_(scale);
     const auto accumulate = master_.front().scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
@@ -99,7 +103,10 @@ class ReplicatedOptimizer final : public TrainOptimizer {
     adamw_step(*adamw_, lr, offload_);
     if (!copies_) return;
     torch::NoGradGuard no_grad;  // the copies' new values (rounded) into the model's weights
-    for (size_t i = 0; i < model_.size(); ++i) model_[i].tensor.detach().copy_(master_[i]);
+    for (size_t i = 0; i < model_.size(); ++i) {
+      model_[i].tensor.detach().copy_(master_[i]);
+      if (offload_) profiles::count_host_transfer(static_cast<int64_t>(model_[i].tensor.nbytes()));  // back
+    }
   }
 
  private:

@@ -12,6 +12,7 @@
 
 #include "harness/run/train_optimizer.h"
 #include "impls/machinery/dist_common.h"
+#include "profiles/host_memory.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -60,7 +61,8 @@ class ShardedOptimizer final : public TrainOptimizer {
         const int64_t first = shard.offsets[k], n = c10::multiply_integers(shard.shapes[k]);
         const int64_t a = std::max(lo, first), b = std::min(hi, first + n);
         if (a >= b) continue;
-        Piece piece{g, a - base, a - lo, b - a, {}, {}};
+        Piece piece{
+            g, a - base, a - lo, b - a, {}, {}, layer_shard.defined() && strategy.options().offload_params};
         // ZeRO-3: the layer's parameter shard has the gradient shard's layout (every weight trains).
         piece.value = layer_shard.defined() ? layer_shard.narrow(0, a - lo, b - a)
                                             : p.tensor.detach().view({-1}).narrow(0, a - first, b - a);
@@ -85,6 +87,7 @@ class ShardedOptimizer final : public TrainOptimizer {
       auto grad = shards[p.group].shard.narrow(0, p.offset, p.length);
       if (copies_) {
         p.master.mutable_grad().copy_(grad);
+        if (offload_) profiles::count_host_transfer(static_cast<int64_t>(grad.nbytes()));  // out to the host
       } else {
         p.master.mutable_grad() = grad;
       }
@@ -115,6 +118,8 @@ class ShardedOptimizer final : public TrainOptimizer {
     torch::NoGradGuard no_grad;
     for (auto& p : pieces_) {
       if (copies_) p.value.copy_(p.master);
+      // Back to the device, unless the slice is an offloaded parameter shard (host to host).
+      if (offload_ && !p.value_on_host) profiles::count_host_transfer(static_cast<int64_t>(p.value.nbytes()));
       // The shard's views let go, so the step's shards are freed when the next step starts, as in one step.
       if (!copies_) p.master.mutable_grad().reset();
     }
@@ -138,11 +143,12 @@ class ShardedOptimizer final : public TrainOptimizer {
 
  private:
   struct Piece {
-    size_t group;          // index of its gradient group in the strategy's shards
-    int64_t offset;        // where it lies in the group's gradient tensor (a shard, or whole)
-    int64_t slot, length;  // where it lies in the rank's slice [lo, hi) of the group
-    torch::Tensor value;   // the weights' slice it updates
-    torch::Tensor master;  // what AdamW sees: `value`, or a copy of it (optimized_tensor)
+    size_t group;                // index of its gradient group in the strategy's shards
+    int64_t offset;              // where it lies in the group's gradient tensor (a shard, or whole)
+    int64_t slot, length;        // where it lies in the rank's slice [lo, hi) of the group
+    torch::Tensor value;         // the weights' slice it updates
+    torch::Tensor master;        // what AdamW sees: `value`, or a copy of it (optimized_tensor)
+    bool value_on_host = false;  // `value` is an offloaded parameter shard's (offload parameters)
   };
   struct Group {
     size_t shard;

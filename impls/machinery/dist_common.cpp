@@ -175,6 +175,7 @@ bool holds_sharded(const std::vector<LayerParams>& layers, const Model& m) {
 // made in the same code on the CPU as on a GPU so that its bytes are the device's.
 torch::Tensor on_device(const LayerParams& lp) {
   if (!lp.on_host) return lp.shard;
+  profiles::count_host_transfer(static_cast<int64_t>(lp.shard.nbytes()));
   return lp.shard.to(lp.params.front().device(), /*non_blocking=*/false, /*copy=*/true);
 }
 

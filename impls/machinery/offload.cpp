@@ -59,6 +59,7 @@ class HostCopyStore final : public CheckpointStore {
       buffer = torch::empty_like(x, torch::MemoryFormat::Contiguous);
     }
     buffer.copy_(x);
+    profiles::count_host_transfer(static_cast<int64_t>(x.nbytes()));
     held_.insert(i);
   }
 
@@ -69,6 +70,7 @@ class HostCopyStore final : public CheckpointStore {
     torch::NoGradGuard no_grad;
     MemoryScope scope(Category::checkpoints);
     fetched_[i] = host_.at(i).clone();
+    profiles::count_host_transfer(static_cast<int64_t>(fetched_[i].nbytes()));
   }
 
   torch::Tensor take(int64_t i) override {

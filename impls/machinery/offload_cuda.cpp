@@ -105,6 +105,7 @@ class PinnedStreamStore final : public CheckpointStore {
       c10::cuda::CUDAStreamGuard on_copy(copy);
       s.host.copy_(x, /*non_blocking=*/true);
     }
+    profiles::count_host_transfer(static_cast<int64_t>(x.nbytes()));
     c10::cuda::CUDACachingAllocator::recordStream(x.storage().data_ptr(), copy);
     s.held = true;
   }
@@ -129,6 +130,7 @@ class PinnedStreamStore final : public CheckpointStore {
       c10::cuda::CUDAStreamGuard on_copy(copy);
       s.device.copy_(s.host, /*non_blocking=*/true);
     }
+    profiles::count_host_transfer(static_cast<int64_t>(s.device.nbytes()));
     s.fetched.record(copy);
     s.coming = true;
   }

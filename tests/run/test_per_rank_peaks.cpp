@@ -199,6 +199,7 @@ TEST_F(PerRankPeaks, SequenceParallelPeakOfEveryRankMatchesItsEstimate) {
       EXPECT_EQ(c["memory"]["estimate_bytes"].get<int64_t>(), e->peak_bytes);
       if (k.offload) {
         EXPECT_EQ(c["memory"]["host_peak_bytes"].get<int64_t>(), e->host_bytes);
+        EXPECT_EQ(c["memory"]["host_copy_bytes"].get<int64_t>(), e->offload_traffic_bytes);  // out and back
       }
       expect_flops_of_one_rank(c, config, k.seq_len, k.ranks);
       expect_every_rank_near(c, *e, config.name.c_str(), k.seq_len, k.ranks);
@@ -268,6 +269,7 @@ TEST_F(PerRankPeaks, RingPeakOfEveryRankMatchesItsEstimate) {
     EXPECT_EQ(e->dominant_phase.rfind(k.peak_phase, 0), 0u) << k.impl << ": " << e->dominant_phase;
     if (std::string(k.offload) == "checkpoints") {
       EXPECT_EQ(c["memory"]["host_peak_bytes"].get<int64_t>(), e->host_bytes);
+      EXPECT_EQ(c["memory"]["host_copy_bytes"].get<int64_t>(), e->offload_traffic_bytes);  // out and back
     }
     expect_flops_of_one_rank(c, config, k.seq_len, k.ranks, k.ulysses_degree);
     expect_every_rank_near(c, *e, config.name.c_str(), k.seq_len, k.ranks);

@@ -316,6 +316,10 @@ TEST(TrainOffload, TheOptimizerInHostMemoryTrainsTheSameAndLeavesTheDevice) {
         continue;
       }
       EXPECT_NEAR(m["host_peak_bytes"].get<double>() / m["estimate_host_bytes"].get<double>(), 1.0, 0.02);
+      // A step's copies between the device and the host: the gradients out and the weights back (2 P s), and
+      // with the checkpoints each one out and back; counted by each copy, equal to the estimate's.
+      EXPECT_GT(m.value("host_copy_bytes", int64_t{0}), 0);
+      EXPECT_EQ(m["host_copy_bytes"], m["estimate_host_copy_bytes"]);
       EXPECT_EQ(m["peak_by_category"]["optimizer"], 0);
       EXPECT_LT(m["peak_bytes"].get<int64_t>(), alone["memory"]["peak_bytes"].get<int64_t>());
       ASSERT_EQ(c["train"]["steps"].size(), alone["train"]["steps"].size());
