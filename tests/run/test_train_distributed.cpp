@@ -16,7 +16,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -250,55 +249,59 @@ TEST_F(TrainDistributed, TheMeshUnderEveryShardingFollowsOneProcess) {
 }
 
 // One step (no training) under zero3 at a length where a layer's backward sets each rank's peak (small-text,
-// T = 2048): the gathered layer's parameters in every layer phase, the layers' shards in base; zero2 beside.
+// T = 2048): the gathered layer's parameters in every layer phase, the layers' shards in base, or with the
+// parameters offloaded in host memory: the device's peak falls by exactly those shards.
 TEST_F(TrainDistributed, ZeroThreeStepPeaksAreTheEstimateWithTheGatheredLayer) {
-  const json scenario = {{"name", "zero3-step"},
-                         {"threads", 1},
-                         {"world_size", 2},
-                         {"grid",
-                          {{"model", "small-text"},
-                           {"impl", {"streambp-dist", "streambp-ulysses"}},
-                           {"sharding", {"zero2", "zero3"}},
-                           {"offload", {"none", "parameters"}},
-                           {"seq_len", 2048},
-                           {"partition", 128},
-                           {"logits_partition", 128}}},
-                         {"measure", {{"time", {{"warmup", 1}, {"repeat", 0}}}, {"grad_error", false}}}};
-  const fs::path file = tmp_.dir() / "zero3-step.json", out = tmp_.dir() / "zero3-step";
-  testing::write_json(file, scenario);
-  ASSERT_EQ(std::system(fmt::format("'{}' run '{}' --out '{}' >/dev/null 2>&1", BPBENCH_BINARY, file.string(),
-                                    out.string())
-                            .c_str()),
-            0);
-  const json cells = testing::json_file(out / "results.json")["cells"];
-  ASSERT_EQ(cells.size(), 8u);
-  std::map<std::string, int64_t> peak;  // by impl, sharding and offload
+  auto step_cells = [&](const std::string& name, const json& grid) {
+    const json scenario = {{"name", name},
+                           {"threads", 1},
+                           {"world_size", 2},
+                           {"grid", grid},
+                           {"measure", {{"time", {{"warmup", 1}, {"repeat", 0}}}, {"grad_error", false}}}};
+    const fs::path file = tmp_.dir() / (name + ".json"), out = tmp_.dir() / name;
+    testing::write_json(file, scenario);
+    EXPECT_EQ(std::system(fmt::format("'{}' run '{}' --out '{}' >/dev/null 2>&1", BPBENCH_BINARY,
+                                      file.string(), out.string())
+                              .c_str()),
+              0);
+    return testing::json_file(out / "results.json")["cells"];
+  };
+  const json cells = step_cells("zero3-step", {{"model", "small-text"},
+                                               {"impl", {"streambp-dist", "streambp-ulysses"}},
+                                               {"sharding", "zero3"},
+                                               {"offload", {"none", "parameters"}},
+                                               {"seq_len", 2048},
+                                               {"partition", 128},
+                                               {"logits_partition", 128}});
+  ASSERT_EQ(cells.size(), 4u);
   for (const auto& cell : cells) {
-    const auto& a = cell["axes"];
-    if (a["sharding"] == "zero2" && a["offload"] == "parameters") {  // nothing sharded to offload
-      EXPECT_EQ(cell["status"], "skipped");
-      EXPECT_EQ(cell["reason"],
-                "offload parameters keeps ZeRO-3's layer shards in host memory (valid with it: a distributed "
-                "strategy with sharding zero3)");
-      continue;
-    }
     ASSERT_EQ(cell["status"], "ok") << cell.dump();
     expect_peaks_at_estimate(cell);
-    const std::string key = a["impl"].get<std::string>() + " " + a["sharding"].get<std::string>();
-    peak[key + " " + a["offload"].get<std::string>()] = cell["memory"]["peak_bytes"];
-    if (a["offload"] == "parameters") {
-      // The L layer shards are the host's, to the byte; the device has each copy only during its gather.
-      EXPECT_EQ(cell["ranks"][0]["host_peak_bytes"], cell["memory"]["estimate_host_bytes"]) << key;
-      // Each layer's shard copied in for its two gathers: 2 L shards.
-      EXPECT_EQ(cell["memory"]["host_copy_bytes"], 2 * cell["memory"]["estimate_host_bytes"].get<int64_t>());
-      EXPECT_GT(cell["memory"]["estimate_host_bytes"].get<int64_t>(), 0);
-    }
   }
-  for (const std::string impl : {"streambp-dist", "streambp-ulysses"}) {
-    // zero3 below zero2 (L - 1 layers' parameters are shards), and below that with the shards on the host.
-    EXPECT_LT(peak[impl + " zero3 none"], peak[impl + " zero2 none"]);
-    EXPECT_LT(peak[impl + " zero3 parameters"], peak[impl + " zero3 none"]);
+  for (size_t k : {0, 2}) {  // each impl: offload none, then parameters
+    const json &kept = cells[k], &offloaded = cells[k + 1];
+    const std::string impl = kept["axes"]["impl"];
+    ASSERT_EQ(offloaded["axes"]["offload"], "parameters");
+    // The L layer shards are the host's, to the byte, and leave the device's peak; each is copied in for
+    // its two gathers: 2 L shards a step.
+    const int64_t shards = offloaded["memory"]["estimate_host_bytes"].get<int64_t>();
+    EXPECT_GT(shards, 0);
+    EXPECT_EQ(offloaded["ranks"][0]["host_peak_bytes"], shards) << impl;
+    EXPECT_EQ(kept["memory"]["peak_bytes"].get<int64_t>() - offloaded["memory"]["peak_bytes"].get<int64_t>(),
+              shards)
+        << impl;
+    EXPECT_EQ(offloaded["memory"]["host_copy_bytes"], 2 * shards) << impl;
   }
+  // Nothing sharded to offload: a skipped cell with the reason.
+  const json zero2 = step_cells("zero2-parameters", {{"model", "tiny"},
+                                                     {"impl", "streambp-dist"},
+                                                     {"sharding", "zero2"},
+                                                     {"offload", "parameters"},
+                                                     {"seq_len", 16}})[0];
+  EXPECT_EQ(zero2["status"], "skipped");
+  EXPECT_EQ(zero2["reason"],
+            "offload parameters keeps ZeRO-3's layer shards in host memory (valid with it: a distributed "
+            "strategy with sharding zero3)");
 }
 
 }  // namespace
