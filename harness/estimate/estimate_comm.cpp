@@ -62,11 +62,6 @@ int64_t CommEstimate::bytes(Collective kind) const {
   return n;
 }
 
-CommEstimate& CommEstimate::operator+=(const CommEstimate& other) {
-  collectives.insert(collectives.end(), other.collectives.begin(), other.collectives.end());
-  return *this;
-}
-
 namespace {
 
 bool spans_ranks(const Strategy& s) {

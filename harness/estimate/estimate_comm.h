@@ -32,7 +32,6 @@ struct CommEstimate {
   std::vector<CollectiveEstimate> collectives;
   int64_t calls(dist::Collective kind) const;
   int64_t bytes(dist::Collective kind) const;
-  CommEstimate& operator+=(const CommEstimate& other);
 };
 
 // One forward + backward (one micro-batch) of `in.impl` on one of `in.ranks` ranks: its gradient groups
