@@ -31,30 +31,27 @@ namespace {
 // which scenarios/h100_table3_maxlen.json uses too. A length below them is one chunk.
 constexpr int64_t kDefaultPartition = 500, kDefaultLogitsPartition = 100;
 
-int64_t integer(const std::string& flag, const std::string& v) {
+// `v` read whole by `parse` (std::stoll, std::stod), else one line naming the flag and `what` it expects.
+template <class Parse>
+auto whole(const std::string& flag, const std::string& v, const char* what, Parse parse) {
   size_t used = 0;
-  int64_t x = 0;
+  decltype(parse(v, &used)) x{};
   try {
-    x = std::stoll(v, &used);
+    x = parse(v, &used);
   } catch (const std::exception&) {
     used = 0;
   }
   if (used != v.size() || v.empty())
-    throw std::invalid_argument(fmt::format("estimate: {} expects an integer, got '{}'", flag, v));
+    throw std::invalid_argument(fmt::format("estimate: {} expects {}, got '{}'", flag, what, v));
   return x;
 }
 
+int64_t integer(const std::string& flag, const std::string& v) {
+  return whole(flag, v, "an integer", [](const std::string& t, size_t* n) { return std::stoll(t, n); });
+}
+
 double number(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty())
-    throw std::invalid_argument(fmt::format("estimate: {} expects a number, got '{}'", flag, v));
-  return x;
+  return whole(flag, v, "a number", [](const std::string& t, size_t* n) { return std::stod(t, n); });
 }
 
 double positive(const std::string& flag, const std::string& v) {

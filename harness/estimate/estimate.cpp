@@ -156,6 +156,13 @@ bool estimated_for_model(const ModelConfig& c, const std::string& impl) {
   return !make_strategy(impl)->sequence_parallel() || sequence_parallel_gap(c).empty();
 }
 
+void check_estimate_sharding(const std::string& sharding) {
+  if (const auto names = dist::sharding_names();
+      std::find(names.begin(), names.end(), sharding) == names.end())
+    throw std::invalid_argument(
+        fmt::format("estimate: unknown sharding '{}' (valid: {})", sharding, fmt::join(names, ", ")));
+}
+
 void check_estimate_input(const EstimateInput& in) {
   // The blocks whose memory and FLOP terms are not written yet (docs/models.md): refused, never estimated as
   // another network.
@@ -180,10 +187,7 @@ void check_estimate_input(const EstimateInput& in) {
   if (data_parallel && in.ranks < 2)
     throw std::invalid_argument(
         fmt::format("estimate: {} is distributed: one rank of ranks >= 2 is estimated (--ranks)", in.impl));
-  if (const auto names = dist::sharding_names();
-      std::find(names.begin(), names.end(), in.sharding) == names.end())
-    throw std::invalid_argument(
-        fmt::format("estimate: unknown sharding '{}' (valid: {})", in.sharding, fmt::join(names, ", ")));
+  check_estimate_sharding(in.sharding);
   if (in.offload_params && (in.sharding != "zero3" || in.ranks < 2))
     throw std::invalid_argument(
         fmt::format("estimate: offload parameters keeps ZeRO-3's layer shards in host memory (valid with it: "
@@ -262,13 +266,22 @@ void add_dense_layer_phases(const Strategy& strategy, const MemoryTerms& D, cons
     phases.push_back(std::move(phase));
   }
 }
+
+torch::Device device_of(const EstimateInput& in) {
+  return torch::Device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
+}
+
+// The kernel causal_attention runs for the cell's full-attention layers, by the model's own rule
+// (attention.cpp).
+AttentionKernel kernel_of(const EstimateInput& in) {
+  return attention_kernel_for(device_of(in), in.dtype, in.config.head_dim, 0, in.config.attention_sinks);
+}
 }  // namespace
 
 MemoryTerms estimate_terms(const EstimateInput& in) {
   const ModelConfig& c = in.config;
   const int64_t dense_layers = c.is_moe() ? c.layers - c.moe_layer_count() : 0;
-  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, c.head_dim, 0, c.attention_sinks);
+  const AttentionKernel kernel = kernel_of(in);
   MemoryTerms D{};
   D.N = in.sequences;
   D.T = in.seq_len;
@@ -356,8 +369,9 @@ MemoryTerms estimate_terms(const EstimateInput& in) {
 
 MemoryEstimate estimate_peak(const EstimateInput& in) {
   check_estimate_input(in);
+  const MemoryTerms D = estimate_terms(in);
   // Dense layers in a routed model: the first ones only (DeepSeek's first_k_dense_replace), one process.
-  const int64_t dense_layers = in.config.is_moe() ? in.config.layers - in.config.moe_layer_count() : 0;
+  const int64_t dense_layers = D.dense_layers;
   bool dense_first = true;
   for (int64_t i = 0; i < dense_layers; ++i) dense_first = dense_first && !in.config.is_moe_layer(i);
   if (dense_layers > 0 && !dense_first)
@@ -367,11 +381,10 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
         "or the dense ones first in one process or data parallel; such a cell is measured, not estimated)",
         in.config.name, in.config.moe_layer_count(), in.config.layers));
 
-  // The kernel causal_attention runs for this cell, by the model's own rule (attention.cpp); a sliding
-  // layer may get another one (float32 on CUDA: math).
-  const torch::Device device(in.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  // A sliding layer may get another kernel than kernel_of's (float32 on CUDA: math).
+  const torch::Device device = device_of(in);
   const bool sinks = in.config.attention_sinks;
-  const AttentionKernel kernel = attention_kernel_for(device, in.dtype, in.config.head_dim, 0, sinks);
+  const AttentionKernel kernel = kernel_of(in);
   if (in.config.has_sliding_layers() &&
       attention_kernel_for(device, in.dtype, in.config.head_dim, in.config.sliding_window, sinks) != kernel)
     throw std::invalid_argument(fmt::format(
@@ -400,7 +413,6 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
                     dtype_name(in.dtype), in.config.head_dim));
 
   const ModelConfig& c = in.config;
-  const MemoryTerms D = estimate_terms(in);
   const int64_t cp = clamp_rows(in.partition, D.T), cl = clamp_rows(in.logits_partition, D.T);
 
   MemoryEstimate e;
@@ -431,7 +443,7 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
   if (distributed(*strategy)) {
     e.grads = D.shard(D.embedding_group) + D.shard(D.head_group) + D.layer_shards();
     if (in.sharding == "zero3") shard_layer_parameters(D, layer_parameters(c, adapters), e);
-    if (in.offload_params) offload_layer_shards(D, layer_parameters(c, adapters), in.train.has_value(), e);
+    if (in.offload_params) offload_layer_shards(D, layer_parameters(c, adapters), e);
     e.base = e.params + e.grads + e.batch;
   }
 
@@ -443,10 +455,11 @@ MemoryEstimate estimate_peak(const EstimateInput& in) {
     else if (p.name.rfind("layer", 0) == 0)
       e.layer_working_set = std::max(e.layer_working_set, p.bytes - ckpt);
   }
-  if (in.train && distributed(*strategy))
-    add_sharded_training_run(*in.train, D, e.grads, largest_layer_numel(D), in.device == "cuda",
-                             dist::DistOptions::of_sharding(in.sharding), e);
-  else if (in.train)
+  if (in.train && distributed(*strategy)) {
+    dist::DistOptions sharding = dist::DistOptions::of_sharding(in.sharding);
+    sharding.offload_params = in.offload_params;
+    add_sharded_training_run(*in.train, D, e.grads, largest_layer_numel(D), in.device == "cuda", sharding, e);
+  } else if (in.train)
     add_training_run(*in.train, D, D.full ? base_params : adapters, largest_trainable_numel(D), e);
   const PhaseEstimate* top = &e.phases.front();
   for (const auto& p : e.phases)

@@ -116,6 +116,8 @@ bool estimate_bytes_fit_in_int64(const EstimateInput& in);
 // Throws std::invalid_argument naming what is wrong with `in` (unknown impl, objective, device or dtype,
 // non-positive sizes, offload with plain). Both estimates start with it.
 void check_estimate_input(const EstimateInput& in);
+// Its check of `sharding` (dist_common.h: sharding_names), which the collectives' estimate shares.
+void check_estimate_sharding(const std::string& sharding);
 // Whether `impl`'s estimate models `c`'s blocks (not yet: the sequence-parallel strategies on multi-head
 // latent attention, DeepSeek's routing, shared experts, partial RoPE or dense layers among routed ones);
 // check_estimate_input refuses the others by name.

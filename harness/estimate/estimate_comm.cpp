@@ -14,9 +14,9 @@
 #include "harness/estimate/estimate_comm.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include <algorithm>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "harness/estimate/estimate_training.h"
@@ -124,24 +124,32 @@ void add_ring(const EstimateInput& in, const MemoryTerms& D, const CommSchedule&
 void check_comm_input(const EstimateInput& in) {
   if (in.seq_len <= 0 || in.sequences <= 0 || in.ranks < 1)
     throw std::invalid_argument("estimate: seq_len, sequences and ranks must be > 0");
-  if (const auto names = dist::sharding_names();
-      std::find(names.begin(), names.end(), in.sharding) == names.end())
-    throw std::invalid_argument(
-        fmt::format("estimate: unknown sharding '{}' (valid: {})", in.sharding, fmt::join(names, ", ")));
+  check_estimate_sharding(in.sharding);
   if (in.ulysses_degree < 1 || in.ranks % in.ulysses_degree != 0)
     throw std::invalid_argument(
         fmt::format("estimate: --ulysses-degree {} does not divide --ranks {}", in.ulysses_degree, in.ranks));
 }
 
+// One rank of a distributed strategy, as both estimates read it; none for a single process.
+struct Rank {
+  std::unique_ptr<Strategy> strategy;
+  MemoryTerms D;
+  dist::DistOptions sharding;
+};
+std::optional<Rank> rank_of(const EstimateInput& in) {
+  check_comm_input(in);
+  auto strategy = make_strategy(in.impl);  // throws naming the valid ones
+  if (!spans_ranks(*strategy) || in.ranks < 2) return std::nullopt;
+  return Rank{std::move(strategy), estimate_terms(in), dist::DistOptions::of_sharding(in.sharding)};
+}
+
 }  // namespace
 
 CommEstimate estimate_step_comm(const EstimateInput& in) {
-  check_comm_input(in);
-  const auto strategy = make_strategy(in.impl);
   CommEstimate e;
-  if (!spans_ranks(*strategy) || in.ranks < 2) return e;
-  const MemoryTerms D = estimate_terms(in);
-  const dist::DistOptions sharding = dist::DistOptions::of_sharding(in.sharding);
+  const auto rank = rank_of(in);
+  if (!rank) return e;
+  const auto& [strategy, D, sharding] = *rank;
   const int64_t P = in.ranks;
 
   int64_t calls = 0, bytes = 0;
@@ -176,18 +184,15 @@ CommEstimate estimate_step_comm(const EstimateInput& in) {
 }
 
 CommEstimate estimate_optimizer_comm(const EstimateInput& in) {
-  check_comm_input(in);
-  const auto strategy = make_strategy(in.impl);
   CommEstimate e;
-  if (!spans_ranks(*strategy) || in.ranks < 2) return e;
-  const MemoryTerms D = estimate_terms(in);
-  const dist::DistOptions sharding = dist::DistOptions::of_sharding(in.sharding);
-  if (!sharding.shard_optimizer) return e;  // none: every rank updates every weight
+  const auto rank = rank_of(in);
+  if (!rank || !rank->sharding.shard_optimizer) return e;  // none: every rank updates every weight
   const int64_t P = in.ranks;
   e.collectives.push_back({Collective::all_reduce, "gradient norm", CommGroup::world, P, 1, 8});
   int64_t calls = 0, bytes = 0;
-  MemoryTerms gathered = D;
-  if (sharding.shard_params) gathered.layer_group = gathered.dense_layer_group = 0;  // the next forward's
+  MemoryTerms gathered = rank->D;
+  if (rank->sharding.shard_params)
+    gathered.layer_group = gathered.dense_layer_group = 0;  // the next forward's
   gradient_groups(gathered, calls, bytes);
   e.collectives.push_back({Collective::all_gather, "new weights", CommGroup::world, P, calls, bytes});
   return e;

@@ -26,11 +26,13 @@ namespace {
 // Offload optimizer (harness/run/train_optimizer.h): what AdamW sees is a host copy of each of the P weights
 // it updates, with a host gradient (o bytes each: float32 with "mixed", else the model's), its two moments,
 // and its step's two temporaries of the largest tensor, all in host memory; the device holds none of it.
-// Each step copies the P gradients out and the P new weights back (s bytes each).
-void offload_optimizer_to_host(int64_t P, int64_t largest, int64_t o, int64_t s, MemoryEstimate& e) {
+// Each step copies the P gradients out and the new weights back (s bytes each): `back` of them, the P less
+// those of offloaded parameter shards, which stay on the host.
+void offload_optimizer_to_host(int64_t P, int64_t back, int64_t largest, int64_t o, int64_t s,
+                               MemoryEstimate& e) {
   e.optimizer = 4 * P * o;
   e.host_bytes += e.optimizer + 2 * largest * o;
-  e.offload_traffic_bytes += 2 * P * s;
+  e.offload_traffic_bytes += (P + back) * s;
 }
 
 }  // namespace
@@ -51,7 +53,7 @@ void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, i
   e.batch *= t.batches;
   e.base = e.params + e.grads + e.batch;
   const int64_t o = t.mixed ? 4 : D.s;  // element size of the optimized tensors and the moments
-  if (t.offload_optimizer) return offload_optimizer_to_host(P, largest, o, D.s, e);
+  if (t.offload_optimizer) return offload_optimizer_to_host(P, P, largest, o, D.s, e);
   const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
   e.optimizer = masters + moments;
   const EstimateTerm masters_term{"2 x P*4: float32 master weights and their gradients (mixed)", masters};
@@ -95,8 +97,8 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
   const bool everything = !sharding.shard_optimizer;
   auto slice = [&](int64_t numel) { return everything ? numel : D.bucket(numel) / D.ranks / D.s; };
   const int64_t routed = D.L - D.dense_layers;
-  const int64_t P = slice(D.embedding_group) + slice(D.head_group) + routed * slice(D.layer_group) +
-                    D.dense_layers * slice(D.dense_layer_group);
+  const int64_t layer_slices = routed * slice(D.layer_group) + D.dense_layers * slice(D.dense_layer_group);
+  const int64_t P = slice(D.embedding_group) + slice(D.head_group) + layer_slices;
   const int64_t o = t.mixed ? 4 : D.s;
   const int64_t masters = t.mixed ? 2 * P * 4 : 0, moments = 2 * P * o;
   e.optimizer = masters + moments;
@@ -107,7 +109,8 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
       everything
           ? std::max({D.embedding_group, D.head_group > D.d ? D.head_group - D.d : D.head_group, piece})
           : std::max({slice(D.embedding_group), slice(D.head_group), piece});
-  if (t.offload_optimizer) offload_optimizer_to_host(P, largest_slice, o, D.s, e);
+  if (t.offload_optimizer)
+    offload_optimizer_to_host(P, sharding.offload_params ? P - layer_slices : P, largest_slice, o, D.s, e);
   const int64_t on_device = t.offload_optimizer ? 0 : e.optimizer;
   if (t.steps >= 2 && on_device > 0)
     for (auto& p : e.phases) {
@@ -177,14 +180,13 @@ void shard_layer_parameters(const MemoryTerms& D, int64_t layer, MemoryEstimate&
 // ZeRO-Infinity's offload_param (dist_common.h: offload_params): the shards leave the device's base for the
 // host. A gather copies the shard to the device and all-gathers from that copy, which dies with the gather:
 // the moment shard_layer_parameters leaves out, so no phase changes. Each step copies every shard in twice.
-// Offloaded, the optimizer's copy-back of a layer slice's new weights (offload_optimizer_to_host's second
-// P s) lands in the host shard.
-void offload_layer_shards(const MemoryTerms& D, int64_t layer, bool training, MemoryEstimate& e) {
+// (The optimizer's new weights of a layer slice land in the host shard: add_sharded_training_run.)
+void offload_layer_shards(const MemoryTerms& D, int64_t layer, MemoryEstimate& e) {
   const int64_t shards = D.L * (D.bucket(layer) / D.ranks);
   e.params -= shards;
   e.host_bytes += shards;
   e.micro_batch_traffic_bytes += 2 * shards;
-  e.offload_traffic_bytes += 2 * shards - (training ? shards : 0);
+  e.offload_traffic_bytes += 2 * shards;
 }
 
 }  // namespace bpbench::estimate_detail

@@ -19,7 +19,8 @@ int64_t largest_trainable_numel(const MemoryTerms& D);
 void add_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t P, int64_t largest,
                       MemoryEstimate& e);
 // One rank of a distributed strategy: `shards` bytes of its gradients (shards, or whole under none and
-// zero1); `sharding` says where its optimizer and parameters live; cuda: no Gloo flat copy.
+// zero1); `sharding` says where its optimizer and parameters live (offload_params: the layer slices' new
+// weights stay on the host); cuda: no Gloo flat copy.
 void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int64_t shards,
                               int64_t largest_in_layer, bool cuda, const dist::DistOptions& sharding,
                               MemoryEstimate& e);
@@ -27,7 +28,7 @@ void add_sharded_training_run(const TrainEstimate& t, const MemoryTerms& D, int6
 int64_t layer_parameters(const ModelConfig& c, int64_t adapters);
 void shard_layer_parameters(const MemoryTerms& D, int64_t layer, MemoryEstimate& e);
 // offload parameters: those L shards in host memory; each layer's gather, forward and backward, copies its
-// shard in. `training` (the optimizer offloaded too): the new weights of the layer slices stay on the host.
-void offload_layer_shards(const MemoryTerms& D, int64_t layer, bool training, MemoryEstimate& e);
+// shard in.
+void offload_layer_shards(const MemoryTerms& D, int64_t layer, MemoryEstimate& e);
 
 }  // namespace bpbench::estimate_detail

@@ -163,29 +163,22 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
   const int64_t embedding_shard = D.embedding_group ? D.shard(D.embedding_group) : 0;
   const int64_t every_shard = embedding_shard + head_shard + D.layer_shards();
   for (auto& p : phases) {
+    const bool head = starts(p.name, "head"), layer = starts(p.name, "layer");
+    // The forward: no gradient exists yet (the previous step's shards were freed as it began), but in a later
+    // micro-batch every shard of the step so far, which each group's reduction adds into.
+    if (!head && !layer && !D.accumulating) continue;
+    // The buckets open in the phase. open_head: the head's; tied, the embedding's (the LM head's) too.
+    if (head && D.head_group) p.terms.push_back({"the head group's gradient bucket", D.bucket(D.head_group)});
+    if (layer && layer_bucket) p.terms.push_back({"this layer's gradient bucket", layer_bucket});
+    if (layer && head_shard && !D.accumulating) p.terms.push_back({"the head's gradient shard", head_shard});
+    if ((head || layer) && D.tied && embedding_bucket)
+      p.terms.push_back({head ? "the embedding's gradient bucket (tied: the LM head's, open until the "
+                                "embedding backward)"
+                              : "the embedding's gradient bucket (tied, open since the head)",
+                         embedding_bucket});
     if (D.accumulating) {
-      // A later micro-batch: every shard alive through it, beside the buckets its phase has open.
       p.terms.push_back({"every gradient shard of the step's earlier micro-batches", every_shard});
-      if (starts(p.name, "head") && D.head_group)
-        p.terms.push_back({"the head group's gradient bucket", D.bucket(D.head_group)});
-      if ((starts(p.name, "head") || starts(p.name, "layer")) && D.tied && embedding_bucket)
-        p.terms.push_back(
-            {"the embedding's gradient bucket (tied: open from the head on)", embedding_bucket});
-      if (starts(p.name, "layer") && layer_bucket)
-        p.terms.push_back({"this layer's gradient bucket", layer_bucket});
-    } else if (starts(p.name,
-                      "head")) {  // open_head: the head's bucket; tied, the embedding's (the LM head's) too
-      if (D.head_group) p.terms.push_back({"the head group's gradient bucket", D.bucket(D.head_group)});
-      if (D.tied && embedding_bucket)
-        p.terms.push_back(
-            {"the embedding's gradient bucket (tied: the LM head's, open until the embedding "
-             "backward)",
-             embedding_bucket});
-    } else if (starts(p.name, "layer")) {
-      if (layer_bucket) p.terms.push_back({"this layer's gradient bucket", layer_bucket});
-      if (head_shard) p.terms.push_back({"the head's gradient shard", head_shard});
-      if (D.tied && embedding_bucket)
-        p.terms.push_back({"the embedding's gradient bucket (tied, open since the head)", embedding_bucket});
+    } else if (layer) {
       if (D.shards_above)  // a routed model's dense first layers (MemoryTerms::dense_kind)
         p.terms.push_back({"the routed layers' gradient shards, reduced before these", D.shards_above});
       // The phase is the top layer's; at layer i the L - 1 - i layers above have left their shards and the
@@ -210,8 +203,6 @@ std::vector<PhaseEstimate> data_parallel_phases(const MemoryTerms& D, std::vecto
              best});
         p.name += fmt::format(" (layer {})", best_layer);
       }
-    } else {
-      continue;  // the forward: no gradient exists yet (the previous step's shards were freed as it began)
     }
     p.bytes = 0;
     for (const auto& t : p.terms) p.bytes += t.bytes;

@@ -17,6 +17,7 @@
 #include "harness/model/hf_model.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
+#include "tests/support/dist_ranks.h"
 #include "tests/support/test_support.h"
 
 namespace bpbench::test_per_rank_peaks {
@@ -101,13 +102,7 @@ void expect_flops_of_one_rank(const json& cell, const ModelConfig& config, int64
     EXPECT_EQ(cell["compute"]["model_flops"].get<int64_t>(), flops.model()) << in.impl;
   }
   // The step's collectives (rank 0's, its mesh subgroups' included): every kind's calls and bytes.
-  const CommEstimate comm = estimate_step_comm(in);
-  for (int k = 0; k < dist::kCollectiveCount; ++k) {
-    const auto kind = static_cast<dist::Collective>(k);
-    const char* name = dist::collective_name(kind);
-    EXPECT_EQ(cell["comm"][name]["calls"].get<int64_t>(), comm.calls(kind)) << in.impl << " " << name;
-    EXPECT_EQ(cell["comm"][name]["bytes"].get<int64_t>(), comm.bytes(kind)) << in.impl << " " << name;
-  }
+  testing::expect_collectives(cell["comm"], estimate_step_comm(in), in.impl);
 }
 
 // small-text (d = 128, 4 heads of 32, 4 layers) reshaped, 3 layers and V = 256: attention-heavy (6 query

@@ -24,6 +24,7 @@
 #include "harness/model/hf_model.h"
 #include "harness/run/runner.h"
 #include "harness/run/scenario.h"
+#include "tests/support/dist_ranks.h"
 #include "tests/support/test_support.h"
 
 namespace bpbench::test_train_distributed {
@@ -175,14 +176,9 @@ void expect_peaks_at_estimate(const json& cell, int64_t grad_accum = 1) {
 void expect_collectives_at_estimate(const json& cell) {
   const CommEstimate e = estimate_step_comm(estimate_input_of(
       Cell::from_axes(cell["axes"]), 1, "cpu", std::nullopt, cell["world_size"].get<int64_t>()));
-  for (int k = 0; k < dist::kCollectiveCount; ++k) {
-    const auto kind = static_cast<dist::Collective>(k);
-    const char* name = dist::collective_name(kind);
-    EXPECT_EQ(cell["comm"][name]["calls"].get<int64_t>(), e.calls(kind))
-        << cell["axes"]["impl"] << " " << cell["axes"]["sharding"] << " " << name;
-    EXPECT_EQ(cell["comm"][name]["bytes"].get<int64_t>(), e.bytes(kind))
-        << cell["axes"]["impl"] << " " << cell["axes"]["sharding"] << " " << name;
-  }
+  testing::expect_collectives(
+      cell["comm"], e,
+      cell["axes"]["impl"].get<std::string>() + " " + cell["axes"]["sharding"].get<std::string>());
 }
 
 void TrainDistributed::expect_trajectories(int64_t ranks, int64_t grad_accum, const json& shardings,

@@ -260,19 +260,21 @@ void expect_collectives_as_estimated(const json& comm, const json& job, const Mo
   in.impl = job.at("impl").get<std::string>();
   in.objective = job.at("objective").get<std::string>();
   in.seq_len = job.value("seq_len", kDistT);
-  const auto strategy = make_strategy(in.impl);
   in.sequences = sequences_for(in.objective, job.value("examples_per_rank", kDistExamplesPerRank), 3);
   in.dtype = model.dtype();
   in.lora_rank = job.value("lora_rank", int64_t{0});
   in.ranks = world;
   in.ulysses_degree = job.value("ulysses_degree", int64_t{1});
   in.sharding = job.value("shard_params", false) ? "zero3" : "zero2";
-  const CommEstimate e = estimate_step_comm(in);
-  const bool balance = job.value("router_aux_loss_coef", 0.0) > 0;
+  expect_collectives(comm, estimate_step_comm(in), label, job.value("router_aux_loss_coef", 0.0) > 0);
+}
+
+void expect_collectives(const json& comm, const CommEstimate& e, const std::string& label,
+                        bool router_counts) {
   for (int k = 0; k < dist::kCollectiveCount; ++k) {
     const auto kind = static_cast<dist::Collective>(k);
     const char* name = dist::collective_name(kind);
-    const bool counts = kind == dist::Collective::all_reduce && balance;  // the routers' counts
+    const bool counts = kind == dist::Collective::all_reduce && router_counts;
     EXPECT_EQ(comm[name]["calls"].get<int64_t>(), e.calls(kind) + (counts ? 1 : 0)) << label << " " << name;
     if (!counts) EXPECT_EQ(comm[name]["bytes"].get<int64_t>(), e.bytes(kind)) << label << " " << name;
   }

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/estimate/estimate_comm.h"
 #include "harness/run/dist_launch.h"
 #include "impls/interface/strategy.h"
 #include "impls/machinery/comm.h"
@@ -53,6 +54,10 @@ Model expect_plain_on_whole_sequences(const nlohmann::json& job, const std::file
 // the job's load-balancing loss is on.
 void expect_collectives_as_estimated(const nlohmann::json& comm, const nlohmann::json& job,
                                      const Model& model, int world, const std::string& label);
+// A step's "comm" against an estimate `e`: every kind's calls and bytes, but for one all_reduce more (its
+// bytes unchecked) where `router_counts` (the routers' load-balancing counts, which the estimate leaves out).
+void expect_collectives(const nlohmann::json& comm, const CommEstimate& e, const std::string& label,
+                        bool router_counts = false);
 
 // A rank's body for a job with "piece": NAME in place of a strategy's steps: a test file registers its own
 // (`const bool registered = register_rank_piece("name", &body);`) and its ranks run it on the launch's
