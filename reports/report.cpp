@@ -16,6 +16,9 @@
 #include "harness/run/scenario.h"
 #include "reports/analysis.h"
 #include "reports/figures.h"
+#include "reports/html/html_page.h"
+#include "reports/html/markdown_html.h"
+#include "reports/html/report_html.h"
 #include "reports/option_reader.h"
 #include "reports/sections.h"
 
@@ -159,6 +162,38 @@ std::string render(const Analysis& a, const TimelineChoice& t, const PlotsDrawn&
          section_timeline(a, t, drawn.timeline) + section_distributed(a) + section_not_run(a);
 }
 
+// report.html: report.md's sections with every figure drawn by report.js (its data is in the page), a row per
+// cell after the summary, and every cell's timeline where report.md shows the chosen one.
+fs::path write_html_report(const Analysis& a, const TimelineChoice& t, const json& plot_data,
+                           const fs::path& dir, const std::string& source,
+                           std::vector<std::string>& warnings) {
+  auto has_panels = [&](const char* name) {
+    const json& panels = field(field(plot_data, name), "panels");
+    return panels.is_array() && !panels.empty();
+  };
+  std::vector<std::string> problems;
+  const json timelines = html_timelines(a, dir, problems);
+  for (const auto& p : problems) warnings.push_back("report.html: no timeline for " + p);
+  PlotsDrawn figures;
+  figures.peak = has_panels("peak_vs_seq_len");
+  figures.partition = has_panels("partition_sweep");
+  figures.train = has_panels("train_loss");
+  figures.timeline = !timelines.empty();
+  HtmlPage page;
+  page.title = "bpbench report: " + text(field(a.doc, "meta"), "scenario_name");
+  const std::string md = render(a, t, figures, source);
+  // The cell index goes after the summary, the first "## " heading after the title.
+  const auto first_section = md.find("\n## ");
+  page.body_html = markdown_to_html(md.substr(0, first_section) + section_cells(a, dir) +
+                                    (first_section == std::string::npos ? "" : md.substr(first_section)));
+  json figure_data = plot_data;
+  figure_data.erase("timeline");  // the page draws every cell's, from "timelines"
+  page.data = {{"figures", figure_data}, {"timelines", timelines}};
+  const fs::path path = dir / "report.html";
+  write_html(path, page);
+  return path;
+}
+
 std::string report_line(std::string s) {
   for (char& ch : s)
     if (ch == '\n' || ch == '\r') ch = ' ';
@@ -222,6 +257,7 @@ ReportOutput write_report(const json& results, const fs::path& results_dir, cons
   md << render(a, t, drawn, source.string());
   md.close();
   if (!md) throw std::runtime_error(fmt::format("cannot write '{}'", out.markdown.string()));
+  out.html = write_html_report(a, t, data, dir, source.string(), out.warnings);
   return out;
 }
 
@@ -268,8 +304,8 @@ int report_main(const std::vector<std::string>& args, std::ostream& out, std::os
     const fs::path results_dir = results_file(opt.results).parent_path();
     const ReportOutput r = write_report(doc, results_dir.empty() ? fs::path(".") : results_dir, opt);
     for (const auto& w : r.warnings) err << "bpbench: warning: " << report_line(w) << "\n";
-    out << fmt::format("wrote {} ({} plot{})\n", r.markdown.string(), r.plots.size(),
-                       r.plots.size() == 1 ? "" : "s");
+    out << fmt::format("wrote {} ({} plot{}) and {}\n", r.markdown.string(), r.plots.size(),
+                       r.plots.size() == 1 ? "" : "s", r.html.string());
     return kReportExitOk;
   } catch (const InputError& e) {
     err << "bpbench: error: " << report_line(e.what()) << "\n";

@@ -1,5 +1,8 @@
 // report.h: `bpbench report RESULTS.json --out DIR`: results.json -> DIR/report.md (the paper's tables) and
-// DIR/*.png (the paper's figures, drawn by reports/plot.py with Debian's python3-matplotlib).
+// DIR/*.png (the paper's figures, drawn by reports/plot.py with Debian's python3-matplotlib), and
+// DIR/report.html: one self-contained page with the same tables, sortable, every figure as inline SVG with
+// values on hover, a row per cell with links to its files, and every cell's memory timeline, interactive
+// (reports/html/: markdown_html.h, html_page.h, report_html.h, report.js).
 //
 // report.md, in the StreamBP paper's layout (see docs/compare.md for every format):
 //   Table 3   maximum sequence length: rows model (objective, ...), columns impl, "20.5k" (k = 1000 tokens)
@@ -48,6 +51,7 @@ struct ReportOptions {
 
 struct ReportOutput {
   std::filesystem::path markdown;            // DIR/report.md
+  std::filesystem::path html;                // DIR/report.html: the same tables, every figure as inline SVG
   std::vector<std::filesystem::path> plots;  // the PNGs that were drawn
   std::vector<std::string> warnings;         // one line each (plots not drawn, timeline file unreadable)
 };

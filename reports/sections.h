@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "reports/analysis.h"
 
@@ -57,6 +58,15 @@ struct TimelineChoice {
   json timeline;        // {"points": [...], "phases": [...]}
   std::string problem;  // why the chosen cell's timeline could not be read
 };
+
+// timeline.cpp: a cell's timeline, inline or from its memory.timeline_file under `results_dir`: {"points",
+// "phases"}. Throws InputError when the file is missing or holds no points.
+json read_timeline(const CellView& c, const fs::path& results_dir);
+// timeline.cpp: the categories the points use, in the paper's Figure 1 order (what lives longest at the
+// bottom), then any others.
+std::vector<std::string> timeline_categories(const json& points);
+// timeline.cpp: a point's live bytes ("live", else the sum of its categories).
+int64_t point_live(const json& p);
 
 // timeline.cpp: the cell whose timeline the report shows: `index`, else the first cell with a timeline.
 // Throws InputError when `index` is out of range, has no timeline or its timeline cannot be read; the default

@@ -17,6 +17,31 @@ namespace {
 constexpr size_t kMaxTimelinePoints = 6000;  // plotted points; the PNG is ~1600 px wide
 constexpr size_t kMaxPhases = 3000;
 
+// Keeps at most ~kMaxTimelinePoints: per bucket of consecutive points the lowest and the highest (in time
+// order), so the envelope and the true peak survive.
+std::vector<size_t> thin_points(const json& points) {
+  std::vector<size_t> keep;
+  const size_t n = points.size();
+  if (n <= kMaxTimelinePoints) {
+    for (size_t i = 0; i < n; ++i) keep.push_back(i);
+    return keep;
+  }
+  const size_t bucket = (n + kMaxTimelinePoints / 2 - 1) / (kMaxTimelinePoints / 2);
+  for (size_t b = 0; b < n; b += bucket) {
+    size_t lo = b, hi = b;
+    for (size_t i = b; i < std::min(n, b + bucket); ++i) {
+      const int64_t live = integer(points[i], "live").value_or(0);
+      if (live < integer(points[lo], "live").value_or(0)) lo = i;
+      if (live > integer(points[hi], "live").value_or(0)) hi = i;
+    }
+    keep.push_back(std::min(lo, hi));
+    if (lo != hi) keep.push_back(std::max(lo, hi));
+  }
+  return keep;
+}
+
+}  // namespace
+
 json read_timeline(const CellView& c, const fs::path& results_dir) {
   const json& inline_tl = field(c.memory, "timeline");
   if (inline_tl.is_object()) return inline_tl;
@@ -43,29 +68,6 @@ std::vector<std::string> timeline_categories(const json& points) {
   return out;
 }
 
-// Keeps at most ~kMaxTimelinePoints: per bucket of consecutive points the lowest and the highest (in time
-// order), so the envelope and the true peak survive.
-std::vector<size_t> thin_points(const json& points) {
-  std::vector<size_t> keep;
-  const size_t n = points.size();
-  if (n <= kMaxTimelinePoints) {
-    for (size_t i = 0; i < n; ++i) keep.push_back(i);
-    return keep;
-  }
-  const size_t bucket = (n + kMaxTimelinePoints / 2 - 1) / (kMaxTimelinePoints / 2);
-  for (size_t b = 0; b < n; b += bucket) {
-    size_t lo = b, hi = b;
-    for (size_t i = b; i < std::min(n, b + bucket); ++i) {
-      const int64_t live = integer(points[i], "live").value_or(0);
-      if (live < integer(points[lo], "live").value_or(0)) lo = i;
-      if (live > integer(points[hi], "live").value_or(0)) hi = i;
-    }
-    keep.push_back(std::min(lo, hi));
-    if (lo != hi) keep.push_back(std::max(lo, hi));
-  }
-  return keep;
-}
-
 int64_t point_live(const json& p) {
   if (auto live = integer(p, "live")) return *live;
   int64_t sum = 0;
@@ -73,8 +75,6 @@ int64_t point_live(const json& p) {
     if (v.is_number()) sum += v.get<int64_t>();
   return sum;
 }
-
-}  // namespace
 
 TimelineChoice choose_timeline(const Analysis& a, std::optional<size_t> index) {
   TimelineChoice t;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond scripts/setup.sh, and nothing that is already there: Debian's Slurm
-# (slurm-wlm: slurmctld, slurmd, sbatch, srun) and munge, which tests/slurm/check.sh starts as a private
-# one-node cluster to run scripts/slurm/bpbench.sbatch for real (about 4 MB). The quickstart needs none of it.
+# Installs what the test suite needs beyond scripts/setup.sh, and nothing that is already there:
+# - Debian's Slurm (slurm-wlm: slurmctld, slurmd, sbatch, srun) and munge, which tests/slurm/check.sh starts as
+#   a private one-node cluster to run scripts/slurm/bpbench.sbatch for real (about 4 MB);
+# - Debian's chromium, which tests/reports/browser_check.py runs headless on report.html (about 110 MB).
+# The quickstart needs none of it.
 set -euo pipefail
-packages=(slurm-wlm munge)
+packages=(slurm-wlm munge chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
