@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 
 #include "harness/run/scenario.h"
+#include "reports/compare_formats.h"
 #include "reports/mann_whitney.h"
 #include "reports/option_reader.h"
 #include "reports/results_file.h"
@@ -24,7 +26,8 @@ namespace {
 
 const char* kCompareHelp =
     R"HELP(usage: bpbench compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT] [--time-alpha P]
-                                               [--gate-time]
+                                               [--gate-time] [--junit FILE] [--markdown FILE]
+                                               [--benchmark-json FILE] [--html FILE]
 
 Matches the cells of two results files by their axes and prints a markdown table: per cell the status, the
 peak memory of both sides and its change, the median BP time of both and a verdict (better / same / worse /
@@ -47,11 +50,20 @@ Axis keys that only one file has are ignored when matching (a newer bpbench may 
 the same axes match in order.
 
 options:
-  --mem-tol PCT     allowed peak-memory increase in percent (default 0)
-  --time-tol PCT    the smallest change of the median time that counts, in percent (default 10)
-  --time-alpha P    the U test's significance level (default 0.05)
-  --gate-time       count "slower" as a regression
-  -h, --help        this text
+  --mem-tol PCT          allowed peak-memory increase in percent (default 0)
+  --time-tol PCT         the smallest change of the median time that counts, in percent (default 10)
+  --time-alpha P         the U test's significance level (default 0.05)
+  --gate-time            count "slower" as a regression
+  --junit FILE           also write JUnit XML: a testsuite per metric (status, peak_bytes, max_seq_len,
+                         time), a testcase per cell; a regression is a failure with both numbers and the
+                         tolerance
+  --markdown FILE        also write the table under a heading with the verdict, for a pull request's
+                         comment or GitHub's $GITHUB_STEP_SUMMARY
+  --benchmark-json FILE  also write github-action-benchmark's customSmallerIsBetter entries of NEW: per cell
+                         its peak (bytes) and, where timed, its median BP time (s)
+  --html FILE            also write the table as one self-contained HTML page
+  -h, --help             this text
+The files are written whatever the verdict, and replace what was there.
 
 Exit status: 0 no regression; 1..125 the number of regressions (capped at 125); 126 bad input: a missing
 or malformed file, a file that is not a bpbench results.json, or a bad option (one line
@@ -70,11 +82,12 @@ struct Side {
 
 // What the table shows of one side of a row (CompareRow's base_* or new_* fields).
 void show_side(const Side& s, std::string& status, std::optional<int64_t>& peak,
-               std::optional<int64_t>& max_len, std::optional<double>& time) {
+               std::optional<int64_t>& max_len, std::optional<double>& time, size_t& runs) {
   status = s.status;
   peak = s.peak;
   max_len = s.max_len;
   time = s.median;
+  runs = s.runs.size();
 }
 
 Side read_side(const json& c) {
@@ -98,6 +111,8 @@ std::set<std::string> key_union(const json& cells) {
   return keys;
 }
 
+}  // namespace
+
 std::string delta_text(int64_t base, int64_t now) {
   const int64_t d = now - base;
   if (d == 0) return "0";
@@ -106,6 +121,8 @@ std::string delta_text(int64_t base, int64_t now) {
   if (base == 0) return amount;
   return fmt::format("{} ({:+.2f}%)", amount, 100.0 * static_cast<double>(d) / static_cast<double>(base));
 }
+
+namespace {
 
 std::string status_text(const CompareRow& r) {
   const std::string b = r.base_status.empty() ? "–" : r.base_status;
@@ -143,10 +160,13 @@ void judge_time(CompareRow& row, const Side& b, const Side& n, const CompareOpti
                                        format_time(*b.median), format_time(*n.median), test.p);
   if (test.p >= opt.time_alpha || std::abs(change) <= tol) {
     row.time = "same (noise)";
+    row.time_note = what;
     return;
   }
   row.time = change > 0 ? "slower" : "faster";
+  row.time_note = what;
   if (change > 0 && opt.gate_time) {
+    row.time_regression = true;
     regress(what);
     return;
   }
@@ -162,15 +182,22 @@ void judge(CompareRow& row, const Side& b, const Side& n, const CompareOptions& 
     row.notes.push_back(note);
   };
   if (b.status != n.status) {
+    const std::string reason = n.reason.empty() ? "" : ": " + short_reason(n.reason);
     if (n.status == "oom" || n.status == "error") {
-      regress("became " + n.status + (n.reason.empty() ? "" : ": " + short_reason(n.reason)));
+      row.status_note = "became " + n.status + reason;
+      row.status_regression = true;
+      regress(row.status_note);
     } else if (b.status == "ok") {
-      regress("no longer measured: " + n.status + (n.reason.empty() ? "" : ": " + short_reason(n.reason)));
+      row.status_note = "no longer measured: " + n.status + reason;
+      row.status_regression = true;
+      regress(row.status_note);
     } else if (n.status == "ok") {
       better = true;
-      row.notes.push_back("now ok (was " + b.status + ")");
+      row.status_note = "now ok (was " + b.status + ")";
+      row.notes.push_back(row.status_note);
     } else {
-      row.notes.push_back(fmt::format("{} → {}", b.status, n.status));
+      row.status_note = fmt::format("{} → {}", b.status, n.status);
+      row.notes.push_back(row.status_note);
     }
   }
   if (b.status == "ok" && n.status == "ok") {
@@ -334,16 +361,17 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
     CompareRow row;
     row.label = label_of(base_cells[i], base_keys[i]);
     const Side b = read_side(base_cells[i]);
-    show_side(b, row.base_status, row.base_peak, row.base_max_len, row.base_time);
+    show_side(b, row.base_status, row.base_peak, row.base_max_len, row.base_time, row.base_runs);
     auto it = new_index.find(base_keys[i]);
     if (it == new_index.end()) {
       row.verdict = Verdict::missing;
-      row.regression = true;
-      row.notes.push_back("only in BASE: the measurement vanished");
+      row.regression = row.status_regression = true;
+      row.status_note = "only in BASE: the measurement vanished";
+      row.notes.push_back(row.status_note);
     } else {
       matched.insert(it->second);
       const Side n = read_side(new_cells[it->second]);
-      show_side(n, row.new_status, row.new_peak, row.new_max_len, row.new_time);
+      show_side(n, row.new_status, row.new_peak, row.new_max_len, row.new_time, row.new_runs);
       judge(row, b, n, options);
     }
     report.regressions += row.regression ? 1 : 0;
@@ -354,23 +382,39 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
     CompareRow row;
     row.label = label_of(new_cells[i], new_keys[i]);
     const Side n = read_side(new_cells[i]);
-    show_side(n, row.new_status, row.new_peak, row.new_max_len, row.new_time);
+    show_side(n, row.new_status, row.new_peak, row.new_max_len, row.new_time, row.new_runs);
     row.verdict = Verdict::added;
-    row.notes.push_back("only in NEW");
+    row.status_note = "only in NEW";
+    row.notes.push_back(row.status_note);
     report.rows.push_back(std::move(row));
   }
   return report;
 }
+
+namespace {
+// One of compare's output files; a file that cannot be written is bad input (exit 126), named.
+void write_output(const std::string& path, const std::string& option, const std::string& content) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << content;
+  f.close();
+  if (!f)
+    input_error(fmt::format("compare: {} '{}' cannot be written", option, path),
+                "a path in an existing, writable directory");
+}
+}  // namespace
 
 int compare_main(const std::vector<std::string>& args) {
   return compare_main(args, std::cout, std::cerr);
 }
 
 int compare_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  const std::string options = "--mem-tol PCT, --time-tol PCT, --time-alpha P, --gate-time, --help";
+  const std::string options =
+      "--mem-tol PCT, --time-tol PCT, --time-alpha P, --gate-time, --junit FILE, --markdown FILE, "
+      "--benchmark-json FILE, --html FILE, --help";
   try {
     CompareOptions opt;
     std::vector<std::string> files;
+    std::string junit, markdown, benchmark_json, html;  // the files to write besides the text on stdout
     // A number the whole of `text` spells, or NaN.
     auto number_in = [](const std::string& text) {
       size_t used = 0;
@@ -410,6 +454,14 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
         opt.time_alpha = p;
       } else if (a == "--gate-time") {
         opt.gate_time = true;
+      } else if (opts.is("--junit")) {
+        junit = opts.value("--junit");
+      } else if (opts.is("--markdown")) {
+        markdown = opts.value("--markdown");
+      } else if (opts.is("--benchmark-json")) {
+        benchmark_json = opts.value("--benchmark-json");
+      } else if (opts.is("--html")) {
+        html = opts.value("--html");
       } else if (opts.is_option()) {
         input_error(fmt::format("compare: unknown option '{}'", a), options);
       } else {
@@ -425,6 +477,13 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
     const CompareReport report = compare_results(base, now, opt);
     out << fmt::format("# bpbench compare\n\nBASE: `{}`  \nNEW: `{}`\n\n", files[0], files[1]);
     out << report.markdown();
+    // Written whatever the verdict: a gate that fails is when CI needs them most.
+    const CompareSources sources{files[0], files[1]};
+    if (!junit.empty()) write_output(junit, "--junit", compare_junit(report, sources));
+    if (!markdown.empty()) write_output(markdown, "--markdown", compare_markdown(report, sources));
+    if (!benchmark_json.empty())
+      write_output(benchmark_json, "--benchmark-json", compare_benchmark_json(report).dump(2) + "\n");
+    if (!html.empty()) write_output(html, "--html", compare_html(report, sources));
     return report.exit_code();
   } catch (const std::exception& e) {
     std::string msg = e.what();

@@ -53,6 +53,12 @@ struct CompareRow {
   Verdict verdict = Verdict::same;
   bool regression = false;
   std::vector<std::string> notes;  // what changed: "became oom", "peak +1 B (+0.00%)", ...
+  // Per metric, for the formats that report each apart (compare_formats.h):
+  std::string status_note;         // "became oom: ...", "now ok (was skipped)", ...; "" where unchanged
+  bool status_regression = false;  // the status change (or the cell's absence from NEW) is a regression
+  std::string time_note;  // the U test's reading: "time +12.0% (median ... s → ... s, U test p = ...)"
+  bool time_regression = false;        // slower, with --gate-time
+  size_t base_runs = 0, new_runs = 0;  // time.runs_s of each side
 };
 
 struct CompareReport {
@@ -63,6 +69,9 @@ struct CompareReport {
   int exit_code() const;         // min(regressions, 125)
   std::string markdown() const;  // the table plus a summary line
 };
+
+// A change of bytes as the table shows it: "0", "+512 B (+0.19%)", "-1.5 MiB (-2.00%)".
+std::string delta_text(int64_t base, int64_t now);
 
 // Pure: compares two parsed results documents. Throws InputError when either is not a bpbench results file.
 CompareReport compare_results(const nlohmann::json& base, const nlohmann::json& now,

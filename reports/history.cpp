@@ -18,6 +18,8 @@
 #include "harness/run/run_detail.h"
 #include "harness/run/scenario.h"
 #include "reports/figures.h"
+#include "reports/html/html_page.h"
+#include "reports/html/markdown_html.h"
 #include "reports/option_reader.h"
 #include "reports/report.h"
 #include "reports/results_file.h"
@@ -39,12 +41,13 @@ append  adds each results file (bpbench's or a peer's) to HISTORY.jsonl as one J
         median time, spread (cv), tokens per second and max length. A run already there (same scenario, start
         time and machine) is refused; the file is created if missing.
 report  writes DIR/history.md: per machine and device, the cells that appear in two runs or more, a column per
-        run in the order appended, one table per metric; and DIR/history_<metric>.png (reports/plot.py, where
-        matplotlib is installed).
+        run in the order appended, one table per metric; DIR/history_<metric>.png (reports/plot.py, where
+        matplotlib is installed); and DIR/history.html: the same tables, sortable, and every trend drawn
+        as inline SVG with values on hover, in one self-contained page.
 
 options:
   --to FILE       (append) the history file
-  --out DIR       (report) where history.md goes
+  --out DIR       (report) where history.md and history.html go
   --metric NAME   (report) only this metric: peak_bytes, median_s, tokens_per_s, cv, max_seq_len
   --python PATH   (report) the python that draws the plots (default /usr/bin/python3)
   -h, --help      this text
@@ -281,16 +284,30 @@ int report(const std::string& file, const fs::path& dir, const std::vector<std::
   for (const auto& m : history_metrics()) fs::remove(dir / fmt::format("history_{}.png", m), ec);
   const fs::path data = dir / "plot_data.json";
   const std::vector<Trend> ts = trends(entries);
-  write_json_atomically(data, plot_data(ts, metrics));
+  const json plots = plot_data(ts, metrics);
+  write_json_atomically(data, plots);
   const std::string problem = report_detail::run_plot_script(python, find_plot_script(), data, dir);
   if (!problem.empty()) err << fmt::format("bpbench: warning: plots not drawn ({})\n", problem);
-  std::string md = markdown_of(ts, entries.size(), metrics);
+  const std::string tables = markdown_of(ts, entries.size(), metrics);
+  // history.md links the PNGs plot.py drew; history.html draws every metric that has a trend itself.
+  std::string md = tables, page_md = tables;
   for (const auto& m : metrics) {
     const std::string png = fmt::format("history_{}.png", m);
-    if (report_detail::nonempty_file(dir / png)) md += fmt::format("\n![{}]({})\n", metric_title(m), png);
+    const std::string image = fmt::format("\n![{}]({})\n", metric_title(m), png);
+    if (report_detail::nonempty_file(dir / png)) md += image;
+    for (const auto& panel : plots["history"]["panels"])
+      if (panel["metric"] == m) {
+        page_md += image;
+        break;
+      }
   }
   std::ofstream(dir / "history.md", std::ios::binary | std::ios::trunc) << md;
-  out << (dir / "history.md").string() << "\n";
+  report_detail::HtmlPage page;
+  page.title = "bpbench history";
+  page.body_html = report_detail::markdown_to_html(page_md);
+  page.data = {{"figures", plots}};
+  report_detail::write_html(dir / "history.html", page);
+  out << (dir / "history.md").string() << "\n" << (dir / "history.html").string() << "\n";
   return 0;
 }
 

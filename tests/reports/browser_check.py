@@ -3,12 +3,14 @@ what a reader would see. ctest's "report_browser" runs it through tests/reports/
 
 usage: browser_check.py --chromium PATH --html report.html --results results.json [MORE.json ...]
                         [--screenshot OUT.png]
+       browser_check.py --chromium PATH --html history.html|compare.html
 
 The browser is driven over the DevTools protocol on a pipe (--remote-debugging-pipe: no port, no package
 beyond Python's standard library). Checks, each a failure with its reason:
   - the page loads from file:// with the network emulated offline, and it requests nothing that is not
     file: or data: (a page that fetched a script from a CDN fails here even where the CDN is reachable);
   - no console error, no uncaught exception, no Content-Security-Policy violation;
+  - a click on a table's numeric heading sorts its rows by that column's numbers (with their units);
   - the "Cells" table holds one row per cell of the results files, numbered as they are;
   - every figure is an SVG with content (paths and points), and none says it could not be drawn; there is
     one timeline per cell that recorded one;
@@ -16,12 +18,14 @@ beyond Python's standard library). Checks, each a failure with its reason:
     bytes, both computed here from the cell's timeline file, not read from the page;
   - a click on a phase zooms the timeline to that phase;
   - a screenshot is not blank (decoded here: enough colours and ink).
+Without --results (a history or compare page) only its figures, its tables and its console are checked.
 Exit status: 0 all passed; 1 a check failed (one line per failure on stderr); 2 bad arguments.
 """
 import argparse
 import base64
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -210,6 +214,42 @@ FIRST_PHASE = """(() => {
 })()"""
 
 
+NUMERIC_HEADING = """(() => {
+  for (const th of document.querySelectorAll('table.bp-table th.num')) {
+    const table = th.closest('table');
+    if (table.tBodies[0].rows.length < 3) continue;
+    th.scrollIntoView({block: 'center'});
+    const r = th.getBoundingClientRect();
+    table.id = 'bp-sorted';
+    return {x: r.left + r.width / 2, y: r.top + r.height / 2, column: th.cellIndex, heading: th.textContent};
+  }
+  return null;
+})()"""
+SORTED_COLUMN = """Array.from(document.getElementById('bp-sorted').tBodies[0].rows).map((r) =>
+  r.cells[%d].textContent)"""
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "k": 1e3, "ms": 1e-3, "s": 1, "%": 1}
+
+
+def number_of(text: str) -> float | None:
+    """A table cell's leading number with its unit, as a reader compares them ("1.5 MiB" > "900 KiB")."""
+    m = re.match(r"\s*\**([-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?)\s*(KiB|MiB|GiB|B|k|ms|s|%)?", text)
+    return float(m.group(1).replace(",", "")) * UNITS.get(m.group(2) or "", 1) if m else None
+
+
+def check_sort(browser: Browser) -> list[str]:
+    """A click on the first numeric heading of a table with three rows or more sorts its rows ascending."""
+    spot = browser.evaluate(NUMERIC_HEADING)
+    if spot is None:
+        return ["no table with a numeric column and three rows to sort"]
+    browser.mouse("mousePressed", spot["x"], spot["y"])
+    browser.mouse("mouseReleased", spot["x"], spot["y"])
+    values = [number_of(t) for t in browser.evaluate(SORTED_COLUMN % spot["column"])]
+    numbers = [v for v in values if v is not None]
+    if numbers != sorted(numbers) or values[:len(numbers)] != numbers:
+        return [f"a click on {spot['heading']!r} left its column {values}"]
+    return []
+
+
 def check_cells(browser: Browser, cells: list[dict[str, Any]]) -> list[str]:
     rows = browser.evaluate(CELL_ROWS)
     if rows is None:
@@ -219,14 +259,16 @@ def check_cells(browser: Browser, cells: list[dict[str, Any]]) -> list[str]:
     return []
 
 
-def check_figures(browser: Browser, cells: list[dict[str, Any]]) -> list[str]:
+def check_figures(browser: Browser, cells: list[dict[str, Any]] | None) -> list[str]:
     failures = []
     figures = browser.evaluate(FIGURES)
-    if not figures:
+    if not figures and cells is not None:
         failures.append("the page has no figure")
     for f in figures:
         if f["error"] or f["svgs"] == 0 or f["marks"] < 3:
             failures.append(f"figure {f['name']}: {f['svgs']} SVGs, {f['marks']} marks {f['error']}".strip())
+    if cells is None:
+        return failures
     with_timeline = sum(1 for c in cells if (c.get("memory") or {}).get("timeline_file"))
     drawn = browser.evaluate("document.querySelectorAll('svg.bp-timeline').length")
     if drawn != with_timeline:
@@ -301,7 +343,10 @@ def check(browser: Browser, html: Path, results: list[tuple[Path, dict[str, Any]
           screenshot: Path | None) -> list[str]:
     browser.open_page(html.resolve().as_uri())
     cells = [c for _, doc in results for c in doc["cells"]]
-    failures = check_cells(browser, cells) + check_figures(browser, cells)
+    failures = check_figures(browser, cells if results else None)
+    if not results:  # a history or compare page: its figures, its tables and its console only
+        return failures + check_sort(browser) + check_events(browser.events)
+    failures += check_cells(browser, cells) + check_sort(browser)  # the rows in the results' order first
     timeline = first_timeline(results)
     if timeline is None:
         failures.append("no cell of the results has a timeline to hover")
@@ -319,7 +364,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chromium", required=True)
     parser.add_argument("--html", required=True, type=Path)
-    parser.add_argument("--results", required=True, nargs="+", type=Path)
+    parser.add_argument("--results", nargs="+", type=Path, default=[],
+                        help="the page's results files (report.html); none for history.html or compare.html")
     parser.add_argument("--screenshot", type=Path)
     args = parser.parse_args(argv)
     try:

@@ -82,6 +82,32 @@ TEST(History, ReportTrendsTheCellsThatRepeatPerMachine) {
   EXPECT_NE(md.find("nothing to trend", other_section), std::string::npos) << md;
 }
 
+// history.html beside history.md: the same tables, a figure for every metric that has a trend, and the trends
+// themselves in the page's data (report.js draws them; tests/reports/browser_check.sh opens one in chromium).
+TEST(History, ReportWritesAPageWithEveryTrend) {
+  testing::TempDir tmp;
+  const std::string file = tmp.file("h.jsonl");
+  std::ostringstream out, err;
+  ASSERT_EQ(history_main(
+                {"append", fixture("a").string(), fixture("b").string(), fixture("c").string(), "--to", file},
+                out, err),
+            0)
+      << err.str();
+  const fs::path dir = tmp.file("report");
+  ASSERT_EQ(history_main({"report", file, "--out", dir.string(), "--python", "/nonexistent"}, out, err), 0)
+      << err.str();
+  const std::string html = testing::file_text(dir / "history.html");
+  EXPECT_NE(html.find("<td>compare_time: impl=streambp</td><td class=\"num\">0.508</td>"), std::string::npos);
+  for (const char* metric : {"peak_bytes", "median_s", "tokens_per_s", "cv"})
+    EXPECT_NE(html.find(std::string("data-figure=\"history_") + metric + "\""), std::string::npos) << metric;
+  EXPECT_EQ(html.find("data-figure=\"history_max_seq_len\""), std::string::npos);   // no cell searched
+  EXPECT_EQ(testing::file_text(dir / "history.md").find("!["), std::string::npos);  // no PNG was drawn
+  const auto open = html.find("id=\"bp-data\">");
+  ASSERT_NE(open, std::string::npos);
+  const json data = json::parse(html.substr(open + 13, html.find("</script>", open) - open - 13));
+  EXPECT_EQ(data["figures"]["history"]["panels"].size(), 4u);
+}
+
 TEST(History, BadInputIsOneLineAndExitTwo) {
   testing::TempDir tmp;
   const std::string not_history = tmp.file("x.jsonl");
