@@ -172,7 +172,8 @@ fs::path write_html_report(const Analysis& a, const TimelineChoice& t, const jso
     return panels.is_array() && !panels.empty();
   };
   std::vector<std::string> problems;
-  const json timelines = html_timelines(a, dir, problems);
+  const json timelines =
+      html_timelines(a, dir, t.cell ? std::optional<size_t>(t.cell->index) : std::nullopt, problems);
   for (const auto& p : problems) warnings.push_back("report.html: no timeline for " + p);
   PlotsDrawn figures;
   figures.peak = has_panels("peak_vs_seq_len");

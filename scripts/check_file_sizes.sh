@@ -15,7 +15,7 @@ while IFS= read -r file; do
     over=$((over + 1))
   fi
 done < <(find "$root"/harness "$root"/impls "$root"/profiles "$root"/reports "$root"/tests "$root"/scripts \
-  "$root"/.ci -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.py' -o -name '*.sh' \) \
+  "$root"/.ci -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.py' -o -name '*.sh' -o -name '*.js' \) \
   -not -path '*/tests/fixtures/*' 2>/dev/null | sort)
 if [ "$checked" -eq 0 ]; then
   echo "file_sizes: FAIL: no sources found under $root"

@@ -34,6 +34,7 @@ ROOT_PREFIXES = ("$root/", "${root}/", "$ROOT/", "${ROOT}/", "${CMAKE_SOURCE_DIR
 # what the build or a run writes, and the paths the checks' own tests name inside the fixture trees they use.
 ALLOWED = {
     "harness/run/schema_texts.h": None,  # configured from harness/run/schema_texts.h.in into build/generated/
+    "reports/html/html_assets.h": None,  # configured from reports/html/html_assets.h.in, the same way
     "reports/results/h100-sxm/": None,  # scripts/gpu/continue.sh: one folder per GPU it ran on
     "harness/stray.cpp": "tests/check_layers_refuses.sh",  # a file of tests/fixtures/layers
     "impls/streambp.h": "tests/check_layers_refuses.sh",  # what a fixture of tests/fixtures/layers includes

@@ -5,6 +5,8 @@
 #
 #   bash scripts/ci_memory_gate.sh            # check (ctest runs this as the test "memory_gate")
 #   bash scripts/ci_memory_gate.sh --refresh  # a change meant to move a peak: rewrite the baseline, commit it
+#   bash scripts/ci_memory_gate.sh --junit gate.xml --markdown "$GITHUB_STEP_SUMMARY"   # any compare options
+# BPBENCH_GATE_OUT=DIR keeps the run's results.json there (a report of it: docs/compare.md's workflow).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bpbench="${BPBENCH:-$root/build/bpbench}"
@@ -17,4 +19,4 @@ if [[ "${1:-}" == "--refresh" ]]; then
   echo "baseline rewritten: $baseline (review the diff of its peak_bytes, then commit it)"
   exit 0
 fi
-"$bpbench" compare "$baseline" "$out/results.json" --mem-tol 0
+"$bpbench" compare "$baseline" "$out/results.json" --mem-tol 0 "$@"

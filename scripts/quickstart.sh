@@ -14,4 +14,4 @@ bpbench="$root/build/bpbench"
 # The timeline plotted is StreamBP's at T = 1024: cell 14 (lengths vary slowest, then the five impls).
 "$bpbench" report "$out/results.json" --out "$out/report" --timeline-cell 14
 "$bpbench" report "$out/dist/results.json" --out "$out/dist/report"
-echo "reports: $out/report/report.md, $out/dist/report/report.md"
+echo "reports: $out/report/report.html (and report.md), $out/dist/report/report.html (and report.md)"

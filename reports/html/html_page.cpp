@@ -32,9 +32,8 @@ std::string embedded_json(const nlohmann::json& data) {
 }  // namespace
 
 std::string html_document(const HtmlPage& page) {
-  const nlohmann::json data = page.data.is_object() ? page.data : nlohmann::json::object();
-  nlohmann::json with_defaults = data;
-  if (!with_defaults.contains("figures")) with_defaults["figures"] = nlohmann::json::object();
+  nlohmann::json data = page.data.is_object() ? page.data : nlohmann::json::object();
+  if (!data.contains("figures")) data["figures"] = nlohmann::json::object();  // report.js reads it always
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
@@ -47,7 +46,7 @@ std::string html_document(const HtmlPage& page) {
       "<script type=\"application/json\" "
       "id=\"bp-data\">{}</script>\n<script>\n{}</script>\n</body>\n</html>\n",
       html_escape(kBpbenchVersion), html_escape(page.title), html_assets::kStyle, page.body_html,
-      html_escape(kBpbenchVersion), embedded_json(with_defaults), html_assets::kScript);
+      html_escape(kBpbenchVersion), embedded_json(data), html_assets::kScript);
 }
 
 void write_html(const std::filesystem::path& path, const HtmlPage& page) {

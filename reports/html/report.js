@@ -315,7 +315,8 @@
     head.className = "bp-panel-title";
     head.textContent = tl.title;
     box.appendChild(head);
-    const svg = svgEl("svg", {viewBox: `0 0 ${W} ${H}`, class: "bp-chart bp-timeline", role: "img"}, box);
+    const svg = svgEl("svg", {viewBox: `0 0 ${W} ${H}`, class: "bp-chart bp-timeline", role: "img",
+                              "data-cell": tl.cell}, box);
     svgEl("title", {}, svg).textContent = tl.title;
     const clipId = "clip-" + Math.random().toString(36).slice(2);
     svgEl("rect", {x: m.l, y: m.t, width: W - m.l - m.r, height: H - m.t - m.b}, svgEl("clipPath", {id: clipId}, svgEl("defs", {}, svg)));
@@ -345,7 +346,8 @@
         text(layer, m.l - 6, y(v) + 4, (v / unit.div).toFixed(unit.digits), {"text-anchor": "end", class: "bp-tick"});
       }
       for (const v of niceTicks(domain[0], domain[1], 8))
-        text(layer, x(v), H - m.b + 14, ms(v), {"text-anchor": "middle", class: "bp-tick"});
+        if (x(v) <= W - m.r - 24)  // a label at the right edge would be cut
+          text(layer, x(v), H - m.b + 14, ms(v), {"text-anchor": "middle", class: "bp-tick"});
       text(layer, 14, (m.t + H - m.b) / 2, `live memory (${unit.label})`,
            {"text-anchor": "middle", class: "bp-label", transform: `rotate(-90 14 ${(m.t + H - m.b) / 2})`});
       // The areas: each cumulative level filled down to zero, the highest first, so each band shows its own.

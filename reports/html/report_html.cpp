@@ -162,16 +162,24 @@ std::vector<size_t> thin_to_columns(const json& points, size_t columns) {
   return keep;
 }
 
-json html_timelines(const Analysis& a, const fs::path& out_dir, std::vector<std::string>& problems) {
-  json out = json::array();
+json html_timelines(const Analysis& a, const fs::path& out_dir, std::optional<size_t> first,
+                    std::vector<std::string>& problems) {
+  std::vector<const CellView*> order;
   for (const auto& c : a.cells) {
-    if (!c.has_timeline()) continue;
+    if (first && c.index == *first)
+      order.insert(order.begin(), &c);
+    else
+      order.push_back(&c);
+  }
+  json out = json::array();
+  for (const CellView* c : order) {
+    if (!c->has_timeline()) continue;
     try {
-      const json timeline = read_timeline(c, a.results_dir);
+      const json timeline = read_timeline(*c, a.results_dir);
       if (field(timeline, "points").is_array() && !field(timeline, "points").empty())
-        out.push_back(timeline_for_page(a, c, timeline, out_dir));
+        out.push_back(timeline_for_page(a, *c, timeline, out_dir));
     } catch (const std::exception& e) {
-      problems.push_back(fmt::format("cell #{}: {}", c.index, e.what()));
+      problems.push_back(fmt::format("cell #{}: {}", c->index, e.what()));
     }
   }
   return out;

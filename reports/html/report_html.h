@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "reports/analysis.h"
@@ -25,8 +26,10 @@ std::vector<size_t> thin_to_columns(const json& points, size_t columns);
 
 // Every cell's timeline for report.js: [{"cell", "title", "categories", "t_ms", "live", "by_category",
 // "phases", "peak": {"index", "t_ms", "bytes", "phase"}, "estimate_bytes", "budget_bytes", "points_total",
-// "links"}], cells in order. A timeline that cannot be read is left out and its reason added to `problems`.
-json html_timelines(const Analysis& a, const std::filesystem::path& out_dir,
+// "links"}]: the cell report.md shows (`first`, when it has one) first, so the text above the figure speaks
+// of the timeline under it, then the others in order. A timeline that cannot be read is left out and its
+// reason added to `problems`.
+json html_timelines(const Analysis& a, const std::filesystem::path& out_dir, std::optional<size_t> first,
                     std::vector<std::string>& problems);
 
 }  // namespace bpbench::report_detail

@@ -15,7 +15,7 @@ beyond Python's standard library). Checks, each a failure with its reason:
   - every figure is an SVG with content (paths and points), and none says it could not be drawn; there is
     one timeline per cell that recorded one;
   - a hover over the first timeline's peak shows the innermost phase open at the peak and the peak's exact
-    bytes, both computed here from the cell's timeline file, not read from the page;
+    bytes, both computed here from that cell's timeline file, not read from the page;
   - a click on a phase zooms the timeline to that phase;
   - a screenshot is not blank (decoded here: enough colours and ink).
 Without --results (a history or compare page) only its figures, its tables and its console are checked.
@@ -179,14 +179,18 @@ def innermost_phase(phases: list[dict[str, Any]], t: float) -> str:
     return best
 
 
-def first_timeline(results: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any] | None:
+def cell_timeline(results: list[tuple[Path, dict[str, Any]]], index: int) -> dict[str, Any] | None:
+    """The timeline of the index-th cell of the results files taken together (as the report merges them)."""
     for path, doc in results:
-        for cell in doc["cells"]:
-            name = (cell.get("memory") or {}).get("timeline_file")
-            if name:
-                data = json.loads((path.parent / name).read_text())
-                timeline: dict[str, Any] = data.get("timeline", data)
-                return timeline
+        if index >= len(doc["cells"]):
+            index -= len(doc["cells"])
+            continue
+        name = (doc["cells"][index].get("memory") or {}).get("timeline_file")
+        if not name:
+            return None
+        data = json.loads((path.parent / name).read_text())
+        timeline: dict[str, Any] = data.get("timeline", data)
+        return timeline
     return None
 
 
@@ -347,9 +351,11 @@ def check(browser: Browser, html: Path, results: list[tuple[Path, dict[str, Any]
     if not results:  # a history or compare page: its figures, its tables and its console only
         return failures + check_sort(browser) + check_events(browser.events)
     failures += check_cells(browser, cells) + check_sort(browser)  # the rows in the results' order first
-    timeline = first_timeline(results)
+    # The page's first timeline (the cell report.md shows), read here from that cell's own file.
+    shown = browser.evaluate("(document.querySelector('svg.bp-timeline') || {dataset: {}}).dataset.cell")
+    timeline = cell_timeline(results, int(shown)) if shown is not None else None
     if timeline is None:
-        failures.append("no cell of the results has a timeline to hover")
+        failures.append(f"the page's first timeline is of cell {shown}, which has no timeline file")
     else:
         failures += check_hover(browser, timeline)
         if screenshot is not None:  # with the tooltip showing, as a reader would see it
