@@ -8,8 +8,8 @@
 //   bpbench history report HISTORY.jsonl --out DIR [--metric NAME]
 //     DIR/history.md: per machine and device (a trend compares a machine with itself), one table per metric
 //     of the cells that appear in two runs or more, a column per run in the order appended; and
-//     DIR/history_<metric>.png through reports/plot.py where matplotlib is installed; and DIR/history.html, the
-//     same tables and every trend as inline SVG in one self-contained page (reports/html/html_page.h).
+//     DIR/history_<metric>.png through reports/plot.py where matplotlib is installed; and DIR/history.html,
+//     the same tables and every trend as inline SVG in one self-contained page (reports/html/html_page.h).
 //
 // Exit status: 0; 2 for bad input (one line `bpbench: error: ...`).
 #pragma once
