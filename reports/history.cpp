@@ -266,6 +266,8 @@ int append(const std::vector<std::string>& files, const std::string& to, std::os
                   "a run not yet appended");
     lines.push_back(std::move(e));
   }
+  std::error_code ec;  // a history in a folder not made yet (out/history.jsonl): made, as --out folders are
+  if (fs::path(to).has_parent_path()) fs::create_directories(fs::path(to).parent_path(), ec);
   std::ofstream file(to, std::ios::app | std::ios::binary);
   for (const json& e : lines) file << e.dump() << "\n";
   file.close();

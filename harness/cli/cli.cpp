@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/accelerators.h"
 #include "harness/cli/estimate_command.h"
 #include "harness/cli/help_text.h"
 #include "harness/cli/validate_command.h"
@@ -46,11 +47,13 @@ their gradients are exact.
 commands:
   run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume | --force] [--quiet]
                           run every cell of a scenario's grid; write DIR/results.json
-  list [models|impls|objectives]
-                          what a scenario's grid may name
+  list [models|impls|objectives|families|gpus] [--names]
+                          what a scenario's grid may name, the model families, the GPUs
   report RESULTS.json --out DIR
-                          markdown tables (the paper's layouts) and PNG plots
-  compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT] [--time-alpha P]
+                          markdown tables (the paper's layouts) and PNG plots, and report.html:
+                          the same in one self-contained page with interactive timelines
+  compare BASE.json NEW.json [--mem-tol PCT] [--time-tol PCT] [--time-alpha P] [--junit FILE]
+          [--markdown FILE] [--benchmark-json FILE] [--html FILE]
                           match cells by axes; exit status = number of memory regressions
   history append RESULTS.json... --to HISTORY.jsonl | history report HISTORY.jsonl --out DIR
                           keep runs over time; the trend of the cells that repeat
@@ -171,10 +174,14 @@ std::string run_help() {
                                      fmt::join(data_parallel, ", "), fmt::join(sequence_parallel, ", "))}});
 }
 
-const char* kListHelp = R"(usage: bpbench list [models|impls|objectives]
+const char* kListHelp = R"(usage: bpbench list [models|impls|objectives|families|gpus] [--names]
 
-Lists model presets (with their parameter counts and RoPE), backward strategies (impls) and objectives. With no
-argument it lists all three.
+Lists model presets (with their parameter counts and RoPE), backward strategies (impls), objectives, the
+Hugging Face families a model directory may be (families) and the GPUs `bpbench estimate --gpu` knows. With no
+argument it lists the first three.
+
+  --names   only the names, comma-separated on one line (what help texts and docs quote; the docs test
+            checks every such list in docs/ against this)
 )";
 
 struct Usage {
@@ -244,23 +251,64 @@ void list_objectives(std::ostream& out) {
     out << fmt::format("  {:<6} {}\n", name, objective_description(name));
 }
 
+void list_families(std::ostream& out) {
+  out << "families (a Hugging Face model directory's config.json: its architecture and model_type):\n";
+  for (const auto& f : hf_family_names())
+    out << fmt::format("  {:<14} {:<24} {}\n", f.label, f.architecture, f.model_type);
+}
+
+void list_gpus(std::ostream& out) {
+  out << "gpus (bpbench estimate --gpu; memory as the vendor's tools report it):\n";
+  for (const auto& g : accelerators())
+    out << fmt::format("  {:<12} {:<24} {:>7.2f} GB{}\n", g.key, g.label,
+                       static_cast<double>(g.memory_bytes) / 1e9, g.note.empty() ? "" : "  " + g.note);
+}
+
+// Each list's names alone, for --names.
+std::vector<std::string> list_names(const std::string& what) {
+  std::vector<std::string> names;
+  if (what == "models")
+    for (const auto& m : model_presets()) names.push_back(m.name);
+  if (what == "impls") names = strategy_names();
+  if (what == "objectives") names = objective_names();
+  if (what == "families")
+    for (const auto& f : hf_family_names()) names.push_back(f.label);
+  if (what == "gpus")
+    for (const auto& g : accelerators()) names.push_back(g.key);
+  return names;
+}
+
 int cmd_list(const std::vector<std::string>& args) {
-  const std::string valid = "models, impls, objectives";
+  const std::string valid = "models, impls, objectives, families, gpus";
   std::optional<std::string> what;
+  bool names_only = false;
   for (const auto& a : args) {
     if (is_help(a)) {
       std::cout << kListHelp;
       return kExitOk;
     }
-    if (!a.empty() && a[0] == '-') usage_error(fmt::format("list: unknown option '{}'", a), "--help");
+    if (a == "--names") {
+      names_only = true;
+      continue;
+    }
+    if (!a.empty() && a[0] == '-')
+      usage_error(fmt::format("list: unknown option '{}'", a), "--names, --help");
     if (what) usage_error(fmt::format("list: unexpected argument '{}'", a), valid);
     what = a;
   }
-  if (what && *what != "models" && *what != "impls" && *what != "objectives")
+  if (what && *what != "models" && *what != "impls" && *what != "objectives" && *what != "families" &&
+      *what != "gpus")
     usage_error(fmt::format("list: unknown list '{}'", *what), valid);
+  if (names_only) {
+    if (!what) usage_error("list: --names needs the list to name", valid);
+    std::cout << fmt::format("{}\n", fmt::join(list_names(*what), ", "));
+    return kExitOk;
+  }
   if (!what || *what == "models") list_models(std::cout);
   if (!what || *what == "impls") list_impls(std::cout);
   if (!what || *what == "objectives") list_objectives(std::cout);
+  if (what == "families") list_families(std::cout);
+  if (what == "gpus") list_gpus(std::cout);
   return kExitOk;
 }
 

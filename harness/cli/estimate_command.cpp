@@ -10,12 +10,15 @@
 #include "harness/cli/estimate_request.h"
 #include "harness/cli/help_text.h"
 #include "harness/estimate/estimate.h"
+#include "harness/model/hf_model.h"
 #include "harness/objectives/objective.h"
+#include "impls/interface/strategy.h"
 
 namespace bpbench {
 
 namespace {
-// The help; estimate_help() puts the registries' names where it says @IMPLS@, @RANK_IMPLS@, @OBJECTIVES@.
+// The help; estimate_help() puts the registries' names where it says @FAMILIES@, @DATA_PARALLEL@,
+// @SEQUENCE_PARALLEL@, @IMPLS@, @RANK_IMPLS@, @OBJECTIVES@.
 const char* kEstimateHelp =
     R"(usage: bpbench estimate --model M (--seq-len T[,T...] | --budget BYTES | --gpu NAME|all) [options]
 
@@ -31,17 +34,17 @@ Formulas: docs/estimate.md.
 
 model and lengths:
   --model M               a preset (bpbench list models), a Hugging Face model directory, or its config.json
-                          (Qwen3, Qwen2, Llama, Mistral, Phi-3, Gemma 3 text, Qwen3-MoE, Mixtral, OLMo 2 and 3,
-                          SmolLM3, gpt-oss; what bpbench cannot model is refused by name)
+                          of a family bpbench loads (bpbench list families: @FAMILIES@); what
+                          bpbench cannot model is refused by name
   --seq-len T[,T...]      tokens per sequence; a list, with k (x1024) and M (x1048576): 8k,32k,128k
   --impl I[,I...]         @IMPLS@
                           (default: all; with --offload checkpoints: those that keep layer checkpoints);
                           with --ranks: @RANK_IMPLS@
                           (those whose heads split over the ranks)
-  --ranks R               R ranks (a scenario's world_size): one rank's peak and collectives of
-                          streambp-dist and checkpoint-dist (data parallel; --batch is per rank, as in a
-                          scenario) or of the sequence-parallel ulysses, streambp-ulysses, ring and
-                          streambp-ring (--seq-len is the whole sequence, --batch shared by the ranks)
+  --ranks R               R ranks (a scenario's world_size): one rank's peak and collectives of the data
+                          parallel @DATA_PARALLEL@ (--batch is per rank, as in a scenario) or of the
+                          sequence-parallel @SEQUENCE_PARALLEL@ (--seq-len is the whole sequence, --batch
+                          shared by the ranks)
   --ulysses-degree U      ring and streambp-ring on the 2-D mesh (a cell's ulysses_degree): Ulysses over
                           groups of U ranks inside rings of R / U (default 1: the ring over every rank)
 
@@ -109,8 +112,14 @@ output:
 }  // namespace
 
 std::string estimate_help() {
+  std::vector<std::string> data_parallel, sequence_parallel;
+  for (const auto& name : estimated_data_parallel_impls())
+    (make_strategy(name)->sequence_parallel() ? sequence_parallel : data_parallel).push_back(name);
   return with_names(kEstimateHelp,
-                    {{"@IMPLS@", fmt::format("{}", fmt::join(estimated_impls(), ", "))},
+                    {{"@FAMILIES@", hf_family_labels()},
+                     {"@DATA_PARALLEL@", fmt::format("{}", fmt::join(data_parallel, ", "))},
+                     {"@SEQUENCE_PARALLEL@", fmt::format("{}", fmt::join(sequence_parallel, ", "))},
+                     {"@IMPLS@", fmt::format("{}", fmt::join(estimated_impls(), ", "))},
                      {"@RANK_IMPLS@", fmt::format("{}", fmt::join(estimated_data_parallel_impls(), ", "))},
                      {"@OBJECTIVES@", fmt::format("{}", fmt::join(objective_names(), " | "))}});
 }

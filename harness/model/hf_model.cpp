@@ -29,6 +29,7 @@ namespace {
 
 struct Architecture {
   const char* name;
+  const char* label;       // the family as people name it: "Qwen3", "Gemma 3 text"
   const char* model_type;  // config.json's "model_type", used when "architectures" is absent
   bool qk_norm;
   bool attention_bias;            // on q, k, v only
@@ -41,7 +42,7 @@ struct Architecture {
 // The families' own fields, declared from the one list (hf_families.def; each defined in its family's file).
 // A family that adds nothing names no_own_fields: the shared fields, full attention on every layer, SiLU,
 // and RoPE from "rope_parameters" (or the legacy "rope_theta" and "rope_scaling").
-#define BPBENCH_HF_FAMILY(architecture, model_type, qk_norm, attention_bias, max_positions, fields) \
+#define BPBENCH_HF_FAMILY(architecture, label, model_type, qk_norm, attention_bias, max_positions, fields) \
   const HfFamilyFields* fields();
 #include "harness/model/hf_families.def"
 #undef BPBENCH_HF_FAMILY
@@ -54,8 +55,8 @@ const HfFamilyFields* no_own_fields() {
 
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> list = {
-#define BPBENCH_HF_FAMILY(architecture, model_type, qk_norm, attention_bias, max_positions, fields) \
-  {architecture, model_type, qk_norm, attention_bias, max_positions, fields()},
+#define BPBENCH_HF_FAMILY(architecture, label, model_type, qk_norm, attention_bias, max_positions, fields) \
+  {architecture, label, model_type, qk_norm, attention_bias, max_positions, fields()},
 #include "harness/model/hf_families.def"
 #undef BPBENCH_HF_FAMILY
   };
@@ -126,6 +127,18 @@ void fuse_weight_slots(std::vector<WeightSlot>& slots, const std::string& prefix
 std::string hf_architecture_names() {
   std::string s;
   for (const auto& a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+std::vector<HfFamilyName> hf_family_names() {
+  std::vector<HfFamilyName> out;
+  for (const auto& a : architectures()) out.push_back({a.label, a.name, a.model_type});
+  return out;
+}
+
+std::string hf_family_labels() {
+  std::string s;
+  for (const auto& a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a.label);
   return s;
 }
 

@@ -1,9 +1,8 @@
 // hf_model.h: load a Hugging Face model directory (config.json + safetensors weights) into a bpbench Model.
 //
-// Supported architectures: every line of hf_families.def (`bpbench` names them in its "supported:" lists,
-// hf_architecture_names), each family's own fields in its file through hf_family.h (Mistral: hf_mistral.cpp,
-// Phi-3: hf_phi3.cpp, Gemma 3: hf_gemma3.cpp, the mixtures of experts: hf_qwen3_moe.cpp, hf_mixtral.cpp,
-// OLMo 2 and 3: hf_olmo.cpp, SmolLM3: hf_smollm3.cpp, gpt-oss: hf_gpt_oss.cpp). config.json fields every
+// Supported architectures: every line of hf_families.def (`bpbench list families`; the "supported:" lists
+// of errors, hf_architecture_names), each family's own fields in its own hf_<family>.cpp through hf_family.h
+// (the function its line of hf_families.def names). config.json fields every
 // family shares (HF names -> ModelConfig): vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (default: heads), head_dim (default: hidden / heads, or the
 // family's), rms_norm_eps (default 1e-6), tie_word_embeddings (default: the family's), and RoPE in either
@@ -23,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "harness/model/model.h"
 #include "harness/model/model_config.h"
@@ -52,5 +52,13 @@ nlohmann::json hf_config_json(const ModelConfig& c);
 
 // "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, Gemma3ForCausalLM, MistralForCausalLM, ..."
 std::string hf_architecture_names();
+
+// Every family of hf_families.def, in its order: what `bpbench list families` prints.
+struct HfFamilyName {
+  std::string label, architecture, model_type;  // "Gemma 3 text", "Gemma3ForCausalLM", "gemma3_text"
+};
+std::vector<HfFamilyName> hf_family_names();
+// The labels joined: "Qwen3, Qwen2, Llama, Gemma 3 text, ...": what help texts and docs name.
+std::string hf_family_labels();
 
 }  // namespace bpbench

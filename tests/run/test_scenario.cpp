@@ -325,10 +325,11 @@ TEST(Scenario, RelativeDataPathIsTheScenarioFiles) {
   }
 }
 
+// Every scenario shipped, in scenarios/ and its folders (gpu_check/: scripts/gpu/check.sh's).
 TEST(Scenario, ShippedScenariosParse) {
-  int files = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(BPBENCH_SOURCE_DIR) + "/scenarios")) {
+  int files = 0, in_folders = 0;
+  const std::filesystem::path root = std::string(BPBENCH_SOURCE_DIR) + "/scenarios";
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
     if (entry.path().extension() != ".json") continue;
     if (entry.path().filename() == "scenario.schema.json") continue;  // the schema, not a scenario
     ++files;
@@ -347,7 +348,11 @@ TEST(Scenario, ShippedScenariosParse) {
       continue;
     }
     const auto s = load_scenario(entry.path().string());
-    EXPECT_EQ(s.name, entry.path().stem().string());  // results land in out/<name>: the file's own name
+    // Results land in out/<name>: the file's own name, prefixed by its folder's where it has one.
+    const std::filesystem::path folder = entry.path().parent_path().lexically_relative(root);
+    const bool nested = folder != ".";
+    in_folders += nested ? 1 : 0;
+    EXPECT_EQ(s.name, (nested ? folder.string() + "_" : std::string()) + entry.path().stem().string());
     EXPECT_GE(s.cell_count(), 1u);
     if (s.settings.device != "cuda") continue;
     // A GPU scenario states its budget (the device's memory less a reserve, said in its description), so a
@@ -357,6 +362,7 @@ TEST(Scenario, ShippedScenariosParse) {
     EXPECT_NE(s.description.find("budget"), std::string::npos);
   }
   EXPECT_GE(files, 10);
+  EXPECT_GE(in_folders, 4);  // gpu_check/'s four
 }
 
 }  // namespace
