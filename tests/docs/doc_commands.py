@@ -243,8 +243,8 @@ def main(argv: list[str]) -> int:
     for f in failures:
         print(f"doc_commands: FAIL: {f}", file=sys.stderr)
     commands = sum(len(b.commands) for b in blocks if not b.skip)
-    print(f"doc_commands: {ran} blocks run ({commands} commands), {skipped} skipped, {lists} lists and tables "
-          f"checked against their registries, {len(failures)} failed")
+    print(f"doc_commands: {ran} blocks run ({commands} commands), {skipped} skipped, {lists} lists and "
+          f"tables checked against their registries, {len(failures)} failed")
     return 1 if failures else 0
 
 
