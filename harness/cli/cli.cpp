@@ -174,14 +174,16 @@ std::string run_help() {
                                      fmt::join(data_parallel, ", "), fmt::join(sequence_parallel, ", "))}});
 }
 
-const char* kListHelp = R"(usage: bpbench list [models|impls|objectives|families|gpus] [--names]
+const char* kListHelp =
+    R"(usage: bpbench list [models|impls|objectives|families|gpus] [--names [--distributed]]
 
 Lists model presets (with their parameter counts and RoPE), backward strategies (impls), objectives, the
 Hugging Face families a model directory may be (families) and the GPUs `bpbench estimate --gpu` knows. With no
 argument it lists the first three.
 
-  --names   only the names, comma-separated on one line (what help texts and docs quote; the docs test
-            checks every such list in docs/ against this)
+  --names         only the names, comma-separated on one line (what help texts and docs quote; the docs
+                  test checks every such list in docs/ against this)
+  --distributed   with impls --names: only the strategies that run over several ranks
 )";
 
 struct Usage {
@@ -265,11 +267,11 @@ void list_gpus(std::ostream& out) {
 }
 
 // Each list's names alone, for --names.
-std::vector<std::string> list_names(const std::string& what) {
+std::vector<std::string> list_names(const std::string& what, bool distributed_only) {
   std::vector<std::string> names;
   if (what == "models")
     for (const auto& m : model_presets()) names.push_back(m.name);
-  if (what == "impls") names = strategy_names();
+  if (what == "impls") names = distributed_only ? run_detail::distributed_strategy_names() : strategy_names();
   if (what == "objectives") names = objective_names();
   if (what == "families")
     for (const auto& f : hf_family_names()) names.push_back(f.label);
@@ -281,27 +283,29 @@ std::vector<std::string> list_names(const std::string& what) {
 int cmd_list(const std::vector<std::string>& args) {
   const std::string valid = "models, impls, objectives, families, gpus";
   std::optional<std::string> what;
-  bool names_only = false;
+  bool names_only = false, distributed_only = false;
   for (const auto& a : args) {
     if (is_help(a)) {
       std::cout << kListHelp;
       return kExitOk;
     }
-    if (a == "--names") {
-      names_only = true;
+    if (a == "--names" || a == "--distributed") {
+      (a == "--names" ? names_only : distributed_only) = true;
       continue;
     }
     if (!a.empty() && a[0] == '-')
-      usage_error(fmt::format("list: unknown option '{}'", a), "--names, --help");
+      usage_error(fmt::format("list: unknown option '{}'", a), "--names, --distributed, --help");
     if (what) usage_error(fmt::format("list: unexpected argument '{}'", a), valid);
     what = a;
   }
   if (what && *what != "models" && *what != "impls" && *what != "objectives" && *what != "families" &&
       *what != "gpus")
     usage_error(fmt::format("list: unknown list '{}'", *what), valid);
+  if (distributed_only && (!names_only || what != "impls"))
+    usage_error("list: --distributed goes with impls --names", "bpbench list impls --names --distributed");
   if (names_only) {
     if (!what) usage_error("list: --names needs the list to name", valid);
-    std::cout << fmt::format("{}\n", fmt::join(list_names(*what), ", "));
+    std::cout << fmt::format("{}\n", fmt::join(list_names(*what, distributed_only), ", "));
     return kExitOk;
   }
   if (!what || *what == "models") list_models(std::cout);

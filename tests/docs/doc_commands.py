@@ -21,6 +21,8 @@ comments invisible on the page) holds what COMMAND prints, `bpbench list familie
 line breaks aside; a family added or removed that the page does not follow fails here. A table after
 `<!-- doc-files: GLOB [except PATH ...] -->` names every file GLOB matches, by its path, its name within its
 folder, or a glob of either in backquotes (`scenarios/h100_*.json`): a file the table leaves out fails.
+And no sentence of prose (tables and code aside) names most of a registry by hand: five families, six
+strategies, all three objectives or five GPUs outside a doc-list fail, since a new entry would not reach them.
 Exit status: 0 every doc test passed; 1 one failed (each on stderr); 2 bad arguments.
 """
 import argparse
@@ -210,6 +212,31 @@ def check_files(page: Path, shown: Path, root: Path) -> tuple[int, list[str]]:
     return count, failures
 
 
+# The registries a hand-kept list would copy, and how many of one registry's names in one sentence make one.
+HAND_KEPT = {"families": 5, "impls": 6, "objectives": 3, "gpus": 5}
+
+
+def check_hand_kept(page: Path, shown: Path, names: dict[str, list[str]]) -> list[str]:
+    """Sentences of prose (code, tables and doc-list regions blanked) naming many of a registry's names."""
+    def blank(m: re.Match[str]) -> str:
+        return re.sub(r"[^\n]", " ", m.group(0))
+
+    text = DOC_LIST.sub(blank, page.read_text())
+    text = re.sub(r"```.*?```", blank, text, flags=re.DOTALL)
+    text = "\n".join(" " * len(line) if line.lstrip().startswith("|") else line for line in text.split("\n"))
+    failures = []
+    for sentence in re.finditer(r"[^.]*(?:\.(?!\s)[^.]*)*\.", text):
+        for registry, threshold in HAND_KEPT.items():
+            found = [n for n in names[registry]
+                     if re.search(r"(?<![\w-])" + re.escape(n) + r"(?![\w-])", sentence.group(0))]
+            if len(found) >= threshold:
+                start = sentence.start() + len(sentence.group(0)) - len(sentence.group(0).lstrip())
+                line = text.count("\n", 0, start) + 1
+                failures.append(f"{shown}:{line}: a hand-kept list of {registry} ({', '.join(found)}): "
+                                f"quote `bpbench list {registry} --names` in a doc-list")
+    return failures
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bpbench", required=True, type=Path)
@@ -226,7 +253,10 @@ def main(argv: list[str]) -> int:
     ran = skipped = lists = 0
     with tempfile.TemporaryDirectory(prefix="bpbench-docs-") as tmp:
         env = scratch(root, args.bpbench.resolve(), Path(tmp))
+        names = {r: subprocess.run([str(args.bpbench), "list", r, "--names"], capture_output=True, text=True,
+                                   check=True).stdout.strip().split(", ") for r in HAND_KEPT}
         for p in pages:
+            failures += check_hand_kept(p, Path(os.path.relpath(p, root)), names)
             checked, wrong = check_lists(p, Path(os.path.relpath(p, root)), Path(tmp), env)
             tables, missing = check_files(p, Path(os.path.relpath(p, root)), root)
             lists += checked + tables

@@ -1,11 +1,10 @@
 // test_hf_oracle.cpp: Hugging Face transformers as the external oracle. tests/oracle/hf_oracle.py builds tiny
-// random Qwen3, Qwen2, Llama, Gemma 3, Mistral, Phi-3, Qwen3-MoE, Mixtral, OLMo 2, OLMo 3 and SmolLM3 models
-// in transformers, saves
-// them with save_pretrained, and computes their SFT and DPO losses (and, for the mixtures of experts, SFT
-// with transformers' load-balancing loss added) and every parameter's gradient in true float64. Here each
-// directory goes through bpbench's own HF loader, and every strategy must give transformers' loss and every
-// gradient to 1e-10 relative. This proves that bpbench's model is the model users train, not only that its
-// strategies agree with each other.
+// random models in transformers, at least one of every family of hf_families.def
+// (EveryRegisteredFamilyHasACase), saves them with save_pretrained, and computes their SFT and DPO losses
+// (and, for the mixtures of experts, SFT with transformers' load-balancing loss added) and every parameter's
+// gradient in true float64. Here each directory goes through bpbench's own HF loader, and every strategy must
+// give transformers' loss and every gradient to 1e-10 relative. This proves that bpbench's model is the model
+// users train, not only that its strategies agree with each other.
 //
 // The oracle runs under the Python that CMake found LibTorch through (BPBENCH_PYTHON: the project's .venv,
 // with the pinned transformers). Where that Python has no transformers (a GPU machine's own torch), the tests
@@ -174,6 +173,22 @@ INSTANTIATE_TEST_SUITE_P(Cases, HfOracle, ::testing::ValuesIn(oracle_cells()), [
     if (c == '-') c = '_';
   return s;
 });
+
+// Every family of hf_families.def has a case whose saved config.json names its architecture: a family added
+// to the registry without an oracle case fails here.
+TEST(HfOracleCases, EveryRegisteredFamilyHasACase) {
+  const PythonOutput& run = oracle();
+  if (!run.skip.empty()) GTEST_SKIP() << run.skip;
+  ASSERT_TRUE(run.error.empty()) << run.error;
+  std::map<std::string, std::vector<std::string>> cases_of;  // architecture -> the cases that build it
+  for (const auto& [name, objectives] : kCases) {
+    const auto config = json_file(run.dir / name / "model" / "config.json");
+    for (const auto& a : config.at("architectures")) cases_of[a.get<std::string>()].push_back(name);
+  }
+  for (const auto& family : hf_family_names())
+    EXPECT_FALSE(cases_of[family.architecture].empty())
+        << family.label << " (" << family.architecture << ") has no case in tests/oracle/hf_oracle.py";
+}
 
 TEST(HfOracleCases, TheOracleWroteExactlyTheCasesTestedHere) {
   const PythonOutput& run = oracle();
