@@ -1,39 +1,18 @@
-// streambp.cpp: StreamBP (Luo et al.), exact backpropagation streamed along the sequence.
+// streambp.cpp: StreamBP (Luo et al.), exact backpropagation streamed along the sequence. Legend:
+// docs/architecture.md (N sequences, T tokens, d hidden, c = partition rows, L layers).
 //
-// Forward as checkpointing: keep each layer input x_i (N, T, d), no grad, on the device or, with `offload:
-// checkpoints`, in host memory (offload.h), prefetched one layer ahead of the backward. All but x_0 =
-// embed(ids): a gather, made again for layer 0's backward (layerwise.h: FirstInputRecomputed), so the
-// checkpoints held through the step are x_1..x_{L-1}.
-// Head: logits, loss terms and their gradients exist for one chunk of logits_partition rows at a time
-// (layerwise.cpp: streamed_head_backward); each chunk's dx rows overwrite its rows of x_L, which nothing
-// reads again. Each layer i, from the top, with dY (N, T, d) (layerwise.cpp:
-// streambp_layer_backward):
+// Forward as checkpointing: each layer input x_i (N, T, d) kept without a graph, on the device or, with
+// `offload: checkpoints`, in host memory (offload.h), prefetched one layer ahead of the backward. All but x_0
+// = embed(ids), a gather made again for layer 0's backward (layerwise.h: FirstInputRecomputed), so the step
+// holds x_1..x_{L-1}. Head: logits, loss terms and their gradients for one chunk of logits_partition rows at
+// a time (layerwise.h: streamed_head_backward); each chunk's dx rows overwrite its rows of x_L, which nothing
+// reads again. Layers, from the top: each one's backward streamed chunk by chunk, K and V of all rows kept as
+// values (Note [StreamBP's layer backward], layerwise.h: streambp_layer_backward).
 //
-//   a. K and V of all T rows, values only (no graph), made chunk by chunk under no grad at positions s..e-1:
-//        h = attn_norm(x_i[s:e]);  K[s:e] = rope(k_norm(h Wk)), V[s:e] = h Wv     K, V: (N, Hkv, T, hd)
-//      dK, dV (N, Hkv, T, hd) accumulate across chunks (float32 for a bfloat16 model).
-//   b. per chunk [s, e) of `partition` rows, from the LAST to the first, forward then at once backward:
-//        q  = rope(q_norm(attn_norm(x_i[s:e]) Wq)) at positions s..e-1        (N, Hq, c, hd)
-//        x1 = x_i[s:e] + o_proj(attention(q, K[:e], V[:e]))                  query p sees keys 0..p
-//        y  = x1 + mlp(mlp_norm(x1))                                         (N, c, d)
-//        backward y with dY[s:e]: weight grads accumulate in .grad, dx[s:e] through the q and residual
-//        paths, dK[:e], dV[:e] per kv head
-//   c. then, in the same chunk: no earlier chunk sees keys [s, e), so their dK, dV are complete. The K/V path
-//      of rows [s, e) is recomputed from x_i[s:e] and backward with them: Wk, Wv, k_norm and the input norm
-//      accumulate, dx[s:e] gains the K/V path's term. dx[s:e] is written into dY[s:e], which only chunk j
-//      reads: one (N, T, d) buffer carries dY in and dx out, and is the next layer's dY.
-//
-// Multi-head latent attention (DeepSeek): a. keeps the normed latent and the RoPE key of all rows instead,
-// with their gradients, and b. expands K and V from them one key block at a time (Note [StreamBP through the
-// latent], harness/model/latent_attention.h); c. backpropagates the latent path of rows [s, e). The
-// checkpointed forward runs its attention the same way (Model::layer_in_chunks), so no phase of the step
-// holds K or V of all rows.
-// Peak per layer: K, V, dK, dV, dY (all O(T Akv) or O(T d), no graph), and ONE chunk's activations: never a
-// T x I, T x V or T x T tensor, nor the K/V path's saved tensors for all rows. The price: the K/V path runs
-// three times per layer (a., and c.'s forward and backward) where whole-layer recomputation runs it twice,
-// i.e. attn_norm and the k and v projections once more: 2 N T d (2 Akv) FLOPs per layer. Chunk j's scores
-// span e_j keys, so attention costs about (1 + D) / (2 D) of the full T x T product (D = ceil(T / c)
-// chunks).
+// Peak per layer: K, V, dK, dV and dY, all O(T·Akv) or O(T·d) without a graph, and one chunk's activations:
+// never a T x I, T x V or T x T tensor. The price: the K/V path runs three times a layer where whole-layer
+// recomputation runs it twice, 2·N·T·d·(2·Akv) FLOPs more a layer, and chunk j's scores span its e_j keys, so
+// attention costs about (1 + D) / (2 D) of the full T x T product (D = ceil(T / c) chunks).
 #include <fmt/format.h>
 
 #include "harness/model/phase_builder.h"

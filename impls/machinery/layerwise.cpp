@@ -231,9 +231,7 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
       keys = std::make_unique<ExpandedKeys>(model, i, x_in, rows);
   }
   const bool wants_dx = x_in.requires_grad();  // not for LoRA's layer 0 (Model::input_gradient_needed)
-  // b. chunks from the last to the first, each forward then at once backward. Chunk j's queries see keys
-  // before e only, so once chunks j.. are done, key rows [s, e) have their whole gradients: c. runs their
-  // K/V path backward there and then. dx rows go into dy's rows, which only chunk j reads.
+  // b. and c. of Note [StreamBP's layer backward] (layerwise.h): chunks from the last to the first.
   for (int64_t j = chunks - 1; j >= 0; --j) {
     const int64_t s = j * rows, c = std::min(rows, T - s), e = s + c;
     {

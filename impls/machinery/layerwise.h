@@ -83,14 +83,27 @@ HeadResult streamed_head_backward(const Model& model, const torch::Tensor& x, co
 torch::Tensor streamed_sequence_sums(const Model& model, const torch::Tensor& x, const Batch& batch,
                                      const Objective& objective, int64_t rows);
 
-// StreamBP's backward of layer i (the algorithm: streambp.cpp): K and V for all T rows as values, then from
-// the last chunk of `rows` rows to the first, forward and at once backward (phases "chunk j"), the
-// attention adding into dK, dV, then that chunk's rows' K/V path recomputed and backpropagated ("chunk j
-// K/V backward"). x_in (N, T, d) is the layer's input as a leaf requiring grad, dy (N, T, d) the gradient of
-// its output, whose buffer receives dx row by row. Returns dx = dL/dx_in (N, T, d) in dy's buffer, or an
-// undefined tensor where x_in requires no grad (LoRA's layer 0); layer i's weight gradients accumulate in
-// their .grad. between_chunks(j), when given, runs after chunk j whenever another chunk follows, once chunk
-// j's activations are freed: streambp-dist's naive_comm reduces the layer's partial gradients there.
+// Note [StreamBP's layer backward]. Layer i's backward with its input x_in (N, T, d) and the gradient of its
+// output dY (N, T, d), in chunks [s, e) of c = `rows` rows (the last may be shorter), chunk j = s / c:
+//   a. K and V of all T rows as values (no graph), made chunk by chunk: h = attn_norm(x_in[s:e]),
+//      K[s:e] = rope(k_norm(h Wk)), V[s:e] = h Wv, each (N, Hkv, T, hd); dK and dV accumulate in float32.
+//   b. chunks from the last (j = D - 1) to the first, each forward and at once backward (phase "chunk j"):
+//        q  = rope(q_norm(attn_norm(x_in[s:e]) Wq))             (N, Hq, c, hd), positions s..e-1
+//        x1 = x_in[s:e] + o_proj(attention(q, K[:e], V[:e]))     query p sees keys 0..p
+//        y  = x1 + mlp(mlp_norm(x1))                             (N, c, d)
+//      and y's backward with dY[s:e]: the weight gradients add into .grad, dx[s:e] through q and the
+//      residual, and dK[:e], dV[:e].
+//   c. in the same chunk ("chunk j K/V backward"): no earlier chunk sees keys [s, e), so their dK, dV are
+//      whole. The K/V path of rows [s, e) is made again from x_in[s:e] and backpropagated: Wk, Wv, k_norm and
+//      the input norm accumulate, and dx[s:e] gains the K/V path's term. dx[s:e] is written into dY[s:e],
+//      which no later chunk reads: one buffer carries dY in and dx out, the next layer's dY.
+// Multi-head latent attention (DeepSeek): a. keeps the normed latent and the RoPE key of all rows instead,
+// with their gradients; b. expands K and V from them one key block at a time (Note [StreamBP through the
+// latent], harness/model/latent_attention.h); c. backpropagates the latent path of rows [s, e).
+//
+// Returns dx = dL/dx_in (N, T, d) in dy's buffer, or an undefined tensor where x_in requires no grad (LoRA's
+// layer 0). between_chunks(j), when given, runs after chunk j whenever another chunk follows, once chunk j's
+// activations are freed: streambp-dist's naive_comm reduces the layer's partial gradients there.
 torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
                                       torch::Tensor dy, int64_t rows,
                                       const std::function<void(int64_t j)>& between_chunks = {});

@@ -154,6 +154,14 @@ struct Schedule {
       : steps(std::move(needed)), hops(static_cast<int64_t>(steps.size()) == layout.ranks - 1) {}
 };
 
+// The communicator the backward exchanges over, in autograd's saved data as what that data can hold: a
+// capsule of a custom-class holder (not the pointer's bits as an integer). The Communicator outlives the
+// step.
+struct SavedCommunicator final : torch::CustomClassHolder {
+  explicit SavedCommunicator(Communicator* c) : comm(c) {}
+  Communicator* comm;
+};
+
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const SinkLogitsInput& sink_input, double scale,
@@ -215,7 +223,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     ctx->saved_data["seq_len"] = layout.seq_len;
     ctx->saved_data["ranks"] = layout.ranks;
     ctx->saved_data["rank"] = layout.rank;
-    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
+    ctx->saved_data["comm"] = c10::IValue::make_capsule(c10::make_intrusive<SavedCommunicator>(comm));
     ctx->saved_data["what"] = what;
     return out;
   }
@@ -228,7 +236,8 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const ZigzagLayout layout =
         zigzag_layout(ctx->saved_data["seq_len"].toInt(), ctx->saved_data["ranks"].toInt(),
                       ctx->saved_data["rank"].toInt());
-    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    Communicator* comm =
+        c10::static_intrusive_pointer_cast<SavedCommunicator>(ctx->saved_data["comm"].toCapsule())->comm;
     const std::string what = ctx->saved_data["what"].toStringRef();
     const int64_t tile = ctx->saved_data["tile"].toInt(), window = ctx->saved_data["window"].toInt();
     const auto grad_out = grads[0].contiguous();
@@ -351,18 +360,8 @@ AttentionPairs ring_attention_pairs(const ZigzagLayout& layout, const torch::Dev
       add(all, all, all);
     }
   };
-  const int64_t b = layout.block, t = tile > 0 ? std::min(tile, b) : b;
-  for (int64_t src = 0; src < layout.ranks; ++src) {
-    const ZigzagLayout holder = zigzag_layout(layout.seq_len, layout.ranks, src);
-    for (int64_t i = 0; i < 2; ++i)
-      for (int64_t j = 0; j < 2; ++j) {
-        const int64_t q_pos = layout.first_position(i), k_pos = holder.first_position(j);
-        if (k_pos < q_pos && window <= 0)
-          add(b * b, b * b, b * b);  // a whole block before the queries' (its tiles add up to it)
-        else if (k_pos <= q_pos)
-          for_each_piece_of_pair(i, q_pos, j, k_pos, b, t, window_or_none(layout, window), count);
-      }
-  }
+  // The same pieces the forward and backward run, every holder's pair in turn.
+  for (int64_t src = 0; src < layout.ranks; ++src) for_each_piece(layout, src, window, tile, count);
   pairs.rescored = true;  // the math form too: partial_attention_backward scores the pair again
   return pairs;
 }
