@@ -47,7 +47,7 @@ their gradients are exact.
 commands:
   run SCENARIO.json [--out DIR] [--threads N] [--isolate] [--resume | --force] [--quiet]
                           run every cell of a scenario's grid; write DIR/results.json
-  list [models|impls|objectives|families|gpus] [--names]
+  list [models|impls|objectives|families|gpus|grid] [--names]
                           what a scenario's grid may name, the model families, the GPUs
   report RESULTS.json --out DIR
                           markdown tables (the paper's layouts) and PNG plots, and report.html:
@@ -175,11 +175,11 @@ std::string run_help() {
 }
 
 const char* kListHelp =
-    R"(usage: bpbench list [models|impls|objectives|families|gpus] [--names [--distributed]]
+    R"(usage: bpbench list [models|impls|objectives|families|gpus|grid] [--names [--distributed]]
 
 Lists model presets (with their parameter counts and RoPE), backward strategies (impls), objectives, the
-Hugging Face families a model directory may be (families) and the GPUs `bpbench estimate --gpu` knows. With no
-argument it lists the first three.
+Hugging Face families a model directory may be (families), the GPUs `bpbench estimate --gpu` knows and a
+scenario's grid keys (grid). With no argument it lists the first three.
 
   --names         only the names, comma-separated on one line (what help texts and docs quote; the docs
                   test checks every such list in docs/ against this)
@@ -277,11 +277,12 @@ std::vector<std::string> list_names(const std::string& what, bool distributed_on
     for (const auto& f : hf_family_names()) names.push_back(f.label);
   if (what == "gpus")
     for (const auto& g : accelerators()) names.push_back(g.key);
+  if (what == "grid") names = grid_keys();
   return names;
 }
 
 int cmd_list(const std::vector<std::string>& args) {
-  const std::string valid = "models, impls, objectives, families, gpus";
+  const std::string valid = "models, impls, objectives, families, gpus, grid";
   std::optional<std::string> what;
   bool names_only = false, distributed_only = false;
   for (const auto& a : args) {
@@ -299,7 +300,7 @@ int cmd_list(const std::vector<std::string>& args) {
     what = a;
   }
   if (what && *what != "models" && *what != "impls" && *what != "objectives" && *what != "families" &&
-      *what != "gpus")
+      *what != "gpus" && *what != "grid")
     usage_error(fmt::format("list: unknown list '{}'", *what), valid);
   if (distributed_only && (!names_only || what != "impls"))
     usage_error("list: --distributed goes with impls --names", "bpbench list impls --names --distributed");
@@ -313,6 +314,9 @@ int cmd_list(const std::vector<std::string>& args) {
   if (!what || *what == "objectives") list_objectives(std::cout);
   if (what == "families") list_families(std::cout);
   if (what == "gpus") list_gpus(std::cout);
+  if (what == "grid")
+    std::cout << fmt::format("grid keys (bpbench help run says what each takes):\n  {}\n",
+                             fmt::join(grid_keys(), "\n  "));
   return kExitOk;
 }
 

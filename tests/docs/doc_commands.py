@@ -18,9 +18,12 @@ and the first line that differs.
 
 A list of names in prose comes from its registry: `<!-- doc-list: COMMAND -->TEXT<!-- /doc-list -->` (the
 comments invisible on the page) holds what COMMAND prints, `bpbench list families --names` say, spaces and
-line breaks aside; a family added or removed that the page does not follow fails here. A table after
-`<!-- doc-files: GLOB [except PATH ...] -->` names every file GLOB matches, by its path, its name within its
-folder, or a glob of either in backquotes (`scenarios/h100_*.json`): a file the table leaves out fails.
+line breaks aside; a family added or removed that the page does not follow fails here. Prose that explains
+each name in turn is `<!-- doc-names: COMMAND -->TEXT<!-- /doc-names -->`: every name COMMAND prints
+(comma-separated) must appear in TEXT as a word, so a new grid key the paragraph does not explain fails. A
+table after `<!-- doc-files: GLOB [except PATH ...] -->` names every file GLOB matches, by its path, its name
+within its folder, or a glob of either in backquotes (`scenarios/h100_*.json`): a file the table leaves out
+fails.
 And no sentence of prose (tables and code aside) names most of a registry by hand: five families, six
 strategies, all three objectives or five GPUs outside a doc-list fail, since a new entry would not reach them.
 Exit status: 0 every doc test passed; 1 one failed (each on stderr); 2 bad arguments.
@@ -38,6 +41,7 @@ from pathlib import Path
 ELLIPSIS = "…"
 SKIP = re.compile(r"<!--\s*doc-test:\s*skip:\s*(.+?)\s*-->")
 DOC_FILES = re.compile(r"<!--\s*doc-files:\s*(\S+)(?:\s+except\s+(.+?))?\s*-->")
+DOC_NAMES = re.compile(r"<!--\s*doc-names:\s*(.+?)\s*-->(.*?)<!--\s*/doc-names\s*-->", re.DOTALL)
 DOC_LIST = re.compile(r"<!--\s*doc-list:\s*(.+?)\s*-->(.*?)<!--\s*/doc-list\s*-->", re.DOTALL)
 COMMAND_TIMEOUT_S = 120
 
@@ -175,6 +179,8 @@ def check_lists(page: Path, shown: Path, cwd: Path, env: dict[str, str]) -> tupl
     """Every doc-list region of a page against its command's output: (regions checked, failures)."""
     text, failures, count = page.read_text(), [], 0
     for m in DOC_LIST.finditer(text):
+        if text[max(0, m.start() - 1)] == "`":
+            continue  # the syntax shown in code, not a list (docs/development.md)
         count += 1
         line = text.count("\n", 0, m.start()) + 1
         run = subprocess.run(["bash", "-c", m.group(1)], cwd=cwd, env=env, capture_output=True, text=True,
@@ -183,6 +189,18 @@ def check_lists(page: Path, shown: Path, cwd: Path, env: dict[str, str]) -> tupl
         if run.returncode != 0 or want != got:
             failures.append(f"{shown}:{line}: the list is not what `{m.group(1)}` prints:\n"
                             f"    page:     {want}\n    registry: {got or run.stderr.strip()}")
+    for m in DOC_NAMES.finditer(text):
+        if text[max(0, m.start() - 1)] == "`":
+            continue
+        count += 1
+        line = text.count("\n", 0, m.start()) + 1
+        run = subprocess.run(["bash", "-c", m.group(1)], cwd=cwd, env=env, capture_output=True, text=True,
+                             timeout=COMMAND_TIMEOUT_S)
+        names = [n.strip() for n in run.stdout.split(",") if n.strip()]
+        missing = [n for n in names if not re.search(r"(?<![\w-])" + re.escape(n) + r"(?![\w-])", m.group(2))]
+        if run.returncode != 0 or not names or missing:
+            failures.append(f"{shown}:{line}: the text leaves out what `{m.group(1)}` names: "
+                            f"{', '.join(missing) or run.stderr.strip()}")
     return count, failures
 
 
