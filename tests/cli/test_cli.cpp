@@ -7,6 +7,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/hf_model.h"
 #include "harness/model/model_config.h"
 #include "harness/objectives/objective.h"
 #include "harness/run/results.h"
+#include "harness/run/scenario.h"
 #include "impls/interface/strategy.h"
 #include "tests/support/test_support.h"
 
@@ -107,6 +110,36 @@ TEST_F(Cli, ListImplsAndObjectives) {
   EXPECT_NE(all.out.find("qwen3-8b"), std::string::npos);
   EXPECT_NE(all.out.find("streambp"), std::string::npos);
   EXPECT_NE(all.out.find("grpo"), std::string::npos);
+}
+
+// The lists the docs and help texts quote (tests/docs/doc_commands.py): each from its registry, in its order.
+TEST_F(Cli, ListNamesAreTheRegistriesInOrder) {
+  auto joined = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s + "\n";
+  };
+  std::vector<std::string> labels, models;
+  for (const auto& f : hf_family_names()) labels.push_back(f.label);
+  for (const auto& m : model_presets()) models.push_back(m.name);
+  EXPECT_EQ(bpbench("list families --names").out, joined(labels));
+  EXPECT_EQ(bpbench("list models --names").out, joined(models));
+  EXPECT_EQ(bpbench("list impls --names").out, joined(strategy_names()));
+  EXPECT_EQ(bpbench("list objectives --names").out, joined(objective_names()));
+  EXPECT_EQ(bpbench("list grid --names").out, joined(grid_keys()));
+  EXPECT_EQ(bpbench("list impls --names --distributed").out,
+            "streambp-dist, checkpoint-dist, ulysses, streambp-ulysses, ring, streambp-ring\n");
+  const Outcome families = bpbench("list families");
+  for (const auto& f : hf_family_names())
+    EXPECT_NE(families.out.find(f.architecture + " "), std::string::npos) << f.label;
+  EXPECT_NE(bpbench("list gpus").out.find("h100-sxm     H100 SXM 80GB"), std::string::npos);
+  for (const char* bad :
+       {"list --names", "list models --distributed", "list models --frob", "list nothing"}) {
+    const Outcome o = bpbench(bad);
+    EXPECT_EQ(o.status, 2) << bad;
+    EXPECT_EQ(o.err.rfind("bpbench: error: list: ", 0), 0u) << bad << ": " << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  }
 }
 
 TEST_F(Cli, HelpForEveryCommandExitsZero) {
