@@ -33,7 +33,10 @@ constexpr int kReportExitOk = 0, kReportExitFailure = 1, kReportExitInput = 2;
 const char* kReportHelp =
     R"HELP(usage: bpbench report RESULTS.json [MORE.json ...] [--out DIR] [--timeline-cell INDEX] [--python PATH]
 
-Turns a results.json into DIR/report.md with the StreamBP paper's tables and DIR/*.png with its figures:
+Turns a results.json into DIR/report.md with the StreamBP paper's tables, DIR/*.png with its figures, and
+DIR/report.html: the same tables (sortable) and figures (inline SVG, values on hover) in one self-contained
+page that fetches nothing, with a row per cell linking its files and every cell's memory timeline (hover for
+the phase and the bytes by category; a click on a phase zooms to it). The sections:
   Table 3   maximum sequence length per model x strategy (from max-length cells; else the longest length
             that ran in the grid, marked as a lower bound)
   peak      peak BP memory per strategy x sequence length (peak and above-base), breakdown by category

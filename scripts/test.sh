@@ -15,8 +15,10 @@ status=${PIPESTATUS[0]}
 set -e
 # Where the time went: the ten longest entries of this run (docs/development.md: the suite stays near 5 minutes).
 echo "The ten longest ctest entries of this run:"
-sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn | head -10 |
-  awk '{printf "  %7.1f s  %s\n", $1, $2}'
+# awk takes the first ten itself: `head` would close the pipe early, and under pipefail sort's SIGPIPE (141)
+# would end this script after a passing run (it did once, 2026-12-04).
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn |
+  awk 'NR <= 10 {printf "  %7.1f s  %s\n", $1, $2}'
 # A case that skips itself inside a shard or a together group leaves its entry passed: name those cases, as
 # ctest names the skipped entries, from those entries' GoogleTest reports (tests/discover_test_groups.py).
 reports="$root/build/tests/shard-reports"
