@@ -82,6 +82,14 @@ std::vector<std::string> estimated_strategy_names() {
   return names;
 }
 
+std::vector<std::string> strategies_where_sequence_parallel(const std::vector<std::string>& names,
+                                                            bool sequence_parallel) {
+  std::vector<std::string> out;
+  for (const auto& name : names)
+    if (make_strategy(name)->sequence_parallel() == sequence_parallel) out.push_back(name);
+  return out;
+}
+
 const std::string& reference_strategy_name() {
   static const std::string name = "plain";
   return name;

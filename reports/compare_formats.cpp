@@ -14,33 +14,13 @@ namespace bpbench {
 
 namespace {
 
-// Text for XML 1.0: escaped, and without the control characters it cannot hold (a reason may carry any).
+// Text for XML 1.0: the control characters it cannot hold dropped (a reason may carry any), then escaped as
+// for HTML, whose five entities XML reads too.
 std::string xml_text(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (u < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') continue;
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
+  std::string kept;
+  for (char ch : s)
+    if (static_cast<unsigned char>(ch) >= 0x20 || ch == '\t' || ch == '\n' || ch == '\r') kept += ch;
+  return report_detail::html_escape(kept);
 }
 
 std::string bytes_and_exact(int64_t b) {
@@ -58,6 +38,11 @@ struct Suite {
   size_t failures() const {
     size_t n = 0;
     for (const auto& c : cases) n += c.failure.empty() ? 0 : 1;
+    return n;
+  }
+  size_t skipped() const {  // a failed case is counted as failed, not skipped
+    size_t n = 0;
+    for (const auto& c : cases) n += !c.skipped.empty() && c.failure.empty() ? 1 : 0;
     return n;
   }
 };
@@ -135,20 +120,18 @@ std::string compare_junit(const CompareReport& report, const CompareSources& fil
   for (const auto& s : suites) {
     tests += s.cases.size();
     failures += s.failures();
-    for (const auto& c : s.cases) skipped += c.skipped.empty() || !c.failure.empty() ? 0 : 1;
+    skipped += s.skipped();
   }
   std::string x = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       "<testsuites name=\"bpbench compare\" tests=\"{}\" failures=\"{}\" skipped=\"{}\">\n",
       tests, failures, skipped);
   for (const auto& s : suites) {
-    size_t suite_skipped = 0;
-    for (const auto& c : s.cases) suite_skipped += c.skipped.empty() || !c.failure.empty() ? 0 : 1;
     x += fmt::format(
         "  <testsuite name=\"bpbench.compare.{0}\" tests=\"{1}\" failures=\"{2}\" skipped=\"{3}\">\n"
         "    <properties><property name=\"base\" value=\"{4}\"/><property name=\"new\" "
         "value=\"{5}\"/></properties>\n",
-        s.metric, s.cases.size(), s.failures(), suite_skipped, xml_text(files.base), xml_text(files.now));
+        s.metric, s.cases.size(), s.failures(), s.skipped(), xml_text(files.base), xml_text(files.now));
     for (const auto& c : s.cases) {
       x += fmt::format("    <testcase classname=\"bpbench.compare.{}\" name=\"{}\"", s.metric,
                        xml_text(c.name));

@@ -67,6 +67,10 @@ json read_timeline(const CellView& c, const fs::path& results_dir);
 std::vector<std::string> timeline_categories(const json& points);
 // timeline.cpp: a point's live bytes ("live", else the sum of its categories).
 int64_t point_live(const json& p);
+// timeline.cpp: the index of the points' highest live bytes, the first of equals (0 for none).
+size_t peak_point(const json& points);
+// timeline.cpp: the innermost phase open at t_ms = t (the first of the deepest), "" when none.
+std::string innermost_phase(const json& phases, double t);
 
 // timeline.cpp: the cell whose timeline the report shows: `index`, else the first cell with a timeline.
 // Throws InputError when `index` is out of range, has no timeline or its timeline cannot be read; the default

@@ -76,6 +76,24 @@ int64_t point_live(const json& p) {
   return sum;
 }
 
+size_t peak_point(const json& points) {
+  size_t at = 0;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (point_live(points[i]) > point_live(points[at])) at = i;
+  return at;
+}
+
+std::string innermost_phase(const json& phases, double t) {
+  std::string name;
+  int64_t depth = -1;
+  for (const auto& ph : phases) {
+    const double b = number(ph, "begin_ms").value_or(0.0), e = number(ph, "end_ms").value_or(-1.0);
+    const int64_t d = integer(ph, "depth").value_or(0);
+    if (b <= t && (e < 0 || t <= e) && d > depth) name = text(ph, "name"), depth = d;
+  }
+  return name;
+}
+
 TimelineChoice choose_timeline(const Analysis& a, std::optional<size_t> index) {
   TimelineChoice t;
   if (index) {
@@ -171,19 +189,10 @@ std::string section_timeline(const Analysis& a, const TimelineChoice& t, bool pl
   const json& points = field(t.timeline, "points");
   if (!points.is_array() || points.empty())
     return s + fmt::format("Cell #{} ({}): the timeline is empty.\n", t.cell->index, label);
-  size_t at = 0;
-  for (size_t i = 0; i < points.size(); ++i)
-    if (point_live(points[i]) > point_live(points[at])) at = i;
+  const size_t at = peak_point(points);
   const double t_peak = number(points[at], "t_ms").value_or(0.0);
   const double t_end = number(points.back(), "t_ms").value_or(0.0);
-  // The innermost phase open at the peak.
-  std::string phase;
-  int64_t depth = -1;
-  for (const auto& ph : field(t.timeline, "phases")) {
-    const double b = number(ph, "begin_ms").value_or(0.0), e = number(ph, "end_ms").value_or(-1.0);
-    const int64_t d = integer(ph, "depth").value_or(0);
-    if (b <= t_peak && (e < 0 || t_peak <= e) && d > depth) phase = text(ph, "name"), depth = d;
-  }
+  const std::string phase = innermost_phase(field(t.timeline, "phases"), t_peak);
   s += fmt::format("Cell #{}: {}. {} points over {:.1f} ms; peak {} at t = {:.1f} ms{}.\n\n", t.cell->index,
                    label, points.size(), t_end, format_bytes(point_live(points[at])), t_peak,
                    phase.empty() ? std::string() : fmt::format(" (in \"{}\")", phase));

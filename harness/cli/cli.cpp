@@ -164,9 +164,9 @@ being results; 1 when a rank stopped answering and the grid stopped); 2 bad inpu
 
 // kRunHelp with the registry's names where it lists strategies (@OFFLOADING@, @DISTRIBUTED@).
 std::string run_help() {
-  std::vector<std::string> data_parallel, sequence_parallel;
-  for (const auto& name : run_detail::distributed_strategy_names())
-    (make_strategy(name)->sequence_parallel() ? sequence_parallel : data_parallel).push_back(name);
+  const auto distributed = run_detail::distributed_strategy_names();
+  const auto data_parallel = strategies_where_sequence_parallel(distributed, false);
+  const auto sequence_parallel = strategies_where_sequence_parallel(distributed, true);
   return with_names(
       kRunHelp,
       {{"@OFFLOADING@", fmt::format("{}", fmt::join(offloading_strategy_names(), ", "))},
@@ -282,7 +282,8 @@ std::vector<std::string> list_names(const std::string& what, bool distributed_on
 }
 
 int cmd_list(const std::vector<std::string>& args) {
-  const std::string valid = "models, impls, objectives, families, gpus, grid";
+  const std::vector<std::string> lists = {"models", "impls", "objectives", "families", "gpus", "grid"};
+  const std::string valid = fmt::format("{}", fmt::join(lists, ", "));
   std::optional<std::string> what;
   bool names_only = false, distributed_only = false;
   for (const auto& a : args) {
@@ -299,8 +300,7 @@ int cmd_list(const std::vector<std::string>& args) {
     if (what) usage_error(fmt::format("list: unexpected argument '{}'", a), valid);
     what = a;
   }
-  if (what && *what != "models" && *what != "impls" && *what != "objectives" && *what != "families" &&
-      *what != "gpus" && *what != "grid")
+  if (what && std::find(lists.begin(), lists.end(), *what) == lists.end())
     usage_error(fmt::format("list: unknown list '{}'", *what), valid);
   if (distributed_only && (!names_only || what != "impls"))
     usage_error("list: --distributed goes with impls --names", "bpbench list impls --names --distributed");

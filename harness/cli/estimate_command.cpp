@@ -112,13 +112,13 @@ output:
 }  // namespace
 
 std::string estimate_help() {
-  std::vector<std::string> data_parallel, sequence_parallel;
-  for (const auto& name : estimated_data_parallel_impls())
-    (make_strategy(name)->sequence_parallel() ? sequence_parallel : data_parallel).push_back(name);
+  const auto ranked = estimated_data_parallel_impls();
   return with_names(kEstimateHelp,
                     {{"@FAMILIES@", hf_family_labels()},
-                     {"@DATA_PARALLEL@", fmt::format("{}", fmt::join(data_parallel, ", "))},
-                     {"@SEQUENCE_PARALLEL@", fmt::format("{}", fmt::join(sequence_parallel, ", "))},
+                     {"@DATA_PARALLEL@",
+                      fmt::format("{}", fmt::join(strategies_where_sequence_parallel(ranked, false), ", "))},
+                     {"@SEQUENCE_PARALLEL@",
+                      fmt::format("{}", fmt::join(strategies_where_sequence_parallel(ranked, true), ", "))},
                      {"@IMPLS@", fmt::format("{}", fmt::join(estimated_impls(), ", "))},
                      {"@RANK_IMPLS@", fmt::format("{}", fmt::join(estimated_data_parallel_impls(), ", "))},
                      {"@OBJECTIVES@", fmt::format("{}", fmt::join(objective_names(), " | "))}});

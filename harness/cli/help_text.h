@@ -47,8 +47,8 @@ inline std::string with_names(std::string text,
     // Continuation lines: as indented as the description, and not a new item.
     while (end != std::string::npos && indent > 0) {
       const size_t next_end = text.find('\n', end + 1);
-      const std::string next = text.substr(end + 1, next_end == std::string::npos ? std::string::npos
-                                                                                   : next_end - end - 1);
+      const std::string next =
+          text.substr(end + 1, next_end == std::string::npos ? std::string::npos : next_end - end - 1);
       if (next.find_first_not_of(' ') != indent) break;
       item += " " + next.substr(indent);
       end = next_end;

@@ -175,15 +175,12 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument(
         fmt::format("estimate: no estimate for impl '{}' (valid: {}; with ranks >= 2: {})", in.impl,
                     fmt::join(impls, ", "), fmt::join(parallel, ", ")));
-  if (!estimated_for_model(c, in.impl)) {
-    std::vector<std::string> with_ranks;  // the data-parallel ones: their terms are one process's
-    for (const auto& name : parallel)
-      if (!make_strategy(name)->sequence_parallel()) with_ranks.push_back(name);
+  if (!estimated_for_model(c, in.impl))  // the data-parallel ones are valid with ranks: one process's terms
     throw std::invalid_argument(fmt::format(
         "estimate: {} on {} ({}) is not estimated yet: the sequence-parallel strategies' terms "
         "for it are not written (valid: {}, and with ranks {}; such a cell is measured, not estimated)",
-        in.impl, c.name, sequence_parallel_gap(c), fmt::join(impls, ", "), fmt::join(with_ranks, ", ")));
-  }
+        in.impl, c.name, sequence_parallel_gap(c), fmt::join(impls, ", "),
+        fmt::join(strategies_where_sequence_parallel(parallel, false), ", ")));
   if (one_process && in.ranks != 1)
     throw std::invalid_argument(fmt::format("estimate: {} runs in one process (valid with {} ranks: {})",
                                             in.impl, in.ranks, fmt::join(parallel, ", ")));

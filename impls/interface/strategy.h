@@ -136,6 +136,10 @@ std::vector<std::string> strategy_names();
 std::vector<std::string> offloading_strategy_names();  // those whose uses_offload() is true
 std::vector<std::string> mesh_strategy_names();        // those whose runs_on_mesh() is true
 std::vector<std::string> estimated_strategy_names();   // those whose estimated() is true
+// Those of `names` whose sequence_parallel() is `sequence_parallel`, in order: a list of distributed
+// strategies split into its data-parallel and sequence-parallel ones, as help texts and errors name them.
+std::vector<std::string> strategies_where_sequence_parallel(const std::vector<std::string>& names,
+                                                            bool sequence_parallel);
 // The strategy every other must match (gradient error's reference, the first column of a training run).
 const std::string& reference_strategy_name();
 // The strategy the peers are set beside in a merged report (the paper's StreamBP): the peers' table's ratios.

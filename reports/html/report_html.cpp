@@ -37,25 +37,11 @@ double point_time(const json& p) {
   return number(p, "t_ms").value_or(0.0);
 }
 
-// The innermost phase open at `t`, "" when none.
-std::string phase_at(const json& phases, double t) {
-  std::string name;
-  int64_t depth = -1;
-  for (const auto& ph : phases) {
-    const double b = number(ph, "begin_ms").value_or(0.0), e = number(ph, "end_ms").value_or(-1.0);
-    const int64_t d = integer(ph, "depth").value_or(0);
-    if (b <= t && (e < 0 || t <= e) && d > depth) name = text(ph, "name"), depth = d;
-  }
-  return name;
-}
-
 json timeline_for_page(const Analysis& a, const CellView& c, const json& timeline, const fs::path& out_dir) {
   const json& points = field(timeline, "points");
   const auto cats = timeline_categories(points);
   const auto keep = thin_to_columns(points, kTimelineColumns);
-  size_t peak = 0;
-  for (size_t i = 0; i < points.size(); ++i)
-    if (point_live(points[i]) > point_live(points[peak])) peak = i;
+  const size_t peak = peak_point(points);
   json t_ms = json::array(), live = json::array(), by = json::object();
   for (const auto& cat : cats) by[cat] = json::array();
   size_t peak_at = 0;
@@ -87,7 +73,7 @@ json timeline_for_page(const Analysis& a, const CellView& c, const json& timelin
   json links = json::array();
   for (const auto& [label, file] : cell_files(c))
     links.push_back({{"label", label}, {"href", link_from(out_dir, a.results_dir, file)}});
-  const json& peak_point = points.empty() ? json::object() : points[peak];
+  const json highest = points.empty() ? json::object() : points[peak];
   return {{"cell", c.index},
           {"title",
            fmt::format("Cell #{}: {}", c.index, axes_label(c.axes, a.heading_keys({}, {"impl", "seq_len"})))},
@@ -98,9 +84,9 @@ json timeline_for_page(const Analysis& a, const CellView& c, const json& timelin
           {"phases", page_phases},
           {"peak",
            {{"index", peak_at},
-            {"t_ms", point_time(peak_point)},
-            {"bytes", point_live(peak_point)},
-            {"phase", phase_at(field(timeline, "phases"), point_time(peak_point))}}},
+            {"t_ms", point_time(highest)},
+            {"bytes", point_live(highest)},
+            {"phase", innermost_phase(field(timeline, "phases"), point_time(highest))}}},
           {"estimate_bytes", c.estimate ? json(*c.estimate) : json(nullptr)},
           {"budget_bytes", a.budget ? json(*a.budget) : json(nullptr)},
           {"points_total", points.size()},
@@ -145,20 +131,23 @@ std::vector<size_t> thin_to_columns(const json& points, size_t columns) {
     return std::min(cols - 1, static_cast<size_t>(std::max(0.0, f) * static_cast<double>(cols)));
   };
   keep.push_back(0);
+  // One pass over runs of consecutive points in one column (time only grows, so a column is one run).
   for (size_t i = 0; i < n;) {
     const size_t col = column_of(i);
-    size_t lo = i, hi = i, j = i;
+    size_t lo = i, hi = i;
+    int64_t lowest = point_live(points[i]), highest = lowest;
+    size_t j = i + 1;
     for (; j < n && column_of(j) == col; ++j) {
-      if (point_live(points[j]) < point_live(points[lo])) lo = j;
-      if (point_live(points[j]) > point_live(points[hi])) hi = j;
+      const int64_t live = point_live(points[j]);
+      if (live < lowest) lo = j, lowest = live;
+      if (live > highest) hi = j, highest = live;
     }
     keep.push_back(std::min(lo, hi));
     keep.push_back(std::max(lo, hi));
-    i = std::max(j, i + 1);
+    i = j;
   }
   keep.push_back(n - 1);
-  std::sort(keep.begin(), keep.end());
-  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());  // runs follow each other: already ascending
   return keep;
 }
 

@@ -175,33 +175,36 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> list[str]:
     return failures
 
 
+def regions(pattern: re.Pattern[str], text: str) -> list[tuple[int, str, str]]:
+    """(line, command, enclosed text) of each region of a directive; one written in code (the syntax shown, as
+    docs/development.md does) is not a region."""
+    return [(text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)) for m in pattern.finditer(text)
+            if text[max(0, m.start() - 1)] != "`"]
+
+
 def check_lists(page: Path, shown: Path, cwd: Path, env: dict[str, str]) -> tuple[int, list[str]]:
-    """Every doc-list region of a page against its command's output: (regions checked, failures)."""
-    text, failures, count = page.read_text(), [], 0
-    for m in DOC_LIST.finditer(text):
-        if text[max(0, m.start() - 1)] == "`":
-            continue  # the syntax shown in code, not a list (docs/development.md)
-        count += 1
-        line = text.count("\n", 0, m.start()) + 1
-        run = subprocess.run(["bash", "-c", m.group(1)], cwd=cwd, env=env, capture_output=True, text=True,
-                             timeout=COMMAND_TIMEOUT_S)
-        want, got = " ".join(m.group(2).split()), " ".join(run.stdout.split())
-        if run.returncode != 0 or want != got:
-            failures.append(f"{shown}:{line}: the list is not what `{m.group(1)}` prints:\n"
-                            f"    page:     {want}\n    registry: {got or run.stderr.strip()}")
-    for m in DOC_NAMES.finditer(text):
-        if text[max(0, m.start() - 1)] == "`":
-            continue
-        count += 1
-        line = text.count("\n", 0, m.start()) + 1
-        run = subprocess.run(["bash", "-c", m.group(1)], cwd=cwd, env=env, capture_output=True, text=True,
-                             timeout=COMMAND_TIMEOUT_S)
-        names = [n.strip() for n in run.stdout.split(",") if n.strip()]
-        missing = [n for n in names if not re.search(r"(?<![\w-])" + re.escape(n) + r"(?![\w-])", m.group(2))]
-        if run.returncode != 0 or not names or missing:
-            failures.append(f"{shown}:{line}: the text leaves out what `{m.group(1)}` names: "
-                            f"{', '.join(missing) or run.stderr.strip()}")
-    return count, failures
+    """Every doc-list and doc-names region of a page against its command's output: (regions, failures)."""
+    text, failures = page.read_text(), []
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S)
+
+    lists, names = regions(DOC_LIST, text), regions(DOC_NAMES, text)
+    for line, command, enclosed in lists:
+        out = run(command)
+        want, got = " ".join(enclosed.split()), " ".join(out.stdout.split())
+        if out.returncode != 0 or want != got:
+            failures.append(f"{shown}:{line}: the list is not what `{command}` prints:\n"
+                            f"    page:     {want}\n    registry: {got or out.stderr.strip()}")
+    for line, command, enclosed in names:
+        out = run(command)
+        printed = [n.strip() for n in out.stdout.split(",") if n.strip()]
+        missing = [n for n in printed if not re.search(r"(?<![\w-])" + re.escape(n) + r"(?![\w-])", enclosed)]
+        if out.returncode != 0 or not printed or missing:
+            failures.append(f"{shown}:{line}: the text leaves out what `{command}` names: "
+                            f"{', '.join(missing) or out.stderr.strip()}")
+    return len(lists) + len(names), failures
 
 
 def check_files(page: Path, shown: Path, root: Path) -> tuple[int, list[str]]:

@@ -2,7 +2,6 @@
 // markdown it converts, the timeline's thinning to pixel columns with the peak kept exactly, and the page
 // that `bpbench report` writes: self-contained, its data parseable, a row and a timeline per cell.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -121,34 +120,24 @@ TEST(ThinToColumns, KeepsEachColumnsExtremesAndThePeak) {
   EXPECT_EQ(report_detail::thin_to_columns(few, columns), (std::vector<size_t>{0, 1, 2}));
 }
 
-class ReportHtml : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("bpbench-report-html-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
-
 // The committed fixture's page: nothing it could fetch, every cell a row, every timeline with its peak equal
 // to the highest live bytes of its points, and a cell's reason that holds "</script>" unable to end the data.
-TEST_F(ReportHtml, OnePageWithItsDataACellRowAndATimelinePerCell) {
+TEST(ReportHtml, OnePageWithItsDataACellRowAndATimelinePerCell) {
+  testing::TempDir tmp;
+  const fs::path& dir = tmp.dir();
   json doc = load_results(testing::results_fixture());
   ASSERT_FALSE(doc["cells"].empty());
   doc["cells"][0]["reason"] = "</script><script>alert(1)</script>";
   doc["cells"][0]["status"] = "error";
-  std::ofstream(dir_ / "results.json") << doc.dump();
+  std::ofstream(dir / "results.json") << doc.dump();
   std::ostringstream out, err;
-  ASSERT_EQ(report_main({(dir_ / "results.json").string(), "--out", (dir_ / "report").string(), "--python",
+  ASSERT_EQ(report_main({(dir / "results.json").string(), "--out", (dir / "report").string(), "--python",
                          "/nonexistent"},
                         out, err),
             0)
       << err.str();
   EXPECT_NE(out.str().find("report.html"), std::string::npos) << out.str();
-  const std::string html = testing::file_text(dir_ / "report" / "report.html");
+  const std::string html = testing::file_text(dir / "report" / "report.html");
   ASSERT_FALSE(html.empty());
 
   // Self-contained: a policy that allows nothing from elsewhere, and no element that would load a file.
@@ -161,7 +150,7 @@ TEST_F(ReportHtml, OnePageWithItsDataACellRowAndATimelinePerCell) {
   const json data = page_data(html);
   ASSERT_TRUE(data.is_object()) << "the page's data does not parse";
   EXPECT_EQ(data["figures"]["peak_vs_seq_len"],
-            json::parse(testing::file_text(dir_ / "report" / "plot_data.json"))["peak_vs_seq_len"]);
+            json::parse(testing::file_text(dir / "report" / "plot_data.json"))["peak_vs_seq_len"]);
   size_t with_timeline = 0;
   for (const auto& c : doc["cells"])
     with_timeline += c["memory"].is_object() && c["memory"].contains("timeline") ? 1 : 0;
