@@ -85,8 +85,7 @@ class MiniSequence final : public Strategy {
                                       int64_t rows) {
     const int64_t T = x_in.size(1);
     // Re-forward: attention over all rows, with grad.
-    auto h = m.attn_norm(i, x_in);
-    auto x1 = m.attention_block(i, x_in, m.project_q(i, h, 0, h.size(1)), m.project_kv(i, h));  // (N, T, d)
+    auto x1 = m.token_mixer(i, x_in);  // (N, T, d): attention, or Gated DeltaNet, over all rows
     auto x1_saved = x1.detach();  // each mini-sequence saves only its slice of this
     {
       // MsT's forward of the mini-sequences: outputs computed, intermediates not kept.

@@ -66,6 +66,23 @@ Linear make_linear(int64_t out, int64_t in, bool bias, const torch::TensorOption
   return l;
 }
 
+// A Gated DeltaNet layer as transformers initialises one: the conv's taps U(-1/sqrt(K), 1/sqrt(K)) (Conv1d's
+// default), A = exp(A_log) from U(0.01, 16), dt_bias 1, the gated norm's weight 1.
+void random_linear_attention(LayerWeights& w, const ModelConfig& config, const torch::TensorOptions& opts) {
+  const ModelConfig::LinearAttention& la = *config.linear_attention;
+  const int64_t d = config.hidden, C = la.conv_channels(), values = la.value_heads * la.value_dim;
+  w.in_qkv = make_linear(C, d, false, opts);
+  w.in_z = make_linear(values, d, false, opts);
+  w.in_b = make_linear(la.value_heads, d, false, opts);
+  w.in_a = make_linear(la.value_heads, d, false, opts);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(la.conv_kernel));
+  w.conv_weight = ((torch::rand({C, la.conv_kernel}, opts.dtype(torch::kFloat)) * 2 - 1) * bound).to(opts.dtype());
+  w.dt_bias = torch::ones({la.value_heads}, opts);
+  w.A_log = (torch::rand({la.value_heads}, opts.dtype(torch::kFloat)) * (16 - 0.01) + 0.01).log().to(opts.dtype());
+  w.gated_norm = torch::ones({la.value_dim}, opts);
+  w.out_proj = make_linear(d, values, false, opts);
+}
+
 void add_linear(std::vector<NamedParameter>& out, const std::string& prefix, const Linear& l,
                 ParamGroup group) {
   out.push_back({prefix + ".weight", group, l.weight});
@@ -80,11 +97,14 @@ void add_linear(std::vector<NamedParameter>& out, const std::string& prefix, con
 
 std::vector<const Linear*> LayerWeights::linears() const {
   std::vector<const Linear*> out;
-  if (kv_b.weight.defined()) {  // multi-head latent attention
+  if (in_qkv.weight.defined()) {  // Gated DeltaNet
+    out.insert(out.end(), {&in_qkv, &in_z, &in_b, &in_a, &out_proj});
+  } else if (kv_b.weight.defined()) {  // multi-head latent attention
     if (q_a.weight.defined()) out.push_back(&q_a);
     out.insert(out.end(), {&q, &kv_a, &kv_b, &o});
   } else {
     out.insert(out.end(), {&q, &k, &v, &o});
+    if (output_gate.weight.defined()) out.push_back(&output_gate);
   }
   if (!router.defined()) {
     out.insert(out.end(), {&gate, &up, &down});
@@ -102,6 +122,18 @@ std::vector<Linear*> LayerWeights::linears() {
   return out;
 }
 
+std::vector<const torch::Tensor*> LayerWeights::vectors() const {
+  return {&input_norm,  &q_norm,    &k_norm,      &attn_output_norm,   &mlp_norm,    &mlp_output_norm,
+          &router,      &router_bias, &sinks,     &q_a_norm,           &kv_a_norm,   &shared_expert_gate,
+          &conv_weight, &dt_bias,   &A_log,       &gated_norm};
+}
+
+std::vector<torch::Tensor*> LayerWeights::vectors() {
+  std::vector<torch::Tensor*> out;
+  for (const torch::Tensor* t : std::as_const(*this).vectors()) out.push_back(const_cast<torch::Tensor*>(t));
+  return out;
+}
+
 Model Model::random(const ModelConfig& config, const torch::TensorOptions& options, uint64_t seed) {
   config.validate();
   torch::NoGradGuard no_grad;
@@ -114,7 +146,9 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
   for (int64_t i = 0; i < config.layers; ++i) {
     LayerWeights w;
     if (config.block_input_norms) w.input_norm = identity_norm_init(d, config, opts);
-    if (config.mla) {
+    if (config.is_linear_layer(i)) {
+      random_linear_attention(w, config, opts);
+    } else if (config.mla) {
       const ModelConfig::Mla& mla = *config.mla;
       const int64_t rq = mla.q_lora_rank, r = mla.kv_lora_rank;
       if (rq > 0) {
@@ -131,9 +165,10 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
       w.k = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
       w.v = make_linear(config.kv_heads * hd, d, config.attention_bias, opts);
       w.o = make_linear(d, config.heads * hd, config.output_bias, opts);
+      if (config.attention_output_gate) w.output_gate = make_linear(config.heads * hd, d, false, opts);
     }
     if (config.attention_sinks) w.sinks = normal_init({config.heads}, opts);
-    if (config.qk_norm) {  // per head, or (OLMo) over the whole projection
+    if (config.qk_norm && !config.is_linear_layer(i)) {  // per head, or (OLMo) over the whole projection
       w.q_norm = identity_norm_init(config.qk_norm_whole ? config.heads * hd : hd, config, opts);
       w.k_norm = identity_norm_init(config.qk_norm_whole ? config.kv_heads * hd : hd, config, opts);
     }
@@ -157,6 +192,7 @@ Model Model::random(const ModelConfig& config, const torch::TensorOptions& optio
         w.shared_gate = make_linear(Ish, d, false, opts);
         w.shared_up = make_linear(Ish, d, false, opts);
         w.shared_down = make_linear(d, Ish, false, opts);
+        if (config.shared_expert_gate) w.shared_expert_gate = normal_init({1, d}, opts);
       }
     } else {
       w.gate = make_linear(config.intermediate, d, false, opts);
@@ -185,10 +221,7 @@ Model Model::converted(const torch::TensorOptions& options) const {
   };
   convert(m.embed_weight);
   for (auto& w : m.layers) {
-    for (torch::Tensor* t :
-         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm,
-          &w.router, &w.router_bias, &w.sinks, &w.q_a_norm, &w.kv_a_norm})
-      convert(*t);
+    for (torch::Tensor* t : w.vectors()) convert(*t);
     if (w.router_correction.defined())
       w.router_correction = w.router_correction.to(options.device(), router_correction_dtype(options),
                                                    /*non_blocking=*/false, /*copy=*/true);
@@ -210,7 +243,18 @@ std::vector<NamedParameter> Model::named_parameters() const {
     const std::string p = fmt::format("model.layers.{}.", i);
     if (w.input_norm.defined())
       out.push_back({p + "input_layernorm.weight", ParamGroup::norms, w.input_norm});
-    if (w.kv_b.weight.defined()) {  // multi-head latent attention, DeepseekV3Attention's names
+    if (w.in_qkv.weight.defined()) {  // Gated DeltaNet, Qwen3_5GatedDeltaNet's names
+      const std::string a = p + "linear_attn.";
+      add_linear(out, a + "in_proj_qkv", w.in_qkv, ParamGroup::attention);
+      add_linear(out, a + "in_proj_z", w.in_z, ParamGroup::attention);
+      add_linear(out, a + "in_proj_b", w.in_b, ParamGroup::attention);
+      add_linear(out, a + "in_proj_a", w.in_a, ParamGroup::attention);
+      out.push_back({a + "conv1d.weight", ParamGroup::attention, w.conv_weight});
+      out.push_back({a + "dt_bias", ParamGroup::attention, w.dt_bias});
+      out.push_back({a + "A_log", ParamGroup::attention, w.A_log});
+      out.push_back({a + "norm.weight", ParamGroup::norms, w.gated_norm});
+      add_linear(out, a + "out_proj", w.out_proj, ParamGroup::attention);
+    } else if (w.kv_b.weight.defined()) {  // multi-head latent attention, DeepseekV3Attention's names
       if (w.q_a.weight.defined()) {
         add_linear(out, p + "self_attn.q_a_proj", w.q_a, ParamGroup::attention);
         out.push_back({p + "self_attn.q_a_layernorm.weight", ParamGroup::norms, w.q_a_norm});
@@ -225,8 +269,11 @@ std::vector<NamedParameter> Model::named_parameters() const {
       add_linear(out, p + "self_attn.q_proj", w.q, ParamGroup::attention);
       add_linear(out, p + "self_attn.k_proj", w.k, ParamGroup::attention);
       add_linear(out, p + "self_attn.v_proj", w.v, ParamGroup::attention);
+      // Qwen3.5's gate: each head's second half of the checkpoint's q_proj (hf_qwen3_5.cpp).
+      if (w.output_gate.weight.defined())
+        add_linear(out, p + "self_attn.output_gate", w.output_gate, ParamGroup::attention);
     }
-    add_linear(out, p + "self_attn.o_proj", w.o, ParamGroup::attention);
+    if (w.o.weight.defined()) add_linear(out, p + "self_attn.o_proj", w.o, ParamGroup::attention);
     if (w.sinks.defined()) out.push_back({p + "self_attn.sinks", ParamGroup::attention, w.sinks});
     if (w.q_norm.defined()) {
       out.push_back({p + "self_attn.q_norm.weight", ParamGroup::norms, w.q_norm});
@@ -253,6 +300,8 @@ std::vector<NamedParameter> Model::named_parameters() const {
         add_linear(out, p + "mlp.shared_experts.gate_proj", w.shared_gate, ParamGroup::mlp);
         add_linear(out, p + "mlp.shared_experts.up_proj", w.shared_up, ParamGroup::mlp);
         add_linear(out, p + "mlp.shared_experts.down_proj", w.shared_down, ParamGroup::mlp);
+        if (w.shared_expert_gate.defined())
+          out.push_back({p + "mlp.shared_expert_gate.weight", ParamGroup::mlp, w.shared_expert_gate});
       }
       continue;
     }
@@ -282,16 +331,14 @@ std::vector<NamedParameter> Model::trainable_parameters() const {
 }
 
 bool Model::has_lora() const {
-  return !layers.empty() && layers[0].q.lora_a.defined();
+  return !layers.empty() && layers[0].linears().front()->lora_a.defined();
 }
 
 bool Model::input_gradient_needed(int64_t layer) const {
   if (embed_weight.requires_grad()) return true;
   for (int64_t i = 0; i < layer; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
-    for (const torch::Tensor* t :
-         {&w.input_norm, &w.q_norm, &w.k_norm, &w.attn_output_norm, &w.mlp_norm, &w.mlp_output_norm,
-          &w.router, &w.router_bias, &w.sinks, &w.q_a_norm, &w.kv_a_norm})
+    for (const torch::Tensor* t : w.vectors())
       if (t->defined() && t->requires_grad()) return true;
     for (const Linear* l : w.linears())
       for (const torch::Tensor* t : {&l->weight, &l->bias, &l->lora_a, &l->lora_b})
@@ -553,8 +600,13 @@ torch::Tensor Model::project_q(int64_t i, const torch::Tensor& h, const std::vec
 }
 
 torch::Tensor Model::attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
-                                     const KV& kv) const {
-  return attention_output(i, x_rows, attention_heads(i, q, kv));
+                                     const KV& kv, const torch::Tensor& gate) const {
+  return attention_output(i, x_rows, attention_heads(i, q, kv), gate);
+}
+
+torch::Tensor Model::output_gate(int64_t i, const torch::Tensor& h_rows) const {
+  const Linear& gate = layers[i].output_gate;
+  return gate.weight.defined() ? gate(h_rows, lora_enabled) : torch::Tensor();
 }
 
 torch::Tensor Model::attention_heads(int64_t i, const torch::Tensor& q, const KV& kv, int64_t head0) const {
@@ -566,11 +618,16 @@ torch::Tensor Model::sink_logits(int64_t i, int64_t head0, int64_t heads) const 
   return sink_logits_of_heads(layers[i].sinks, head0, heads);
 }
 
-torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o) const {
+torch::Tensor Model::attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o,
+                                      const torch::Tensor& gate) const {
   const auto& w = layers[i];
   const int64_t hd = config.head_dim, dv = config.value_head_dim();
+  // A gated layer's output without its gate would be another network: no caller may leave it out.
+  TORCH_CHECK(gate.defined() == w.output_gate.weight.defined(), "layer ", i, "'s attention is ",
+              gate.defined() ? "not gated, yet a gate was given" : "gated (Qwen3.5), yet no gate was given");
   // MLA: the values' zero columns dropped (Note [MLA in the expanded form]): (N, c, Hq*hd) -> (N, c, Hq*dv).
-  const auto values = dv < hd ? o.unflatten(-1, {config.heads, hd}).narrow(-1, 0, dv).flatten(-2) : o;
+  auto values = dv < hd ? o.unflatten(-1, {config.heads, hd}).narrow(-1, 0, dv).flatten(-2) : o;
+  if (gate.defined()) values = values * torch::sigmoid(gate);
   auto y = w.o(values, lora_enabled);  // (N, c, d)
   return x_rows + (w.attn_output_norm.defined() ? norm(y, w.attn_output_norm) : y);
 }

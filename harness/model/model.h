@@ -48,6 +48,7 @@ struct Linear {
 struct LayerWeights {
   torch::Tensor input_norm;  // (d), or undefined without block input norms (OLMo)
   Linear q, k, v, o;         // (Hq*hd, d), (Hkv*hd, d), (Hkv*hd, d), (d, Hq*hd)
+  Linear output_gate;        // (Hq*hd, d): Qwen3.5's gate on the attention output, or undefined
   torch::Tensor sinks;       // (Hq): gpt-oss's attention sink logits, or undefined
   torch::Tensor q_norm,
       k_norm;  // (hd) each, (Hq*hd), (Hkv*hd) over the whole projection (OLMo), or undefined
@@ -73,11 +74,27 @@ struct LayerWeights {
   torch::Tensor router_correction;
   std::vector<Linear> expert_gate, expert_up, expert_down;  // E each: (Ie, d), (Ie, d), (d, Ie)
   Linear shared_gate, shared_up, shared_down;  // DeepSeek's shared experts: (Ish, d), (Ish, d), (d, Ish)
+  torch::Tensor shared_expert_gate;            // (1, d): Qwen3-Next's sigmoid gate on them, or undefined
+  // A Gated DeltaNet layer (ModelConfig::is_linear_layer; harness/model/linear_attention.h), instead of q, k,
+  // v, o and the q/k norms. C = 2 Hk dk + Hv dv, the conv's channels (q, k, v).
+  Linear in_qkv;               // (C, d): "in_proj_qkv"
+  Linear in_z;                 // (Hv*dv, d): the output gate
+  Linear in_b, in_a;           // (Hv, d) each: beta's and the decay's logits
+  torch::Tensor conv_weight;   // (C, K): each channel's taps, oldest first ("conv1d.weight" (C, 1, K))
+  torch::Tensor dt_bias;       // (Hv)
+  torch::Tensor A_log;         // (Hv)
+  torch::Tensor gated_norm;    // (dv): the output's RMSNorm weight, w (not 1 + w), before the gate
+  Linear out_proj;             // (d, Hv*dv)
 
-  // Every Linear of the layer (q, k, v, o, or MLA's q_a, q, kv_a, kv_b, o; then the MLP's: dense, or each
-  // expert's gate, up, down and the shared experts').
+  // Every Linear of the layer (q, k, v, o and the output gate, MLA's q_a, q, kv_a, kv_b, o, or Gated
+  // DeltaNet's in_qkv, in_z, in_b, in_a, out_proj; then the MLP's: dense, or each expert's gate, up, down and
+  // the shared experts').
   std::vector<const Linear*> linears() const;
   std::vector<Linear*> linears();
+  // Every other tensor of the layer, defined or not (norms, sinks, the router and its bias, the conv, dt_bias,
+  // A_log, the shared expert's gate; not the router correction, a buffer).
+  std::vector<const torch::Tensor*> vectors() const;
+  std::vector<torch::Tensor*> vectors();
 };
 
 // The parameter groups of the gradient-error report.
@@ -110,6 +127,17 @@ struct MlaLatent {
 // backward from kv_b alone (latent_attention.cpp).
 KV expand_mla_latent(const Linear& kv_b, bool lora_enabled, const MlaLatent& rows, int64_t heads,
                      int64_t nope_dim, int64_t value_dim, int64_t head_dim);
+
+// What a Gated DeltaNet layer carries from one piece of rows to the next (harness/model/linear_attention.h).
+struct LinearState {
+  torch::Tensor state;  // (N, Hv, dk, dv) in the compute dtype (float32 under bf16): the recurrence's S
+  torch::Tensor halo;   // (N, K - 1, C): the conv's input rows before the piece, zeros before row 0
+};
+// A linear-attention block's output rows and the state after them.
+struct LinearBlock {
+  torch::Tensor x1;  // (N, c, d): x_rows + out_proj(gated_norm(delta rule, z))
+  LinearState next;
+};
 
 class Model {
  public:
@@ -179,8 +207,19 @@ class Model {
                           int64_t seq_len) const;
   KV project_kv(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
                 int64_t seq_len) const;
-  torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q,
-                                const KV& kv) const;
+  // gate: output_gate(i, h_rows) where the layer's attention is gated (ModelConfig::attention_output_gate),
+  // else undefined.
+  torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q, const KV& kv,
+                                const torch::Tensor& gate = {}) const;
+  // Qwen3.5's gate logits on the attention output, h_rows (N, c, d) -> (N, c, Hq*hd), or undefined where layer
+  // i has none: attention_output multiplies the attention's output by their sigmoid.
+  torch::Tensor output_gate(int64_t i, const torch::Tensor& h_rows) const;
+  // ---- Gated DeltaNet (ModelConfig::is_linear_layer; harness/model/linear_attention.cpp) ------------------
+  // Layer i's token mixer over rows x_rows (N, c, d) that follow the state `in`: x1 and the state after them.
+  // Differentiable in the weights, x_rows and in's tensors (StreamBP carries dS and the halo's gradient back).
+  LinearBlock linear_attention_block(int64_t i, const torch::Tensor& x_rows, const LinearState& in) const;
+  // The state before row 0: zeros, (N, Hv, dk, dv) and (N, K - 1, C).
+  LinearState initial_linear_state(int64_t N) const;
   // Multi-head latent attention's q and K/V in the expanded form (project_q and project_kv take them where
   // ModelConfig::mla is set; Note [MLA in the expanded form], model.cpp).
   torch::Tensor mla_project_q(int64_t i, const torch::Tensor& h, const std::vector<PositionBlock>& blocks,
@@ -197,15 +236,20 @@ class Model {
   //   attention_heads(i, q, kv, head0): causal attention with layer i's window, scale and sinks, on the
   //                              query heads [head0, head0 + H') (a Ulysses rank's; q: (N, H', c, hd), kv:
   //                              (N, H'kv, e, hd), H' a multiple of H'kv) -> (N, c, H'*hd)
-  //   attention_output(i, x_rows, o): x_rows + [Gemma 3: norm of] o_proj(o), o (N, c, Hq*hd)
+  //   attention_output(i, x_rows, o, gate): x_rows + [Gemma 3: norm of] o_proj(o [x sigmoid(gate)]),
+  //                              o (N, c, Hq*hd)
   torch::Tensor attention_heads(int64_t i, const torch::Tensor& q, const KV& kv, int64_t head0 = 0) const;
   // Layer i's attention sink logits of query heads [head0, head0 + heads), or undefined (no sinks).
   torch::Tensor sink_logits(int64_t i, int64_t head0, int64_t heads) const;
-  torch::Tensor attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o) const;
+  torch::Tensor attention_output(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& o,
+                                 const torch::Tensor& gate = {}) const;
   torch::Tensor mlp_block(int64_t i, const torch::Tensor& x) const;
   // A mixture-of-experts layer's MLP output (before the residual add) for normed rows n (N, rows, d): each
   // row routed on its own, so any split of the rows into chunks gives the same rows.
   torch::Tensor experts_mlp(int64_t i, const torch::Tensor& n) const;
+  // x1 of all rows (N, T, d): x + the attention block's output, or the Gated DeltaNet block's from the
+  // state before row 0. layer(i, x) is mlp_block(i, token_mixer(i, x)).
+  torch::Tensor token_mixer(int64_t i, const torch::Tensor& x) const;
   torch::Tensor layer(int64_t i, const torch::Tensor& x) const;  // all rows: (N, T, d) -> (N, T, d)
   // The same layer under no grad with queries in chunks of `rows` (K, V once for all rows): no T x T scores.
   torch::Tensor layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const;

@@ -244,6 +244,41 @@ ModelConfig glm4_moe(std::string name, int64_t vocab, int64_t d, int64_t inter, 
   return c;
 }
 
+// Qwen3.5 (transformers' qwen3_5_text): three Gated DeltaNet layers of four (layer i full iff (i + 1) % 4 ==
+// 0, full_attention_interval 4), the full layers' attention gated with (1 + w) q/k norms and RoPE on a
+// quarter of each head; every norm (1 + w); a conv of 4 taps; eps 1e-6. Qwen3-Next is this with its experts
+// (qwen3_next_experts).
+ModelConfig qwen3_5(std::string name, int64_t vocab, int64_t d, int64_t inter, int64_t layers, int64_t heads,
+                    int64_t kv_heads, int64_t head_dim, ModelConfig::LinearAttention linear, bool tied) {
+  ModelConfig c = dims(std::move(name), vocab, d, inter, layers, heads, kv_heads, head_dim);
+  c.architecture = "Qwen3_5ForCausalLM";
+  c.rope.theta = 1e7;
+  c.rope.max_positions = 262144;
+  c.rotary_dim = head_dim / 4;
+  c.rms_eps = 1e-6;
+  c.tie_embeddings = tied;
+  c.qk_norm = true;
+  c.unit_offset_norms = true;
+  c.attention_output_gate = true;
+  c.linear_attention = linear;
+  for (int64_t i = 0; i < layers; ++i) c.linear_layers.push_back((i + 1) % 4 != 0);
+  return c;
+}
+
+// Qwen3-Next's mixture of experts on every layer: softmax then the k best, renormalised, and one shared
+// expert under a sigmoid gate.
+ModelConfig qwen3_next_experts(ModelConfig c, int64_t experts, int64_t k, int64_t expert_intermediate,
+                               int64_t shared_intermediate) {
+  c.architecture = "Qwen3NextForCausalLM";
+  c.experts = experts;
+  c.experts_per_token = k;
+  c.expert_intermediate = expert_intermediate;
+  c.shared_expert_intermediate = shared_intermediate;
+  c.shared_expert_gate = true;
+  c.norm_topk_prob = true;
+  return c;
+}
+
 // DeepSeek-V3's router: sigmoid scores over 8 groups of which 4 are chosen, renormalised, x2.5.
 ModelConfig deepseek_v3_routing(ModelConfig c) {
   c.routing = ModelConfig::Routing::sigmoid_grouped;
@@ -346,6 +381,15 @@ std::vector<ModelConfig> build_presets() {
   tiny_glm.expert_groups = 2;
   tiny_glm.routed_scaling = 1.5;
 
+  // Qwen3.5 shaped: three linear layers then a full one, 2 key heads of 4 read by 4 value heads of 6 (g' = 2),
+  // a conv of 4 taps; the full layer's GQA of 2 with RoPE on 2 of its 8 dims. Qwen3-Next shaped: the same
+  // with 8 experts of 12, 2 a token, and a gated shared expert of 12.
+  const ModelConfig::LinearAttention tiny_linear{2, 4, 4, 6, 4};
+  ModelConfig tiny_qwen3_5 = qwen3_5("tiny-qwen3.5", 97, 24, 40, 4, 4, 2, 8, tiny_linear, false);
+  tiny_qwen3_5.rope.theta = 10000.0;
+  ModelConfig tiny_qwen3_next = qwen3_next_experts(tiny_qwen3_5, 8, 2, 12, 12);
+  tiny_qwen3_next.name = "tiny-qwen3-next";
+
   // OLMo 3 7B's full layers: YaRN x8 from 8192 positions, attention factor 1.2079 (config.json's
   // rope_scaling); its sliding ones keep plain RoPE.
   ModelConfig olmo3_7b =
@@ -368,6 +412,8 @@ std::vector<ModelConfig> build_presets() {
       tiny_gpt_oss,
       tiny_deepseek,
       tiny_glm,
+      tiny_qwen3_5,
+      tiny_qwen3_next,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -433,8 +479,18 @@ int64_t mla_attention_parameters(const ModelConfig& c) {
   return q + kv + o;
 }
 
+// A Gated DeltaNet layer's token mixer: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, the conv's taps,
+// dt_bias, A_log, the gated norm and out_proj.
+int64_t linear_attention_parameters(const ModelConfig& c) {
+  const ModelConfig::LinearAttention& la = *c.linear_attention;
+  const int64_t d = c.hidden, values = la.value_heads * la.value_dim;
+  return d * la.conv_channels() + d * values + 2 * d * la.value_heads + la.conv_channels() * la.conv_kernel +
+         2 * la.value_heads + la.value_dim + values * d;
+}
+
 int64_t count_parameters(const ModelConfig& c, bool active) {
-  const int64_t q = c.hidden * c.heads * c.head_dim + (c.attention_bias ? c.heads * c.head_dim : 0);
+  const int64_t q = c.hidden * c.heads * c.head_dim * (c.attention_output_gate ? 2 : 1) +
+                    (c.attention_bias ? c.heads * c.head_dim : 0);
   const int64_t kv =
       2 * (c.hidden * c.kv_heads * c.head_dim + (c.attention_bias ? c.kv_heads * c.head_dim : 0));
   const int64_t o = c.heads * c.head_dim * c.hidden + (c.output_bias ? c.hidden : 0);
@@ -444,16 +500,20 @@ int64_t count_parameters(const ModelConfig& c, bool active) {
   const int64_t experts = active ? c.experts_per_token : c.experts;
   const int64_t expert =
       3 * c.hidden * c.expert_intermediate + (c.expert_bias ? 2 * c.expert_intermediate + c.hidden : 0);
-  const int64_t shared = 3 * c.hidden * c.shared_expert_intermediate;
+  const int64_t shared =
+      3 * c.hidden * c.shared_expert_intermediate + (c.shared_expert_gate ? c.hidden : 0);
   const int64_t moe_mlp = c.experts * c.hidden + (c.router_bias ? c.experts : 0) + experts * expert + shared;
   const int64_t qk_norms = !c.qk_norm        ? 0
                            : c.qk_norm_whole ? (c.heads + c.kv_heads) * c.head_dim
                                              : 2 * c.head_dim;
   const int64_t norms = ((c.block_input_norms ? 2 : 0) + (c.sandwich_norms ? 2 : 0)) * c.hidden + qk_norms;
-  const int64_t moe_layers = c.moe_layer_count();
+  const int64_t moe_layers = c.moe_layer_count(), linear_layers = c.linear_layer_count();
   const int64_t embed = c.vocab * c.hidden;
-  return embed + (c.tie_embeddings ? 0 : embed) + c.layers * (attention + sinks + norms) +
-         (c.layers - moe_layers) * dense_mlp + moe_layers * moe_mlp + c.hidden;
+  const int64_t block_norms = norms - qk_norms;  // a linear layer's: no q/k norms
+  const int64_t mixers = (c.layers - linear_layers) * (attention + sinks + norms) +
+                         (linear_layers > 0 ? linear_layers * (linear_attention_parameters(c) + block_norms) : 0);
+  return embed + (c.tie_embeddings ? 0 : embed) + mixers + (c.layers - moe_layers) * dense_mlp +
+         moe_layers * moe_mlp + c.hidden;
 }
 
 }  // namespace
@@ -513,6 +573,12 @@ int64_t ModelConfig::sliding_layer_count() const {
   return std::count(sliding_layers.begin(), sliding_layers.end(), true);
 }
 
+int64_t ModelConfig::linear_layer_count() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) n += is_linear_layer(i) ? 1 : 0;
+  return n;
+}
+
 int64_t ModelConfig::rope_layer_count() const {
   int64_t n = 0;
   for (int64_t i = 0; i < layers; ++i) n += has_rope(i) ? 1 : 0;
@@ -557,6 +623,18 @@ void ModelConfig::validate() const {
           "shared_expert_intermediate must be >= 0 and routed_scaling > 0");
   require(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0 && (!mla || rotary_dim == 0),
           "rotary_dim must be even and in 0 .. head_dim (0: the whole head)");
+  if (linear_attention) {
+    const LinearAttention& la = *linear_attention;
+    require(la.key_heads > 0 && la.value_heads > 0 && la.value_heads % la.key_heads == 0 && la.key_dim > 0 &&
+                la.value_dim > 0 && la.conv_kernel >= 1,
+            "linear attention needs key and value heads > 0 (value heads a multiple of key heads), head dims "
+            "> 0 and a conv kernel >= 1");
+    require(static_cast<int64_t>(linear_layers.size()) == layers, "linear_layers must name every layer");
+    require(!mla && !attention_sinks && !has_sliding_layers(),
+            "linear attention is modelled beside plain full attention only (no MLA, sinks or windows)");
+  }
+  require(linear_attention || linear_layers.empty(), "linear_layers need linear_attention");
+  require(!shared_expert_gate || shared_expert_intermediate > 0, "shared_expert_gate needs a shared expert");
   if (mla) {
     require(kv_heads == heads,
             "multi-head latent attention expands K and V to every head (kv_heads = heads)");

@@ -128,6 +128,30 @@ struct ModelConfig {
     return mla ? mla->qk_rope_head_dim : rotary_dim > 0 ? rotary_dim : head_dim;
   }
 
+  // Gated DeltaNet (Qwen3.5, Qwen3-Next: harness/model/linear_attention.h): the layers where linear_layers[i]
+  // is set replace attention by a linear attention carrying a state of Hv x dk x dv per sequence; the other
+  // layers keep their (gated) full attention. Absent: every layer attends.
+  struct LinearAttention {
+    int64_t key_heads = 0;    // Hk: linear_num_key_heads
+    int64_t value_heads = 0;  // Hv: linear_num_value_heads, a multiple of Hk
+    int64_t key_dim = 0;      // dk: linear_key_head_dim
+    int64_t value_dim = 0;    // dv: linear_value_head_dim
+    int64_t conv_kernel = 0;  // K: linear_conv_kernel_dim, the causal conv's taps
+    int64_t conv_channels() const { return 2 * key_heads * key_dim + value_heads * value_dim; }  // q, k, v
+  };
+  std::optional<LinearAttention> linear_attention;
+  std::vector<bool> linear_layers;  // one a layer where linear_attention is set
+  bool is_linear_layer(int64_t layer) const {
+    const auto i = static_cast<size_t>(layer);
+    return linear_attention && i < linear_layers.size() && linear_layers[i];
+  }
+  int64_t linear_layer_count() const;
+  // Qwen3.5's and Qwen3-Next's full attention: its output times sigmoid(h W_gate) per element before o_proj,
+  // W_gate (Hq*hd, d) being each head's second half of q_proj in the checkpoint.
+  bool attention_output_gate = false;
+  // Qwen3-Next's shared expert: its output times sigmoid(h w) per row, w (1, d), before it is added.
+  bool shared_expert_gate = false;
+
   bool has_rope(int64_t layer) const {
     const auto i = static_cast<size_t>(layer);
     return i >= rope_layers.size() || rope_layers[i];

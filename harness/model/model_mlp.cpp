@@ -137,22 +137,40 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
       auto up = w.shared_up(flat, lora_enabled);
       act = gated(config.activation, gate, up);
     }
-    out.add_(w.shared_down(act, lora_enabled));  // in place: no third (R, d) beside the two
+    auto shared = w.shared_down(act, lora_enabled);  // (R, d)
+    // Qwen3-Next's gate on it, a sigmoid of one logit a row.
+    if (w.shared_expert_gate.defined()) shared = torch::sigmoid(counted_linear(flat, w.shared_expert_gate)) * shared;
+    out.add_(shared);  // in place: no third (R, d) beside the two
   }
   return out.view(n.sizes());
 }
 
-torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
+torch::Tensor Model::token_mixer(int64_t i, const torch::Tensor& x) const {
+  if (config.is_linear_layer(i)) return linear_attention_block(i, x, initial_linear_state(x.size(0))).x1;
   auto h = attn_norm(i, x);
   auto kv = project_kv(i, h);
   auto q = project_q(i, h, 0, x.size(1));
-  return mlp_block(i, attention_block(i, x, q, kv));
+  return attention_block(i, x, q, kv, output_gate(i, h));
+}
+
+torch::Tensor Model::layer(int64_t i, const torch::Tensor& x) const {
+  return mlp_block(i, token_mixer(i, x));
 }
 
 torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t rows) const {
   torch::NoGradGuard no_grad;
   const int64_t T = x.size(1);
   auto y = torch::empty_like(x);
+  if (config.is_linear_layer(i)) {  // Gated DeltaNet: the state carried from chunk to chunk
+    LinearState state = initial_linear_state(x.size(0));
+    for (int64_t s = 0; s < T; s += rows) {
+      const int64_t c = std::min(rows, T - s);
+      LinearBlock block = linear_attention_block(i, x.narrow(1, s, c), state);
+      y.narrow(1, s, c).copy_(mlp_block(i, block.x1));
+      state = std::move(block.next);
+    }
+    return y;
+  }
   // The keys of all T rows as values, made chunk by chunk as the queries below: K and V (N, Hkv, T, hd), or
   // MLA's latent rows (N, T, r + dr), from which K and V are expanded a key block of `rows` at a time (no
   // T-row K or V, which would hold 2 Hq hd values a token where StreamBP's backward holds r + dr:
@@ -163,19 +181,21 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
     latent = latent_values(i, x, rows);
   else
     kv = kv_values(i, x, rows);
-  auto attention = [&](const torch::Tensor& x_rows, const torch::Tensor& q, int64_t s, int64_t e) {
+  auto attention = [&](const torch::Tensor& x_rows, const torch::Tensor& q, const torch::Tensor& gate, int64_t s,
+                       int64_t e) {
     if (config.mla) {
       const MlaLatent visible{latent.latent.narrow(1, 0, e), latent.k_rot.narrow(1, 0, e)};
       return attention_output(i, x_rows, latent_attention_values(*this, i, q, visible, e - s));
     }
     const int64_t k0 = config.first_visible_key(i, s);
-    return attention_block(i, x_rows, q, KV{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)});
+    return attention_block(i, x_rows, q, KV{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)},
+                           gate);
   };
   for (int64_t s = 0; s < T; s += rows) {
     const int64_t c = std::min(rows, T - s);
     auto x_rows = x.narrow(1, s, c);
-    auto q = project_q(i, attn_norm(i, x_rows), s, T);
-    y.narrow(1, s, c).copy_(mlp_block(i, attention(x_rows, q, s, s + c)));
+    auto h = attn_norm(i, x_rows);
+    y.narrow(1, s, c).copy_(mlp_block(i, attention(x_rows, project_q(i, h, s, T), output_gate(i, h), s, s + c)));
   }
   return y;
 }

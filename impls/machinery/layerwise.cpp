@@ -7,6 +7,7 @@
 
 #include "harness/model/latent_attention.h"
 #include "harness/model/ops.h"
+#include "impls/machinery/recurrent_layer.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -139,9 +140,10 @@ namespace {
 class StreamedKeys {
  public:
   virtual ~StreamedKeys() = default;
-  // Chunk [s, e)'s attention block: x_rows + o_proj(attention(q, the keys before e)), (N, c, d).
-  virtual torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, int64_t s,
-                                        int64_t e) const = 0;
+  // Chunk [s, e)'s attention block: x_rows + o_proj(attention(q, the keys before e) [x sigmoid(gate)]),
+  // (N, c, d); gate: Model::output_gate of the chunk's rows.
+  virtual torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q,
+                                        const torch::Tensor& gate, int64_t s, int64_t e) const = 0;
   // c.: rows [s, s + c)'s K/V path, recomputed from x_rows, backpropagated with their finished gradients.
   virtual void backward_rows(const torch::Tensor& x_rows, int64_t s, int64_t c) const = 0;
 };
@@ -162,14 +164,14 @@ class ExpandedKeys final : public StreamedKeys {
     dk_ = accumulator_like(keys_);
     dv_ = accumulator_like(values_);
   }
-  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, int64_t s,
-                                int64_t e) const override {
+  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, const torch::Tensor& gate,
+                                int64_t s, int64_t e) const override {
     // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window otherwise;
     // constants to autograd, whose gradients the attention adds straight into dK, dV (ops.h: KvGradSink).
     const int64_t k0 = m_.config.first_visible_key(i_, s);
     const KV visible{keys_.narrow(2, k0, e - k0), values_.narrow(2, k0, e - k0),
                      KvGradSink{dk_.narrow(2, k0, e - k0), dv_.narrow(2, k0, e - k0)}};
-    return m_.attention_block(i_, x_rows, q, visible);
+    return m_.attention_block(i_, x_rows, q, visible, gate);
   }
   void backward_rows(const torch::Tensor& x_rows, int64_t s, int64_t c) const override {
     // The weight gradients of attn_norm, k_norm, Wk and Wv accumulate; dx rows gain the K/V path's term.
@@ -192,11 +194,11 @@ class LatentKeys final : public StreamedKeys {
       : m_(model), i_(i), keys_(model.latent_values(i, x_in.detach(), rows)) {
     grads_ = {accumulator_like(keys_.latent), accumulator_like(keys_.k_rot)};
   }
-  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, int64_t /*s*/,
-                                int64_t e) const override {
+  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, const torch::Tensor& gate,
+                                int64_t /*s*/, int64_t e) const override {
     const MlaLatent visible{keys_.latent.narrow(1, 0, e), keys_.k_rot.narrow(1, 0, e)};
     const MlaLatentGrads sink{grads_.latent.narrow(1, 0, e), grads_.k_rot.narrow(1, 0, e)};
-    return m_.attention_output(i_, x_rows, latent_chunk_attention(m_, i_, q, visible, sink, q.size(2)));
+    return m_.attention_output(i_, x_rows, latent_chunk_attention(m_, i_, q, visible, sink, q.size(2)), gate);
   }
   void backward_rows(const torch::Tensor& x_rows, int64_t s, int64_t c) const override {
     // kv_a's, its norm's and (with it) the input norm's gradients accumulate; dx rows gain the latent path's.
@@ -218,6 +220,8 @@ class LatentKeys final : public StreamedKeys {
 torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
                                       torch::Tensor dy, int64_t rows,
                                       const std::function<void(int64_t j)>& between_chunks) {
+  if (model.config.is_linear_layer(i))  // Gated DeltaNet: Note [StreamBP through the recurrence]
+    return streambp_recurrent_layer_backward(model, i, x_in, std::move(dy), rows, between_chunks);
   const int64_t T = x_in.size(1), chunks = (T + rows - 1) / rows;
   // a. the K/V side of all rows, values only, made chunk by chunk: no graph, no T-row temporaries.
   std::unique_ptr<StreamedKeys> keys;
@@ -239,8 +243,9 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
       MemoryScope scope(Category::activations);
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
       {
-        auto q = model.project_q(i, model.attn_norm(i, x_rows), s, T);        // (N, Hq, c, hd)
-        auto y = model.mlp_block(i, keys->attention_block(x_rows, q, s, e));  // (N, c, d)
+        auto h = model.attn_norm(i, x_rows);                                 // (N, c, d)
+        auto q = model.project_q(i, h, s, T);                                // (N, Hq, c, hd)
+        auto y = model.mlp_block(i, keys->attention_block(x_rows, q, model.output_gate(i, h), s, e));
         y.backward(dy.narrow(1, s, c));
       }
       {

@@ -2,6 +2,7 @@
 #include "reports/html/report_html.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>

@@ -46,12 +46,13 @@ inline bool python_has_transformers() {
 
 // ---- Names
 
-// A parameterised case's name as GoogleTest takes it (letters, digits, underscores): strategy names' '-'
-// become '_'.
+// A parameterised case's name as GoogleTest takes it (letters, digits, underscores): the '-' of strategy
+// names and the '.' of preset names ("tiny-qwen3.5") become '_'.
 // A tiny preset's family for a parameterised case's label: "" for tiny, "_moe" for tiny-moe, "_olmo3" for
 // tiny-olmo3.
 inline std::string test_name(std::string name) {
-  std::replace(name.begin(), name.end(), '-', '_');
+  for (char& c : name)
+    if (c == '-' || c == '.') c = '_';
   return name;
 }
 
