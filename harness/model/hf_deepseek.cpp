@@ -164,41 +164,7 @@ void read_deepseek_moe(const ConfigReader& r, ModelConfig& c, RoutedFamily famil
 void read_glm4_moe_attention(const ConfigReader& r, ModelConfig& c) {
   c.attention_bias = r.boolean("attention_bias", false);
   c.qk_norm = r.boolean("use_qk_norm", false);
-  // partial_rotary_factor: top-level (the Hub's files) or in rope_parameters (transformers 5's), 0.5 where
-  // neither says (Glm4MoeConfig's default); the shared RoPE reader, which rotates whole heads, reads the
-  // rest.
-  json j = r.json();
-  double partial = 0.5;
-  json* nested =
-      j.contains("rope_parameters") && j["rope_parameters"].is_object() ? &j["rope_parameters"] : nullptr;
-  for (json* where : {&j, nested}) {
-    if (!where || !where->contains("partial_rotary_factor")) continue;
-    if (!(*where)["partial_rotary_factor"].is_number())
-      r.fail("\"partial_rotary_factor\" must be a number in (0, 1]");
-    partial = (*where)["partial_rotary_factor"].get<double>();
-    where->erase("partial_rotary_factor");
-  }
-  // transformers spaces the frequencies over int(head_dim x factor) dims and rotates the even number its
-  // tables span, one more where that is odd (RopeConfig::frequency_dims).
-  const auto spaced = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
-  const int64_t rotated = spaced + spaced % 2;
-  if (!(partial > 0 && partial <= 1) || spaced < 1 || rotated > c.head_dim)
-    r.fail(fmt::format("\"partial_rotary_factor\" {} must rotate between 1 and the {} dims of a head",
-                       partial, c.head_dim));
-  c.rotary_dim = rotated < c.head_dim ? rotated : 0;
-  try {
-    c.rope = rope_from_hf_config(j, 131072);
-  } catch (const std::invalid_argument& e) {
-    r.fail(e.what());
-  }
-  if (spaced != rotated) {
-    if (c.rope.type != RopeType::kDefault && c.rope.type != RopeType::kLinear)
-      r.fail(
-          fmt::format("\"partial_rotary_factor\" {} spaces {} RoPE over an odd {} dims (valid with it: "
-                      "default, linear)",
-                      partial, rope_type_name(c.rope.type), spaced));
-    c.rope.frequency_dims = spaced;
-  }
+  read_partial_rotary_rope(r, c, /*default_factor=*/0.5, /*default_max_positions=*/131072);
 }
 
 void read_glm4_moe(const ConfigReader& r, ModelConfig& c) {

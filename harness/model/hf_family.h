@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -82,6 +83,12 @@ void read_sliding_layer_types(const ConfigReader& r, ModelConfig& c, const std::
 // per-module state) and a "rope_scaling" typed with "type".
 void read_rope_by_layer_type(const ConfigReader& r, ModelConfig& c, double full_theta, double sliding_theta,
                              int64_t default_max_positions, const char* family);
+// RoPE on the first partial_rotary_factor of each head (GLM-4.5, Qwen3.5) into c.rope and c.rotary_dim: the
+// factor top-level (the Hub's files) or in "rope_parameters" (transformers 5's), `default_factor` where neither
+// says, then the shared RoPE reader on the rest, `ignored` keys of "rope_parameters" left out (Qwen3.5's
+// MRoPE sections, which text positions make plain RoPE).
+void read_partial_rotary_rope(const ConfigReader& r, ModelConfig& c, double default_factor,
+                              int64_t default_max_positions, std::initializer_list<const char*> ignored = {});
 // "sliding_window", "layer_types" and "rope_parameters" keyed by layer type, as transformers 5 writes them.
 void write_layer_types_and_rope(const ModelConfig& c, nlohmann::json& j);
 // The fields of a family with Llama's network: "architectures", "model_type", "hidden_act", the RoPE as

@@ -302,6 +302,44 @@ void read_window_on_every_layer(const ConfigReader& r, ModelConfig& c, int64_t a
   c.sliding_layers.assign(window > 0 ? static_cast<size_t>(c.layers) : 0, true);
 }
 
+void read_partial_rotary_rope(const ConfigReader& r, ModelConfig& c, double default_factor,
+                              int64_t default_max_positions, std::initializer_list<const char*> ignored) {
+  json j = r.json();
+  double partial = default_factor;
+  json* nested =
+      j.contains("rope_parameters") && j["rope_parameters"].is_object() ? &j["rope_parameters"] : nullptr;
+  for (json* where : {&j, nested}) {
+    if (!where || !where->contains("partial_rotary_factor")) continue;
+    if (!(*where)["partial_rotary_factor"].is_number())
+      r.fail("\"partial_rotary_factor\" must be a number in (0, 1]");
+    partial = (*where)["partial_rotary_factor"].get<double>();
+    where->erase("partial_rotary_factor");
+  }
+  if (nested)
+    for (const char* key : ignored) nested->erase(key);
+  // transformers spaces the frequencies over int(head_dim x factor) dims and rotates the even number its
+  // tables span, one more where that is odd (RopeConfig::frequency_dims).
+  const auto spaced = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  const int64_t rotated = spaced + spaced % 2;
+  if (!(partial > 0 && partial <= 1) || spaced < 1 || rotated > c.head_dim)
+    r.fail(fmt::format("\"partial_rotary_factor\" {} must rotate between 1 and the {} dims of a head",
+                       partial, c.head_dim));
+  c.rotary_dim = rotated < c.head_dim ? rotated : 0;
+  try {
+    c.rope = rope_from_hf_config(j, default_max_positions);
+  } catch (const std::invalid_argument& e) {
+    r.fail(e.what());
+  }
+  if (spaced != rotated) {
+    if (c.rope.type != RopeType::kDefault && c.rope.type != RopeType::kLinear)
+      r.fail(
+          fmt::format("\"partial_rotary_factor\" {} spaces {} RoPE over an odd {} dims (valid with it: "
+                      "default, linear)",
+                      partial, rope_type_name(c.rope.type), spaced));
+    c.rope.frequency_dims = spaced;
+  }
+}
+
 void write_llama_like_fields(const ModelConfig& c, const char* architecture, const char* model_type,
                              json& j) {
   j["architectures"] = {architecture};
@@ -370,7 +408,23 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
     LayerWeights& w = m.layers[static_cast<size_t>(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
     if (c.block_input_norms) slot(p + "input_layernorm.weight", {d}, &w.input_norm);
-    if (c.mla) {  // DeepseekV3Attention's names (Model::named_parameters)
+    if (c.is_linear_layer(i)) {  // Qwen3_5GatedDeltaNet's names (Model::named_parameters)
+      const ModelConfig::LinearAttention& la = *c.linear_attention;
+      const int64_t C = la.conv_channels(), values = la.value_heads * la.value_dim;
+      const std::string a = p + "linear_attn.";
+      linear(a + "in_proj_qkv", w.in_qkv, C, d, false);
+      linear(a + "in_proj_z", w.in_z, values, d, false);
+      linear(a + "in_proj_b", w.in_b, la.value_heads, d, false);
+      linear(a + "in_proj_a", w.in_a, la.value_heads, d, false);
+      // (C, 1, K) in the checkpoint, (C, K) in the model.
+      slots.push_back({a + "conv1d.weight",
+                       {C, 1, la.conv_kernel},
+                       {{a + "conv1d.weight", C, &w.conv_weight, [](const torch::Tensor& t) { return t.squeeze(1); }}}});
+      slot(a + "dt_bias", {la.value_heads}, &w.dt_bias);
+      slot(a + "A_log", {la.value_heads}, &w.A_log);
+      slot(a + "norm.weight", {la.value_dim}, &w.gated_norm);
+      linear(a + "out_proj", w.out_proj, d, values, false);
+    } else if (c.mla) {  // DeepseekV3Attention's names (Model::named_parameters)
       const ModelConfig::Mla& mla = *c.mla;
       const int64_t rq = mla.q_lora_rank, r = mla.kv_lora_rank;
       if (rq > 0) {
@@ -388,10 +442,11 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
       linear(p + "self_attn.q_proj", w.q, q_out, d, c.attention_bias);
       linear(p + "self_attn.k_proj", w.k, kv_out, d, c.attention_bias);
       linear(p + "self_attn.v_proj", w.v, kv_out, d, c.attention_bias);
+      if (c.attention_output_gate) linear(p + "self_attn.output_gate", w.output_gate, q_out, d, false);
       linear(p + "self_attn.o_proj", w.o, d, q_out, c.output_bias);
     }
     if (c.attention_sinks) slot(p + "self_attn.sinks", {c.heads}, &w.sinks);
-    if (c.qk_norm) {  // per head, or (OLMo) over the whole projection
+    if (c.qk_norm && !c.is_linear_layer(i)) {  // per head, or (OLMo) over the whole projection
       slot(p + "self_attn.q_norm.weight", {c.qk_norm_whole ? q_out : hd}, &w.q_norm);
       slot(p + "self_attn.k_norm.weight", {c.qk_norm_whole ? kv_out : hd}, &w.k_norm);
     }
@@ -420,6 +475,7 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
         linear(p + "mlp.shared_experts.gate_proj", w.shared_gate, Ish, d, false);
         linear(p + "mlp.shared_experts.up_proj", w.shared_up, Ish, d, false);
         linear(p + "mlp.shared_experts.down_proj", w.shared_down, d, Ish, false);
+        if (c.shared_expert_gate) slot(p + "mlp.shared_expert_gate.weight", {1, d}, &w.shared_expert_gate);
       }
       // A buffer (Model::named_buffers), loaded in float32 as transformers keeps it (below).
       if (c.routing == ModelConfig::Routing::sigmoid_grouped)

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -73,7 +74,13 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"glm4_moe_lite", {"sft"}},
     {"glm4_moe", {"sft", "dpo"}},
     {"glm4_moe_odd_rotary", {"sft"}},
+    {"qwen3_5", {"sft", "dpo"}},
+    {"qwen3_next", {"sft", "dpo"}},
 };
+// The hybrid linear-attention cases run streambp at these partitions too: 1 and 2 rows (chunks shorter than
+// the conv's halo of 3, whose gradient then crosses several chunks) and one longer than T.
+const std::vector<std::string> kRecurrentCases = {"qwen3_5", "qwen3_next"};
+const std::vector<int64_t> kRecurrentPartitions = {1, 2, 30};
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 
 // Chunks that do not divide the prime lengths, so every strategy has a ragged last chunk.
@@ -98,7 +105,8 @@ const PythonOutput& oracle() {
 }
 const bool oracle_made_at_build_time = made_at_build_time(&oracle);
 
-using OracleCell = std::tuple<std::string, std::string, std::string>;  // case, objective, impl
+// case, objective, impl, partition rows (the logits' stay kPartition's)
+using OracleCell = std::tuple<std::string, std::string, std::string, int64_t>;
 
 // The oracle's "sft_aux" is SFT with the routers' load-balancing loss on (its weight in the oracle's file).
 std::string objective_of(const std::string& oracle_objective) {
@@ -111,8 +119,13 @@ std::vector<OracleCell> oracle_cells() {
   for (const auto& [name, objectives] : kCases)
     for (const auto& objective : objectives)
       for (const auto& impl : kImpls)
-        if (!make_strategy(impl)->unsupported({objective_of(objective), 1}))
-          cells.emplace_back(name, objective, impl);
+        if (!make_strategy(impl)->unsupported({objective_of(objective), 1})) {
+          cells.emplace_back(name, objective, impl, kPartition.rows);
+          const bool recurrent =
+              std::find(kRecurrentCases.begin(), kRecurrentCases.end(), name) != kRecurrentCases.end();
+          if (recurrent && impl == "streambp")
+            for (const int64_t rows : kRecurrentPartitions) cells.emplace_back(name, objective, impl, rows);
+        }
   return cells;
 }
 
@@ -141,7 +154,7 @@ Batch oracle_batch(const SafetensorsFile& file, const std::string& objective) {
 }
 
 TEST_P(HfOracle, LossAndEveryGradientMatchTransformersInFloat64) {
-  const auto& [name, objective_name, impl] = GetParam();
+  const auto& [name, objective_name, impl, rows] = GetParam();
   const fs::path case_dir = oracle().dir / name;
   const SafetensorsFile file((case_dir / "oracle.safetensors").string());
   Model model = load_hf_model((case_dir / "model").string(), torch::TensorOptions().dtype(torch::kDouble));
@@ -150,7 +163,7 @@ TEST_P(HfOracle, LossAndEveryGradientMatchTransformersInFloat64) {
   if (const std::string coef = objective_name + ":router_aux_loss_coef"; file.find(coef))
     model.router_balance = std::make_shared<RouterBalance>(file.get(coef, torch::kDouble).item<double>());
 
-  const StepResult got = run_step(impl, model, batch, *objective, kPartition);
+  const StepResult got = run_step(impl, model, batch, *objective, {rows, kPartition.logits_rows});
   StepResult ref;
   ref.loss = file.get(objective_name + ":loss", torch::kDouble).item<double>();
   for (const auto& n : got.names) {
@@ -159,7 +172,7 @@ TEST_P(HfOracle, LossAndEveryGradientMatchTransformersInFloat64) {
     ref.names.push_back(n);
     ref.grads.push_back(file.get(key, torch::kDouble));
   }
-  expect_same_gradients(ref, got, kTolerance, fmt::format("{} {} / {}", name, objective_name, impl));
+  expect_same_gradients(ref, got, kTolerance, fmt::format("{} {} / {} p{}", name, objective_name, impl, rows));
 
   // transformers' own float64 mode (float32 RoPE table, RMSNorm and softmax) is outside the tolerance: the
   // comparison above is against a truly float64 forward, and could see such a difference.
@@ -169,6 +182,7 @@ TEST_P(HfOracle, LossAndEveryGradientMatchTransformersInFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, HfOracle, ::testing::ValuesIn(oracle_cells()), [](const auto& info) {
   std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+  if (std::get<3>(info.param) != kPartition.rows) s += "_p" + std::to_string(std::get<3>(info.param));
   for (char& c : s)
     if (c == '-') c = '_';
   return s;

@@ -35,7 +35,8 @@ from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Con
                           LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
                           MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM,
                           Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, SmolLM3Config,
+                          Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM, SmolLM3Config,
                           SmolLM3ForCausalLM)
 from transformers.utils import logging as hf_logging
 
@@ -84,6 +85,12 @@ from oracle_common import Float64Casts, make_batch
 # (V3, GLM), V2's group-limited softmax, not renormalised; shared experts; dense first layers
 # (first_k_dense_replace, mlp_layer_types); GLM with attention_bias (q_a, kv_a and o_proj). Their pad_token_id
 # is None, as Phi-3's.
+# Hybrid linear attention (Qwen3.5's text model, Qwen3-Next): Gated DeltaNet layers (2 key heads of 6 read by 4
+# value heads of 5, a conv of 4 taps, so that a chunk of 1 or 2 rows splits its halo of 3) beside gated full
+# attention with (1 + w) q/k norms and RoPE on a quarter of its 16 dims; Qwen3.5 three linear layers of four by
+# its default interval, Qwen3-Next alternating (full_attention_interval 2) with 8 experts of 12 (2 a token,
+# renormalised), a gated shared expert of 10 and a dense layer (mlp_only_layers). transformers computes the
+# recurrence in float32 whatever the model's dtype: Float64Casts lifts that too. Their pad_token_id is None.
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -106,6 +113,11 @@ LLAMA3_SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_
 
 # DeepSeek-shaped: 4 heads of qk_nope 6 + qk_rope 4, a kv latent of 8, 8 experts of 12 (2 a token) and one
 # shared; layer 0 dense (first_k_dense_replace), 3 layers.
+QWEN3_5_TINY = dict(vocab_size=83, hidden_size=32, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                    linear_key_head_dim=6, linear_value_head_dim=5, linear_conv_kernel_dim=4, pad_token_id=None)
+
+
 DEEPSEEK_TINY = dict(vocab_size=79, hidden_size=32, intermediate_size=40, num_hidden_layers=3,
                      num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8, qk_rope_head_dim=4,
                      qk_nope_head_dim=6, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=12,
@@ -304,6 +316,13 @@ CASES = {
         partial_rotary_factor=0.5, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=12,
         n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1, pad_token_id=None,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 20], SFT),
+    "qwen3_5": Case(Qwen3_5ForCausalLM, Qwen3_5TextConfig, dict(
+        QWEN3_5_TINY, tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23,
+        [23, 19], SFT_DPO),
+    "qwen3_next": Case(Qwen3NextForCausalLM, Qwen3NextConfig, dict(
+        QWEN3_5_TINY, full_attention_interval=2, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=12,
+        shared_expert_intermediate_size=10, norm_topk_prob=True, mlp_only_layers=[2], tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=1e6)), 23, [23, 19], SFT_DPO),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -365,9 +384,41 @@ def gpt_oss_names(grads):
     return out
 
 
+def qwen3_5_names(config, grads):
+    """Qwen3.5's and Qwen3-Next's gradients as bpbench names its parameters: q_proj's rows (Hq, [query hd,
+    gate hd]) as q_proj and output_gate; conv1d (C, 1, K) as (C, K); Qwen3-Next's in_proj_qkvz rows (Hk, [q dk,
+    k dk, v g dv, z g dv]) as in_proj_qkv and in_proj_z, in_proj_ba (Hk, [b g, a g]) as in_proj_b and in_proj_a,
+    its shared_expert as shared_experts and its stacked experts one by one."""
+    Hq, hd = config.num_attention_heads, config.head_dim
+    Hk, dk, dv = config.linear_num_key_heads, config.linear_key_head_dim, config.linear_value_head_dim
+    g = config.linear_num_value_heads // Hk
+    out = {}
+    for name, t in expert_names(grads).items():
+        if name.endswith("self_attn.q_proj.weight"):
+            halves = t.view(Hq, 2, hd, -1)
+            out[name] = halves[:, 0].reshape(Hq * hd, -1).contiguous()
+            out[name.replace("q_proj", "output_gate")] = halves[:, 1].reshape(Hq * hd, -1).contiguous()
+        elif name.endswith("conv1d.weight"):
+            out[name] = t.squeeze(1).contiguous()
+        elif name.endswith("in_proj_qkvz.weight"):
+            q, k, v, z = t.view(Hk, 2 * dk + 2 * g * dv, -1).split([dk, dk, g * dv, g * dv], dim=1)
+            flat = lambda x: x.reshape(-1, t.shape[-1])
+            out[name.replace("qkvz", "qkv")] = torch.cat([flat(q), flat(k), flat(v)]).contiguous()
+            out[name.replace("qkvz", "z")] = flat(z).contiguous()
+        elif name.endswith("in_proj_ba.weight"):
+            b, a = t.view(Hk, 2 * g, -1).split([g, g], dim=1)
+            out[name.replace("_ba", "_b")] = b.reshape(-1, t.shape[-1]).contiguous()
+            out[name.replace("_ba", "_a")] = a.reshape(-1, t.shape[-1]).contiguous()
+        else:
+            out[name.replace("mlp.shared_expert.", "mlp.shared_experts.")] = t
+    return out
+
+
 def bpbench_names(case, config, grads):
     """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows, the experts one by
     one."""
+    if case.model_cls in (Qwen3_5ForCausalLM, Qwen3NextForCausalLM):
+        return qwen3_5_names(config, grads)
     if case.model_cls in (Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM,
                           Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM):
         return expert_names(grads)
