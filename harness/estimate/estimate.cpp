@@ -175,6 +175,11 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument(
         fmt::format("estimate: no estimate for impl '{}' (valid: {}; with ranks >= 2: {})", in.impl,
                     fmt::join(impls, ", "), fmt::join(parallel, ", ")));
+  if (c.linear_attention)  // issue 81: the recurrent layers' memory and FLOP terms are the next step
+    throw std::invalid_argument(fmt::format(
+        "estimate: {} has Gated DeltaNet layers (Qwen3.5, Qwen3-Next), whose memory and FLOP terms are not "
+        "written yet (valid: a model without them; such a cell is measured, not estimated)",
+        c.name));
   if (!estimated_for_model(c, in.impl))  // the data-parallel ones are valid with ranks: one process's terms
     throw std::invalid_argument(fmt::format(
         "estimate: {} on {} ({}) is not estimated yet: the sequence-parallel strategies' terms "

@@ -204,6 +204,12 @@ std::optional<std::string> DistStrategy::unsupported(const CellTraits& traits) c
     return fmt::format(
         "{}: ulysses_degree {} is the 2-D mesh of the ring strategies ({}); {} runs with ulysses_degree 1",
         name(), options_.ulysses_degree, fmt::join(mesh_strategy_names(), ", "), name());
+  if (sequence_parallel() && traits.model && traits.model->linear_attention)
+    return fmt::format(
+        "{}: {} has Gated DeltaNet layers, whose state runs along the whole sequence: the sequence-parallel "
+        "strategies do not pass it from rank to rank (valid on it: streambp-dist, checkpoint-dist, or one "
+        "process's strategies)",
+        name(), traits.model->name);
   if (splits_heads() && traits.model && traits.world_size > 1)
     if (auto why = sequence_parallel_refusal(*traits.model, traits.world_size)) return why;
   if (sequence_parallel() && traits.router_balance && traits.world_size > 1 && traits.seq_len > 0 &&
