@@ -21,13 +21,21 @@ torch::Tensor streambp_recurrent_layer_backward(const Model& model, int64_t i, c
   std::vector<LinearState> entering(static_cast<size_t>(chunks));
   {
     PhaseScope phase("boundary states");
-    MemoryScope scope(Category::kv);
     torch::NoGradGuard no_grad;
-    entering[0] = model.initial_linear_state(N);
-    for (int64_t j = 0; j + 1 < chunks; ++j)
-      entering[static_cast<size_t>(j + 1)] =
+    {
+      MemoryScope kept(Category::kv);
+      entering[0] = model.initial_linear_state(N);
+    }
+    for (int64_t j = 0; j + 1 < chunks; ++j) {
+      // The chunk's forward is an activation; the state it leaves is kept (copied into the kv category, a
+      // state's bytes for a moment, so that the timeline shows the kept states as such).
+      MemoryScope scope(Category::activations);
+      const LinearState next =
           model.linear_attention_block(i, x_in.detach().narrow(1, j * rows, rows), entering[static_cast<size_t>(j)])
               .next;
+      MemoryScope kept(Category::kv);
+      entering[static_cast<size_t>(j + 1)] = {next.state.clone(), next.halo.clone()};
+    }
   }
   const bool wants_dx = x_in.requires_grad();  // not for LoRA's layer 0 (Model::input_gradient_needed)
   LinearState leaving_grad;                    // dS, dhalo of the state after chunk j; none after the last
