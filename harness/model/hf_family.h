@@ -65,6 +65,18 @@ struct HfFamilyFields {
   // and on, num_nextn_predict_layers of them, default 1), which transformers' class ignores on load, as
   // bpbench does (DeepSeek-V3, GLM-4.5, GLM-4.7-Flash).
   bool ignores_mtp_layers = false;
+  // Tensors of the checkpoint under these prefixes are not the model's and are ignored, as transformers' class
+  // ignores them on load (Qwen3.5's multi-token-prediction head, "mtp.*").
+  std::vector<std::string> ignored_prefixes;
+  // The multimodal class whose text model this family is (Qwen3.5's image-text checkpoints,
+  // "Qwen3_5ForConditionalGeneration"), or null: a config.json naming it is read from its "text_config" (with
+  // the top level's "tie_word_embeddings" where the text config states none), and its checkpoint's text
+  // weights are "model.language_model.*" and "lm_head.weight"; the vision tower ("model.visual.*") is ignored.
+  // bpbench trains the text model, as Qwen3_5ForCausalLM loads it from such a checkpoint.
+  const char* multimodal_class = nullptr;
+  // When the config.json has no "intermediate_size" (Qwen3.5-MoE's, whose every layer is routed): this; 0: the
+  // field is required.
+  int64_t default_intermediate = 0;
 };
 
 // For the families' files (defined in hf_model.cpp):

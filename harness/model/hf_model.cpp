@@ -77,6 +77,16 @@ const Architecture* architecture_named(const std::string& name) {
   return nullptr;
 }
 
+// The family whose multimodal class config.json names (HfFamilyFields::multimodal_class), or null.
+const Architecture* multimodal_family(const json& j) {
+  const auto it = j.find("architectures");
+  if (it == j.end() || !it->is_array()) return nullptr;
+  for (const auto& a : *it)
+    for (const auto& known : architectures())
+      if (known.own && known.own->multimodal_class && a == known.own->multimodal_class) return &known;
+  return nullptr;
+}
+
 const Architecture& architecture(const ConfigReader& r) {
   const json* archs = r.find("architectures");
   if (archs) {
@@ -84,6 +94,7 @@ const Architecture& architecture(const ConfigReader& r) {
     for (const auto& a : *archs)
       if (const Architecture* known = a.is_string() ? architecture_named(a.get<std::string>()) : nullptr)
         return *known;
+    if (const Architecture* text = multimodal_family(r.json())) return *text;
     for (const auto& a : *archs)
       if (a == "Gemma3ForConditionalGeneration")
         r.fail(
@@ -183,8 +194,21 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   const bool file = fs::is_regular_file(dir_or_file, ec);
   // The model's name: its directory's, also when the file itself is named (".../Qwen3-8B/config.json").
   const std::string dir = file ? fs::path(dir_or_file).parent_path().string() : dir_or_file;
-  const auto [path, j] = config_json_of(dir_or_file);
-  ConfigReader r(path, j);
+  const auto [path, whole] = config_json_of(dir_or_file);
+  // A multimodal checkpoint's text model (HfFamilyFields::multimodal_class) is read from its text_config.
+  json j = whole;
+  std::string where = path;
+  if (multimodal_family(whole)) {
+    if (!whole.contains("text_config") || !whole["text_config"].is_object())
+      ConfigReader(path, whole).fail(fmt::format("{} needs a \"text_config\" object (its text model)",
+                                                 whole["architectures"].dump()));
+    j = whole["text_config"];
+    if (!j.contains("tie_word_embeddings") && whole.contains("tie_word_embeddings"))
+      j["tie_word_embeddings"] = whole["tie_word_embeddings"];
+    j["architectures"] = {multimodal_family(whole)->name};
+    where = path + " (text_config)";
+  }
+  ConfigReader r(where, j);
   const Architecture& arch = architecture(r);
 
   // Refuse what Model cannot express instead of silently loading a different network.
@@ -217,7 +241,9 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   c.name = dir_basename(dir);
   c.vocab = r.integer("vocab_size");
   c.hidden = r.integer("hidden_size");
-  c.intermediate = r.integer("intermediate_size");
+  c.intermediate = r.integer("intermediate_size", arch.own && arch.own->default_intermediate > 0
+                                                      ? std::optional<int64_t>(arch.own->default_intermediate)
+                                                      : std::nullopt);
   c.layers = r.integer("num_hidden_layers");
   c.heads = r.integer("num_attention_heads");
   c.kv_heads = r.integer("num_key_value_heads", c.heads);
@@ -386,6 +412,16 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
   auto fail = [&](const std::string& what) -> void {
     throw std::runtime_error(fmt::format("Hugging Face model '{}': {}", dir, what));
   };
+  // Tensors that are not the model's (HfFamilyFields::ignored_prefixes; a multimodal checkpoint's vision).
+  const bool multimodal = multimodal_family(config_json_of(dir).second) != nullptr;
+  std::vector<std::string> ignored_prefixes;
+  if (family && family->own) ignored_prefixes = family->own->ignored_prefixes;
+  if (multimodal) ignored_prefixes.push_back("model.visual.");
+  auto ignored_tensor = [&](const std::string& name) {
+    for (const auto& prefix : ignored_prefixes)
+      if (name.rfind(prefix, 0) == 0) return true;
+    return false;
+  };
 
   Model m;
   m.config = c;
@@ -490,6 +526,9 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
   if (!c.tie_embeddings) slot("lm_head.weight", {V, d}, &m.lm_head_weight);
   const Architecture* arch = architecture_named(c.architecture);
   if (arch && arch->own && arch->own->checkpoint_names) arch->own->checkpoint_names(c, slots);
+  if (multimodal)  // the text model's weights under model.language_model.*; lm_head.weight as it is
+    for (auto& s : slots)
+      if (s.name.rfind("model.", 0) == 0) s.name = "model.language_model." + s.name.substr(6);
 
   // Check everything before copying anything: a bad checkpoint of a large model should fail in milliseconds.
   auto check = [&](const std::string& name, const std::vector<int64_t>& shape) {
@@ -538,7 +577,7 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
       check(name, {V, d});
       continue;
     }
-    if (mtp_tensor(name)) continue;
+    if (mtp_tensor(name) || ignored_tensor(name)) continue;
     // Old Llama checkpoints store RoPE's inverse frequencies; they follow from the RoPE config, not weights.
     const std::string inv_freq = ".rotary_emb.inv_freq";
     if (name.size() > inv_freq.size() &&

@@ -4,8 +4,10 @@
 // full_attention_interval = 4) beside full-attention ones whose output is gated, every norm (1 + w), RoPE on
 // partial_rotary_factor (0.25) of each head, its MRoPE sections plain RoPE for text. Qwen3-Next adds a mixture
 // of experts with a sigmoid-gated shared expert, and fuses its projections in the checkpoint (Qwen3.5 does
-// not): in_proj_qkvz and in_proj_ba, grouped by key head. Their HfFamilyFields are named on their lines of
-// hf_families.def.
+// not): in_proj_qkvz and in_proj_ba, grouped by key head. Qwen3.5-MoE (Qwen3_5MoeTextConfig,
+// "qwen3_5_moe_text") is Qwen3.5 with those experts on every layer. Qwen3.5's and Qwen3.5-MoE's image-text
+// checkpoints (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) load as their text model
+// (HfFamilyFields::multimodal_class). Their HfFamilyFields are named on their lines of hf_families.def.
 
 #include <fmt/format.h>
 
@@ -67,18 +69,31 @@ void read_qwen3_5_config(const ConfigReader& r, ModelConfig& c) {
                            {"mrope_section", "mrope_interleaved"});
 }
 
-void read_qwen3_next_config(const ConfigReader& r, ModelConfig& c) {
-  read_qwen3_5_config(r, c);
+// The experts Qwen3-Next and Qwen3.5-MoE share: softmax then the k best, a gated shared expert.
+void read_gated_shared_experts(const ConfigReader& r, ModelConfig& c, int64_t default_experts,
+                               int64_t default_k) {
   if (r.boolean("output_router_logits", false))
     r.fail(
         "\"output_router_logits\" true adds the load-balancing loss to the training loss, which bpbench turns "
         "on in the scenario instead (\"router_aux_loss_coef\"; valid here: false, transformers' default)");
-  read_experts(r, c, /*default_experts=*/512, /*default_k=*/10);
+  read_experts(r, c, default_experts, default_k);
   c.expert_intermediate = r.integer("moe_intermediate_size", 512);
   c.shared_expert_intermediate = r.integer("shared_expert_intermediate_size", 512);
   if (c.shared_expert_intermediate < 1)
-    r.fail("\"shared_expert_intermediate_size\" must be >= 1 (Qwen3-Next's gated shared expert)");
+    r.fail("\"shared_expert_intermediate_size\" must be >= 1 (the gated shared expert)");
   c.shared_expert_gate = true;
+}
+
+// Qwen3_5MoeTextConfig: every layer routed (no dense MLP, no intermediate_size), always renormalised.
+void read_qwen3_5_moe_config(const ConfigReader& r, ModelConfig& c) {
+  read_qwen3_5_config(r, c);
+  read_gated_shared_experts(r, c, /*default_experts=*/256, /*default_k=*/8);
+  c.norm_topk_prob = true;
+}
+
+void read_qwen3_next_config(const ConfigReader& r, ModelConfig& c) {
+  read_qwen3_5_config(r, c);
+  read_gated_shared_experts(r, c, /*default_experts=*/512, /*default_k=*/10);
   c.norm_topk_prob = r.boolean("norm_topk_prob", true);
   c.sparse_step = r.integer("decoder_sparse_step", 1);
   if (c.sparse_step < 1) r.fail(fmt::format("\"decoder_sparse_step\" must be >= 1, got {}", c.sparse_step));
@@ -114,12 +129,22 @@ void write_qwen3_5_config(const ModelConfig& c, json& j) {
   write_qwen3_5_fields(c, "Qwen3_5ForCausalLM", "qwen3_5_text", j);
 }
 
-void write_qwen3_next_config(const ModelConfig& c, json& j) {
-  write_qwen3_5_fields(c, "Qwen3NextForCausalLM", "qwen3_next", j);
+void write_gated_shared_experts(const ModelConfig& c, json& j) {
   j["num_experts"] = c.experts;
   j["num_experts_per_tok"] = c.experts_per_token;
   j["moe_intermediate_size"] = c.expert_intermediate;
   j["shared_expert_intermediate_size"] = c.shared_expert_intermediate;
+}
+
+void write_qwen3_5_moe_config(const ModelConfig& c, json& j) {
+  write_qwen3_5_fields(c, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", j);
+  write_gated_shared_experts(c, j);
+  j.erase("intermediate_size");  // not a field of Qwen3_5MoeTextConfig
+}
+
+void write_qwen3_next_config(const ModelConfig& c, json& j) {
+  write_qwen3_5_fields(c, "Qwen3NextForCausalLM", "qwen3_next", j);
+  write_gated_shared_experts(c, j);
   j["norm_topk_prob"] = c.norm_topk_prob;
   j["decoder_sparse_step"] = c.sparse_step;
   j["mlp_only_layers"] = c.dense_layers;
@@ -163,6 +188,21 @@ void qwen3_5_checkpoint_names(const ModelConfig& c, std::vector<WeightSlot>& slo
     if (!c.is_linear_layer(i)) fuse_gated_q(c, slots, fmt::format("model.layers.{}.", i));
 }
 
+// The gated shared expert is "mlp.shared_expert.*" in both MoE families' checkpoints.
+void name_shared_expert(const ModelConfig& c, std::vector<WeightSlot>& slots) {
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string shared = fmt::format("model.layers.{}.mlp.shared_experts.", i);
+    for (auto& s : slots)
+      if (s.name.rfind(shared, 0) == 0)
+        s.name = fmt::format("model.layers.{}.mlp.shared_expert.", i) + s.name.substr(shared.size());
+  }
+}
+
+void qwen3_5_moe_checkpoint_names(const ModelConfig& c, std::vector<WeightSlot>& slots) {
+  qwen3_5_checkpoint_names(c, slots);
+  name_shared_expert(c, slots);
+}
+
 // Qwen3-Next's fused projections, grouped by key head h (fix_query_key_value_ordering): in_proj_qkvz rows
 // (Hk, [q dk, k dk, v g' dv, z g' dv]), in_proj_ba rows (Hk, [b g', a g']); the shared expert is
 // "mlp.shared_expert.*".
@@ -186,10 +226,8 @@ void qwen3_next_checkpoint_names(const ModelConfig& c, std::vector<WeightSlot>& 
                      return w.view({Hk, 2 * g, w.size(1)}).narrow(1, static_cast<int64_t>(k) * g, g).reshape({-1, w.size(1)});
                    });
     }
-    const std::string shared = fmt::format("model.layers.{}.mlp.shared_experts.", i);
-    for (auto& s : slots)
-      if (s.name.rfind(shared, 0) == 0) s.name = fmt::format("model.layers.{}.mlp.shared_expert.", i) + s.name.substr(shared.size());
   }
+  name_shared_expert(c, slots);
 }
 
 }  // namespace
@@ -202,6 +240,24 @@ const HfFamilyFields* qwen3_5_fields() {
     f.write = write_qwen3_5_config;
     f.checkpoint_names = qwen3_5_checkpoint_names;
     f.reads_rope = f.reads_window = true;
+    f.ignored_prefixes = {"mtp."};
+    f.multimodal_class = "Qwen3_5ForConditionalGeneration";
+    return f;
+  }();
+  return &fields;
+}
+
+const HfFamilyFields* qwen3_5_moe_fields() {
+  static const HfFamilyFields fields = [] {
+    HfFamilyFields f;
+    f.default_head_dim = 256;
+    f.default_intermediate = 512;  // unused: every layer is routed
+    f.read = read_qwen3_5_moe_config;
+    f.write = write_qwen3_5_moe_config;
+    f.checkpoint_names = qwen3_5_moe_checkpoint_names;
+    f.reads_rope = f.reads_window = true;
+    f.ignored_prefixes = {"mtp."};
+    f.multimodal_class = "Qwen3_5MoeForConditionalGeneration";
     return f;
   }();
   return &fields;
@@ -215,6 +271,7 @@ const HfFamilyFields* qwen3_next_fields() {
     f.write = write_qwen3_next_config;
     f.checkpoint_names = qwen3_next_checkpoint_names;
     f.reads_rope = f.reads_window = true;
+    f.ignored_prefixes = {"mtp."};
     return f;
   }();
   return &fields;

@@ -76,10 +76,11 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCases = {
     {"glm4_moe_odd_rotary", {"sft"}},
     {"qwen3_5", {"sft", "dpo"}},
     {"qwen3_next", {"sft", "dpo"}},
+    {"qwen3_5_moe", {"sft"}},
 };
 // The hybrid linear-attention cases run streambp at these partitions too: 1 and 2 rows (chunks shorter than
 // the conv's halo of 3, whose gradient then crosses several chunks) and one longer than T.
-const std::vector<std::string> kRecurrentCases = {"qwen3_5", "qwen3_next"};
+const std::vector<std::string> kRecurrentCases = {"qwen3_5", "qwen3_next", "qwen3_5_moe"};
 const std::vector<int64_t> kRecurrentPartitions = {1, 2, 30};
 const std::vector<std::string> kImpls = {"plain", "checkpoint", "checkpoint-chunked-head", "mst", "streambp"};
 
@@ -241,6 +242,30 @@ TEST(HfOracleMxfp4, GptOssExpertsLoadAsTransformersDequantizesThem) {
   }
   const SafetensorsFile file((dir / "model" / "model.safetensors").string());
   EXPECT_TRUE(torch::equal(m.embed_weight, file.get("model.embed_tokens.weight", torch::kFloat)));
+}
+
+// Qwen3.5's and Qwen3.5-MoE's image-text checkpoints, as transformers saves them (the text model under
+// model.language_model.*, a vision tower beside it): bpbench loads their text model, every parameter equal to
+// what transformers' own text class (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) loads from the directory, and
+// the config read from text_config equal to the text case's.
+TEST(HfOracleMultimodal, Qwen3_5ImageTextCheckpointsLoadAsTheirTextModel) {
+  require_python_output(oracle(), "the oracle");
+  for (const auto& [name, text_case] : {std::pair<std::string, std::string>{"qwen3_5_multimodal", "qwen3_5"},
+                                        {"qwen3_5_moe_multimodal", "qwen3_5_moe"}}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = oracle().dir / name;
+    const Model m = load_hf_model((dir / "model").string(), torch::TensorOptions().dtype(torch::kFloat));
+    const ModelConfig text = read_hf_config((oracle().dir / text_case / "model").string());
+    EXPECT_EQ(hf_config_json(m.config), hf_config_json(text));
+    const SafetensorsFile expected((dir / "expected.safetensors").string());
+    size_t compared = 0;
+    for (const auto& p : m.named_parameters()) {
+      ASSERT_NE(expected.find(p.name), nullptr) << "transformers' text model has no " << p.name;
+      EXPECT_TRUE(torch::equal(p.tensor, expected.get(p.name, torch::kFloat))) << p.name;
+      ++compared;
+    }
+    EXPECT_EQ(compared, expected.tensors().size());
+  }
 }
 
 }  // namespace

@@ -35,7 +35,9 @@ from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Con
                           LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
                           MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM,
                           Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeConfig,
+                          Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeTextConfig,
+                          Qwen3_5TextConfig, Qwen3ForCausalLM, Qwen3MoeConfig,
                           Qwen3MoeForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM, SmolLM3Config,
                           SmolLM3ForCausalLM)
 from transformers.utils import logging as hf_logging
@@ -90,7 +92,10 @@ from oracle_common import Float64Casts, make_batch
 # attention with (1 + w) q/k norms and RoPE on a quarter of its 16 dims; Qwen3.5 three linear layers of four by
 # its default interval, Qwen3-Next alternating (full_attention_interval 2) with 8 experts of 12 (2 a token,
 # renormalised), a gated shared expert of 10 and a dense layer (mlp_only_layers). transformers computes the
-# recurrence in float32 whatever the model's dtype: Float64Casts lifts that too. Their pad_token_id is None.
+# recurrence in float32 whatever the model's dtype: Float64Casts lifts that too. A_log is drawn so that a
+# token's decay is 0.3 to 0.9 (transformers' init draws A up to 16, whose decays empty the state in a token or
+# two: the state would carry nothing across chunks). Their pad_token_id is None.
+# Qwen3.5-MoE: Qwen3.5's layers with Qwen3-Next's experts on every layer (always renormalised), tied.
 # `rewrite` edits the saved config.json; `seed_of` shares another case's weights and batch (the same model, stated
 # in another form, must give the same loss).
 Case = collections.namedtuple("Case", "model_cls config_cls fields T lengths objectives rewrite seed_of",
@@ -323,6 +328,10 @@ CASES = {
         QWEN3_5_TINY, full_attention_interval=2, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=12,
         shared_expert_intermediate_size=10, norm_topk_prob=True, mlp_only_layers=[2], tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e6)), 23, [23, 19], SFT_DPO),
+    "qwen3_5_moe": Case(Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, dict(
+        QWEN3_5_TINY, num_hidden_layers=3, full_attention_interval=3, num_experts=8, num_experts_per_tok=3,
+        moe_intermediate_size=12, shared_expert_intermediate_size=10, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=1e5)), 23, [23, 19], SFT),
     "phi3_window": Case(Phi3ForCausalLM, Phi3Config, dict(
         LLAMA_GQA2, pad_token_id=None, sliding_window=5, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e4)), 23, [23, 19], SFT),
@@ -417,7 +426,7 @@ def qwen3_5_names(config, grads):
 def bpbench_names(case, config, grads):
     """The gradients under bpbench's parameter names: Phi-3's fused ones split by rows, the experts one by
     one."""
-    if case.model_cls in (Qwen3_5ForCausalLM, Qwen3NextForCausalLM):
+    if case.model_cls in (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM):
         return qwen3_5_names(config, grads)
     if case.model_cls in (Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM,
                           Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM):
@@ -459,6 +468,8 @@ def make_model(case, seed):
                 p.normal_(0.0, 1.5)
             if name.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
+            if name.endswith("A_log"):  # decays of 0.3 to 0.9 a token: a state that carries across chunks
+                p.copy_(torch.empty_like(p).uniform_(0.1, 1.0).log())
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # DeepSeek's: it moves the choice of experts
                 b.normal_(0.0, 0.3)
@@ -563,6 +574,38 @@ def write_mxfp4_model(out_dir):
         json.dump(written, f, indent=2)
 
 
+def write_multimodal_models(out_dir):
+    """Qwen3.5's and Qwen3.5-MoE's image-text checkpoints (a one-block vision tower beside the text model of
+    the cases qwen3_5 and qwen3_5_moe), saved by transformers, and expected.safetensors: the text model's
+    weights as transformers' own text class loads them from that directory, under bpbench's names."""
+    from safetensors.torch import save_file as save
+    vision = dict(depth=1, hidden_size=16, intermediate_size=24, num_heads=2, patch_size=4, temporal_patch_size=1,
+                  spatial_merge_size=1, num_position_embeddings=16)
+    for name, config_cls, cond_cls, causal_cls, case in (
+            ("qwen3_5_multimodal", Qwen3_5Config, Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM,
+             CASES["qwen3_5"]),
+            ("qwen3_5_moe_multimodal", Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM,
+             CASES["qwen3_5_moe"])):
+        torch.manual_seed(400)
+        text = {"max_position_embeddings": 64, **case.fields}
+        config = config_cls(text_config=text, vision_config=dict(vision, out_hidden_size=text["hidden_size"]),
+                            tie_word_embeddings=text["tie_word_embeddings"])
+        model = cond_cls(config)
+        with torch.no_grad():
+            for param_name, p in model.named_parameters():
+                if "norm" in param_name or param_name.endswith("bias"):
+                    p.add_(0.1 * torch.randn_like(p))
+                if param_name.endswith("A_log"):
+                    p.copy_(torch.empty_like(p).uniform_(0.1, 1.0).log())
+        model_dir = os.path.join(out_dir, name, "model")
+        model.save_pretrained(model_dir)
+        loaded = causal_cls.from_pretrained(model_dir)
+        weights = {n: t.detach().contiguous() for n, t in loaded.state_dict().items()}
+        if loaded.config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        save(qwen3_5_names(loaded.config, weights), os.path.join(out_dir, name, "expected.safetensors"))
+
+
 def main(out_dir):
     hf_logging.disable_progress_bar()
     os.makedirs(out_dir, exist_ok=True)
@@ -594,6 +637,7 @@ def main(out_dir):
             print(f"{name} {objective}: loss {loss.item():.15g} (transformers' float32 casts: {with_casts.item():.15g})")
         save_file(tensors, os.path.join(case_dir, "oracle.safetensors"))
     write_mxfp4_model(out_dir)
+    write_multimodal_models(out_dir)
     with open(os.path.join(out_dir, "cases.json"), "w") as f:
         json.dump({name: list(case.objectives) for name, case in CASES.items()}, f, indent=1)
 
