@@ -58,14 +58,14 @@ struct DistCase {
   std::string impl, objective;
   int world;
   bool shard_params, naive_comm, tied;
-  std::string model = "tiny";  // or tiny-moe: mixture-of-experts layers
+  std::string model = "tiny";  // or tiny-moe (mixture-of-experts layers), tiny-qwen3.5 (Gated DeltaNet)
   double aux = 0.0;            // router_aux_loss_coef: the routers' load-balancing loss on where > 0
 };
 
 std::string label(const DistCase& c) {
   return fmt::format("{}_{}_w{}{}{}{}{}{}", c.impl == "streambp-dist" ? "streambp" : "checkpoint",
                      c.objective, c.world, c.shard_params ? "_shard" : "", c.naive_comm ? "_naive" : "",
-                     c.tied ? "_tied" : "", c.model == "tiny" ? "" : "_moe", c.aux > 0 ? "_aux" : "");
+                     c.tied ? "_tied" : "", preset_suffix(c.model), c.aux > 0 ? "_aux" : "");
 }
 std::string case_name(const ::testing::TestParamInfo<DistCase>& info) {
   return label(info.param);
@@ -163,6 +163,9 @@ std::vector<DistCase> exactness_cases() {
   // The load-balancing loss over the global batch: every rank's routing counts summed.
   cases.push_back({"streambp-dist", "sft", 2, false, false, false, "tiny-moe", 0.5});
   cases.push_back({"checkpoint-dist", "dpo", 3, true, false, false, "tiny-moe", 0.5});
+  // Gated DeltaNet layers: data parallelism leaves each rank's sequences whole, so their state never crosses
+  // ranks; naive_comm reduces between the recurrent layers' chunks too.
+  cases.push_back({"streambp-dist", "sft", 2, false, true, false, "tiny-qwen3.5"});
   return cases;
 }
 
