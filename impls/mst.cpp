@@ -86,7 +86,7 @@ class MiniSequence final : public Strategy {
     const int64_t T = x_in.size(1);
     // Re-forward: attention over all rows, with grad.
     auto x1 = m.token_mixer(i, x_in);  // (N, T, d): attention, or Gated DeltaNet, over all rows
-    auto x1_saved = x1.detach();  // each mini-sequence saves only its slice of this
+    auto x1_saved = x1.detach();       // each mini-sequence saves only its slice of this
     {
       // MsT's forward of the mini-sequences: outputs computed, intermediates not kept.
       torch::NoGradGuard no_grad;

@@ -65,17 +65,17 @@ struct HfFamilyFields {
   // and on, num_nextn_predict_layers of them, default 1), which transformers' class ignores on load, as
   // bpbench does (DeepSeek-V3, GLM-4.5, GLM-4.7-Flash).
   bool ignores_mtp_layers = false;
-  // Tensors of the checkpoint under these prefixes are not the model's and are ignored, as transformers' class
-  // ignores them on load (Qwen3.5's multi-token-prediction head, "mtp.*").
+  // Tensors of the checkpoint under these prefixes are not the model's and are ignored, as transformers'
+  // class ignores them on load (Qwen3.5's multi-token-prediction head, "mtp.*").
   std::vector<std::string> ignored_prefixes;
   // The multimodal class whose text model this family is (Qwen3.5's image-text checkpoints,
   // "Qwen3_5ForConditionalGeneration"), or null: a config.json naming it is read from its "text_config" (with
   // the top level's "tie_word_embeddings" where the text config states none), and its checkpoint's text
-  // weights are "model.language_model.*" and "lm_head.weight"; the vision tower ("model.visual.*") is ignored.
-  // bpbench trains the text model, as Qwen3_5ForCausalLM loads it from such a checkpoint.
+  // weights are "model.language_model.*" and "lm_head.weight"; the vision tower ("model.visual.*") is
+  // ignored. bpbench trains the text model, as Qwen3_5ForCausalLM loads it from such a checkpoint.
   const char* multimodal_class = nullptr;
-  // When the config.json has no "intermediate_size" (Qwen3.5-MoE's, whose every layer is routed): this; 0: the
-  // field is required.
+  // When the config.json has no "intermediate_size" (Qwen3.5-MoE's, whose every layer is routed): this; 0:
+  // the field is required.
   int64_t default_intermediate = 0;
 };
 
@@ -96,9 +96,9 @@ void read_sliding_layer_types(const ConfigReader& r, ModelConfig& c, const std::
 void read_rope_by_layer_type(const ConfigReader& r, ModelConfig& c, double full_theta, double sliding_theta,
                              int64_t default_max_positions, const char* family);
 // RoPE on the first partial_rotary_factor of each head (GLM-4.5, Qwen3.5) into c.rope and c.rotary_dim: the
-// factor top-level (the Hub's files) or in "rope_parameters" (transformers 5's), `default_factor` where neither
-// says, then the shared RoPE reader on the rest, `ignored` keys of "rope_parameters" left out (Qwen3.5's
-// MRoPE sections, which text positions make plain RoPE).
+// factor top-level (the Hub's files) or in "rope_parameters" (transformers 5's), `default_factor` where
+// neither says, then the shared RoPE reader on the rest, `ignored` keys of "rope_parameters" left out
+// (Qwen3.5's MRoPE sections, which text positions make plain RoPE).
 void read_partial_rotary_rope(const ConfigReader& r, ModelConfig& c, double default_factor,
                               int64_t default_max_positions, std::initializer_list<const char*> ignored = {});
 // "sliding_window", "layer_types" and "rope_parameters" keyed by layer type, as transformers 5 writes them.

@@ -200,8 +200,9 @@ ModelConfig read_hf_config(const std::string& dir_or_file) {
   std::string where = path;
   if (multimodal_family(whole)) {
     if (!whole.contains("text_config") || !whole["text_config"].is_object())
-      ConfigReader(path, whole).fail(fmt::format("{} needs a \"text_config\" object (its text model)",
-                                                 whole["architectures"].dump()));
+      ConfigReader(path, whole)
+          .fail(fmt::format("{} needs a \"text_config\" object (its text model)",
+                            whole["architectures"].dump()));
     j = whole["text_config"];
     if (!j.contains("tie_word_embeddings") && whole.contains("tie_word_embeddings"))
       j["tie_word_embeddings"] = whole["tie_word_embeddings"];
@@ -453,9 +454,10 @@ Model load_hf_model(const std::string& dir, const torch::TensorOptions& options)
       linear(a + "in_proj_b", w.in_b, la.value_heads, d, false);
       linear(a + "in_proj_a", w.in_a, la.value_heads, d, false);
       // (C, 1, K) in the checkpoint, (C, K) in the model.
-      slots.push_back({a + "conv1d.weight",
-                       {C, 1, la.conv_kernel},
-                       {{a + "conv1d.weight", C, &w.conv_weight, [](const torch::Tensor& t) { return t.squeeze(1); }}}});
+      slots.push_back(
+          {a + "conv1d.weight",
+           {C, 1, la.conv_kernel},
+           {{a + "conv1d.weight", C, &w.conv_weight, [](const torch::Tensor& t) { return t.squeeze(1); }}}});
       slot(a + "dt_bias", {la.value_heads}, &w.dt_bias);
       slot(a + "A_log", {la.value_heads}, &w.A_log);
       slot(a + "norm.weight", {la.value_dim}, &w.gated_norm);

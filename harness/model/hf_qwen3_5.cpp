@@ -2,9 +2,9 @@
 // Qwen3_5TextConfig (model_type "qwen3_5_text", Qwen3_5ForCausalLM) and Qwen3NextConfig ("qwen3_next",
 // Qwen3NextForCausalLM): Gated DeltaNet layers ("linear_attention" in "layer_types", else three of every
 // full_attention_interval = 4) beside full-attention ones whose output is gated, every norm (1 + w), RoPE on
-// partial_rotary_factor (0.25) of each head, its MRoPE sections plain RoPE for text. Qwen3-Next adds a mixture
-// of experts with a sigmoid-gated shared expert, and fuses its projections in the checkpoint (Qwen3.5 does
-// not): in_proj_qkvz and in_proj_ba, grouped by key head. Qwen3.5-MoE (Qwen3_5MoeTextConfig,
+// partial_rotary_factor (0.25) of each head, its MRoPE sections plain RoPE for text. Qwen3-Next adds a
+// mixture of experts with a sigmoid-gated shared expert, and fuses its projections in the checkpoint (Qwen3.5
+// does not): in_proj_qkvz and in_proj_ba, grouped by key head. Qwen3.5-MoE (Qwen3_5MoeTextConfig,
 // "qwen3_5_moe_text") is Qwen3.5 with those experts on every layer. Qwen3.5's and Qwen3.5-MoE's image-text
 // checkpoints (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) load as their text model
 // (HfFamilyFields::multimodal_class). Their HfFamilyFields are named on their lines of hf_families.def.
@@ -30,8 +30,9 @@ constexpr double kQwen3_5PartialRotary = 0.25;
 bool linear_layer_type(const ConfigReader& r, const json& type) {
   if (type == "linear_attention" || type == "mamba" || type == "conv") return true;
   if (type == "full_attention" || type == "attention") return false;
-  r.fail(fmt::format("\"layer_types\" entry {} is not supported (valid: \"linear_attention\", \"full_attention\")",
-                     type.dump()));
+  r.fail(fmt::format(
+      "\"layer_types\" entry {} is not supported (valid: \"linear_attention\", \"full_attention\")",
+      type.dump()));
 }
 
 void read_linear_attention(const ConfigReader& r, ModelConfig& c) {
@@ -42,8 +43,9 @@ void read_linear_attention(const ConfigReader& r, ModelConfig& c) {
   la.value_dim = r.integer("linear_value_head_dim", 128);
   la.conv_kernel = r.integer("linear_conv_kernel_dim", 4);
   if (la.key_heads < 1 || la.value_heads < 1 || la.value_heads % la.key_heads != 0)
-    r.fail(fmt::format("\"linear_num_value_heads\" {} must be a multiple of \"linear_num_key_heads\" {} (both >= 1)",
-                       la.value_heads, la.key_heads));
+    r.fail(fmt::format(
+        "\"linear_num_value_heads\" {} must be a multiple of \"linear_num_key_heads\" {} (both >= 1)",
+        la.value_heads, la.key_heads));
   if (la.key_dim < 1 || la.value_dim < 1 || la.conv_kernel < 1)
     r.fail("\"linear_key_head_dim\", \"linear_value_head_dim\" and \"linear_conv_kernel_dim\" must be >= 1");
   c.linear_attention = la;
@@ -74,7 +76,8 @@ void read_gated_shared_experts(const ConfigReader& r, ModelConfig& c, int64_t de
                                int64_t default_k) {
   if (r.boolean("output_router_logits", false))
     r.fail(
-        "\"output_router_logits\" true adds the load-balancing loss to the training loss, which bpbench turns "
+        "\"output_router_logits\" true adds the load-balancing loss to the training loss, which bpbench "
+        "turns "
         "on in the scenario instead (\"router_aux_loss_coef\"; valid here: false, transformers' default)");
   read_experts(r, c, default_experts, default_k);
   c.expert_intermediate = r.integer("moe_intermediate_size", 512);
@@ -102,7 +105,8 @@ void read_qwen3_next_config(const ConfigReader& r, ModelConfig& c) {
     if (!dense->is_array()) r.fail("\"mlp_only_layers\" must be a list of layer indices");
     for (const auto& layer : *dense) {
       if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= c.layers)
-        r.fail(fmt::format("\"mlp_only_layers\" entry {} is not a layer index (0 .. {})", layer.dump(), c.layers - 1));
+        r.fail(fmt::format("\"mlp_only_layers\" entry {} is not a layer index (0 .. {})", layer.dump(),
+                           c.layers - 1));
       c.dense_layers.push_back(layer.get<int64_t>());
     }
   }
@@ -112,7 +116,8 @@ void write_qwen3_5_fields(const ModelConfig& c, const char* architecture, const 
   write_llama_like_fields(c, architecture, model_type, j);
   j.erase("sliding_window");
   const int64_t spaced = c.rope.frequency_dims > 0 ? c.rope.frequency_dims : c.rope_head_dim();
-  j["rope_parameters"]["partial_rotary_factor"] = static_cast<double>(spaced) / static_cast<double>(c.head_dim);
+  j["rope_parameters"]["partial_rotary_factor"] =
+      static_cast<double>(spaced) / static_cast<double>(c.head_dim);
   const ModelConfig::LinearAttention& la = *c.linear_attention;
   j["linear_num_key_heads"] = la.key_heads;
   j["linear_num_value_heads"] = la.value_heads;
@@ -120,7 +125,8 @@ void write_qwen3_5_fields(const ModelConfig& c, const char* architecture, const 
   j["linear_value_head_dim"] = la.value_dim;
   j["linear_conv_kernel_dim"] = la.conv_kernel;
   json types = json::array();
-  for (int64_t i = 0; i < c.layers; ++i) types.push_back(c.is_linear_layer(i) ? "linear_attention" : "full_attention");
+  for (int64_t i = 0; i < c.layers; ++i)
+    types.push_back(c.is_linear_layer(i) ? "linear_attention" : "full_attention");
   j["layer_types"] = types;
   j["pad_token_id"] = nullptr;  // no frozen embedding row (docs/models.md)
 }
@@ -158,8 +164,9 @@ std::vector<WeightSlot>::iterator slot_named(std::vector<WeightSlot>& slots, con
 
 // Replaces the slots `pieces` by one slot `fused` of `rows` rows whose parts are theirs, each part taking its
 // rows from the whole tensor by `take(whole, k)` for the k-th piece.
-void fuse_by_take(std::vector<WeightSlot>& slots, const std::vector<std::string>& pieces, const std::string& fused,
-                  int64_t rows, const std::function<torch::Tensor(const torch::Tensor&, size_t)>& take) {
+void fuse_by_take(std::vector<WeightSlot>& slots, const std::vector<std::string>& pieces,
+                  const std::string& fused, int64_t rows,
+                  const std::function<torch::Tensor(const torch::Tensor&, size_t)>& take) {
   WeightSlot merged{fused, {rows, slot_named(slots, pieces.front())->shape.at(1)}, {}};
   for (size_t k = 0; k < pieces.size(); ++k) {
     auto it = slot_named(slots, pieces[k]);
@@ -177,9 +184,11 @@ void fuse_by_take(std::vector<WeightSlot>& slots, const std::vector<std::string>
 // q_proj holds each head's queries then its gate: (Hq, 2, hd, d) rows.
 void fuse_gated_q(const ModelConfig& c, std::vector<WeightSlot>& slots, const std::string& p) {
   const int64_t Hq = c.heads, hd = c.head_dim;
-  fuse_by_take(slots, {p + "self_attn.q_proj.weight", p + "self_attn.output_gate.weight"}, p + "self_attn.q_proj.weight",
-               2 * Hq * hd, [Hq, hd](const torch::Tensor& w, size_t k) {
-                 return w.view({Hq, 2, hd, w.size(1)}).select(1, static_cast<int64_t>(k)).reshape({Hq * hd, w.size(1)});
+  fuse_by_take(slots, {p + "self_attn.q_proj.weight", p + "self_attn.output_gate.weight"},
+               p + "self_attn.q_proj.weight", 2 * Hq * hd, [Hq, hd](const torch::Tensor& w, size_t k) {
+                 return w.view({Hq, 2, hd, w.size(1)})
+                     .select(1, static_cast<int64_t>(k))
+                     .reshape({Hq * hd, w.size(1)});
                });
 }
 
@@ -214,16 +223,20 @@ void qwen3_next_checkpoint_names(const ModelConfig& c, std::vector<WeightSlot>& 
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string a = fmt::format("model.layers.{}.linear_attn.", i);
     if (c.is_linear_layer(i)) {
-      fuse_by_take(slots, {a + "in_proj_qkv.weight", a + "in_proj_z.weight"}, a + "in_proj_qkvz.weight", Hk * group,
-                   [=](const torch::Tensor& w, size_t k) {
+      fuse_by_take(slots, {a + "in_proj_qkv.weight", a + "in_proj_z.weight"}, a + "in_proj_qkvz.weight",
+                   Hk * group, [=](const torch::Tensor& w, size_t k) {
                      const auto grouped = w.view({Hk, group, w.size(1)});
-                     auto rows = [&](int64_t from, int64_t n) { return grouped.narrow(1, from, n).reshape({-1, w.size(1)}); };
-                     if (k == 1) return rows(2 * dk + g * dv, g * dv);  // z
+                     auto rows = [&](int64_t from, int64_t n) {
+                       return grouped.narrow(1, from, n).reshape({-1, w.size(1)});
+                     };
+                     if (k == 1) return rows(2 * dk + g * dv, g * dv);                      // z
                      return torch::cat({rows(0, dk), rows(dk, dk), rows(2 * dk, g * dv)});  // q, k, v
                    });
-      fuse_by_take(slots, {a + "in_proj_b.weight", a + "in_proj_a.weight"}, a + "in_proj_ba.weight", 2 * la.value_heads,
-                   [=](const torch::Tensor& w, size_t k) {
-                     return w.view({Hk, 2 * g, w.size(1)}).narrow(1, static_cast<int64_t>(k) * g, g).reshape({-1, w.size(1)});
+      fuse_by_take(slots, {a + "in_proj_b.weight", a + "in_proj_a.weight"}, a + "in_proj_ba.weight",
+                   2 * la.value_heads, [=](const torch::Tensor& w, size_t k) {
+                     return w.view({Hk, 2 * g, w.size(1)})
+                         .narrow(1, static_cast<int64_t>(k) * g, g)
+                         .reshape({-1, w.size(1)});
                    });
     }
   }

@@ -1,7 +1,7 @@
-// linear_attention.h: Gated DeltaNet, the linear-attention token mixer of Qwen3.5 and Qwen3-Next (three layers
-// of four), as transformers 5.17's Qwen3_5GatedDeltaNet computes it, written in LibTorch ops (no Triton, no
-// flash-linear-attention). Model::linear_attention_block (model.h) is this layer over a piece of rows; its
-// state in and out (LinearState) is what lets a sequence run, and backpropagate, piece by piece.
+// linear_attention.h: Gated DeltaNet, the linear-attention token mixer of Qwen3.5 and Qwen3-Next (three
+// layers of four), as transformers 5.17's Qwen3_5GatedDeltaNet computes it, written in LibTorch ops (no
+// Triton, no flash-linear-attention). Model::linear_attention_block (model.h) is this layer over a piece of
+// rows; its state in and out (LinearState) is what lets a sequence run, and backpropagate, piece by piece.
 //
 // Legend (model_config.h, plus): Hk, Hv key and value heads (g' = Hv / Hk), dk, dv their head dims, K the
 // conv's taps, C = 2 Hk dk + Hv dv its channels. For rows x (N, c, d) after the state (S, halo):

@@ -76,9 +76,11 @@ void random_linear_attention(LayerWeights& w, const ModelConfig& config, const t
   w.in_b = make_linear(la.value_heads, d, false, opts);
   w.in_a = make_linear(la.value_heads, d, false, opts);
   const double bound = 1.0 / std::sqrt(static_cast<double>(la.conv_kernel));
-  w.conv_weight = ((torch::rand({C, la.conv_kernel}, opts.dtype(torch::kFloat)) * 2 - 1) * bound).to(opts.dtype());
+  w.conv_weight =
+      ((torch::rand({C, la.conv_kernel}, opts.dtype(torch::kFloat)) * 2 - 1) * bound).to(opts.dtype());
   w.dt_bias = torch::ones({la.value_heads}, opts);
-  w.A_log = (torch::rand({la.value_heads}, opts.dtype(torch::kFloat)) * (16 - 0.01) + 0.01).log().to(opts.dtype());
+  w.A_log =
+      (torch::rand({la.value_heads}, opts.dtype(torch::kFloat)) * (16 - 0.01) + 0.01).log().to(opts.dtype());
   w.gated_norm = torch::ones({la.value_dim}, opts);
   w.out_proj = make_linear(d, values, false, opts);
 }
@@ -123,9 +125,9 @@ std::vector<Linear*> LayerWeights::linears() {
 }
 
 std::vector<const torch::Tensor*> LayerWeights::vectors() const {
-  return {&input_norm,  &q_norm,    &k_norm,      &attn_output_norm,   &mlp_norm,    &mlp_output_norm,
-          &router,      &router_bias, &sinks,     &q_a_norm,           &kv_a_norm,   &shared_expert_gate,
-          &conv_weight, &dt_bias,   &A_log,       &gated_norm};
+  return {&input_norm,  &q_norm,      &k_norm, &attn_output_norm, &mlp_norm,  &mlp_output_norm,
+          &router,      &router_bias, &sinks,  &q_a_norm,         &kv_a_norm, &shared_expert_gate,
+          &conv_weight, &dt_bias,     &A_log,  &gated_norm};
 }
 
 std::vector<torch::Tensor*> LayerWeights::vectors() {

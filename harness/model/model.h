@@ -77,22 +77,22 @@ struct LayerWeights {
   torch::Tensor shared_expert_gate;            // (1, d): Qwen3-Next's sigmoid gate on them, or undefined
   // A Gated DeltaNet layer (ModelConfig::is_linear_layer; harness/model/linear_attention.h), instead of q, k,
   // v, o and the q/k norms. C = 2 Hk dk + Hv dv, the conv's channels (q, k, v).
-  Linear in_qkv;               // (C, d): "in_proj_qkv"
-  Linear in_z;                 // (Hv*dv, d): the output gate
-  Linear in_b, in_a;           // (Hv, d) each: beta's and the decay's logits
-  torch::Tensor conv_weight;   // (C, K): each channel's taps, oldest first ("conv1d.weight" (C, 1, K))
-  torch::Tensor dt_bias;       // (Hv)
-  torch::Tensor A_log;         // (Hv)
-  torch::Tensor gated_norm;    // (dv): the output's RMSNorm weight, w (not 1 + w), before the gate
-  Linear out_proj;             // (d, Hv*dv)
+  Linear in_qkv;              // (C, d): "in_proj_qkv"
+  Linear in_z;                // (Hv*dv, d): the output gate
+  Linear in_b, in_a;          // (Hv, d) each: beta's and the decay's logits
+  torch::Tensor conv_weight;  // (C, K): each channel's taps, oldest first ("conv1d.weight" (C, 1, K))
+  torch::Tensor dt_bias;      // (Hv)
+  torch::Tensor A_log;        // (Hv)
+  torch::Tensor gated_norm;   // (dv): the output's RMSNorm weight, w (not 1 + w), before the gate
+  Linear out_proj;            // (d, Hv*dv)
 
   // Every Linear of the layer (q, k, v, o and the output gate, MLA's q_a, q, kv_a, kv_b, o, or Gated
   // DeltaNet's in_qkv, in_z, in_b, in_a, out_proj; then the MLP's: dense, or each expert's gate, up, down and
   // the shared experts').
   std::vector<const Linear*> linears() const;
   std::vector<Linear*> linears();
-  // Every other tensor of the layer, defined or not (norms, sinks, the router and its bias, the conv, dt_bias,
-  // A_log, the shared expert's gate; not the router correction, a buffer).
+  // Every other tensor of the layer, defined or not (norms, sinks, the router and its bias, the conv,
+  // dt_bias, A_log, the shared expert's gate; not the router correction, a buffer).
   std::vector<const torch::Tensor*> vectors() const;
   std::vector<torch::Tensor*> vectors();
 };
@@ -211,12 +211,13 @@ class Model {
   // else undefined.
   torch::Tensor attention_block(int64_t i, const torch::Tensor& x_rows, const torch::Tensor& q, const KV& kv,
                                 const torch::Tensor& gate = {}) const;
-  // Qwen3.5's gate logits on the attention output, h_rows (N, c, d) -> (N, c, Hq*hd), or undefined where layer
-  // i has none: attention_output multiplies the attention's output by their sigmoid.
+  // Qwen3.5's gate logits on the attention output, h_rows (N, c, d) -> (N, c, Hq*hd), or undefined where
+  // layer i has none: attention_output multiplies the attention's output by their sigmoid.
   torch::Tensor output_gate(int64_t i, const torch::Tensor& h_rows) const;
   // ---- Gated DeltaNet (ModelConfig::is_linear_layer; harness/model/linear_attention.cpp) ------------------
   // Layer i's token mixer over rows x_rows (N, c, d) that follow the state `in`: x1 and the state after them.
-  // Differentiable in the weights, x_rows and in's tensors (StreamBP carries dS and the halo's gradient back).
+  // Differentiable in the weights, x_rows and in's tensors (StreamBP carries dS and the halo's gradient
+  // back).
   LinearBlock linear_attention_block(int64_t i, const torch::Tensor& x_rows, const LinearState& in) const;
   // The state before row 0: zeros, (N, Hv, dk, dv) and (N, K - 1, C).
   LinearState initial_linear_state(int64_t N) const;

@@ -381,14 +381,19 @@ std::vector<ModelConfig> build_presets() {
   tiny_glm.expert_groups = 2;
   tiny_glm.routed_scaling = 1.5;
 
-  // Qwen3.5 shaped: three linear layers then a full one, 2 key heads of 4 read by 4 value heads of 6 (g' = 2),
-  // a conv of 4 taps; the full layer's GQA of 2 with RoPE on 2 of its 8 dims. Qwen3-Next shaped: the same
+  // Qwen3.5 shaped: three linear layers then a full one, 2 key heads of 4 read by 4 value heads of 6 (g' =
+  // 2), a conv of 4 taps; the full layer's GQA of 2 with RoPE on 2 of its 8 dims. Qwen3-Next shaped: the same
   // with 8 experts of 12, 2 a token, and a gated shared expert of 12.
   const ModelConfig::LinearAttention tiny_linear{2, 4, 4, 6, 4};
   ModelConfig tiny_qwen3_5 = qwen3_5("tiny-qwen3.5", 97, 24, 40, 4, 4, 2, 8, tiny_linear, false);
   tiny_qwen3_5.rope.theta = 10000.0;
   ModelConfig tiny_qwen3_next = qwen3_next_experts(tiny_qwen3_5, 8, 2, 12, 12);
   tiny_qwen3_next.name = "tiny-qwen3-next";
+  // Qwen3.5 shaped CPU demo: `small`'s size (V = 32000, d = 256, 4 layers: three linear, one full), 2 key
+  // heads read by 4 value heads of 64, the full layer's heads of 64 with RoPE on 16 dims.
+  ModelConfig small_qwen3_5 =
+      qwen3_5("small-qwen3.5", 32000, 256, 768, 4, 4, 2, 64, {2, 4, 64, 64, 4}, false);
+  small_qwen3_5.rope.theta = 1e6;
 
   // OLMo 3 7B's full layers: YaRN x8 from 8192 positions, attention factor 1.2079 (config.json's
   // rope_scaling); its sliding ones keep plain RoPE.
@@ -414,6 +419,7 @@ std::vector<ModelConfig> build_presets() {
       tiny_glm,
       tiny_qwen3_5,
       tiny_qwen3_next,
+      small_qwen3_5,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),
@@ -500,8 +506,7 @@ int64_t count_parameters(const ModelConfig& c, bool active) {
   const int64_t experts = active ? c.experts_per_token : c.experts;
   const int64_t expert =
       3 * c.hidden * c.expert_intermediate + (c.expert_bias ? 2 * c.expert_intermediate + c.hidden : 0);
-  const int64_t shared =
-      3 * c.hidden * c.shared_expert_intermediate + (c.shared_expert_gate ? c.hidden : 0);
+  const int64_t shared = 3 * c.hidden * c.shared_expert_intermediate + (c.shared_expert_gate ? c.hidden : 0);
   const int64_t moe_mlp = c.experts * c.hidden + (c.router_bias ? c.experts : 0) + experts * expert + shared;
   const int64_t qk_norms = !c.qk_norm        ? 0
                            : c.qk_norm_whole ? (c.heads + c.kv_heads) * c.head_dim
@@ -510,8 +515,9 @@ int64_t count_parameters(const ModelConfig& c, bool active) {
   const int64_t moe_layers = c.moe_layer_count(), linear_layers = c.linear_layer_count();
   const int64_t embed = c.vocab * c.hidden;
   const int64_t block_norms = norms - qk_norms;  // a linear layer's: no q/k norms
-  const int64_t mixers = (c.layers - linear_layers) * (attention + sinks + norms) +
-                         (linear_layers > 0 ? linear_layers * (linear_attention_parameters(c) + block_norms) : 0);
+  const int64_t mixers =
+      (c.layers - linear_layers) * (attention + sinks + norms) +
+      (linear_layers > 0 ? linear_layers * (linear_attention_parameters(c) + block_norms) : 0);
   return embed + (c.tie_embeddings ? 0 : embed) + mixers + (c.layers - moe_layers) * dense_mlp +
          moe_layers * moe_mlp + c.hidden;
 }

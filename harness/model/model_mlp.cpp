@@ -139,7 +139,8 @@ torch::Tensor Model::experts_mlp(int64_t i, const torch::Tensor& n) const {
     }
     auto shared = w.shared_down(act, lora_enabled);  // (R, d)
     // Qwen3-Next's gate on it, a sigmoid of one logit a row.
-    if (w.shared_expert_gate.defined()) shared = torch::sigmoid(counted_linear(flat, w.shared_expert_gate)) * shared;
+    if (w.shared_expert_gate.defined())
+      shared = torch::sigmoid(counted_linear(flat, w.shared_expert_gate)) * shared;
     out.add_(shared);  // in place: no third (R, d) beside the two
   }
   return out.view(n.sizes());
@@ -181,21 +182,21 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
     latent = latent_values(i, x, rows);
   else
     kv = kv_values(i, x, rows);
-  auto attention = [&](const torch::Tensor& x_rows, const torch::Tensor& q, const torch::Tensor& gate, int64_t s,
-                       int64_t e) {
+  auto attention = [&](const torch::Tensor& x_rows, const torch::Tensor& q, const torch::Tensor& gate,
+                       int64_t s, int64_t e) {
     if (config.mla) {
       const MlaLatent visible{latent.latent.narrow(1, 0, e), latent.k_rot.narrow(1, 0, e)};
       return attention_output(i, x_rows, latent_attention_values(*this, i, q, visible, e - s));
     }
     const int64_t k0 = config.first_visible_key(i, s);
-    return attention_block(i, x_rows, q, KV{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)},
-                           gate);
+    return attention_block(i, x_rows, q, KV{kv.k.narrow(2, k0, e - k0), kv.v.narrow(2, k0, e - k0)}, gate);
   };
   for (int64_t s = 0; s < T; s += rows) {
     const int64_t c = std::min(rows, T - s);
     auto x_rows = x.narrow(1, s, c);
     auto h = attn_norm(i, x_rows);
-    y.narrow(1, s, c).copy_(mlp_block(i, attention(x_rows, project_q(i, h, s, T), output_gate(i, h), s, s + c)));
+    y.narrow(1, s, c).copy_(
+        mlp_block(i, attention(x_rows, project_q(i, h, s, T), output_gate(i, h), s, s + c)));
   }
   return y;
 }

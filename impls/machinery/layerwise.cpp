@@ -164,8 +164,8 @@ class ExpandedKeys final : public StreamedKeys {
     dk_ = accumulator_like(keys_);
     dv_ = accumulator_like(values_);
   }
-  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, const torch::Tensor& gate,
-                                int64_t s, int64_t e) const override {
+  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q,
+                                const torch::Tensor& gate, int64_t s, int64_t e) const override {
     // (N, Hkv, e - k0, hd): the keys this chunk can see, all e under full attention, its window otherwise;
     // constants to autograd, whose gradients the attention adds straight into dK, dV (ops.h: KvGradSink).
     const int64_t k0 = m_.config.first_visible_key(i_, s);
@@ -194,8 +194,8 @@ class LatentKeys final : public StreamedKeys {
       : m_(model), i_(i), keys_(model.latent_values(i, x_in.detach(), rows)) {
     grads_ = {accumulator_like(keys_.latent), accumulator_like(keys_.k_rot)};
   }
-  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q, const torch::Tensor& gate,
-                                int64_t /*s*/, int64_t e) const override {
+  torch::Tensor attention_block(const torch::Tensor& x_rows, const torch::Tensor& q,
+                                const torch::Tensor& gate, int64_t /*s*/, int64_t e) const override {
     const MlaLatent visible{keys_.latent.narrow(1, 0, e), keys_.k_rot.narrow(1, 0, e)};
     const MlaLatentGrads sink{grads_.latent.narrow(1, 0, e), grads_.k_rot.narrow(1, 0, e)};
     return m_.attention_output(i_, x_rows, latent_chunk_attention(m_, i_, q, visible, sink, q.size(2)), gate);
@@ -243,8 +243,8 @@ torch::Tensor streambp_layer_backward(const Model& model, int64_t i, const torch
       MemoryScope scope(Category::activations);
       auto x_rows = x_in.detach().narrow(1, s, c).requires_grad_(wants_dx);  // (N, c, d)
       {
-        auto h = model.attn_norm(i, x_rows);                                 // (N, c, d)
-        auto q = model.project_q(i, h, s, T);                                // (N, Hq, c, hd)
+        auto h = model.attn_norm(i, x_rows);   // (N, c, d)
+        auto q = model.project_q(i, h, s, T);  // (N, Hq, c, hd)
         auto y = model.mlp_block(i, keys->attention_block(x_rows, q, model.output_gate(i, h), s, e));
         y.backward(dy.narrow(1, s, c));
       }

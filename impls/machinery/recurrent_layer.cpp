@@ -30,9 +30,10 @@ torch::Tensor streambp_recurrent_layer_backward(const Model& model, int64_t i, c
       // The chunk's forward is an activation; the state it leaves is kept (copied into the kv category, a
       // state's bytes for a moment, so that the timeline shows the kept states as such).
       MemoryScope scope(Category::activations);
-      const LinearState next =
-          model.linear_attention_block(i, x_in.detach().narrow(1, j * rows, rows), entering[static_cast<size_t>(j)])
-              .next;
+      const LinearState next = model
+                                   .linear_attention_block(i, x_in.detach().narrow(1, j * rows, rows),
+                                                           entering[static_cast<size_t>(j)])
+                                   .next;
       MemoryScope kept(Category::kv);
       entering[static_cast<size_t>(j + 1)] = {next.state.clone(), next.halo.clone()};
     }

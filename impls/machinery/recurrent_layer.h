@@ -26,8 +26,8 @@ namespace bpbench {
 //      dS_j, dhalo_j go on to chunk j - 1. A halo longer than the chunk (c < K - 1) reaches back through
 //      halo_j to earlier chunks' rows, which its gradient carries.
 // What it keeps: D = ceil(T / c) states and halos, D (N Hv dk dv s_c + N (K - 1) C s) bytes, plus one chunk's
-// graph; where a state outweighs the c rows of x it stands for, a longer partition keeps fewer of them. What it
-// computes again: the token mixer's forward once (a.), and each chunk's forward in b., as StreamBP does.
+// graph; where a state outweighs the c rows of x it stands for, a longer partition keeps fewer of them. What
+// it computes again: the token mixer's forward once (a.), and each chunk's forward in b., as StreamBP does.
 // Returns dx = dL/dx_in in dy's buffer, or an undefined tensor where x_in requires no grad (LoRA's layer 0).
 torch::Tensor streambp_recurrent_layer_backward(const Model& model, int64_t i, const torch::Tensor& x_in,
                                                 torch::Tensor dy, int64_t rows,

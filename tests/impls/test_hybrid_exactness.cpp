@@ -1,9 +1,9 @@
 // test_hybrid_exactness.cpp: the hybrid linear-attention models (tiny-qwen3.5, tiny-qwen3-next: three Gated
 // DeltaNet layers, then a gated full-attention one) in float64. Their token mixer run piece by piece with its
 // state carried equals it run over the whole sequence, for pieces shorter than the conv's halo too; and every
-// single-process strategy equals plain BP (loss and every gradient) on T prime with two right-padded sequences,
-// for partitions of 1 row (every halo split), 2, 7, T and longer than T. That plain BP equals transformers is
-// tests/model/test_hf_oracle.cpp's.
+// single-process strategy equals plain BP (loss and every gradient) on T prime with two right-padded
+// sequences, for partitions of 1 row (every halo split), 2, 7, T and longer than T. That plain BP equals
+// transformers is tests/model/test_hf_oracle.cpp's.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -53,11 +53,12 @@ TEST_P(HybridExactness, MatchesPlainInFloat64) {
   const Case& c = GetParam();
   Model model = hybrid(c.preset);
   auto objective = make_objective(c.objective);
-  const Batch batch =
-      objective->make_batch(padded_batch_spec(c.objective, model.config.vocab, kT, /*prompt_len=*/8), model, 5);
+  const Batch batch = objective->make_batch(
+      padded_batch_spec(c.objective, model.config.vocab, kT, /*prompt_len=*/8), model, 5);
   const auto ref = run_step("plain", model, batch, *objective, {kT, kT});
   const auto got = run_step(c.impl, model, batch, *objective, {c.partition, 3});
-  expect_same_gradients(ref, got, kTol, fmt::format("{} {} {} p{}", c.preset, c.impl, c.objective, c.partition));
+  expect_same_gradients(ref, got, kTol,
+                        fmt::format("{} {} {} p{}", c.preset, c.impl, c.objective, c.partition));
 }
 
 std::vector<Case> cases() {

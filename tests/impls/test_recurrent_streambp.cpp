@@ -1,5 +1,5 @@
-// test_recurrent_streambp.cpp: StreamBP through a Gated DeltaNet layer keeps the state entering each chunk and
-// nothing of the T rows (Note [StreamBP through the recurrence], impls/machinery/recurrent_layer.h). One
+// test_recurrent_streambp.cpp: StreamBP through a Gated DeltaNet layer keeps the state entering each chunk
+// and nothing of the T rows (Note [StreamBP through the recurrence], impls/machinery/recurrent_layer.h). One
 // linear layer's backward of tiny-qwen3.5 at two lengths, under the tracking allocator, in chunks of 16 rows:
 // what its carried side (category kv) holds and what the whole layer backward holds above its inputs both
 // grow by the boundary states and conv halos of the added chunks, N (Hv dk dv f + (K - 1) C s) bytes each,
@@ -71,8 +71,8 @@ TEST(RecurrentStreamBP, ALinearLayerBackwardHoldsABoundaryStateAChunkAndNoRows) 
     layer_backward_bytes(m, 0, kT1);
     const LayerBackwardBytes short_run = layer_backward_bytes(m, 0, kT1);
     const LayerBackwardBytes long_run = layer_backward_bytes(m, 0, kT2);
-    const int64_t per_boundary =
-        kN * la.value_heads * la.key_dim * la.value_dim * f + kN * (la.conv_kernel - 1) * la.conv_channels() * s;
+    const int64_t per_boundary = kN * la.value_heads * la.key_dim * la.value_dim * f +
+                                 kN * (la.conv_kernel - 1) * la.conv_channels() * s;
     const int64_t added_chunks = (kT2 - kT1) / kChunk;
     SCOPED_TRACE(c10::toString(dtype));
     // The kv category holds the kept states and halos alone, D = T / 16 of them.
@@ -94,7 +94,8 @@ TEST(RecurrentStreamBP, TheCheckpointedForwardOfALinearLayerHoldsItsOutputAlone)
     const Model m = Model::random(c, torch::TensorOptions().dtype(dtype), 11);
     const int64_t s = dtype == torch::kFloat ? 4 : 2;
     SCOPED_TRACE(c10::toString(dtype));
-    EXPECT_EQ(layer_forward_bytes(m, 0, kT2) - layer_forward_bytes(m, 0, kT1), (kT2 - kT1) * kN * c.hidden * s);
+    EXPECT_EQ(layer_forward_bytes(m, 0, kT2) - layer_forward_bytes(m, 0, kT1),
+              (kT2 - kT1) * kN * c.hidden * s);
   }
 }
 

@@ -173,7 +173,8 @@ TEST_P(HfOracle, LossAndEveryGradientMatchTransformersInFloat64) {
     ref.names.push_back(n);
     ref.grads.push_back(file.get(key, torch::kDouble));
   }
-  expect_same_gradients(ref, got, kTolerance, fmt::format("{} {} / {} p{}", name, objective_name, impl, rows));
+  expect_same_gradients(ref, got, kTolerance,
+                        fmt::format("{} {} / {} p{}", name, objective_name, impl, rows));
 
   // transformers' own float64 mode (float32 RoPE table, RMSNorm and softmax) is outside the tolerance: the
   // comparison above is against a truly float64 forward, and could see such a difference.
