@@ -85,8 +85,16 @@ class MiniSequence final : public Strategy {
                                       int64_t rows) {
     const int64_t T = x_in.size(1);
     // Re-forward: attention over all rows, with grad.
-    auto x1 = m.token_mixer(i, x_in);  // (N, T, d): attention, or Gated DeltaNet, over all rows
-    auto x1_saved = x1.detach();       // each mini-sequence saves only its slice of this
+    torch::Tensor x1;  // (N, T, d)
+    if (m.config.is_linear_layer(i)) {
+      x1 = m.token_mixer(i, x_in);  // Gated DeltaNet over all rows
+    } else {
+      // q before K and V, the order the estimate counts (with LoRA the order sets the peak).
+      auto h = m.attn_norm(i, x_in);
+      auto q = m.project_q(i, h, 0, h.size(1));
+      x1 = m.attention_block(i, x_in, q, m.project_kv(i, h), m.output_gate(i, h));
+    }
+    auto x1_saved = x1.detach();  // each mini-sequence saves only its slice of this
     {
       // MsT's forward of the mini-sequences: outputs computed, intermediates not kept.
       torch::NoGradGuard no_grad;

@@ -195,8 +195,10 @@ torch::Tensor Model::layer_in_chunks(int64_t i, const torch::Tensor& x, int64_t 
     const int64_t c = std::min(rows, T - s);
     auto x_rows = x.narrow(1, s, c);
     auto h = attn_norm(i, x_rows);
-    y.narrow(1, s, c).copy_(
-        mlp_block(i, attention(x_rows, project_q(i, h, s, T), output_gate(i, h), s, s + c)));
+    auto q = project_q(i, h, s, T);
+    auto gate = output_gate(i, h);
+    h = torch::Tensor();  // not alive through the attention and the MLP: the estimate counts it so
+    y.narrow(1, s, c).copy_(mlp_block(i, attention(x_rows, q, gate, s, s + c)));
   }
   return y;
 }

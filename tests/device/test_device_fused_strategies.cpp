@@ -139,5 +139,38 @@ TEST(DeviceFused, LatentAttentionEveryStrategyMatchesFloat64PlainBp) {
   }
 }
 
+// Hybrid linear attention on the GPU (tiny-qwen3.5 with heads of 64, so that its gated full layer runs flash
+// in bfloat16 and the efficient kernel in float32): every strategy against float64 plain BP on the CPU,
+// streambp through the recurrence (the gated delta rule's triangular solves on CUDA, its state in float32)
+// with a short last chunk.
+TEST(DeviceFused, HybridLinearAttentionEveryStrategyMatchesFloat64PlainBp) {
+  REQUIRE_GPU();
+  const auto objective = make_objective("sft");
+  ModelConfig config = find_model_preset("tiny-qwen3.5");
+  config.head_dim = kHeadDim;
+  config.rotary_dim = kHeadDim / 4;
+  config.validate();
+  Model cpu = Model::random(config, torch::TensorOptions().dtype(torch::kDouble), 7);
+  const Batch batch = padded_sft_batch(cpu, *objective, kSeqLen);
+  const StepResult exact = run_step("plain", cpu, batch, *objective, kPartition);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    Model gpu = on_cuda(config, dtype, 7);
+    const Batch on_gpu = batch_on_cuda(batch);
+    std::vector<double> plain_errors;
+    for (const std::string impl : kStrategies) {
+      const std::string what = fmt::format("{} {} hybrid linear attention", impl, c10::toString(dtype));
+      const StepResult got = run_step(impl, gpu, on_gpu, *objective, kPartition);
+      const auto errors = relative_errors(exact, got);
+      if (impl == std::string("plain")) plain_errors = errors;
+      for (size_t i = 0; i < errors.size(); ++i) {
+        const double bound = dtype == torch::kFloat ? 1e-4 : 2 * plain_errors[i] + 1e-2;
+        EXPECT_LE(errors[i], bound) << what << ": gradient of " << exact.names[i];
+      }
+      EXPECT_LE(std::abs(got.loss - exact.loss) / std::abs(exact.loss), dtype == torch::kFloat ? 1e-5 : 1e-2)
+          << what << ": loss";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace bpbench::testing::test_device_fused_strategies

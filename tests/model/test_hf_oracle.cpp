@@ -96,7 +96,8 @@ const PythonOutput& oracle() {
     return cached_python_output(
         "hf_oracle",
         {fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "hf_oracle.py",
-         fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "oracle_common.py"},
+         fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "oracle_common.py",
+         fs::path(BPBENCH_SOURCE_DIR) / "tests" / "oracle" / "oracle_names.py"},
         "", "cases.json",
         has_transformers
             ? ""
