@@ -2,8 +2,8 @@
 // kernel of K = 4 taps over the q, k and v channels, then SiLU), over a piece of rows with the K - 1 rows
 // before it given as a halo. Row t's output reads rows t - K + 1 .. t, so a piece [s, e) needs rows
 // [s - K + 1, s) of the previous piece, zeros before row 0: what StreamBP through the recurrence keeps beside
-// each boundary state, and where the halo's gradient goes back to the previous piece's rows (issue 81; the
-// layer that uses this is not written yet).
+// each boundary state, and where the halo's gradient goes back to the previous piece's rows (the layer:
+// linear_attention.h).
 #pragma once
 
 #include <torch/torch.h>

@@ -102,6 +102,36 @@ void count_linear(const torch::Tensor& x, const torch::Tensor& weight, const tor
   if (work.matmul > 0) on_backward(y, std::move(tally), work);
 }
 
+namespace {
+// A matmul-like call of `flops` forward whose backward computes `backward` FLOPs (0: none).
+void count_product(const torch::Tensor& y, int64_t flops, int64_t backward) {
+  auto tally = active_tally();
+  if (!tally) return;
+  if (!torch::GradMode::is_enabled()) {
+    tally->recompute_matmul += flops;
+    return;
+  }
+  (t_counted_as_recompute ? tally->recompute_matmul : tally->forward_matmul) += flops;
+  if (!y.requires_grad() || backward == 0) return;
+  BackwardWork work;
+  work.recompute = t_counted_as_recompute;
+  work.matmul = backward;
+  on_backward(y, std::move(tally), work);
+}
+}  // namespace
+
+void count_matmul(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& y) {
+  const int64_t flops = 2 * y.numel() * a.size(-1);
+  count_product(y, flops, (a.requires_grad() ? flops : 0) + (b.requires_grad() ? flops : 0));
+}
+
+void count_unit_triangular_solve(const torch::Tensor& A, const torch::Tensor& b, const torch::Tensor& x) {
+  const int64_t c = A.size(-1), solve = x.numel() * (c - 1);
+  // db is one more solve, which dA = -db x^T needs too.
+  const bool any = A.requires_grad() || b.requires_grad();
+  count_product(x, solve, (any ? solve : 0) + (A.requires_grad() ? 2 * x.numel() * c : 0));
+}
+
 void count_attention(int64_t sequences, int64_t query_heads, int64_t head_dim, const AttentionPairs& pairs,
                      const torch::Tensor& out) {
   auto tally = active_tally();

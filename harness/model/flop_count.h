@@ -1,6 +1,6 @@
-// flop_count.h: the one counting seam for FLOPs. The model's ops (Linear, the LM head, causal_attention)
-// report each call's shapes here; while a FlopCounter is alive every call is tallied, with no formula per
-// strategy: what a strategy executes is what gets counted.
+// flop_count.h: the one counting seam for FLOPs. The model's ops (Linear, the LM head, causal_attention, the
+// gated delta rule's products and solves) report each call's shapes here; while a FlopCounter is alive every
+// call is tallied, with no formula per strategy: what a strategy executes is what gets counted.
 //
 // A call made with grad enabled is the model's forward; its backward is tallied when autograd reaches it (a
 // hook on the output, which carries what the call's backward will compute: dX only where the input needs a
@@ -93,6 +93,18 @@ inline torch::Tensor counted_linear(const torch::Tensor& x, const torch::Tensor&
   count_linear(x, weight, y);
   return y;
 }
+
+// A batched matmul y = a b, a (..., M, K), b (..., K, N): 2 M K N a batch element forward, as much again for
+// each of dA and dB its backward computes (the gated delta rule's products: gated_delta.cpp).
+void count_matmul(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& y);
+inline torch::Tensor counted_matmul(const torch::Tensor& a, const torch::Tensor& b) {
+  auto y = a.matmul(b);
+  count_matmul(a, b, y);
+  return y;
+}
+// x = A^-1 b for a unit lower-triangular A (..., c, c) and b (..., c, R): c (c - 1) R a batch element
+// forward; its backward solves again for db (the same) and, where A trains, forms dA = -db x^T (2 c c R).
+void count_unit_triangular_solve(const torch::Tensor& A, const torch::Tensor& b, const torch::Tensor& x);
 
 // One attention call's (query, key) pairs per (sequence, query head).
 struct AttentionPairs {

@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "harness/model/flop_count.h"
+
 namespace bpbench {
 
 namespace {
@@ -72,20 +74,23 @@ DeltaRuleOutput gated_delta_rule_chunked(const torch::Tensor& q, const torch::Te
     const auto causal = torch::ones({c, c}, q.options().dtype(torch::kBool)).tril();
     // L_ij = beta_i e^{G_i - G_j} k_i . k_j for j < i; the exponent is masked before exp, so no e^{+G}
     // overflows.
-    const auto L =
-        torch::where(below, (bc * kc).matmul(kc.transpose(-1, -2)) * decay.masked_fill(~below, 0).exp(),
-                     torch::zeros({}, q.options()));
+    const auto L = torch::where(
+        below, counted_matmul(bc * kc, kc.transpose(-1, -2)) * decay.masked_fill(~below, 0).exp(),
+        torch::zeros({}, q.options()));
     const auto W_rhs = torch::cat({bc * vc, bc * kc * G.exp().unsqueeze(-1)}, -1);  // (N, H, c, dv + dk)
-    const auto solved = torch::linalg_solve_triangular(eye + L, W_rhs, /*upper=*/false, /*left=*/true,
+    const auto system = eye + L;
+    const auto solved = torch::linalg_solve_triangular(system, W_rhs, /*upper=*/false, /*left=*/true,
                                                        /*unitriangular=*/true);
-    const auto u = solved.narrow(-1, 0, v.size(3)) - solved.narrow(-1, v.size(3), k.size(3)).matmul(S);
+    count_unit_triangular_solve(system, W_rhs, solved);
+    const auto u =
+        solved.narrow(-1, 0, v.size(3)) - counted_matmul(solved.narrow(-1, v.size(3), k.size(3)), S);
     const auto inner =
-        torch::where(causal, qc.matmul(kc.transpose(-1, -2)) * decay.masked_fill(~causal, 0).exp(),
+        torch::where(causal, counted_matmul(qc, kc.transpose(-1, -2)) * decay.masked_fill(~causal, 0).exp(),
                      torch::zeros({}, q.options()));
-    outs.push_back((qc * G.exp().unsqueeze(-1)).matmul(S) + inner.matmul(u));
+    outs.push_back(counted_matmul(qc * G.exp().unsqueeze(-1), S) + counted_matmul(inner, u));
     const auto last = G.select(-1, c - 1);  // (N, H)
     S = S * last.exp().unsqueeze(-1).unsqueeze(-1) +
-        (kc * (last.unsqueeze(-1) - G).exp().unsqueeze(-1)).transpose(-1, -2).matmul(u);
+        counted_matmul((kc * (last.unsqueeze(-1) - G).exp().unsqueeze(-1)).transpose(-1, -2), u);
   }
   return {torch::cat(outs, 2), S};
 }

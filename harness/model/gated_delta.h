@@ -2,8 +2,8 @@
 // Qwen3-Next and Qwen3.5), in LibTorch ops: the per-token recurrence, the reference, and the chunked WY form
 // that a layer runs. Both take the state S entering the rows and return the state leaving them, so a sequence
 // runs, and backpropagates, piece by piece: StreamBP through the recurrence keeps S at each partition
-// boundary and carries dS backward from the last piece (issue 81; the layers that use this are not written
-// yet).
+// boundary and carries dS backward from the last piece (Note [StreamBP through the recurrence],
+// impls/machinery/recurrent_layer.h; the layer: linear_attention.h).
 //
 // Shapes (N sequences, H value heads, T rows, dk and dv the key and value head dims): q, k (N, H, T, dk),
 // already l2-normed (and q's heads repeated to H where the model has fewer key heads); v (N, H, T, dv);

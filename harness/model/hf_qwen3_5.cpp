@@ -11,6 +11,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

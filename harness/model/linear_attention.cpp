@@ -2,7 +2,7 @@
 // with its state in and out.
 #include "harness/model/linear_attention.h"
 
-#include <algorithm>
+#include <cmath>
 
 #include "harness/model/causal_conv.h"
 #include "harness/model/gated_delta.h"

@@ -1,11 +1,13 @@
 // test_gated_delta.cpp: the gated delta rule's chunked form against its per-token recurrence in float64 (the
 // output, the final state and every gradient, chunk sizes that do not divide T), and the property StreamBP
 // through the recurrence needs: two pieces chained by their state, backpropagated from the last with dS
-// carried, give the whole sequence's gradients.
+// carried, give the whole sequence's gradients. The FLOP counter sees each of the chunked form's products and
+// solves once forward and once in the backward.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "harness/model/flop_count.h"
 #include "harness/model/gated_delta.h"
 
 namespace bpbench::test_gated_delta {
@@ -108,6 +110,27 @@ TEST(GatedDeltaRule, ShapesThatDisagreeAreRefusedByName) {
                std::invalid_argument);
   EXPECT_THROW(gated_delta_rule_chunked(in.q, in.k, in.v, in.g, in.beta, in.state, 0.5, 0),
                std::invalid_argument);
+}
+
+// Per chunk of c rows and (sequence, head), with R = dv + dk: the products beta k k^T and q k^T (c x dk x c
+// each), the solve (c (c - 1) R), the entering state read twice (c x dk x dv each), the chunk's attention on
+// u (c x c x dv) and the state's update (dk x c x dv). Backward, every input training: both factors of every
+// product, and the solve once more with its dA (2 c c R).
+TEST(GatedDeltaRule, TheFlopCounterSeesEveryProductOfTheChunks) {
+  const Inputs in = random_inputs();
+  const int64_t N = 2, H = 3, dk = 4, dv = 5, R = dv + dk;
+  int64_t forward = 0, backward = 0;
+  for (const int64_t c : {5, 5, 3}) {
+    const int64_t products = 2 * (2 * c * c * dk) + 2 * (2 * c * dk * dv) + 2 * c * c * dv + 2 * dk * c * dv;
+    forward += N * H * (products + c * (c - 1) * R);
+    backward += N * H * (2 * products + c * (c - 1) * R + 2 * c * c * R);
+  }
+  FlopCounter counter;
+  const DeltaRuleOutput got = gated_delta_rule_chunked(in.q, in.k, in.v, in.g, in.beta, in.state, 0.5, 5);
+  gradients(in, got);
+  EXPECT_EQ(counter.counts().forward_matmul, forward);
+  EXPECT_EQ(counter.counts().backward_matmul, backward);
+  EXPECT_EQ(counter.counts().recompute_matmul, 0);
 }
 
 }  // namespace
