@@ -3,8 +3,8 @@
 // Triton, no flash-linear-attention). Model::linear_attention_block (model.h) is this layer over a piece of
 // rows; its state in and out (LinearState) is what lets a sequence run, and backpropagate, piece by piece.
 //
-// Legend (model_config.h, plus): Hk, Hv key and value heads (g' = Hv / Hk), dk, dv their head dims, K the
-// conv's taps, C = 2 Hk dk + Hv dv its channels. For rows x (N, c, d) after the state (S, halo):
+// Legend: model_config.h (Hk, Hv, dk, dv, K, C among it; g' = Hv / Hk). For rows x (N, c, d) after the
+// state (S, halo):
 //   h          = input_norm(x)                                   (N, c, d), (1 + w)
 //   qkv        = h W_qkv                                         (N, c, C): q (Hk dk), k (Hk dk), v (Hv dv)
 //   qkv        = silu(causal depthwise conv(halo ; qkv))        K taps a channel (causal_conv.h)

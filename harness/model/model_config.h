@@ -1,5 +1,5 @@
-// model_config.h: dimensions of a Qwen3 / Qwen2.5 / Llama / Mistral / Phi-3 / Gemma 3 / OLMo 2 and 3 /
-// SmolLM3 decoder, and the named presets.
+// model_config.h: dimensions of a decoder of the families bpbench loads (harness/model/hf_families.def), and
+// the named presets (model_presets.cpp).
 //
 // Dimension legend used across bpbench (shape comments everywhere use these names):
 //   N   sequences in a step (SFT: batch B; DPO: 2B, chosen rows then rejected; GRPO: B*G)
@@ -9,6 +9,8 @@
 //   Hq  query heads   Hkv  key/value heads   g = Hq / Hkv (GQA group)   hd  head dim
 //   E   experts of a mixture-of-experts layer   k  experts a token is routed to   Ie  an expert's
 //   intermediate R   rows routed at once (N x c of a chunk)  Re rows routed to expert e (sum over e: k R)
+//   Gated DeltaNet (linear_attention.h): Hk, Hv key and value heads, dk, dv their head dims, K the conv's
+//   taps, C = 2 Hk dk + Hv dv its channels, S the state (Hv x dk x dv a sequence)
 #pragma once
 
 #include <cstdint>
