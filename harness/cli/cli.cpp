@@ -213,6 +213,12 @@ void list_models(std::ostream& out) {
       sliding += fmt::format("; {} of {} layers without RoPE", m.layers - m.rope_layer_count(), m.layers);
     if (m.attention_sinks) sliding += "; attention sinks";
     if (m.rotary_dim > 0) sliding += fmt::format("; RoPE on {} of {} dims a head", m.rotary_dim, m.head_dim);
+    if (const auto& la = m.linear_attention)
+      sliding +=
+          fmt::format("; {} of {} layers Gated DeltaNet ({} key heads of {}, {} value heads of {}, conv {})",
+                      m.linear_layer_count(), m.layers, la->key_heads, la->key_dim, la->value_heads,
+                      la->value_dim, la->conv_kernel);
+    if (m.attention_output_gate) sliding += "; gated attention";
     if (m.mla)
       sliding += fmt::format("; latent attention (kv latent {} + RoPE key {}{}, values of {})",
                              m.mla->kv_lora_rank, m.mla->qk_rope_head_dim,
