@@ -396,6 +396,13 @@ std::vector<ModelConfig> build_presets() {
       qwen3_5("small-qwen3.5", 32000, 256, 768, 4, 4, 2, 64, {2, 4, 64, 64, 4}, false);
   small_qwen3_5.rope.theta = 1e6;
 
+  // Qwen/Qwen3.5-27B's config.json, its text_config (as public code transcribes it; the Hub is not reachable
+  // from here): 248320 tokens, 5120 wide, 17408, 64 layers (three Gated DeltaNet of every four), attention of
+  // 24 heads over 4 K/V heads of 256 (RoPE on a quarter, theta 1e7), DeltaNet 16 key heads and 48 value heads
+  // of 128, a conv of 4 taps, 262144 positions, untied, eps 1e-6.
+  const ModelConfig qwen3_5_27b =
+      qwen3_5("qwen3.5-27b", 248320, 5120, 17408, 64, 24, 4, 256, {16, 48, 128, 128, 4}, false);
+
   // OLMo 3 7B's full layers: YaRN x8 from 8192 positions, attention factor 1.2079 (config.json's
   // rope_scaling); its sliding ones keep plain RoPE.
   ModelConfig olmo3_7b =
@@ -421,6 +428,7 @@ std::vector<ModelConfig> build_presets() {
       tiny_qwen3_5,
       tiny_qwen3_next,
       small_qwen3_5,
+      qwen3_5_27b,
       qwen3("qwen3-0.6b", 1024, 3072, 28, 16, true),
       qwen3("qwen3-1.7b", 2048, 6144, 28, 16, true),
       qwen3("qwen3-4b", 2560, 9728, 36, 32, true),

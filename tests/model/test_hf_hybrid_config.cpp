@@ -69,6 +69,60 @@ TEST(HfHybridConfig, TheDefaultsAndFormsTransformersReads) {
   EXPECT_EQ(c.linear_layer_count(), 3);
 }
 
+// Qwen/Qwen3.5-27B's config.json as public code transcribes it (its image-text wrapper; the vision tower's
+// fields cut to three): read as its text model, it is the preset qwen3.5-27b field for field, and the preset
+// counts the parameters transformers 5.17's Qwen3_5ForCausalLM builds from that text_config (26,895,998,464,
+// counted on the meta device, 2026-12-04).
+TEST(HfHybridConfig, Qwen3_5_27bIsItsPublishedConfig) {
+  ConfigFiles files;
+  json text = {{"attention_bias", false},
+               {"attention_dropout", 0.0},
+               {"attn_output_gate", true},
+               {"eos_token_id", 248044},
+               {"full_attention_interval", 4},
+               {"head_dim", 256},
+               {"hidden_act", "silu"},
+               {"hidden_size", 5120},
+               {"initializer_range", 0.02},
+               {"intermediate_size", 17408},
+               {"linear_conv_kernel_dim", 4},
+               {"linear_key_head_dim", 128},
+               {"linear_num_key_heads", 16},
+               {"linear_num_value_heads", 48},
+               {"linear_value_head_dim", 128},
+               {"mamba_ssm_dtype", "float32"},
+               {"max_position_embeddings", 262144},
+               {"mlp_only_layers", json::array()},
+               {"model_type", "qwen3_5_text"},
+               {"mtp_num_hidden_layers", 1},
+               {"mtp_use_dedicated_embeddings", false},
+               {"num_attention_heads", 24},
+               {"num_hidden_layers", 64},
+               {"num_key_value_heads", 4},
+               {"pad_token_id", nullptr},
+               {"partial_rotary_factor", 0.25},
+               {"rms_norm_eps", 1e-6},
+               {"rope_parameters",
+                {{"mrope_interleaved", true},
+                 {"mrope_section", {11, 11, 10}},
+                 {"partial_rotary_factor", 0.25},
+                 {"rope_theta", 10000000},
+                 {"rope_type", "default"}}},
+               {"tie_word_embeddings", false},
+               {"use_cache", true},
+               {"vocab_size", 248320}};
+  const json published = {
+      {"architectures", {"Qwen3_5ForConditionalGeneration"}},
+      {"model_type", "qwen3_5"},
+      {"text_config", text},
+      {"tie_word_embeddings", false},
+      {"vision_config", {{"depth", 27}, {"hidden_size", 1152}, {"out_hidden_size", 5120}}}};
+  const ModelConfig read = files.read(published);
+  const ModelConfig preset = find_model_preset("qwen3.5-27b");
+  EXPECT_EQ(hf_config_json(read), hf_config_json(preset));
+  EXPECT_EQ(preset.parameter_count(), 26895998464);
+}
+
 TEST(HfHybridConfig, WhatBpbenchDoesNotModelIsRefusedByName) {
   ConfigFiles files;
   const json written = hf_config_json(find_model_preset("small-qwen3.5"));

@@ -92,7 +92,12 @@ TEST(HfConfig, TransformersBuildsTheTinyPresetsOfEachLayerKind) {
       {"tiny-smollm3", "SmolLM3ForCausalLM {} full_attention,full_attention,full_attention,full_attention\n"},
       // Latent attention, grouped routing, shared experts, a dense first layer: its parameters are bpbench's.
       {"tiny-deepseek", "DeepseekV3ForCausalLM {} -\n"},
-      {"tiny-glm4-moe", "Glm4MoeForCausalLM {} -\n"}};
+      {"tiny-glm4-moe", "Glm4MoeForCausalLM {} -\n"},
+      // Gated DeltaNet beside gated attention; Qwen3-Next's experts with their gated shared expert.
+      {"tiny-qwen3.5",
+       "Qwen3_5ForCausalLM {} linear_attention,linear_attention,linear_attention,full_attention\n"},
+      {"tiny-qwen3-next",
+       "Qwen3NextForCausalLM {} linear_attention,linear_attention,linear_attention,full_attention\n"}};
   for (const auto& [name, line] : expected) {
     const ModelConfig preset = find_model_preset(name);
     EXPECT_EQ(file_text(built.dir / "build" / preset.name / "built.txt"),

@@ -39,7 +39,8 @@ inline std::vector<ModelConfig> transformers_written_families() {
 inline std::vector<ModelConfig> transformers_built_presets() {
   return {find_model_preset("tiny-gemma3"),   find_model_preset("tiny-olmo3"),
           find_model_preset("tiny-smollm3"),  find_model_preset("tiny-gpt-oss"),
-          find_model_preset("tiny-deepseek"), find_model_preset("tiny-glm4-moe")};
+          find_model_preset("tiny-deepseek"), find_model_preset("tiny-glm4-moe"),
+          find_model_preset("tiny-qwen3.5"),  find_model_preset("tiny-qwen3-next")};
 }
 
 // OUT/write/NAME/config.json and OUT/build/NAME/built.txt ("CLASS PARAMETERS LAYER_TYPES"), as the script's
