@@ -2,7 +2,8 @@
 // DeltaNet layers, then a gated full-attention one) in float64. Their token mixer run piece by piece with its
 // state carried equals it run over the whole sequence, for pieces shorter than the conv's halo too; and every
 // single-process strategy equals plain BP (loss and every gradient) on T prime with two right-padded
-// sequences, for partitions of 1 row (every halo split), 2, 7, T and longer than T. That plain BP equals
+// sequences, for partitions of 1 row (every halo split), 2, 7, T and longer than T, for SFT, DPO and GRPO and
+// with LoRA (whose layer 0, a linear one, takes no input gradient). That plain BP equals
 // transformers is tests/model/test_hf_oracle.cpp's.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -45,6 +46,7 @@ TEST(HybridModel, TheTokenMixerInPiecesEqualsItOverTheWholeSequence) {
 struct Case {
   std::string preset, impl, objective;
   int64_t partition;
+  int64_t lora = 0;  // LoRA's rank (0: full fine-tuning): layer 0, a linear one, then takes no input gradient
 };
 
 class HybridExactness : public ::testing::TestWithParam<Case> {};
@@ -52,6 +54,7 @@ class HybridExactness : public ::testing::TestWithParam<Case> {};
 TEST_P(HybridExactness, MatchesPlainInFloat64) {
   const Case& c = GetParam();
   Model model = hybrid(c.preset);
+  if (c.lora > 0) model.add_lora(c.lora, 8.0, 3);
   auto objective = make_objective(c.objective);
   const Batch batch = objective->make_batch(
       padded_batch_spec(c.objective, model.config.vocab, kT, /*prompt_len=*/8), model, 5);
@@ -68,13 +71,16 @@ std::vector<Case> cases() {
       for (const std::string objective : {"sft", "dpo"}) out.push_back({preset, "streambp", objective, p});
     for (const std::string impl : {"checkpoint", "checkpoint-chunked-head", "mst"})
       out.push_back({preset, impl, "sft", 5});
+    out.push_back({preset, "streambp", "grpo", 5});
+    for (const std::string impl : {"streambp", "mst"}) out.push_back({preset, impl, "sft", 2, /*lora=*/4});
   }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrid, HybridExactness, ::testing::ValuesIn(cases()), [](const auto& info) {
   const Case& c = info.param;
-  return test_name(fmt::format("{}_{}_{}_p{}", c.preset, c.impl, c.objective, c.partition));
+  return test_name(fmt::format("{}_{}_{}_p{}{}", c.preset, c.impl, c.objective, c.partition,
+                               c.lora > 0 ? fmt::format("_lora{}", c.lora) : ""));
 });
 
 }  // namespace
