@@ -18,6 +18,7 @@
 #include "harness/model/phase_builder.h"
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/layerwise_estimate.h"
+#include "impls/machinery/recurrent_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -185,6 +186,8 @@ std::vector<PhaseEstimate> streambp_phases(const MemoryTerms& D, const Partition
   out.push_back(mlp);
   out.push_back(attn);
   out.push_back(kv_backward);
+  if (D.hybrid())  // Gated DeltaNet layers: Note [StreamBP through the recurrence]
+    for (auto& phase : streambp_linear_phases(D, partition, first)) out.push_back(std::move(phase));
   return out;
 }
 

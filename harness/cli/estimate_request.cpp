@@ -312,6 +312,13 @@ EstimateRequest parse_estimate_request(const std::vector<std::string>& args) {
           !strategy->estimate_gap(in.device, in.dtype, in.config))
         r.impls.push_back(name);
     }
+    if (r.impls.empty()) {
+      const auto gap = hybrid_gap(in.config, "streambp");
+      throw std::invalid_argument(fmt::format(
+          "estimate: no strategy is estimated for {}{} (valid: a model the estimate covers, docs/estimate.md; "
+          "a grid on it runs, its cells measured)",
+          in.config.name, gap ? fmt::format(" ({})", *gap) : ""));
+    }
   } else {
     std::stringstream ss(impls);
     for (std::string item; std::getline(ss, item, ',');)
@@ -352,7 +359,7 @@ EstimateAnswers answer_estimate(const EstimateRequest& request) {
       x.impl = impl;
       x.seq_len = T;
       x.memory = estimate_peak(in);
-      if (flops_fit_in_int64(in)) x.flops = estimate_flops(in);
+      if (flops_fit_in_int64(in) && flops_estimated_for(in.config)) x.flops = estimate_flops(in);
       x.comm = estimate_step_comm(in);
       if (in.train) x.optimizer_comm = estimate_optimizer_comm(in);
       if (request.time && x.flops)

@@ -64,8 +64,18 @@ int64_t lora_adapter_params(const ModelConfig& c, int64_t r) {
     attention_adapted = (rq > 0 ? (d + rq) + (rq + Aq) : d + Aq) + (d + m.kv_lora_rank + m.qk_rope_head_dim) +
                         (m.kv_lora_rank + kv_out) + (c.heads * m.v_head_dim + d);
   }
+  // Qwen3.5's gate on the attention output (output_gate, d -> Aq); a Gated DeltaNet layer's in_qkv, in_z,
+  // in_b, in_a and out_proj in its attention's place.
+  if (c.attention_output_gate) attention_adapted += d + Aq;
+  int64_t linear_adapted = 0;
+  if (c.linear_attention) {
+    const ModelConfig::LinearAttention& la = *c.linear_attention;
+    const int64_t values = la.value_heads * la.value_dim;
+    linear_adapted = (d + la.conv_channels()) + (d + values) + 2 * (d + la.value_heads) + (values + d);
+  }
   int64_t params = 0;
   for (int64_t i = 0; i < c.layers; ++i) {
+    if (c.is_linear_layer(i)) params += r * (linear_adapted - attention_adapted);
     const bool routed = c.is_moe_layer(i);
     const int64_t I = routed ? c.expert_intermediate : c.intermediate, mlps = routed ? c.experts : 1;
     params += r * (attention_adapted + mlps * (2 * (d + I) + (I + d)));
@@ -152,7 +162,18 @@ bool latent_attention_in_math(const ModelConfig& c, const std::string& impl, con
          partial_kernel_for(torch::Device(torch::kCUDA), dtype, c.head_dim) == PartialKernel::math;
 }
 
+std::optional<std::string> hybrid_gap(const ModelConfig& c, const std::string& impl) {
+  if (!c.linear_attention) return std::nullopt;
+  std::vector<std::string> gaps;
+  if (impl != "streambp") gaps.push_back("Gated DeltaNet layers under any strategy but streambp");
+  if (c.is_moe()) gaps.push_back("Qwen3-Next's and Qwen3.5-MoE's gated experts");
+  if (c.linear_layer_count() == c.layers) gaps.push_back("no full-attention layer");
+  if (gaps.empty()) return std::nullopt;
+  return fmt::format("{}", fmt::join(gaps, ", "));
+}
+
 bool estimated_for_model(const ModelConfig& c, const std::string& impl) {
+  if (c.linear_attention) return !hybrid_gap(c, impl);
   return !make_strategy(impl)->sequence_parallel() || sequence_parallel_gap(c).empty();
 }
 
@@ -175,11 +196,11 @@ void check_estimate_input(const EstimateInput& in) {
     throw std::invalid_argument(
         fmt::format("estimate: no estimate for impl '{}' (valid: {}; with ranks >= 2: {})", in.impl,
                     fmt::join(impls, ", "), fmt::join(parallel, ", ")));
-  if (c.linear_attention)  // issue 81: the recurrent layers' memory and FLOP terms are the next step
+  if (const auto gap = hybrid_gap(c, in.impl))
     throw std::invalid_argument(fmt::format(
-        "estimate: {} has Gated DeltaNet layers (Qwen3.5, Qwen3-Next), whose memory and FLOP terms are not "
-        "written yet (valid: a model without them; such a cell is measured, not estimated)",
-        c.name));
+        "estimate: {} on {} ({}) is not estimated yet (valid: streambp on a dense hybrid; such a cell is "
+        "measured, not estimated)",
+        in.impl, c.name, *gap));
   if (!estimated_for_model(c, in.impl))  // the data-parallel ones are valid with ranks: one process's terms
     throw std::invalid_argument(fmt::format(
         "estimate: {} on {} ({}) is not estimated yet: the sequence-parallel strategies' terms "
@@ -332,12 +353,27 @@ MemoryTerms estimate_terms(const EstimateInput& in) {
   D.input_norms = c.block_input_norms;
   D.qk_rsqrt_q = c.qk_norm_whole ? 1 : c.heads;
   D.qk_rsqrt_k = c.qk_norm_whole ? 1 : c.kv_heads;
-  D.rope_top = c.has_rope(c.layers - 1);
   D.rope_layers = c.rope_layer_count();
-  // The topmost layer of each attention type: the top layer's, then the other type's topmost if any.
-  D.attention_layers.push_back({c.layers - 1, c.window_of(c.layers - 1)});
-  for (int64_t i = c.layers - 2; i >= 0; --i)
-    if ((c.window_of(i) > 0) != (D.attention_layers.front().window > 0)) {
+  // The topmost layer of each attention type: the topmost attention layer's, then the other type's topmost
+  // if any. Hybrid linear attention: the topmost Gated DeltaNet layer, whose phases are its own.
+  int64_t top_attention = c.layers - 1;
+  while (top_attention > 0 && c.is_linear_layer(top_attention)) --top_attention;
+  D.attention_layers.push_back({top_attention, c.window_of(top_attention)});
+  D.rope_top = c.has_rope(top_attention);
+  if (c.linear_attention) {
+    const ModelConfig::LinearAttention& la = *c.linear_attention;
+    D.la_Hk = la.key_heads;
+    D.la_Hv = la.value_heads;
+    D.la_dk = la.key_dim;
+    D.la_dv = la.value_dim;
+    D.la_K = la.conv_kernel;
+    D.la_C = la.conv_channels();
+    for (int64_t i = c.layers - 1; i >= 0 && D.linear_top < 0; --i)
+      if (c.is_linear_layer(i)) D.linear_top = i;
+  }
+  D.gated = c.attention_output_gate;
+  for (int64_t i = top_attention - 1; i >= 0; --i)
+    if (!c.is_linear_layer(i) && (c.window_of(i) > 0) != (D.attention_layers.front().window > 0)) {
       D.attention_layers.push_back({i, c.window_of(i)});
       break;
     }

@@ -121,7 +121,11 @@ void check_estimate_sharding(const std::string& sharding);
 // Whether `impl`'s estimate models `c`'s blocks (not yet: the sequence-parallel strategies on multi-head
 // latent attention, DeepSeek's routing, shared experts, partial RoPE or dense layers among routed ones);
 // check_estimate_input refuses the others by name.
+// Hybrid linear attention (Qwen3.5): streambp's phases through the recurrence are written for the dense
+// models; every other strategy and the gated experts are not yet.
 bool estimated_for_model(const ModelConfig& c, const std::string& impl);
+// What of hybrid `c` the estimate does not model for `impl` (nullopt: modelled, or not a hybrid).
+std::optional<std::string> hybrid_gap(const ModelConfig& c, const std::string& impl);
 // Whether `impl` on `c` runs MLA's latent attention by key blocks in the math form on `device` in `dtype`
 // (CUDA float32: scores materialised, which no estimate models; every strategy but plain runs the latent
 // path in its checkpointed forward). estimate_peak refuses it by name, `estimate`'s default table leaves it

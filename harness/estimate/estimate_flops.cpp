@@ -109,6 +109,11 @@ int64_t backward_matmul(const std::vector<LinearShape>& linears, int64_t rows, i
 FlopCounts estimate_flops(const EstimateInput& in) {
   check_estimate_input(in);
   const ModelConfig& c = in.config;
+  if (!flops_estimated_for(c))
+    throw std::invalid_argument(fmt::format(
+        "estimate: the FLOPs of {}'s Gated DeltaNet layers (projections, conv, the delta rule by chunks) are "
+        "not estimated yet (valid: a model without them; a cell measures them: flop_count.h)",
+        c.name));
   const auto strategy = make_strategy(in.impl);
   const FlopSchedule schedule = strategy->flop_schedule();
   // A sequence-parallel rank (impls/machinery/sequence_parallel.h) runs the projections, MLP and head on its

@@ -12,4 +12,9 @@ namespace bpbench {
 // kernel's masked scores included), so unlike estimate_peak it takes float64 on cuda.
 FlopCounts estimate_flops(const EstimateInput& in);
 
+// Whether estimate_flops models `c`'s blocks (not yet: hybrid linear attention, whose memory is estimated).
+inline bool flops_estimated_for(const ModelConfig& c) {
+  return !c.linear_attention;
+}
+
 }  // namespace bpbench

@@ -134,6 +134,13 @@ struct MemoryTerms {
   // Hq).
   bool mla = false;
   int64_t mla_rq = 0, mla_r = 0, mla_dr = 0, mla_dv = 0;
+  // Qwen3.5's full layers: the attention output times sigmoid(h W_gate) before o_proj.
+  bool gated = false;
+  // Hybrid linear attention (Qwen3.5): Gated DeltaNet's dimensions (Hk, Hv, dk, dv, K taps, C = 2 Hk dk +
+  // Hv dv conv channels; legend: model_config.h) and its topmost layer (-1: no such layer). Its terms:
+  // harness/model/linear_memory_terms.h.
+  int64_t la_Hk = 0, la_Hv = 0, la_dk = 0, la_dv = 0, la_K = 0, la_C = 0, linear_top = -1;
+  bool hybrid() const { return linear_top >= 0; }
   std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
   // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
   bool flash = false;      // FlashAttention-2: bfloat16
@@ -251,8 +258,14 @@ struct MemoryTerms {
       const int64_t q_latent = mla_rq > 0 ? kept(mla_rq) + rms(mla_rq, 1) + mla_rq * s : 0;
       return input_norm_row() + q_latent + Aq * s + (mla_rq > 0 ? 5 : 4) * r * s + output_norm();
     }
-    return input_norm_row() + (qk ? kept(Aq) + rms(Aq, qk_rsqrt_q) : 0) + Aq * s + 4 * r * s + output_norm();
+    return input_norm_row() + (qk ? kept(Aq) + rms(Aq, qk_rsqrt_q) : 0) + Aq * s + 4 * r * s + gate_row() +
+           output_norm();
   }
+  // The output gate's graph a row: sigmoid's result and the gated values o_proj reads (Aq s each); LoRA: x
+  // A^T of output_gate.
+  int64_t gate_row() const { return gated ? 2 * Aq * s + r * s : 0; }
+  // The gate's logits a row, alive beside q from the projections to o_proj in a no-grad forward.
+  int64_t gate_logits() const { return gated ? Aq * s : 0; }
   // K/V path, per key row: k_norm's saved tensors, then K (after RoPE) and V.
   // MLA: kv_a's whole output (its latent norm's input is a view of it), the norm, kv_b's input, K and V at
   // hd.

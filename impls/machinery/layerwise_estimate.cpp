@@ -38,11 +38,11 @@ PhaseEstimate checkpointed_forward_layer(const MemoryTerms& D, int64_t rows, con
   // chunks (checkpoint, mst) and a large I the MLP is higher.
   // Without input norms (OLMo) the rows are read as they are (copied when strided) and x1 is the MLP's input.
   // MLA's latent attention runs after its normed rows are released (only q is read by the key blocks).
-  const int64_t normed = D.N * rows * ((D.mla ? 0 : D.normed_input(rows)) + D.Aq * D.s);
+  const int64_t normed = D.N * rows * ((D.mla ? 0 : D.normed_input(rows)) + D.Aq * D.s + D.gate_logits());
   const int64_t attention =
       normed + (D.mla ? D.latent_attn_forward(rows, keys) : D.attn_forward(rows, keys, layer.window));
-  const int64_t mlp = D.N * rows * (D.Aq + D.d) * D.s + D.N * rows * (D.input_norms ? D.d * D.s : 0) +
-                      D.mlp_forward(D.N * rows);
+  const int64_t mlp = D.N * rows * ((D.Aq + D.d) * D.s + D.gate_logits()) +
+                      D.N * rows * (D.input_norms ? D.d * D.s : 0) + D.mlp_forward(D.N * rows);
   if (attention >= mlp) {
     p.add(D.mla ? "one chunk's q: N*c*Aq*s" : "one chunk's normed rows and q: N*c*(d + Aq)*s", normed);
     if (D.mla) {
