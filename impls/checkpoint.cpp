@@ -12,6 +12,7 @@
 #include "harness/model/phase_builder.h"
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/layerwise_estimate.h"
+#include "impls/machinery/recurrent_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -81,7 +82,7 @@ class Checkpoint final : public Strategy {
 };
 
 // Its estimate: the checkpointed forward, the head (whole or chunked) over every layer input, then the top
-// layer's re-forward graph through its MLP and attention backward.
+// layer's re-forward graph through its MLP and attention backward (and the topmost Gated DeltaNet layer's).
 std::vector<PhaseEstimate> Checkpoint::memory_phases(const MemoryTerms& D,
                                                      const Partitioning& partition) const {
   return checkpoint_phases(D, partition, chunked_head_);
@@ -95,6 +96,7 @@ std::vector<PhaseEstimate> checkpoint_phases(const MemoryTerms& D, const Partiti
   const int64_t cl = partition.logits_rows;
   std::vector<PhaseEstimate> out;
   out.push_back(checkpointed_forward_phase(D, D.T));
+  if (D.hybrid()) out.push_back(linear_forward_phase(D, D.T, FirstInput::kept));
   {
     PhaseBuilder p(chunked_head ? "head chunk" : "head");
     add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
@@ -104,8 +106,13 @@ std::vector<PhaseEstimate> checkpoint_phases(const MemoryTerms& D, const Partiti
       add_whole_head(p, D);
     out.push_back(p.done());
   }
-  out.push_back(whole_mlp_backward(D, D.L));
+  for (const auto& mixer : whole_mixers(D)) out.push_back(whole_mlp_backward(D, mixer));
   out.push_back(whole_attention_backward(D, 3, "dy, x_in.grad, the residual's gradient"));
+  // The layer's output lives to the end of the expression that runs its backward.
+  if (D.hybrid()) {
+    out.push_back(whole_linear_forward(D, 1, "dy"));
+    out.push_back(whole_linear_backward(D, 3, "dy, the layer's output, dx1"));
+  }
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include "harness/objectives/objective.h"
 #include "impls/machinery/layerwise.h"
 #include "impls/machinery/layerwise_estimate.h"
+#include "impls/machinery/recurrent_estimate.h"
 #include "profiles/memory.h"
 
 namespace bpbench {
@@ -115,28 +116,28 @@ class MiniSequence final : public Strategy {
 };
 
 // Its estimate: the checkpointed forward, the chunked head over every layer input, then per layer the
-// attention re-forwarded whole and kept while the MLP runs one mini-sequence at a time, then its backward.
+// token mixer (attention, or a hybrid's Gated DeltaNet block) re-forwarded whole and kept while the MLP runs
+// one mini-sequence at a time, then its backward.
 std::vector<PhaseEstimate> MiniSequence::memory_phases(const MemoryTerms& D,
                                                        const Partitioning& partition) const {
   const int64_t c = partition.rows, cl = partition.logits_rows;
   const int64_t rows = D.N * D.T;
   std::vector<PhaseEstimate> out;
   out.push_back(checkpointed_forward_phase(D, D.T));
+  if (D.hybrid()) out.push_back(linear_forward_phase(D, D.T, FirstInput::kept));
   {
     PhaseBuilder p("head chunk");
     add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", D.L), D.L + 1, /*offloaded_on_device=*/1);
     add_chunk_head(p, D, cl);
     out.push_back(p.done());
   }
-  {
-    // Attention re-forwarded whole and kept; the MLP recomputed and backpropagated one mini-sequence at a
-    // time.
-    PhaseBuilder p("layer mlp backward");
-    add_checkpoints(p, D, "layer inputs", D.L);
+  for (const auto& mixer : whole_mixers(D)) {
+    // The token mixer re-forwarded whole and kept; the MLP recomputed and backpropagated one mini-sequence at
+    // a time.
+    PhaseBuilder p(mixer.linear ? "layer linear mlp backward" : "layer mlp backward");
+    add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", mixer.layer), mixer.layer + 1);
     p.add("x1, dy, dx1: 3 x N*T*d*s", 3 * rows * D.d * D.s);
-    p.add("attention graph, all rows: N*T*(attn_row + attn_out_row + kv_row)",
-          rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph()));
-    p.add("rope tables", 2 * D.rope(D.T));
+    p.add(mixer.name, mixer.bytes);
     // Its input x1[s:e] is a view of x1 (counted above): the graph adds only what mlp_row has beyond it.
     p.add(
         "one mini-sequence's MLP graph (below its output norm) and output: N*c*(mlp_row - output_norm - "
@@ -150,6 +151,10 @@ std::vector<PhaseEstimate> MiniSequence::memory_phases(const MemoryTerms& D,
     out.push_back(p.done());
   }
   out.push_back(whole_attention_backward(D, 2, "dx1, x_in.grad; dy is released first"));
+  if (D.hybrid()) {
+    out.push_back(whole_linear_forward(D, 1, "dy"));
+    out.push_back(whole_linear_backward(D, 2, "x1 and dx1; dy is released first"));
+  }
   return out;
 }
 

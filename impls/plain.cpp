@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "harness/model/linear_memory_terms.h"
 #include "harness/model/phase_builder.h"
 #include "impls/interface/strategy.h"
 #include "profiles/memory.h"
@@ -47,19 +48,28 @@ class Plain final : public Strategy {
 
 // Of the `below` layers under a phase's layer, those that apply RoPE: exact for the top layer (every other
 // layer is below it); for a lower one (the other attention type's topmost) the NoPE layers are taken to be
-// the highest ones.
+// the highest ones. On a hybrid every full-attention layer applies RoPE and no Gated DeltaNet layer does.
 int64_t lower_rope_layers(const MemoryTerms& D, int64_t below) {
+  if (D.hybrid()) return below - D.linear_layers_below(below);
   return std::min(below, D.rope_layers - (D.rope_top ? 1 : 0));
+}
+
+// A Gated DeltaNet layer's graph over all T rows: its block's (Note [A Gated DeltaNet block over all rows]),
+// its input as its norm keeps it and its MLP half's (x1 as that norm keeps it).
+int64_t linear_layer_graph(const MemoryTerms& D) {
+  return linear_whole_graph(D, D.T) + D.N * D.T * (D.block_input_kept() + D.mlp_row());
 }
 
 // Its estimate: the whole graph of every layer is alive at the head, and below the layer whose backward runs.
 std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Partitioning&) const {
   const int64_t rows = D.N * D.T;
   // The graphs of `layers` layers from the bottom: a routed model's dense first layers (DeepSeek's) keep the
-  // dense MLP's.
+  // dense MLP's; a hybrid's Gated DeltaNet layers keep linear_layer_graph.
   auto graphs = [&](int64_t layers) {
-    const int64_t dense = std::min(layers, D.dense_layers);
-    return rows * ((layers - dense) * D.layer_row() + (dense > 0 ? dense * D.dense_layer_row() : 0));
+    const int64_t dense = std::min(layers, D.dense_layers), linear = D.linear_layers_below(layers);
+    return rows *
+               ((layers - dense - linear) * D.layer_row() + (dense > 0 ? dense * D.dense_layer_row() : 0)) +
+           (linear > 0 ? linear * linear_layer_graph(D) : 0);
   };
   // Every layer's graph, each RoPE layer's tables (SmolLM3's NoPE layers keep none).
   const int64_t all_layers = graphs(D.L) + 2 * D.rope_layers * D.rope_table(D.T);
@@ -103,6 +113,31 @@ std::vector<PhaseEstimate> Plain::memory_phases(const MemoryTerms& D, const Part
     keep_larger(attention, p.done());
   }
   out.push_back(attention);
+  if (D.hybrid()) {
+    const int64_t i = D.linear_top;
+    const int64_t lower =
+        graphs(i) + 2 * lower_rope_layers(D, i) * D.rope_table(D.T) - (i > 0 ? frozen_first_norm : 0);
+    {
+      PhaseBuilder f("forward (linear layers)");
+      f.add(fmt::format("autograd graph of the {} lower layers", i), lower, true);
+      f.add("the top linear layer's input x: N*T*d*s", rows * D.d * D.s);
+      f.add("its Gated DeltaNet block's graph, all rows: see linear_whole_graph",
+            linear_whole_graph(D, D.T) - (i == 0 ? frozen_first_norm : 0));
+      f.add("its forward's high point: see linear_whole_forward", linear_whole_forward(D, D.T));
+      out.push_back(f.done());
+    }
+    PhaseBuilder p("layer linear backward");
+    p.add(fmt::format("autograd graph of the {} lower layers", i),
+          graphs(i) + 2 * lower_rope_layers(D, i) * D.rope_table(D.T) - (i > 0 ? frozen_first_norm : 0),
+          true);
+    p.add("top linear layer: its input as its norm keeps it: N*T*kept(d)", rows * D.block_input_kept());
+    p.add("its Gated DeltaNet block's graph, all rows: see linear_whole_graph",
+          linear_whole_graph(D, D.T) - (i == 0 ? frozen_first_norm : 0));
+    p.add("gradient in flight: N*T*d*s", rows * D.d * D.s);
+    p.add("its backward: x_in.grad and the larger of linear_chunk_backward and the input norm's backward",
+          linear_whole_backward(D, D.T));
+    out.push_back(p.done());
+  }
   return out;
 }
 

@@ -165,7 +165,8 @@ bool latent_attention_in_math(const ModelConfig& c, const std::string& impl, con
 std::optional<std::string> hybrid_gap(const ModelConfig& c, const std::string& impl) {
   if (!c.linear_attention) return std::nullopt;
   std::vector<std::string> gaps;
-  if (impl != "streambp") gaps.push_back("Gated DeltaNet layers under any strategy but streambp");
+  if (const auto& one = estimated_impls(); std::find(one.begin(), one.end(), impl) == one.end())
+    gaps.push_back("Gated DeltaNet layers under the distributed strategies");
   if (c.is_moe()) gaps.push_back("Qwen3-Next's and Qwen3.5-MoE's gated experts");
   if (c.linear_layer_count() == c.layers) gaps.push_back("no full-attention layer");
   if (gaps.empty()) return std::nullopt;
@@ -198,9 +199,9 @@ void check_estimate_input(const EstimateInput& in) {
                     fmt::join(impls, ", "), fmt::join(parallel, ", ")));
   if (const auto gap = hybrid_gap(c, in.impl))
     throw std::invalid_argument(fmt::format(
-        "estimate: {} on {} ({}) is not estimated yet (valid: streambp on a dense hybrid; such a cell is "
+        "estimate: {} on {} ({}) is not estimated yet (valid: {} on a dense hybrid; such a cell is "
         "measured, not estimated)",
-        in.impl, c.name, *gap));
+        in.impl, c.name, *gap, fmt::join(impls, ", ")));
   if (!estimated_for_model(c, in.impl))  // the data-parallel ones are valid with ranks: one process's terms
     throw std::invalid_argument(fmt::format(
         "estimate: {} on {} ({}) is not estimated yet: the sequence-parallel strategies' terms "
@@ -368,6 +369,7 @@ MemoryTerms estimate_terms(const EstimateInput& in) {
     D.la_dv = la.value_dim;
     D.la_K = la.conv_kernel;
     D.la_C = la.conv_channels();
+    for (int64_t i = 0; i < c.layers; ++i) D.linear_layers.push_back(c.is_linear_layer(i));
     for (int64_t i = c.layers - 1; i >= 0 && D.linear_top < 0; --i)
       if (c.is_linear_layer(i)) D.linear_top = i;
   }

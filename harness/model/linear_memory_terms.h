@@ -63,4 +63,33 @@ int64_t linear_chunk_forward(const MemoryTerms& D, int64_t rows);
 // inventory: docs/estimate.md, "Hybrid linear attention".
 int64_t linear_chunk_backward(const MemoryTerms& D, int64_t rows);
 
+// Note [A Gated DeltaNet block over all rows]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// plain, checkpoint and mst run a linear layer's block over all T rows from the zero state with a graph
+// (Model::token_mixer). Measured with the tracking allocator on tiny-qwen3.5 and small-qwen3.5, float32,
+// bfloat16 and float64, N = 1 and 2, LoRA or not, T from 5 to 2100:
+// - linear_whole_graph: a piece's graph (linear_chunk_graph) with one state more (the zero state entering,
+//   which the first matmul keeps), less what the zero state and the discarded final state need no gradient
+//   for: the first delta chunk's q e^G (n0 x dk a head) and the last one's k decay and exp(last - G)
+//   (nl x (dk + 1)). To the byte at N = 1; at N = 2, 16 bytes over (32 in float64).
+// - linear_whole_forward, its forward's high point above that graph: the larger of two moments. At the last
+//   step (x1 = x + out_proj(...)) every local of the block is alive: the conv's input qkv (C s) and, cast,
+//   SiLU's output (C s); q normed (Hv dk f); in_b's and in_a's outputs, in_a's cast and g (Hv a row each);
+//   cast, the delta rule's output and the gated norm's product before their casts (Hv dv f each) and z
+//   (Hv dv s); out_proj's output and x1 (d s each; with LoRA its base output and scaled update beside their
+//   sum); the state and halo it leaves, and the last chunk's terms the state keeps until the block returns.
+//   In a delta-rule chunk: the graph so far, a head's four (n, n) beside it as the causal mask is read (or
+//   with wide heads two and the right-hand side's three (n, dk | dv) operands), the identity, the masks and
+//   the outputs so far. Of that high point, small-qwen3.5 reads 2.8% under to 0.6% over, tiny-qwen3.5 1.8%
+//   under to 9.8% over.
+// - linear_whole_backward, its backward above the graph and x1, every .grad pre-allocated: the input's
+//   gradient (N T d s) and the largest of the widest weight gradient, the delta rule's gradients of a full
+//   chunk (two (n, n) and an (n, dk + dv) a head) and, a row, the input norm's backward (d s, and two float32
+//   (N, T, d) in a bfloat16 model). To the byte on small-qwen3.5 at T >= 131; a bound below that and on
+//   tiny-qwen3.5, whose d = 24 makes the delta rule's gradients the high point (at most 2.1x there).
+// The strategies' peaks on small-qwen3.5 with these terms: within 0.13% (docs/estimate.md).
+int64_t linear_whole_graph(const MemoryTerms& D, int64_t rows);
+int64_t linear_whole_backward(const MemoryTerms& D, int64_t rows);
+int64_t linear_whole_forward(const MemoryTerms& D, int64_t rows);
+
 }  // namespace bpbench

@@ -141,6 +141,12 @@ struct MemoryTerms {
   // harness/model/linear_memory_terms.h.
   int64_t la_Hk = 0, la_Hv = 0, la_dk = 0, la_dv = 0, la_K = 0, la_C = 0, linear_top = -1;
   bool hybrid() const { return linear_top >= 0; }
+  std::vector<bool> linear_layers;  // which layers are Gated DeltaNet's, bottom first
+  // Of the lowest `count` layers, the Gated DeltaNet ones.
+  int64_t linear_layers_below(int64_t count) const {
+    return std::count(linear_layers.begin(),
+                      linear_layers.begin() + std::min<int64_t>(count, linear_layers.size()), true);
+  }
   std::vector<AttentionLayer> attention_layers;  // one per attention type present, topmost first
   // The CUDA kernel the attention terms model (both false: the fused CPU kernel, every term as measured).
   bool flash = false;      // FlashAttention-2: bfloat16

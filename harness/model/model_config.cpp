@@ -132,7 +132,7 @@ int64_t ModelConfig::linear_layer_count() const {
 
 int64_t ModelConfig::rope_layer_count() const {
   int64_t n = 0;
-  for (int64_t i = 0; i < layers; ++i) n += has_rope(i) ? 1 : 0;
+  for (int64_t i = 0; i < layers; ++i) n += has_rope(i) && !is_linear_layer(i) ? 1 : 0;
   return n;
 }
 

@@ -158,7 +158,7 @@ struct ModelConfig {
     const auto i = static_cast<size_t>(layer);
     return i >= rope_layers.size() || rope_layers[i];
   }
-  int64_t rope_layer_count() const;  // layers that apply RoPE
+  int64_t rope_layer_count() const;  // layers that apply RoPE (no Gated DeltaNet layer does)
   const RopeConfig& rope_of(int64_t layer) const {
     return sliding_rope && window_of(layer) > 0 ? *sliding_rope : rope;
   }

@@ -1,5 +1,7 @@
 // layerwise_estimate.cpp: layerwise_estimate.h.
 #include "impls/machinery/layerwise_estimate.h"
+
+#include "harness/model/linear_memory_terms.h"
 #include "harness/model/phase_builder.h"
 
 #include <fmt/format.h>
@@ -131,19 +133,28 @@ PhaseEstimate whole_attention_backward(const MemoryTerms& D, int64_t flows, cons
   return best;
 }
 
-// The MLP backward of the top layer for a whole-layer re-forward (checkpoint): the whole layer's graph, the
-// incoming gradient and layer output, the gradient of the MLP product and the down projection's weight
-// gradient.
-PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints) {
+std::vector<WholeMixer> whole_mixers(const MemoryTerms& D) {
   const int64_t rows = D.N * D.T;
-  PhaseBuilder p("layer mlp backward");
-  add_checkpoints(p, D, "layer inputs", checkpoints);
+  std::vector<WholeMixer> out;
+  out.push_back({D.attention_layers.front().index, false,
+                 "attention half, all rows: N*T*(attn_row + attn_out_row + kv_row) + rope tables",
+                 rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph()) + 2 * D.rope(D.T)});
+  if (D.hybrid())
+    out.push_back({D.linear_top, true, "the Gated DeltaNet block's graph, all rows: see linear_whole_graph",
+                   linear_whole_graph(D, D.T)});
+  return out;
+}
+
+// The MLP backward of a whole-layer re-forward (checkpoint): the whole layer's graph, the incoming gradient
+// and layer output, the gradient of the MLP product and the down projection's weight gradient.
+PhaseEstimate whole_mlp_backward(const MemoryTerms& D, const WholeMixer& mixer) {
+  const int64_t rows = D.N * D.T;
+  PhaseBuilder p(mixer.linear ? "layer linear mlp backward" : "layer mlp backward");
+  add_checkpoints(p, D, fmt::format("layer inputs x_0..x_{}", mixer.layer), mixer.layer + 1);
   p.add("dy and the layer output: 2 x N*T*d*s", 2 * rows * D.d * D.s);
-  p.add(
-      "layer graph below the MLP output norm: N*T*(attn_row + attn_out_row + kv_row + mlp_row - "
-      "output_norm)",
-      rows * (D.attn_row() + D.attn_out_row() + D.kv_row_graph() + D.mlp_row() - D.output_norm()));
-  p.add("rope tables", 2 * D.rope(D.T));
+  p.add(mixer.name, mixer.bytes);
+  p.add("the MLP half's graph below its output norm: N*T*(mlp_row - output_norm)",
+        rows * (D.mlp_row() - D.output_norm()));
   p.add(mlp_backward_name(D, "MLP backward: max(N*T*I*s + d*I*s, 2 x N*T*I*s)"), D.mlp_backward(D.T, false));
   return p.done();
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "harness/model/memory_terms.h"
 #include "harness/model/phase_builder.h"
@@ -42,9 +43,21 @@ PhaseEstimate checkpointed_forward_phase(const MemoryTerms& D, int64_t rows,
 // every lower checkpoint still alive), with `flows` (N, T, d) gradients in flight, named by `flow_note`.
 PhaseEstimate whole_attention_backward(const MemoryTerms& D, int64_t flows, const std::string& flow_note);
 
-// The MLP backward of the top layer for a whole-layer re-forward (checkpoint), `checkpoints` layer inputs
-// alive.
-PhaseEstimate whole_mlp_backward(const MemoryTerms& D, int64_t checkpoints);
+// A whole-sequence re-forward's token mixer (checkpoint, mst), whose graph over all T rows is alive while
+// its layer's MLP runs backward: the top layer's attention half (its K path and RoPE tables), and on a hybrid
+// the topmost Gated DeltaNet block (Note [A Gated DeltaNet block over all rows], linear_memory_terms.h). Its
+// layer's lower checkpoints are alive with it.
+struct WholeMixer {
+  int64_t layer = 0;
+  bool linear = false;
+  std::string name;
+  int64_t bytes = 0;
+};
+std::vector<WholeMixer> whole_mixers(const MemoryTerms& D);
+
+// The MLP backward of a whole-layer re-forward (checkpoint) above `mixer`: "layer mlp backward", or "layer
+// linear mlp backward" at a Gated DeltaNet layer.
+PhaseEstimate whole_mlp_backward(const MemoryTerms& D, const WholeMixer& mixer);
 
 // The phases of checkpointing (checkpoint.cpp; whole or chunked head) and of StreamBP (streambp.cpp; x_0
 // made again or kept), which their data-parallel versions share.

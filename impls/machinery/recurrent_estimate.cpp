@@ -15,10 +15,9 @@ int64_t boundaries(const MemoryTerms& D, int64_t count) {
   return count * (linear_state_bytes(D) + linear_halo_bytes(D));
 }
 
-// Model::layer_in_chunks at the linear layer: the stored inputs and the output being built, the state
-// entering the chunk, and either the block's no-grad forward or, after it, the MLP over its x1 beside the
-// block's outputs.
-PhaseEstimate linear_forward(const MemoryTerms& D, int64_t c, FirstInput first) {
+}  // namespace
+
+PhaseEstimate linear_forward_phase(const MemoryTerms& D, int64_t c, FirstInput first) {
   const int64_t i = D.linear_top;
   const FirstInput stored = i == 0 ? FirstInput::kept : first;
   PhaseBuilder p("forward (linear layers)");
@@ -41,14 +40,41 @@ PhaseEstimate linear_forward(const MemoryTerms& D, int64_t c, FirstInput first) 
   return p.done();
 }
 
+namespace {
+// A whole-sequence block at D.linear_top: its lower checkpoints and its own input, `held` (N, T, d)
+// tensors, its graph over all rows, and the transient named `what`.
+PhaseEstimate whole_linear_phase(const MemoryTerms& D, const char* name, int64_t held,
+                                 const std::string& held_note, const char* what, int64_t transient) {
+  const int64_t i = D.linear_top, rows = D.N * D.T;
+  PhaseBuilder p(name);
+  add_checkpoints(p, D, layer_inputs_label(i, FirstInput::kept), layer_inputs_alive(i, FirstInput::kept));
+  p.add(fmt::format("{}: {} x N*T*d*s", held_note, held), held * rows * D.d * D.s);
+  p.add("the Gated DeltaNet block's graph, all rows: see linear_whole_graph", linear_whole_graph(D, D.T));
+  p.add(what, transient);
+  return p.done();
+}
 }  // namespace
+
+PhaseEstimate whole_linear_backward(const MemoryTerms& D, int64_t held, const std::string& held_note) {
+  return whole_linear_phase(
+      D, "layer linear backward", held, held_note,
+      "its backward: x_in.grad and the larger of linear_chunk_backward and the input norm's backward",
+      linear_whole_backward(D, D.T));
+}
+
+PhaseEstimate whole_linear_forward(const MemoryTerms& D, int64_t held, const std::string& held_note) {
+  return whole_linear_phase(D, "layer linear re-forward", held, held_note,
+                            "its forward's high point, at its last step or in a delta-rule chunk: see "
+                            "linear_whole_forward",
+                            linear_whole_forward(D, D.T));
+}
 
 std::vector<PhaseEstimate> streambp_linear_phases(const MemoryTerms& D, const Partitioning& partition,
                                                   FirstInput first) {
   const int64_t c = partition.rows, i = D.linear_top, rows = D.N * D.T;
   const int64_t chunks = (D.T + c - 1) / c;
   std::vector<PhaseEstimate> out;
-  out.push_back(linear_forward(D, c, first));
+  out.push_back(linear_forward_phase(D, c, first));
   auto layer_base = [&](PhaseBuilder& p) {
     add_checkpoints(p, D, layer_inputs_label(i, first), layer_inputs_alive(i, first));
     p.add("dy, its rows becoming dx's: N*T*d*s", rows * D.d * D.s);

@@ -1,14 +1,16 @@
-// test_estimate_hybrid.cpp: the estimate of streambp through Gated DeltaNet layers (Qwen3.5; Note [StreamBP
-// through the recurrence], recurrent_layer.h; the layer's terms: Note [Gated DeltaNet buffers],
-// linear_memory_terms.h) against the tracking allocator, and what it refuses.
+// test_estimate_hybrid.cpp: the estimate through Gated DeltaNet layers (Qwen3.5) against the tracking
+// allocator, and what it refuses: streambp's by partitions (Note [StreamBP through the recurrence],
+// recurrent_layer.h; the layer's terms: Note [Gated DeltaNet buffers], linear_memory_terms.h) and plain's,
+// checkpoint's and mst's over all rows (Note [A Gated DeltaNet block over all rows]).
 //
-// Measured 2026-12-04 on small-qwen3.5 with a 512-token vocabulary (the layers set the peak): every cell
-// 1,044 bytes under (2,088 in float64; a d-wide norm weight gradient and five scalars), but bfloat16 at N =
-// 2, T = 200, c = 64, 0.9% over (linear_chunk_backward's bound above the MLP backward there); with LoRA (rank
-// 4) within 0.04%, but bfloat16 at up to 64 rows a chunk, 2.0 to 5.3% over (the same bound). tiny-qwen3.5,
-// whose d = 24 makes the delta rule's (n, n) gradients the chunk's high point, is over by up to 12.9% there
-// (the bound, not an inventory: docs/estimate.md, "Hybrid linear attention"); its attention layers, which set
-// the peak past a few hundred tokens, within 0.9% (the fused kernel's per-thread scratch, as for `tiny`).
+// streambp, measured 2026-12-04 on small-qwen3.5 with a 512-token vocabulary (the layers set the peak): every
+// cell 1,044 bytes under (2,088 in float64; a d-wide norm weight gradient and five scalars), but bfloat16 at
+// N = 2, T = 200, c = 64, 0.9% over (linear_chunk_backward's bound above the MLP backward there); with LoRA
+// (rank 4) within 0.04%, but bfloat16 at up to 64 rows a chunk, 2.0 to 5.3% over (the same bound).
+// tiny-qwen3.5, whose d = 24 makes the delta rule's (n, n) gradients the chunk's high point, is over by up
+// to 12.9% there (the bound, not an inventory: docs/estimate.md, "Hybrid linear attention"); its attention
+// layers, which set the peak past a few hundred tokens, within 0.9% (the fused kernel's per-thread scratch,
+// as for `tiny`). plain, checkpoint and mst: at the cases below.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -35,6 +37,7 @@ struct Cell {
   ModelConfig config;
   torch::ScalarType dtype = torch::kFloat;
   int64_t examples = 1, seq_len = 0, partition = 0, logits_partition = 64, lora_rank = 0;
+  std::string impl = "streambp";
 };
 
 struct Measured {
@@ -42,8 +45,8 @@ struct Measured {
   int64_t above() const { return peak - base; }
 };
 
-// What the runner measures for a streambp SFT cell: parameters, batch and pre-allocated gradients as the
-// base, then one step's peak.
+// What the runner measures for an SFT cell: parameters, batch and pre-allocated gradients as the base, then
+// one step's peak.
 Measured measure(const Cell& c) {
   auto& rec = MemoryRecorder::instance();
   const int64_t before = rec.live_bytes();
@@ -72,14 +75,13 @@ Measured measure(const Cell& c) {
   auto store = make_checkpoint_store(Offload::none, torch::kCPU);
   rec.reset_peak();
   out.base = rec.live_bytes() - before;
-  make_strategy("streambp")
-      ->step(
-          StepInputs{model, batch, *objective, Partitioning{c.partition, c.logits_partition}, store.get()});
+  make_strategy(c.impl)->step(
+      StepInputs{model, batch, *objective, Partitioning{c.partition, c.logits_partition}, store.get()});
   out.peak = rec.peak_bytes() - before;
   return out;
 }
 
-EstimateInput input_of(const Cell& c, const std::string& impl = "streambp") {
+EstimateInput input_of(const Cell& c) {
   EstimateInput in;
   in.config = c.config;
   in.seq_len = c.seq_len;
@@ -87,15 +89,15 @@ EstimateInput input_of(const Cell& c, const std::string& impl = "streambp") {
   in.partition = c.partition;
   in.logits_partition = c.logits_partition;
   in.dtype = c.dtype;
-  in.impl = impl;
+  in.impl = c.impl;
   in.lora_rank = c.lora_rank;
   in.threads = at::get_num_threads();
   return in;
 }
 
 std::string describe(const Cell& c) {
-  return fmt::format("{} {} N={} T={} c={} LoRA r={}", c.config.name, c10::toString(c.dtype), c.examples,
-                     c.seq_len, c.partition, c.lora_rank);
+  return fmt::format("{} {} {} N={} T={} c={} LoRA r={}", c.impl, c.config.name, c10::toString(c.dtype),
+                     c.examples, c.seq_len, c.partition, c.lora_rank);
 }
 
 ModelConfig small_qwen3_5_v512() {
@@ -194,14 +196,63 @@ std::string refusal(F&& f) {
   return "";
 }
 
+// plain, checkpoint and mst run each linear layer over all T rows (Note [A Gated DeltaNet block over all
+// rows], linear_memory_terms.h). On small-qwen3.5 measured 2026-12-04 within 0.13% over every dtype, one and
+// two sequences, LoRA or not, T from 64 to 2100: its top linear layer sets each peak (plain's at the head,
+// where every layer's graph is alive). These cells cover each phase that sets one: checkpoint's MLP backward
+// above the block's graph, mst's mini-sequence MLP backward at short T and its re-forward of the block (dy
+// alive) at long T.
+TEST(EstimateHybrid, WholeSequenceStrategiesMatchSmallQwen3_5) {
+  struct Shape {
+    int64_t examples, T, c, rank;
+    const char* phase;  // mst's
+  };
+  const Shape shapes[] = {{1, 96, 32, 0, "layer linear mlp backward"},
+                          {2, 200, 64, 4, "layer linear mlp backward"},
+                          {1, 1031, 64, 0, "layer linear re-forward"}};
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble})
+    for (const auto& [examples, T, c, rank, mst_phase] : shapes)
+      for (const std::string impl : {"plain", "checkpoint", "mst"}) {
+        // The long cell, where mst's re-forward is highest, in float32 only: 1 s.
+        if (T > 200 && (impl != "mst" || dtype != torch::kFloat)) continue;
+        Cell cell{small_qwen3_5_v512(), dtype, examples, T, c, 64, rank, impl};
+        const MemoryEstimate e = check(cell, measure(cell), 0.002);
+        if (impl == "checkpoint") EXPECT_EQ(e.dominant_phase, "layer linear mlp backward") << describe(cell);
+        // In bfloat16 (v and the delta rule's output cast) the re-forward passes the MLP backward sooner.
+        if (impl == "mst" && dtype != torch::kBFloat16)
+          EXPECT_EQ(e.dominant_phase, mst_phase) << describe(cell);
+      }
+}
+
+// tiny-qwen3.5 (d = 24): the delta rule's (n, n) buffers set the block's high points, which the estimate
+// bounds: measured within 0.2% under and 4.4% over (the backward's bound at two delta chunks).
+TEST(EstimateHybrid, WholeSequenceStrategiesBoundTinyQwen3_5) {
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16})
+    for (const std::string impl : {"checkpoint", "mst"}) {
+      const Cell cell{find_model_preset("tiny-qwen3.5"), dtype, 2, 200, 64, 64, 0, impl};
+      check(cell, measure(cell), 0.05);
+    }
+  const Cell cell{find_model_preset("tiny-qwen3.5"), torch::kFloat, 1, 96, 32, 64, 0, "checkpoint"};
+  const Measured m = measure(cell);
+  const MemoryEstimate e = check(cell, m, 0.05);
+  EXPECT_GE(e.peak_above_base, m.above());
+  EXPECT_EQ(e.dominant_phase, "layer linear backward");
+}
+
 TEST(EstimateHybrid, RefusesWhatItDoesNotModelInOneLine) {
-  const Cell cell{find_model_preset("tiny-qwen3.5"), torch::kFloat, 1, 96, 32};
-  for (const std::string impl : {"plain", "checkpoint", "mst"}) {
+  Cell cell{find_model_preset("tiny-qwen3.5"), torch::kFloat, 1, 96, 32};
+  for (const std::string& impl : estimated_impls())
+    EXPECT_TRUE(estimated_for_model(cell.config, impl)) << impl;
+  for (const std::string& impl : estimated_data_parallel_impls()) {
     EXPECT_FALSE(estimated_for_model(cell.config, impl));
-    const std::string message = refusal([&] { estimate_peak(input_of(cell, impl)); });
-    EXPECT_NE(message.find("Gated DeltaNet layers under any strategy but streambp"), std::string::npos)
+    cell.impl = impl;
+    EstimateInput in = input_of(cell);
+    in.ranks = 2;
+    const std::string message = refusal([&] { estimate_peak(in); });
+    EXPECT_NE(message.find("Gated DeltaNet layers under the distributed strategies"), std::string::npos)
         << message;
   }
+  cell.impl = "streambp";
   const Cell next{find_model_preset("tiny-qwen3-next"), torch::kFloat, 1, 96, 32};
   EXPECT_FALSE(estimated_for_model(next.config, "streambp"));
   EXPECT_NE(refusal([&] { estimate_peak(input_of(next)); }).find("gated experts"), std::string::npos);
